@@ -1,0 +1,22 @@
+//! Compiles `proto/` (Envoy's RLS v3 API subset) with a vendored protoc and writes the
+//! descriptor set that gRPC reflection serves.
+
+use std::{env, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    let includes = protoc_bin_vendored::include_path()?;
+    // tonic-prost-build finds protoc through PROTOC.
+    env::set_var("PROTOC", protoc);
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .file_descriptor_set_path(out_dir.join("sluice_descriptor.bin"))
+        .compile_protos(
+            &[PathBuf::from("proto/envoy/service/ratelimit/v3/rls.proto")],
+            &[PathBuf::from("proto"), includes],
+        )?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

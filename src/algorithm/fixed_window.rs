@@ -1,0 +1,134 @@
+//! Fixed window: a counter per window [kW, (k+1)W), windows aligned to the Unix epoch as in
+//! envoyproxy/ratelimit. Admits when count + cost <= L; a denial and a cost of 0 change nothing.
+//!
+//! Exact for any time below 2^64 microseconds and counts below 2^64.
+
+use crate::limit::{Decision, Limit};
+
+/// The counter of one window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Start of the window in microseconds since the epoch.
+    pub start_us: u64,
+    /// Cost admitted in this window so far.
+    pub count: u64,
+}
+
+/// Start of the window holding `now_us`.
+pub fn window_start_us(limit: &Limit, now_us: u64) -> u64 {
+    now_us - now_us % limit.period_us()
+}
+
+/// End (exclusive) of the window holding `now_us`.
+pub fn window_end_us(limit: &Limit, now_us: u64) -> u64 {
+    window_start_us(limit, now_us) + limit.period_us()
+}
+
+/// Decides one hit. Returns the decision and the window to store when it changed.
+pub fn check(
+    stored: Option<Window>,
+    limit: &Limit,
+    cost: u64,
+    now_us: u64,
+) -> (Decision, Option<Window>) {
+    let start_us = window_start_us(limit, now_us);
+    let until_next_window_us = start_us + limit.period_us() - now_us;
+    let capacity = u64::from(limit.requests_per_unit);
+    // A window that is not the current one has expired: its count no longer matters.
+    let count = stored
+        .filter(|window| window.start_us == start_us)
+        .map_or(0, |window| window.count);
+    let admitted = count.saturating_add(cost) <= capacity;
+    let count_after = if admitted { count + cost } else { count };
+    let decision = Decision {
+        admitted,
+        remaining: remaining(capacity, count_after),
+        reset_after_us: until_next_window_us,
+        // The next window starts empty, so any cost that fits at all fits there.
+        retry_after_us: if admitted { 0 } else { until_next_window_us },
+    };
+    let changed = (admitted && cost > 0).then_some(Window {
+        start_us,
+        count: count_after,
+    });
+    (decision, changed)
+}
+
+fn remaining(capacity: u64, count: u64) -> u32 {
+    u32::try_from(capacity.saturating_sub(count)).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Unit;
+
+    const S: u64 = 1_000_000;
+
+    /// Runs (time in µs, cost) through a fresh key and returns (admitted, remaining, reset, retry).
+    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
+        let mut window = None;
+        hits.iter()
+            .map(|&(now, cost)| {
+                let (d, changed) = check(window, &limit, cost, now);
+                if changed.is_some() {
+                    window = changed;
+                }
+                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn counts_to_the_limit_then_denies_until_the_next_window() {
+        // L = 3 per second. Window [10 s, 11 s).
+        let limit = Limit::fixed_window(3, Unit::Second);
+        let got = run(
+            limit,
+            &[
+                (10 * S, 1),           // count 1, 2 left, 1 s to reset
+                (10 * S + 250_000, 1), // count 2
+                (10 * S + 500_000, 1), // count 3 = L: exactly at the limit is admitted
+                (10 * S + 750_000, 1), // 4 > 3: denied, retry at 11 s
+                (11 * S, 1),           // window edge is inclusive at the start: fresh window
+            ],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (true, 2, S, 0),
+                (true, 1, 750_000, 0),
+                (true, 0, 500_000, 0),
+                (false, 0, 250_000, 250_000),
+                (true, 2, S, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn cost_zero_reads_and_oversized_cost_is_denied_without_charge() {
+        let limit = Limit::fixed_window(5, Unit::Minute);
+        let got = run(limit, &[(0, 2), (1, 0), (2, 6), (3, 3), (4, 0)]);
+        assert_eq!(got[1], (true, 3, 60 * S - 1, 0)); // cost 0: reads 3 left
+        assert!(!got[2].0); // 6 > 5 never fits
+        assert_eq!(got[2].1, 3); // and charged nothing
+        assert_eq!(got[3].1, 0); // 3 more fit exactly
+        assert_eq!(got[4], (true, 0, 60 * S - 4, 0));
+    }
+
+    #[test]
+    fn unit_multiplier_widens_the_window() {
+        let mut limit = Limit::fixed_window(1, Unit::Second);
+        limit.unit_multiplier = 30;
+        // Window [0, 30 s): the second hit at 29.9 s is denied, the third at 30 s admitted.
+        let got = run(limit, &[(0, 1), (29 * S + 900_000, 1), (30 * S, 1)]);
+        assert_eq!(got[1], (false, 0, 100_000, 100_000));
+        assert_eq!(got[2], (true, 0, 30 * S, 0));
+    }
+
+    #[test]
+    fn zero_limit_blocks_everything() {
+        let limit = Limit::fixed_window(0, Unit::Second);
+        assert_eq!(run(limit, &[(0, 1)]), vec![(false, 0, S, S)]);
+    }
+}

@@ -1,0 +1,240 @@
+//! Validation of one parsed file and its compilation into a domain's tree, with the reference
+//! server's rules and messages; every error found in the file is reported, not just the first.
+
+use std::cell::OnceCell;
+use std::path::Path;
+
+use crate::config::error::FileError;
+use crate::config::file::{DescriptorDoc, RateLimitDoc};
+use crate::config::pattern::Pattern;
+use crate::config::position::Positions;
+use crate::config::tree::{Level, Node, Rule};
+use crate::limit::{Algorithm, Limit, Unit};
+
+/// Algorithms the design names that this build does not run yet: refused, never served wrongly.
+const NOT_SERVED_ALGORITHMS: [&str; 4] = [
+    "sliding_window_log",
+    "sliding_window_counter",
+    "token_bucket",
+    "leaky_bucket",
+];
+
+/// Compiles the descriptors of one file into a domain tree, collecting errors.
+pub(crate) struct FileCompiler<'a> {
+    path: &'a Path,
+    text: &'a str,
+    positions: OnceCell<Positions>,
+    pub(crate) errors: Vec<FileError>,
+}
+
+impl<'a> FileCompiler<'a> {
+    pub(crate) fn new(path: &'a Path, text: &'a str) -> FileCompiler<'a> {
+        FileCompiler {
+            path,
+            text,
+            positions: OnceCell::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Records an error at `key_path` (`descriptors[0].rate_limit.unit`; empty for the file).
+    pub(crate) fn error(&mut self, key_path: &str, reason: impl Into<String>) {
+        let reason = reason.into();
+        let positions = self.positions.get_or_init(|| Positions::of(self.text));
+        let position = positions.find(key_path).or(Some((1, 1)));
+        let reason = if key_path.is_empty() {
+            reason
+        } else {
+            format!("{key_path}: {reason}")
+        };
+        self.errors.push(FileError {
+            path: self.path.to_path_buf(),
+            position,
+            reason,
+        });
+    }
+
+    /// Adds `docs` below `level`. `yaml_prefix` is the key path of the parent node plus `.`
+    /// (empty at the top); `parent_key` the parent's composite key plus `.`.
+    pub(crate) fn add_descriptors(
+        &mut self,
+        level: &mut Level,
+        docs: &[DescriptorDoc],
+        yaml_prefix: &str,
+        parent_key: &str,
+    ) {
+        for (index, doc) in docs.iter().enumerate() {
+            let path = format!("{yaml_prefix}descriptors[{index}]");
+            let Some(key) = doc.key.as_deref().filter(|key| !key.is_empty()) else {
+                self.error(&path, "descriptor has empty key");
+                continue;
+            };
+            let value = doc.value.as_deref().unwrap_or_default();
+            let full_key = if value.is_empty() {
+                format!("{parent_key}{key}")
+            } else {
+                format!("{parent_key}{key}_{value}")
+            };
+            let mut node = Node {
+                share_threshold: doc.share_threshold,
+                rule: doc
+                    .rate_limit
+                    .as_ref()
+                    .and_then(|limit| self.rule(limit, doc, &path, &full_key)),
+                children: Level::default(),
+            };
+            if let Some(children) = &doc.descriptors {
+                let prefix = format!("{path}.");
+                let child_key = format!("{full_key}.");
+                self.add_descriptors(&mut node.children, children, &prefix, &child_key);
+            }
+            if !insert(level, key, value, node) {
+                let reason = format!("duplicate descriptor composite key '{full_key}'");
+                self.error(&path, reason);
+            }
+        }
+    }
+
+    fn rule(
+        &mut self,
+        doc: &RateLimitDoc,
+        node: &DescriptorDoc,
+        node_path: &str,
+        full_key: &str,
+    ) -> Option<Rule> {
+        let path = format!("{node_path}.rate_limit");
+        let name = doc.name.clone().filter(|name| !name.is_empty());
+        let replaces = self.replaces(doc, name.as_deref(), &path)?;
+        let limit = if doc.unlimited {
+            self.check_unlimited(doc, &path)?;
+            None
+        } else {
+            Some(self.limit(doc, &path)?)
+        };
+        Some(Rule {
+            full_key: full_key.to_string(),
+            name,
+            limit,
+            replaces,
+            shadow_mode: node.shadow_mode,
+            quota_mode: node.quota_mode,
+            detailed_metric: node.detailed_metric,
+            value_to_metric: node.value_to_metric,
+            metadata: node.metadata.clone(),
+        })
+    }
+
+    fn replaces(&mut self, doc: &RateLimitDoc, own: Option<&str>, path: &str) -> Option<Vec<String>> {
+        let mut names = Vec::new();
+        let mut valid = true;
+        for (index, entry) in doc.replaces.iter().flatten().enumerate() {
+            let entry_path = format!("{path}.replaces[{index}]");
+            match entry.name.as_deref().filter(|name| !name.is_empty()) {
+                None => {
+                    self.error(&entry_path, "should not have an empty replaces entry");
+                    valid = false;
+                }
+                Some(name) if Some(name) == own => {
+                    let reason = "replaces should not contain name of same descriptor";
+                    self.error(&entry_path, reason);
+                    valid = false;
+                }
+                Some(name) => names.push(name.to_string()),
+            }
+        }
+        valid.then_some(names)
+    }
+
+    fn check_unlimited(&mut self, doc: &RateLimitDoc, path: &str) -> Option<()> {
+        if doc.unit.as_deref().is_some_and(|unit| !unit.is_empty()) {
+            let reason = "should not specify rate limit unit when unlimited";
+            self.error(&format!("{path}.unit"), reason);
+            return None;
+        }
+        if doc.algorithm.is_some() || doc.unit_multiplier.is_some() || doc.burst.is_some() {
+            let reason = "unlimited takes no algorithm, unit_multiplier or burst";
+            self.error(path, reason);
+            return None;
+        }
+        Some(())
+    }
+
+    fn limit(&mut self, doc: &RateLimitDoc, path: &str) -> Option<Limit> {
+        let unit_text = doc.unit.as_deref().unwrap_or_default();
+        let Some(unit) = Unit::parse(unit_text) else {
+            let reason = format!(
+                "invalid rate limit unit '{unit_text}' (expected second, minute, hour, day, week, month or year)"
+            );
+            self.error(&format!("{path}.unit"), reason);
+            return None;
+        };
+        let algorithm = self.algorithm(doc.algorithm.as_deref(), path)?;
+        let unit_multiplier = doc.unit_multiplier.unwrap_or(1);
+        if unit_multiplier == 0 {
+            self.error(&format!("{path}.unit_multiplier"), "must be at least 1");
+            return None;
+        }
+        if let Some(burst) = doc.burst {
+            if !algorithm.has_burst() {
+                let reason = format!(
+                    "burst applies only to token_bucket and leaky_bucket, not to {algorithm}"
+                );
+                self.error(&format!("{path}.burst"), reason);
+                return None;
+            }
+            if burst == 0 {
+                self.error(&format!("{path}.burst"), "must be at least 1");
+                return None;
+            }
+        }
+        Some(Limit {
+            algorithm,
+            // Absent means 0, as in the reference: the limit blocks everything.
+            requests_per_unit: doc.requests_per_unit.unwrap_or(0),
+            unit,
+            unit_multiplier,
+            burst: doc.burst,
+        })
+    }
+
+    fn algorithm(&mut self, name: Option<&str>, path: &str) -> Option<Algorithm> {
+        let Some(name) = name else {
+            return Some(Algorithm::default());
+        };
+        if let Some(algorithm) = Algorithm::parse(name) {
+            return Some(algorithm);
+        }
+        let reason = if NOT_SERVED_ALGORITHMS.contains(&name) {
+            format!("algorithm '{name}' is not served by this version of sluice (fixed_window is)")
+        } else {
+            format!(
+                "unknown algorithm '{name}' (expected fixed_window, sliding_window_log, \
+                 sliding_window_counter, token_bucket or leaky_bucket)"
+            )
+        };
+        self.error(&format!("{path}.algorithm"), reason);
+        None
+    }
+}
+
+/// Inserts `node` as `key`/`value` below `level`; false when that place is taken.
+fn insert(level: &mut Level, key: &str, value: &str, node: Node) -> bool {
+    let nodes = level.by_key.entry(key.to_string()).or_default();
+    if value.is_empty() {
+        if nodes.any_value.is_some() {
+            return false;
+        }
+        nodes.any_value = Some(Box::new(node));
+    } else if let Some(pattern) = Pattern::parse(value) {
+        if nodes.wildcards.iter().any(|(p, _)| *p == pattern) {
+            return false;
+        }
+        nodes.wildcards.push((pattern, node));
+    } else {
+        if nodes.exact.contains_key(value) {
+            return false;
+        }
+        nodes.exact.insert(value.to_string(), node);
+    }
+    true
+}

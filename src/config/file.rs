@@ -1,0 +1,147 @@
+//! The YAML file format of envoyproxy/ratelimit, with sluice's extensions inside `rate_limit`,
+//! as serde types. Unknown keys are refused so that a typo cannot silently disable a limit.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+/// One configuration file: a domain and its descriptor tree.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FileDoc {
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub domain: Option<String>,
+    #[serde(default)]
+    pub descriptors: Option<Vec<DescriptorDoc>>,
+}
+
+/// One node of the descriptor tree.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a descriptor: a map with key, value, rate_limit, descriptors, ...")]
+pub struct DescriptorDoc {
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub key: Option<String>,
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitDoc>,
+    #[serde(default)]
+    pub descriptors: Option<Vec<DescriptorDoc>>,
+    #[serde(default)]
+    pub shadow_mode: bool,
+    #[serde(default)]
+    pub quota_mode: bool,
+    #[serde(default)]
+    pub detailed_metric: bool,
+    #[serde(default)]
+    pub value_to_metric: bool,
+    #[serde(default)]
+    pub share_threshold: bool,
+    /// Free-form; returned in dynamic metadata.
+    #[serde(default)]
+    pub metadata: Option<serde_yaml::Value>,
+}
+
+/// The limit of a node. `algorithm`, `unit_multiplier` and `burst` are sluice's.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitDoc {
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub unit: Option<String>,
+    #[serde(default)]
+    pub requests_per_unit: Option<u32>,
+    #[serde(default)]
+    pub unlimited: bool,
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub replaces: Option<Vec<ReplacesDoc>>,
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub algorithm: Option<String>,
+    #[serde(default)]
+    pub unit_multiplier: Option<u32>,
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+/// One entry of `replaces`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplacesDoc {
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub name: Option<String>,
+}
+
+/// Parses one file's text.
+pub fn parse(text: &str) -> Result<FileDoc, serde_yaml::Error> {
+    // An empty file (or one holding only comments) is an empty document, as in the reference.
+    if text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---"
+    }) {
+        return Ok(FileDoc::default());
+    }
+    serde_yaml::from_str(text)
+}
+
+/// Reads any YAML scalar as a string, as the reference server's Go decoder does for string
+/// fields: `value: 200` is the value "200". Null is absent.
+fn scalar_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    deserializer.deserialize_any(ScalarString)
+}
+
+struct ScalarString;
+
+impl<'de> Visitor<'de> for ScalarString {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Some(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(v.to_string()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Some(v.to_string()))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Some(v.to_string()))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Some(v.to_string()))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_read_as_strings() {
+        let doc = parse("domain: d\ndescriptors:\n  - key: status\n    value: 200\n").unwrap();
+        let descriptors = doc.descriptors.unwrap();
+        assert_eq!(descriptors[0].value.as_deref(), Some("200"));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_path_and_line() {
+        let err = parse("domain: d\ndescriptors:\n  - key: a\n    ratelimit: {}\n").unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("descriptors[0]"), "{message}");
+        assert!(message.contains("ratelimit"), "{message}");
+        assert_eq!(err.location().map(|l| l.line()), Some(4));
+    }
+}

@@ -1,0 +1,153 @@
+//! Loading: paths (files or directories) -> files -> one validated `Config`, all or nothing.
+//! Directories are read recursively for `*.yaml`/`*.yml`, skipping names that start with `.`
+//! (a Kubernetes ConfigMap mount keeps its real files in `..data/` and timestamped `..2026_*`
+//! folders, linked from the top level: they must not load twice).
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::config::compile::FileCompiler;
+use crate::config::error::{ConfigError, ConfigErrors, FileError};
+use crate::config::file;
+use crate::config::tree::{Config, Domain, Level};
+
+/// How files combine.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Several files may hold the same domain (`MERGE_DOMAIN_CONFIG`); their descriptors join.
+    pub merge_domains: bool,
+}
+
+/// Loads every configuration file under `paths`. Any error refuses the whole load.
+pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErrors> {
+    let mut errors = Vec::new();
+    let files = config_files(paths, &mut errors);
+    let mut domains: HashMap<String, Domain> = HashMap::new();
+    for path in &files {
+        match fs::read_to_string(path) {
+            Ok(text) => errors.extend(add_file(&mut domains, path, &text, options)),
+            Err(source) => errors.push(ConfigError::Io {
+                path: path.clone(),
+                source,
+            }),
+        }
+    }
+    if errors.is_empty() {
+        Ok(Config { domains })
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Parses and compiles one file into `domains`, returning its errors.
+fn add_file(
+    domains: &mut HashMap<String, Domain>,
+    path: &Path,
+    text: &str,
+    options: LoadOptions,
+) -> Vec<ConfigError> {
+    let doc = match file::parse(text) {
+        Ok(doc) => doc,
+        Err(error) => return vec![syntax_error(path, &error).into()],
+    };
+    let mut compiler = FileCompiler::new(path, text);
+    let Some(name) = doc.domain.filter(|name| !name.is_empty()) else {
+        compiler.error("", "config file cannot have empty domain");
+        return compiler.errors.into_iter().map(Into::into).collect();
+    };
+    if domains.contains_key(&name) && !options.merge_domains {
+        compiler.error("domain", format!("duplicate domain '{name}' in config file"));
+        return compiler.errors.into_iter().map(Into::into).collect();
+    }
+    let domain = domains.entry(name.clone()).or_insert_with(|| Domain {
+        name: name.clone(),
+        files: Vec::new(),
+        root: Level::default(),
+    });
+    domain.files.push(path.to_path_buf());
+    let descriptors = doc.descriptors.unwrap_or_default();
+    compiler.add_descriptors(&mut domain.root, &descriptors, "", &format!("{name}."));
+    compiler.errors.into_iter().map(Into::into).collect()
+}
+
+/// A serde_yaml error as `FileError`, its position moved out of the message.
+fn syntax_error(path: &Path, error: &serde_yaml::Error) -> FileError {
+    let message = error.to_string();
+    let reason = match message.rfind(" at line ") {
+        Some(at) if error.location().is_some() => message[..at].to_string(),
+        _ => message,
+    };
+    FileError {
+        path: path.to_path_buf(),
+        position: error.location().map(|l| (l.line(), l.column())),
+        reason,
+    }
+}
+
+/// The files `paths` name: files as given, directories walked in name order.
+fn config_files(paths: &[PathBuf], errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut seen_dirs = HashSet::new();
+    for path in paths {
+        match fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => walk(path, &mut files, &mut seen_dirs, errors),
+            Ok(_) => files.push(path.clone()),
+            Err(source) => errors.push(ConfigError::Io {
+                path: path.clone(),
+                source,
+            }),
+        }
+    }
+    files
+}
+
+fn walk(
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+    seen_dirs: &mut HashSet<PathBuf>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let io_error = |source| ConfigError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    // Symbolic links may form a loop: visit each real directory once.
+    match fs::canonicalize(dir) {
+        Ok(real) => {
+            if !seen_dirs.insert(real) {
+                return;
+            }
+        }
+        Err(source) => return errors.push(io_error(source)),
+    }
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(source) => return errors.push(io_error(source)),
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        let hidden = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_none_or(|name| name.starts_with('.'));
+        if hidden {
+            continue;
+        }
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_dir() => walk(&path, files, seen_dirs, errors),
+            Ok(_) if is_yaml(&path) => files.push(path),
+            Ok(_) => {}
+            // A dangling link mid-swap is not a config file.
+            Err(_) => {}
+        }
+    }
+}
+
+fn is_yaml(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    )
+}

@@ -1,0 +1,15 @@
+//! Configuration: envoyproxy/ratelimit's YAML format (`file`), its validation and compilation
+//! into a descriptor tree (`compile`, `tree`), file discovery and loading (`load`), and errors
+//! that name file, line and column (`error`, `position`). Knows no store and no gRPC.
+
+mod compile;
+mod error;
+mod file;
+mod load;
+mod pattern;
+mod position;
+mod tree;
+
+pub use error::{ConfigError, ConfigErrors, FileError};
+pub use load::{load, LoadOptions};
+pub use tree::{Config, Domain, Match, Rule};

@@ -1,0 +1,21 @@
+//! sluice: a rate limit server for Envoy's RLS v3 API.
+//!
+//! A map of the crate, in the order a request meets it:
+//! - `settings`: flags and environment variables -> validated `Settings`.
+//! - `server`: the composition root; builds everything and serves.
+//! - `service`: the gRPC RateLimitService: check, match, charge, respond.
+//! - `config`: envoyproxy/ratelimit's YAML, validated and compiled into a descriptor tree.
+//! - `limit`: domain types (`Limit`, `Hit`, `Decision`).
+//! - `algorithm`: the algorithms as pure functions.
+//! - `store`: the `Store` trait, key layout, and the embedded memory store.
+//! - `proto`: Envoy's API types, generated from `proto/`.
+#![forbid(unsafe_code)]
+
+pub mod algorithm;
+pub mod config;
+pub mod limit;
+pub mod proto;
+pub mod server;
+pub mod service;
+pub mod settings;
+pub mod store;

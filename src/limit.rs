@@ -1,0 +1,227 @@
+//! Domain types shared by config, algorithms, stores and the service: what a limit is
+//! (`Limit`), one charge against it (`Hit`), and what the store decided (`Decision`).
+
+use std::fmt;
+
+/// A time unit of envoyproxy/ratelimit's format. Month is 30 days and year 365, as there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Unit {
+    /// Every unit, in increasing length.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// Length of the unit in seconds.
+    pub fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        }
+    }
+
+    /// The lower-case name used in YAML (`minute`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// Parses a YAML unit name; case-insensitive, as the reference server.
+    pub fn parse(name: &str) -> Option<Unit> {
+        Unit::ALL
+            .into_iter()
+            .find(|unit| unit.as_str().eq_ignore_ascii_case(name))
+    }
+
+    /// The number of this unit in Envoy's `RateLimitUnit` and `RateLimit.Unit` enums.
+    pub fn proto_number(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+
+    /// The unit for an Envoy enum number; `None` for UNKNOWN (0) and numbers Envoy does not define.
+    pub fn from_proto_number(number: i32) -> Option<Unit> {
+        Unit::ALL
+            .into_iter()
+            .find(|unit| unit.proto_number() == number)
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a limit counts: sluice's extension `algorithm` (DESIGN section 5). This version runs
+/// fixed windows; the config loader refuses the design's other algorithms by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    #[default]
+    FixedWindow,
+}
+
+impl Algorithm {
+    /// Every algorithm, the default first.
+    pub const ALL: [Algorithm; 1] = [Algorithm::FixedWindow];
+
+    /// The name used in YAML (`token_bucket`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+        }
+    }
+
+    /// Parses a YAML algorithm name (exact, lower case).
+    pub fn parse(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+
+    /// Whether the algorithm has a bucket capacity that `burst` sets.
+    pub fn has_burst(self) -> bool {
+        match self {
+            Algorithm::FixedWindow => false,
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rate: `requests_per_unit` per `unit_multiplier` x `unit`, counted by `algorithm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limit {
+    pub algorithm: Algorithm,
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    pub unit_multiplier: u32,
+    /// Bucket capacity for the bucket algorithms; `None` means the algorithm's default.
+    pub burst: Option<u32>,
+}
+
+impl Limit {
+    /// A fixed-window limit of `requests_per_unit` per one `unit`: Envoy's only kind.
+    pub fn fixed_window(requests_per_unit: u32, unit: Unit) -> Limit {
+        Limit {
+            algorithm: Algorithm::FixedWindow,
+            requests_per_unit,
+            unit,
+            unit_multiplier: 1,
+            burst: None,
+        }
+    }
+
+    /// The period W in microseconds: unit x multiplier.
+    pub fn period_us(&self) -> u64 {
+        self.unit.seconds() * u64::from(self.unit_multiplier.max(1)) * MICROS_PER_SECOND
+    }
+}
+
+/// Microseconds in a second: time inside sluice is integer microseconds.
+pub const MICROS_PER_SECOND: u64 = 1_000_000;
+
+/// One charge of `cost` against `limit`, whose state lives under `key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    pub key: String,
+    pub limit: Limit,
+    pub cost: u64,
+}
+
+/// What a store decided for one `Hit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub admitted: bool,
+    /// Requests still admitted after this one.
+    pub remaining: u32,
+    /// Time until the limit is fully replenished.
+    pub reset_after_us: u64,
+    /// Time until this same request would be admitted; 0 when admitted.
+    pub retry_after_us: u64,
+}
+
+impl Decision {
+    /// The `duration_until_reset` Envoy gets: time to full replenishment when admitted, time
+    /// until the same request would pass when not.
+    pub fn duration_until_reset_us(&self) -> u64 {
+        if self.admitted {
+            self.reset_after_us
+        } else {
+            self.retry_after_us
+        }
+    }
+}
+
+/// Rounds microseconds up to whole seconds: Envoy truncates, so rounding down would tell a
+/// client to retry before it may.
+pub fn ceil_seconds(us: u64) -> u64 {
+    us.div_ceil(MICROS_PER_SECOND)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_parse_case_insensitively_and_map_to_envoy_numbers() {
+        assert_eq!(Unit::parse("MiNuTe"), Some(Unit::Minute));
+        assert_eq!(Unit::parse("foo"), None);
+        assert_eq!(Unit::Week.proto_number(), 7);
+        assert_eq!(Unit::Month.proto_number(), 5);
+        assert_eq!(Unit::Year.proto_number(), 6);
+        assert_eq!(Unit::from_proto_number(0), None);
+        assert_eq!(Unit::from_proto_number(7), Some(Unit::Week));
+    }
+
+    #[test]
+    fn period_multiplies_unit() {
+        let mut limit = Limit::fixed_window(10, Unit::Minute);
+        limit.unit_multiplier = 5;
+        assert_eq!(limit.period_us(), 300 * MICROS_PER_SECOND);
+    }
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(ceil_seconds(0), 0);
+        assert_eq!(ceil_seconds(1), 1);
+        assert_eq!(ceil_seconds(1_000_000), 1);
+        assert_eq!(ceil_seconds(1_000_001), 2);
+    }
+}

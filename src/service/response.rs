@@ -1,0 +1,88 @@
+//! Building the response: one `DescriptorStatus` per descriptor, in request order, and the
+//! overall code.
+
+use crate::limit::{ceil_seconds, Decision, Limit};
+use crate::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+
+/// What applies to one descriptor after matching, overrides and `replaces`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict<'a> {
+    /// Unknown domain, no matching limit, or a limit replaced by another.
+    NoLimit,
+    /// `unlimited: true`: always OK, never stored.
+    Unlimited,
+    /// Charged in the store.
+    Limited(Applied<'a>),
+}
+
+/// A limit being applied, and the flags that shape its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied<'a> {
+    pub limit: Limit,
+    pub name: &'a str,
+    pub shadow_mode: bool,
+    pub quota_mode: bool,
+}
+
+/// The status of one descriptor; `decision` is present for `Limited` verdicts.
+pub fn status(verdict: &Verdict<'_>, decision: Option<&Decision>) -> DescriptorStatus {
+    match (verdict, decision) {
+        (Verdict::Limited(applied), Some(decision)) => limited_status(applied, decision),
+        (Verdict::Unlimited, _) => DescriptorStatus {
+            code: Code::Ok as i32,
+            limit_remaining: u32::MAX,
+            ..Default::default()
+        },
+        _ => DescriptorStatus {
+            code: Code::Ok as i32,
+            ..Default::default()
+        },
+    }
+}
+
+fn limited_status(applied: &Applied<'_>, decision: &Decision) -> DescriptorStatus {
+    // A limit in shadow mode is charged and counted, but never denies.
+    let code = if decision.admitted || applied.shadow_mode {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
+    let seconds = ceil_seconds(decision.duration_until_reset_us());
+    DescriptorStatus {
+        code: code as i32,
+        current_limit: Some(RateLimit {
+            name: applied.name.to_string(),
+            requests_per_unit: applied.limit.requests_per_unit,
+            unit: applied.limit.unit.proto_number(),
+        }),
+        limit_remaining: decision.remaining,
+        duration_until_reset: Some(prost_types::Duration {
+            seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+    }
+}
+
+/// OVER_LIMIT iff any non-quota descriptor is over, or every quota descriptor is (when there
+/// are any); global shadow mode turns OVER_LIMIT into OK here and only here.
+pub fn overall_code(verdicts: &[Verdict<'_>], statuses: &[DescriptorStatus], global_shadow: bool) -> Code {
+    let mut any_over = false;
+    let mut quota_total = 0;
+    let mut quota_over = 0;
+    for (verdict, status) in verdicts.iter().zip(statuses) {
+        let over = status.code == Code::OverLimit as i32;
+        match verdict {
+            Verdict::Limited(applied) if applied.quota_mode => {
+                quota_total += 1;
+                quota_over += usize::from(over);
+            }
+            _ => any_over |= over,
+        }
+    }
+    let over = any_over || (quota_total > 0 && quota_over == quota_total);
+    if over && !global_shadow {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    }
+}

@@ -1,0 +1,73 @@
+//! Request checks before any matching: every violation is INVALID_ARGUMENT naming the field.
+
+use tonic::Status;
+
+use crate::limit::Unit;
+use crate::proto::RateLimitRequest;
+
+/// Size bounds of a request; anything larger is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestBounds {
+    pub max_descriptors: usize,
+    pub max_entries: usize,
+    pub max_key_bytes: usize,
+    pub max_value_bytes: usize,
+}
+
+impl Default for RequestBounds {
+    fn default() -> Self {
+        RequestBounds {
+            max_descriptors: 64,
+            max_entries: 16,
+            max_key_bytes: 256,
+            max_value_bytes: 4096,
+        }
+    }
+}
+
+/// Checks `request` against the protocol's rules and `bounds`.
+pub fn check(request: &RateLimitRequest, bounds: &RequestBounds) -> Result<(), Status> {
+    if request.domain.is_empty() {
+        return invalid("domain", "must not be empty");
+    }
+    check_size("domain", request.domain.len(), bounds.max_value_bytes, "bytes")?;
+    if request.descriptors.is_empty() {
+        return invalid("descriptors", "must not be empty");
+    }
+    check_size("descriptors", request.descriptors.len(), bounds.max_descriptors, "descriptors")?;
+    for (index, descriptor) in request.descriptors.iter().enumerate() {
+        let path = format!("descriptors[{index}]");
+        if descriptor.entries.is_empty() {
+            return invalid(&format!("{path}.entries"), "must not be empty");
+        }
+        let entries_path = format!("{path}.entries");
+        check_size(&entries_path, descriptor.entries.len(), bounds.max_entries, "entries")?;
+        for (entry_index, entry) in descriptor.entries.iter().enumerate() {
+            let entry_path = format!("{path}.entries[{entry_index}]");
+            if entry.key.is_empty() {
+                return invalid(&format!("{entry_path}.key"), "must not be empty");
+            }
+            check_size(&format!("{entry_path}.key"), entry.key.len(), bounds.max_key_bytes, "bytes")?;
+            let value_path = format!("{entry_path}.value");
+            check_size(&value_path, entry.value.len(), bounds.max_value_bytes, "bytes")?;
+        }
+        if let Some(limit) = &descriptor.limit {
+            if Unit::from_proto_number(limit.unit).is_none() {
+                let reason = format!("{} is not a unit of time", limit.unit);
+                return invalid(&format!("{path}.limit.unit"), &reason);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_size(field: &str, size: usize, max: usize, what: &str) -> Result<(), Status> {
+    if size > max {
+        return invalid(field, &format!("{size} {what} exceed the maximum of {max}"));
+    }
+    Ok(())
+}
+
+fn invalid(field: &str, reason: &str) -> Result<(), Status> {
+    Err(Status::invalid_argument(format!("{field}: {reason}")))
+}

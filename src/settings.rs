@@ -1,0 +1,215 @@
+//! Settings from command-line flags and environment variables, validated into `Settings`
+//! before any port opens. envoyproxy/ratelimit's variable names are accepted with their
+//! meaning (`GRPC_HOST`/`GRPC_PORT`, `RUNTIME_ROOT`/`RUNTIME_SUBDIRECTORY`, `SHADOW_MODE`, ...).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use clap::builder::FalseyValueParser;
+use clap::{ArgAction, Args, ValueEnum};
+
+use crate::config::LoadOptions;
+use crate::service::{RequestBounds, ServiceOptions};
+
+/// Which store keeps the limit state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// Embedded, in this process: one sluice instance.
+    Memory,
+}
+
+/// The flags of `sluice serve`; each has an environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Configuration file or directory; repeatable. Default: `config/`, or
+    /// `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config` when RUNTIME_ROOT is set.
+    #[arg(long = "config", env = "SLUICE_CONFIG", value_delimiter = ',')]
+    pub config: Vec<PathBuf>,
+    /// gRPC listen address. Default 0.0.0.0:8081, or GRPC_HOST:GRPC_PORT.
+    #[arg(long, env = "SLUICE_GRPC_ADDR")]
+    pub grpc_addr: Option<String>,
+    /// HTTP listen address (health, metrics, JSON). Default 0.0.0.0:8080, or HOST:PORT.
+    #[arg(long, env = "SLUICE_HTTP_ADDR")]
+    pub http_addr: Option<String>,
+    /// Where limit state is kept.
+    #[arg(long, env = "SLUICE_STORE", value_enum, default_value_t = StoreKind::Memory)]
+    pub store: StoreKind,
+    /// Let several files hold the same domain; their descriptors are merged.
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub merge_domain_config: bool,
+    /// Answer OK overall even when a limit is exceeded (descriptor statuses stay truthful).
+    #[arg(long, env = "SHADOW_MODE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub shadow_mode: bool,
+    /// Most descriptors one request may carry.
+    #[arg(long, env = "SLUICE_MAX_DESCRIPTORS", default_value_t = RequestBounds::default().max_descriptors)]
+    pub max_descriptors: usize,
+    /// Most entries one descriptor may carry.
+    #[arg(long, env = "SLUICE_MAX_ENTRIES", default_value_t = RequestBounds::default().max_entries)]
+    pub max_entries: usize,
+    /// Longest entry key, in bytes.
+    #[arg(long, env = "SLUICE_MAX_KEY_BYTES", default_value_t = RequestBounds::default().max_key_bytes)]
+    pub max_key_bytes: usize,
+    /// Longest entry value (and domain), in bytes.
+    #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = RequestBounds::default().max_value_bytes)]
+    pub max_value_bytes: usize,
+    /// Most keys the memory store holds; at the bound a new key evicts an existing one.
+    #[arg(long, env = "SLUICE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
+    pub memory_max_keys: usize,
+    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log format: text or json.
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+    #[arg(long, env = "GRPC_HOST", hide = true)]
+    pub grpc_host: Option<String>,
+    #[arg(long, env = "GRPC_PORT", hide = true)]
+    pub grpc_port: Option<u16>,
+    #[arg(long = "host", env = "HOST", hide = true)]
+    pub http_host: Option<String>,
+    #[arg(long = "port", env = "PORT", hide = true)]
+    pub http_port: Option<u16>,
+    #[arg(long, env = "RUNTIME_ROOT", hide = true)]
+    pub runtime_root: Option<PathBuf>,
+    #[arg(long, env = "RUNTIME_SUBDIRECTORY", hide = true)]
+    pub runtime_subdirectory: Option<PathBuf>,
+    #[arg(long, env = "RUNTIME_APPDIRECTORY", hide = true, default_value = "config")]
+    pub runtime_appdirectory: PathBuf,
+}
+
+/// Validated settings of a running server.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config_paths: Vec<PathBuf>,
+    pub load_options: LoadOptions,
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub store: StoreKind,
+    pub memory_max_keys: usize,
+    pub service: ServiceOptions,
+}
+
+/// A setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{setting}: '{value}' is not a listen address (host:port): {reason}")]
+    Address {
+        setting: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{setting}: must be at least 1")]
+    Zero { setting: &'static str },
+}
+
+impl ServeArgs {
+    /// Resolves defaults and compatibility variables, and validates.
+    pub fn into_settings(self) -> Result<Settings, SettingsError> {
+        let grpc_addr = listen_addr(
+            "--grpc-addr / SLUICE_GRPC_ADDR / GRPC_HOST:GRPC_PORT",
+            self.grpc_addr.as_deref(),
+            self.grpc_host.as_deref(),
+            self.grpc_port.unwrap_or(8081),
+        )?;
+        let http_addr = listen_addr(
+            "--http-addr / SLUICE_HTTP_ADDR / HOST:PORT",
+            self.http_addr.as_deref(),
+            self.http_host.as_deref(),
+            self.http_port.unwrap_or(8080),
+        )?;
+        let bounds = RequestBounds {
+            max_descriptors: at_least_one("--max-descriptors", self.max_descriptors)?,
+            max_entries: at_least_one("--max-entries", self.max_entries)?,
+            max_key_bytes: at_least_one("--max-key-bytes", self.max_key_bytes)?,
+            max_value_bytes: at_least_one("--max-value-bytes", self.max_value_bytes)?,
+        };
+        let config_paths = if !self.config.is_empty() {
+            self.config
+        } else if let Some(root) = self.runtime_root {
+            let sub = self.runtime_subdirectory.unwrap_or_default();
+            vec![root.join(sub).join(self.runtime_appdirectory)]
+        } else {
+            vec![PathBuf::from("config")]
+        };
+        Ok(Settings {
+            config_paths,
+            load_options: LoadOptions {
+                merge_domains: self.merge_domain_config,
+            },
+            grpc_addr,
+            http_addr,
+            store: self.store,
+            memory_max_keys: at_least_one("--memory-max-keys", self.memory_max_keys)?,
+            service: ServiceOptions {
+                bounds,
+                global_shadow_mode: self.shadow_mode,
+            },
+        })
+    }
+}
+
+fn at_least_one(setting: &'static str, value: usize) -> Result<usize, SettingsError> {
+    if value == 0 {
+        return Err(SettingsError::Zero { setting });
+    }
+    Ok(value)
+}
+
+/// `explicit` when given, else `host:port` from the compatibility variables.
+fn listen_addr(
+    setting: &'static str,
+    explicit: Option<&str>,
+    host: Option<&str>,
+    port: u16,
+) -> Result<SocketAddr, SettingsError> {
+    let value = match explicit {
+        Some(value) => value.to_string(),
+        None => format!("{}:{port}", host.unwrap_or("0.0.0.0")),
+    };
+    let error = |reason: String| SettingsError::Address {
+        setting,
+        value: value.clone(),
+        reason,
+    };
+    let mut addrs = value.to_socket_addrs().map_err(|e| error(e.to_string()))?;
+    addrs.next().ok_or_else(|| error("it resolves to no address".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn settings(argv: &[&str]) -> Result<Settings, SettingsError> {
+        let mut full = vec!["sluice"];
+        full.extend_from_slice(argv);
+        Cli::parse_from(full).args.into_settings()
+    }
+
+    #[test]
+    fn defaults_and_compat_ports() {
+        let s = settings(&["--grpc-host", "127.0.0.1", "--grpc-port", "9000"]).unwrap();
+        assert_eq!(s.grpc_addr, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(s.http_addr, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(s.config_paths, vec![PathBuf::from("config")]);
+    }
+
+    #[test]
+    fn runtime_root_names_the_config_directory() {
+        let s = settings(&["--runtime-root", "/data", "--runtime-subdirectory", "ratelimit"]).unwrap();
+        assert_eq!(s.config_paths, vec![PathBuf::from("/data/ratelimit/config")]);
+    }
+
+    #[test]
+    fn bad_address_is_refused_with_the_setting_named() {
+        let err = settings(&["--grpc-addr", "nowhere"]).unwrap_err().to_string();
+        assert!(err.contains("--grpc-addr"), "{err}");
+        assert!(err.contains("nowhere"), "{err}");
+    }
+}

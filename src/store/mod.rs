@@ -1,0 +1,42 @@
+//! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
+//! the embedded in-memory store (`memory`).
+
+pub mod key;
+pub mod memory;
+
+use std::future::Future;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::limit::{Decision, Hit};
+
+/// Charges hits and decides them. One call per request: a remote store makes one round trip.
+pub trait Store: Send + Sync + 'static {
+    /// Decides every hit, in order. A hit's decision never depends on a later hit.
+    fn check(&self, hits: &[Hit]) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+}
+
+/// Why a store could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or did not answer in time.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The time source of a store, in microseconds since the Unix epoch.
+pub trait Clock: Send + Sync + 'static {
+    fn now_us(&self) -> u64;
+}
+
+/// The machine's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_us(&self) -> u64 {
+        // A clock before 1970 is a broken machine; treat it as the epoch rather than fail.
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+}
