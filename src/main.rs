@@ -10,7 +10,11 @@ use sluice::config::{self, LoadOptions};
 use sluice::settings::ServeArgs;
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "A rate limit server for Envoy and any gRPC client")]
+#[command(
+    name = "sluice",
+    version,
+    about = "A rate limit server for Envoy and any gRPC client"
+)]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
@@ -22,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the rate limit API (what `sluice` alone does).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Validate configuration files or directories offline; exit 1 on any error.
     CheckConfig {
         /// Files or directories to check.
@@ -42,7 +46,7 @@ fn main() -> ExitCode {
             paths,
             merge_domain_config,
         }) => check_config(&paths, merge_domain_config),
-        Some(Command::Serve(args)) => serve(args),
+        Some(Command::Serve(args)) => serve(*args),
         None => serve(cli.serve),
     }
 }
@@ -51,7 +55,11 @@ fn check_config(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
     match config::load(paths, LoadOptions { merge_domains }) {
         Ok(config) => {
             for domain in config.domains() {
-                let files: Vec<String> = domain.files.iter().map(|f| f.display().to_string()).collect();
+                let files: Vec<String> = domain
+                    .files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect();
                 println!(
                     "domain {}: {} limits ({})",
                     domain.name,

@@ -88,7 +88,9 @@ async fn serve<S: Store>(
 ) -> Result<(), ServerError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_NAMES {
-        health.set_service_status(name, ServingStatus::Serving).await;
+        health
+            .set_service_status(name, ServingStatus::Serving)
+            .await;
     }
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -100,7 +102,9 @@ async fn serve<S: Store>(
         shutdown.await;
         tracing::info!("shutting down: reporting NOT_SERVING and draining in-flight calls");
         for name in HEALTH_NAMES {
-            health.set_service_status(name, ServingStatus::NotServing).await;
+            health
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
         }
     };
     Server::builder()

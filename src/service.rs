@@ -122,7 +122,10 @@ fn plan<'a>(
         return Planned::without_limit(Verdict::NoLimit);
     };
     let cost = descriptor.hits_addend.unwrap_or(default_cost);
-    let entries = descriptor.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()));
     if let Some(limit) = descriptor.limit {
         // Validated: the unit is a known one.
         let unit = Unit::from_proto_number(limit.unit).unwrap_or(Unit::Second);

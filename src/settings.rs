@@ -73,7 +73,12 @@ pub struct ServeArgs {
     pub runtime_root: Option<PathBuf>,
     #[arg(long, env = "RUNTIME_SUBDIRECTORY", hide = true)]
     pub runtime_subdirectory: Option<PathBuf>,
-    #[arg(long, env = "RUNTIME_APPDIRECTORY", hide = true, default_value = "config")]
+    #[arg(
+        long,
+        env = "RUNTIME_APPDIRECTORY",
+        hide = true,
+        default_value = "config"
+    )]
     pub runtime_appdirectory: PathBuf,
 }
 
@@ -172,7 +177,9 @@ fn listen_addr(
         reason,
     };
     let mut addrs = value.to_socket_addrs().map_err(|e| error(e.to_string()))?;
-    addrs.next().ok_or_else(|| error("it resolves to no address".into()))
+    addrs
+        .next()
+        .ok_or_else(|| error("it resolves to no address".into()))
 }
 
 #[cfg(test)]
@@ -202,13 +209,24 @@ mod tests {
 
     #[test]
     fn runtime_root_names_the_config_directory() {
-        let s = settings(&["--runtime-root", "/data", "--runtime-subdirectory", "ratelimit"]).unwrap();
-        assert_eq!(s.config_paths, vec![PathBuf::from("/data/ratelimit/config")]);
+        let s = settings(&[
+            "--runtime-root",
+            "/data",
+            "--runtime-subdirectory",
+            "ratelimit",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.config_paths,
+            vec![PathBuf::from("/data/ratelimit/config")]
+        );
     }
 
     #[test]
     fn bad_address_is_refused_with_the_setting_named() {
-        let err = settings(&["--grpc-addr", "nowhere"]).unwrap_err().to_string();
+        let err = settings(&["--grpc-addr", "nowhere"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--grpc-addr"), "{err}");
         assert!(err.contains("nowhere"), "{err}");
     }

@@ -124,7 +124,12 @@ impl<'a> FileCompiler<'a> {
         })
     }
 
-    fn replaces(&mut self, doc: &RateLimitDoc, own: Option<&str>, path: &str) -> Option<Vec<String>> {
+    fn replaces(
+        &mut self,
+        doc: &RateLimitDoc,
+        own: Option<&str>,
+        path: &str,
+    ) -> Option<Vec<String>> {
         let mut names = Vec::new();
         let mut valid = true;
         for (index, entry) in doc.replaces.iter().flatten().enumerate() {

@@ -30,7 +30,12 @@ impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.position {
             Some((line, column)) => {
-                write!(f, "{}:{line}:{column}: {}", self.path.display(), self.reason)
+                write!(
+                    f,
+                    "{}:{line}:{column}: {}",
+                    self.path.display(),
+                    self.reason
+                )
             }
             None => write!(f, "{}: {}", self.path.display(), self.reason),
         }

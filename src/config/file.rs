@@ -18,7 +18,10 @@ pub struct FileDoc {
 
 /// One node of the descriptor tree.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a descriptor: a map with key, value, rate_limit, descriptors, ...")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a descriptor: a map with key, value, rate_limit, descriptors, ..."
+)]
 pub struct DescriptorDoc {
     #[serde(default, deserialize_with = "scalar_string")]
     pub key: Option<String>,

@@ -56,8 +56,15 @@ fn add_file(
         compiler.error("", "config file cannot have empty domain");
         return compiler.errors.into_iter().map(Into::into).collect();
     };
+    let descriptors = doc.descriptors.unwrap_or_default();
+    let parent_key = format!("{name}.");
     if domains.contains_key(&name) && !options.merge_domains {
-        compiler.error("domain", format!("duplicate domain '{name}' in config file"));
+        compiler.error(
+            "domain",
+            format!("duplicate domain '{name}' in config file"),
+        );
+        // Still check the rest of the file, so every error is reported at once.
+        compiler.add_descriptors(&mut Level::default(), &descriptors, "", &parent_key);
         return compiler.errors.into_iter().map(Into::into).collect();
     }
     let domain = domains.entry(name.clone()).or_insert_with(|| Domain {
@@ -66,8 +73,7 @@ fn add_file(
         root: Level::default(),
     });
     domain.files.push(path.to_path_buf());
-    let descriptors = doc.descriptors.unwrap_or_default();
-    compiler.add_descriptors(&mut domain.root, &descriptors, "", &format!("{name}."));
+    compiler.add_descriptors(&mut domain.root, &descriptors, "", &parent_key);
     compiler.errors.into_iter().map(Into::into).collect()
 }
 

@@ -40,7 +40,10 @@ enum Frame {
         key: Option<String>,
         placed: bool,
     },
-    Seq { path: String, next_index: usize },
+    Seq {
+        path: String,
+        next_index: usize,
+    },
 }
 
 #[derive(Default)]
@@ -122,11 +125,15 @@ mod tests {
 
     #[test]
     fn finds_keys_and_list_items() {
-        let text = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: foo\n  - key: b\n";
+        let text =
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: foo\n  - key: b\n";
         let positions = Positions::of(text);
         assert_eq!(positions.find("domain"), Some((1, 1)));
         assert_eq!(positions.find("descriptors[0]"), Some((3, 5)));
-        assert_eq!(positions.find("descriptors[0].rate_limit.unit"), Some((5, 7)));
+        assert_eq!(
+            positions.find("descriptors[0].rate_limit.unit"),
+            Some((5, 7))
+        );
         assert_eq!(positions.find("descriptors[1].key"), Some((6, 5)));
         // An unindexed child falls back to its parent.
         assert_eq!(positions.find("descriptors[1].value"), Some((6, 5)));

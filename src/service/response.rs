@@ -65,7 +65,11 @@ fn limited_status(applied: &Applied<'_>, decision: &Decision) -> DescriptorStatu
 
 /// OVER_LIMIT iff any non-quota descriptor is over, or every quota descriptor is (when there
 /// are any); global shadow mode turns OVER_LIMIT into OK here and only here.
-pub fn overall_code(verdicts: &[Verdict<'_>], statuses: &[DescriptorStatus], global_shadow: bool) -> Code {
+pub fn overall_code(
+    verdicts: &[Verdict<'_>],
+    statuses: &[DescriptorStatus],
+    global_shadow: bool,
+) -> Code {
     let mut any_over = false;
     let mut quota_total = 0;
     let mut quota_over = 0;

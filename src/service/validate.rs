@@ -30,26 +30,51 @@ pub fn check(request: &RateLimitRequest, bounds: &RequestBounds) -> Result<(), S
     if request.domain.is_empty() {
         return invalid("domain", "must not be empty");
     }
-    check_size("domain", request.domain.len(), bounds.max_value_bytes, "bytes")?;
+    check_size(
+        "domain",
+        request.domain.len(),
+        bounds.max_value_bytes,
+        "bytes",
+    )?;
     if request.descriptors.is_empty() {
         return invalid("descriptors", "must not be empty");
     }
-    check_size("descriptors", request.descriptors.len(), bounds.max_descriptors, "descriptors")?;
+    check_size(
+        "descriptors",
+        request.descriptors.len(),
+        bounds.max_descriptors,
+        "descriptors",
+    )?;
     for (index, descriptor) in request.descriptors.iter().enumerate() {
         let path = format!("descriptors[{index}]");
         if descriptor.entries.is_empty() {
             return invalid(&format!("{path}.entries"), "must not be empty");
         }
         let entries_path = format!("{path}.entries");
-        check_size(&entries_path, descriptor.entries.len(), bounds.max_entries, "entries")?;
+        check_size(
+            &entries_path,
+            descriptor.entries.len(),
+            bounds.max_entries,
+            "entries",
+        )?;
         for (entry_index, entry) in descriptor.entries.iter().enumerate() {
             let entry_path = format!("{path}.entries[{entry_index}]");
             if entry.key.is_empty() {
                 return invalid(&format!("{entry_path}.key"), "must not be empty");
             }
-            check_size(&format!("{entry_path}.key"), entry.key.len(), bounds.max_key_bytes, "bytes")?;
+            check_size(
+                &format!("{entry_path}.key"),
+                entry.key.len(),
+                bounds.max_key_bytes,
+                "bytes",
+            )?;
             let value_path = format!("{entry_path}.value");
-            check_size(&value_path, entry.value.len(), bounds.max_value_bytes, "bytes")?;
+            check_size(
+                &value_path,
+                entry.value.len(),
+                bounds.max_value_bytes,
+                "bytes",
+            )?;
         }
         if let Some(limit) = &descriptor.limit {
             if Unit::from_proto_number(limit.unit).is_none() {

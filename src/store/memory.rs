@@ -151,8 +151,19 @@ mod tests {
     #[tokio::test]
     async fn counts_per_key_and_denials_do_not_consume() {
         let (store, _) = store(100);
-        let hits = [hit("a", 2, 1), hit("a", 2, 1), hit("a", 2, 1), hit("b", 2, 1)];
-        let admitted: Vec<bool> = store.check(&hits).await.unwrap().iter().map(|d| d.admitted).collect();
+        let hits = [
+            hit("a", 2, 1),
+            hit("a", 2, 1),
+            hit("a", 2, 1),
+            hit("b", 2, 1),
+        ];
+        let admitted: Vec<bool> = store
+            .check(&hits)
+            .await
+            .unwrap()
+            .iter()
+            .map(|d| d.admitted)
+            .collect();
         assert_eq!(admitted, [true, true, false, true]);
         assert_eq!(store.key_count(), 2);
     }

@@ -1,0 +1,91 @@
+//! The `sluice` command line: `check-config` and refusals at startup.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn sluice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env_remove("MERGE_DOMAIN_CONFIG")
+        .output()
+        .expect("run sluice")
+}
+
+fn fixture(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/compat/envoy-ratelimit")
+        .join(path)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn check_config_summarises_each_domain() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config")
+        .display()
+        .to_string();
+    let output = sluice(&[
+        "check-config",
+        &example,
+        &fixture("valid/basic_config.yaml"),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("domain edge_proxy:"), "{stdout}");
+    assert!(stdout.contains("domain test-domain: 10 limits"), "{stdout}");
+}
+
+#[test]
+fn check_config_prints_every_error_and_exits_one() {
+    let output = sluice(&[
+        "check-config",
+        &fixture("invalid/bad_limit_unit.yaml"),
+        &fixture("invalid/empty_key.yaml"),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("bad_limit_unit.yaml:6:7:"), "{stderr}");
+    assert!(stderr.contains("empty_key.yaml:3:5:"), "{stderr}");
+}
+
+#[test]
+fn check_config_merges_domains_when_asked() {
+    let files = [
+        fixture("valid/merge_domain_key1.yaml"),
+        fixture("valid/merge_domain_key2.yaml"),
+    ];
+    let refused = sluice(&["check-config", &files[0], &files[1]]);
+    assert_eq!(refused.status.code(), Some(1));
+    let merged = sluice(&[
+        "check-config",
+        "--merge-domain-config",
+        &files[0],
+        &files[1],
+    ]);
+    assert!(merged.status.success(), "{merged:?}");
+}
+
+#[test]
+fn serve_refuses_a_broken_config_naming_file_and_line() {
+    let output = sluice(&[
+        "serve",
+        "--config",
+        &fixture("invalid/misspelled_key.yaml"),
+        "--grpc-addr",
+        "127.0.0.1:0",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("misspelled_key.yaml:5:5:"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_an_invalid_setting_before_listening() {
+    let output = sluice(&["serve", "--grpc-addr", "not-an-address"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("invalid setting"), "{stderr}");
+    assert!(stderr.contains("not-an-address"), "{stderr}");
+    assert!(!stderr.contains("listening"), "{stderr}");
+}

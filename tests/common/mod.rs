@@ -1,0 +1,191 @@
+//! Test harness: starts the real `sluice` binary on free ports with a config written to a
+//! temporary directory, and builds requests with Envoy's own protos (`envoy-types`).
+#![allow(dead_code, unused_imports)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus,
+};
+
+/// A running `sluice serve`; killed on drop.
+pub struct Sluice {
+    child: Child,
+    pub grpc_addr: SocketAddr,
+    pub config_dir: tempfile::TempDir,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Sluice {
+    /// Serves `config` (one YAML file) with extra command-line `args`.
+    pub fn start(config: &str, args: &[&str]) -> Sluice {
+        Sluice::start_with(&[("config.yaml", config)], args, &[])
+    }
+
+    /// Serves the given files with extra `args` and environment variables `envs`.
+    pub fn start_with(files: &[(&str, &str)], args: &[&str], envs: &[(&str, &str)]) -> Sluice {
+        let config_dir = tempfile::tempdir().expect("temporary directory");
+        for (name, text) in files {
+            std::fs::write(config_dir.path().join(name), text).expect("write config");
+        }
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .arg("serve")
+            .arg("--config")
+            .arg(config_dir.path())
+            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("SHADOW_MODE")
+            .env_remove("MERGE_DOMAIN_CONFIG")
+            .env("LOG_LEVEL", "info")
+            .envs(envs.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start the sluice binary");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (addr_tx, addr_rx) = mpsc::channel();
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = listening_addr(&line) {
+                    let _ = addr_tx.send(addr);
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let grpc_addr = match addr_rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "sluice did not start; its log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+        };
+        Sluice {
+            child,
+            grpc_addr,
+            config_dir,
+            log,
+        }
+    }
+
+    /// A new client on its own connection.
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::new(self.channel().await)
+    }
+
+    /// A new connection to the gRPC port.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.grpc_addr))
+            .expect("valid uri")
+            .connect()
+            .await
+            .expect("connect to sluice")
+    }
+
+    /// Everything the server logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The gRPC address in the startup line `... sluice listening grpc=127.0.0.1:PORT ...`.
+fn listening_addr(line: &str) -> Option<SocketAddr> {
+    if !line.contains("sluice listening") {
+        return None;
+    }
+    let rest = &line[line.find("grpc=")? + 5..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// A descriptor of `entries`.
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: key.to_string(),
+                value: value.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A descriptor with a per-descriptor `hits_addend`.
+pub fn descriptor_with_hits(entries: &[(&str, &str)], hits: u64) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        hits_addend: Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits }),
+        ..descriptor(entries)
+    }
+}
+
+/// A descriptor with a client limit override.
+pub fn descriptor_with_limit(
+    entries: &[(&str, &str)],
+    requests_per_unit: u32,
+    unit: i32,
+) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit,
+            unit,
+        }),
+        ..descriptor(entries)
+    }
+}
+
+/// A request for `domain` with `descriptors`.
+pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+/// Sends `request` and returns the response, failing the test on a gRPC error.
+pub async fn call(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .expect("ShouldRateLimit succeeds")
+        .into_inner()
+}
+
+/// The status code of a descriptor status.
+pub fn code(status: &DescriptorStatus) -> Code {
+    Code::try_from(status.code).expect("a known code")
+}
+
+/// The overall code of a response.
+pub fn overall(response: &RateLimitResponse) -> Code {
+    Code::try_from(response.overall_code).expect("a known code")
+}

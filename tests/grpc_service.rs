@@ -1,0 +1,503 @@
+//! ShouldRateLimit through the real binary, called with Envoy's own generated client.
+
+mod common;
+
+use common::*;
+use tonic::Code as GrpcCode;
+
+const CONFIG: &str = r#"
+domain: test
+descriptors:
+  - key: counted
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: nested
+    value: outer
+    descriptors:
+      - key: inner
+        rate_limit: {unit: day, requests_per_unit: 2}
+      - key: inner
+        value: special
+        rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: wild
+    value: foo*
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: shared
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: general
+    rate_limit: {name: general, unit: day, requests_per_unit: 1}
+  - key: specific
+    rate_limit:
+      name: specific
+      replaces: [{name: general}]
+      unit: day
+      requests_per_unit: 10
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: quota
+    value: a
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: quota
+    value: b
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 2}
+"#;
+
+fn server() -> Sluice {
+    Sluice::start(CONFIG, &[])
+}
+
+#[tokio::test]
+async fn a_limit_of_n_admits_exactly_n_then_over_limit() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    for expected_remaining in [2, 1, 0] {
+        let response = call(
+            &mut client,
+            request("test", vec![descriptor(&[("counted", "a")])]),
+        )
+        .await;
+        assert_eq!(overall(&response), Code::Ok);
+        let status = &response.statuses[0];
+        assert_eq!(code(status), Code::Ok);
+        assert_eq!(status.limit_remaining, expected_remaining);
+        let limit = status.current_limit.as_ref().expect("current_limit");
+        assert_eq!((limit.requests_per_unit, limit.unit), (3, Unit::Day as i32));
+        let reset = status.duration_until_reset.expect("duration_until_reset");
+        assert!(reset.seconds > 0 && reset.seconds <= 86_400, "{reset:?}");
+    }
+    let response = call(
+        &mut client,
+        request("test", vec![descriptor(&[("counted", "a")])]),
+    )
+    .await;
+    assert_eq!(overall(&response), Code::OverLimit);
+    assert_eq!(code(&response.statuses[0]), Code::OverLimit);
+    assert_eq!(response.statuses[0].limit_remaining, 0);
+    // Another value of the same key has its own counter.
+    let response = call(
+        &mut client,
+        request("test", vec![descriptor(&[("counted", "b")])]),
+    )
+    .await;
+    assert_eq!(response.statuses[0].limit_remaining, 2);
+}
+
+#[tokio::test]
+async fn nested_descriptors_match_the_last_entry_without_parent_fallback() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    let inner = call(
+        &mut client,
+        request(
+            "test",
+            vec![descriptor(&[("nested", "outer"), ("inner", "x")])],
+        ),
+    )
+    .await;
+    let limit = inner.statuses[0]
+        .current_limit
+        .as_ref()
+        .expect("default inner limit");
+    assert_eq!(limit.requests_per_unit, 2);
+    let special = call(
+        &mut client,
+        request(
+            "test",
+            vec![descriptor(&[("nested", "outer"), ("inner", "special")])],
+        ),
+    )
+    .await;
+    let limit = special.statuses[0]
+        .current_limit
+        .as_ref()
+        .expect("specific inner limit");
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit),
+        (5, Unit::Hour as i32)
+    );
+    // The parent alone has no limit, and a deeper descriptor does not fall back to it.
+    for entries in [
+        vec![("nested", "outer")],
+        vec![("nested", "other"), ("inner", "x")],
+        vec![("nested", "outer"), ("inner", "x"), ("deeper", "y")],
+    ] {
+        let response = call(&mut client, request("test", vec![descriptor(&entries)])).await;
+        assert_eq!(response.statuses[0].current_limit, None, "{entries:?}");
+        assert_eq!(code(&response.statuses[0]), Code::Ok);
+    }
+}
+
+#[tokio::test]
+async fn wildcard_values_match_and_count_per_value() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    let first = call(
+        &mut client,
+        request("test", vec![descriptor(&[("wild", "foobar")])]),
+    )
+    .await;
+    assert_eq!(code(&first.statuses[0]), Code::Ok);
+    let second = call(
+        &mut client,
+        request("test", vec![descriptor(&[("wild", "foobar")])]),
+    )
+    .await;
+    assert_eq!(code(&second.statuses[0]), Code::OverLimit);
+    let other = call(
+        &mut client,
+        request("test", vec![descriptor(&[("wild", "foobaz")])]),
+    )
+    .await;
+    assert_eq!(
+        code(&other.statuses[0]),
+        Code::Ok,
+        "each value has its own counter"
+    );
+    let miss = call(
+        &mut client,
+        request("test", vec![descriptor(&[("wild", "bar")])]),
+    )
+    .await;
+    assert_eq!(miss.statuses[0].current_limit, None);
+}
+
+#[tokio::test]
+async fn share_threshold_makes_matching_values_share_one_counter() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    let a = call(
+        &mut client,
+        request("test", vec![descriptor(&[("shared", "files/a")])]),
+    )
+    .await;
+    assert_eq!(a.statuses[0].limit_remaining, 1);
+    let b = call(
+        &mut client,
+        request("test", vec![descriptor(&[("shared", "files/b")])]),
+    )
+    .await;
+    assert_eq!(b.statuses[0].limit_remaining, 0);
+    let c = call(
+        &mut client,
+        request("test", vec![descriptor(&[("shared", "files/c")])]),
+    )
+    .await;
+    assert_eq!(code(&c.statuses[0]), Code::OverLimit);
+}
+
+#[tokio::test]
+async fn unlimited_is_always_ok_with_maximum_remaining() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    for _ in 0..5 {
+        let response = call(
+            &mut client,
+            request("test", vec![descriptor(&[("free", "x")])]),
+        )
+        .await;
+        let status = &response.statuses[0];
+        assert_eq!(code(status), Code::Ok);
+        assert_eq!(status.limit_remaining, 4_294_967_295);
+        assert_eq!(status.current_limit, None);
+    }
+}
+
+#[tokio::test]
+async fn a_replaced_limit_is_neither_applied_nor_charged() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    for _ in 0..3 {
+        let both = vec![
+            descriptor(&[("general", "u")]),
+            descriptor(&[("specific", "u")]),
+        ];
+        let response = call(&mut client, request("test", both)).await;
+        assert_eq!(overall(&response), Code::Ok);
+        assert_eq!(
+            response.statuses[0].current_limit, None,
+            "general is replaced"
+        );
+        let specific = response.statuses[1]
+            .current_limit
+            .as_ref()
+            .expect("specific applies");
+        assert_eq!(specific.name, "specific");
+    }
+    // `general` (1 per day) was never charged above: its first own request passes.
+    let alone = call(
+        &mut client,
+        request("test", vec![descriptor(&[("general", "u")])]),
+    )
+    .await;
+    assert_eq!(code(&alone.statuses[0]), Code::Ok);
+    assert_eq!(
+        alone.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.name.as_str()),
+        Some("general")
+    );
+    let again = call(
+        &mut client,
+        request("test", vec![descriptor(&[("general", "u")])]),
+    )
+    .await;
+    assert_eq!(code(&again.statuses[0]), Code::OverLimit);
+}
+
+#[tokio::test]
+async fn shadow_mode_limit_is_charged_but_never_denies() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    call(
+        &mut client,
+        request("test", vec![descriptor(&[("shadow", "x")])]),
+    )
+    .await;
+    let response = call(
+        &mut client,
+        request("test", vec![descriptor(&[("shadow", "x")])]),
+    )
+    .await;
+    assert_eq!(overall(&response), Code::Ok);
+    assert_eq!(code(&response.statuses[0]), Code::Ok);
+    assert_eq!(response.statuses[0].limit_remaining, 0);
+}
+
+#[tokio::test]
+async fn global_shadow_mode_forces_only_the_overall_code() {
+    for (args, envs) in [
+        (vec!["--shadow-mode"], vec![]),
+        (vec![], vec![("SHADOW_MODE", "true")]),
+    ] {
+        let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &args, &envs);
+        let mut client = sluice.client().await;
+        for _ in 0..3 {
+            call(
+                &mut client,
+                request("test", vec![descriptor(&[("counted", "g")])]),
+            )
+            .await;
+        }
+        let response = call(
+            &mut client,
+            request("test", vec![descriptor(&[("counted", "g")])]),
+        )
+        .await;
+        assert_eq!(overall(&response), Code::Ok, "{args:?} {envs:?}");
+        assert_eq!(code(&response.statuses[0]), Code::OverLimit);
+    }
+}
+
+#[tokio::test]
+async fn quota_mode_is_over_only_when_every_quota_descriptor_is() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    let both = || {
+        request(
+            "test",
+            vec![descriptor(&[("quota", "a")]), descriptor(&[("quota", "b")])],
+        )
+    };
+    assert_eq!(overall(&call(&mut client, both()).await), Code::Ok);
+    let second = call(&mut client, both()).await;
+    assert_eq!(code(&second.statuses[0]), Code::OverLimit);
+    assert_eq!(overall(&second), Code::Ok, "b still has quota");
+    let third = call(&mut client, both()).await;
+    assert_eq!(
+        overall(&third),
+        Code::OverLimit,
+        "all quota descriptors are over"
+    );
+}
+
+#[tokio::test]
+async fn hits_addend_from_the_request_and_the_descriptor() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    // Request-level: 2 of 3, then 2 more do not fit (1 left) and charge nothing.
+    let mut two = request("test", vec![descriptor(&[("counted", "h")])]);
+    two.hits_addend = 2;
+    assert_eq!(
+        call(&mut client, two.clone()).await.statuses[0].limit_remaining,
+        1
+    );
+    let denied = call(&mut client, two).await;
+    assert_eq!(code(&denied.statuses[0]), Code::OverLimit);
+    assert_eq!(denied.statuses[0].limit_remaining, 1);
+    // Descriptor-level 0 only checks, twice, and charges nothing.
+    for _ in 0..2 {
+        let check = call(
+            &mut client,
+            request("test", vec![descriptor_with_hits(&[("counted", "h")], 0)]),
+        )
+        .await;
+        assert_eq!(code(&check.statuses[0]), Code::Ok);
+        assert_eq!(check.statuses[0].limit_remaining, 1);
+    }
+    // The descriptor's hits_addend wins over the request's.
+    let mut precedence = request("test", vec![descriptor_with_hits(&[("counted", "h")], 1)]);
+    precedence.hits_addend = 3;
+    let response = call(&mut client, precedence).await;
+    assert_eq!(code(&response.statuses[0]), Code::Ok);
+    assert_eq!(response.statuses[0].limit_remaining, 0);
+}
+
+#[tokio::test]
+async fn a_limit_override_replaces_the_configured_limit() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    let hour = Unit::Hour as i32;
+    let first = call(
+        &mut client,
+        request(
+            "test",
+            vec![descriptor_with_limit(&[("unconfigured", "x")], 1, hour)],
+        ),
+    )
+    .await;
+    let limit = first.statuses[0]
+        .current_limit
+        .as_ref()
+        .expect("override applies");
+    assert_eq!((limit.requests_per_unit, limit.unit), (1, hour));
+    let second = call(
+        &mut client,
+        request(
+            "test",
+            vec![descriptor_with_limit(&[("unconfigured", "x")], 1, hour)],
+        ),
+    )
+    .await;
+    assert_eq!(code(&second.statuses[0]), Code::OverLimit);
+    // On a configured key too (3 per day configured, 10 per hour sent).
+    let over = call(
+        &mut client,
+        request(
+            "test",
+            vec![descriptor_with_limit(&[("counted", "o")], 10, hour)],
+        ),
+    )
+    .await;
+    assert_eq!(over.statuses[0].limit_remaining, 9);
+}
+
+#[tokio::test]
+async fn an_unknown_domain_or_descriptor_is_ok_without_a_limit() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    let response = call(
+        &mut client,
+        request("nowhere", vec![descriptor(&[("counted", "a")])]),
+    )
+    .await;
+    assert_eq!(overall(&response), Code::Ok);
+    assert_eq!(response.statuses.len(), 1);
+    assert_eq!(response.statuses[0].current_limit, None);
+    let response = call(
+        &mut client,
+        request("test", vec![descriptor(&[("unknown", "a")])]),
+    )
+    .await;
+    assert_eq!(response.statuses[0].current_limit, None);
+    assert_eq!(code(&response.statuses[0]), Code::Ok);
+}
+
+#[tokio::test]
+async fn statuses_come_in_request_order() {
+    let sluice = server();
+    let mut client = sluice.client().await;
+    let descriptors = vec![
+        descriptor(&[("free", "x")]),
+        descriptor(&[("unknown", "y")]),
+        descriptor(&[("counted", "order")]),
+    ];
+    let response = call(&mut client, request("test", descriptors)).await;
+    assert_eq!(response.statuses[0].limit_remaining, u32::MAX);
+    assert_eq!(response.statuses[1].current_limit, None);
+    assert_eq!(response.statuses[2].limit_remaining, 2);
+}
+
+#[tokio::test]
+async fn malformed_requests_are_invalid_argument_naming_the_field() {
+    let sluice = Sluice::start(
+        CONFIG,
+        &[
+            "--max-descriptors",
+            "2",
+            "--max-entries",
+            "2",
+            "--max-key-bytes",
+            "8",
+            "--max-value-bytes",
+            "16",
+        ],
+    );
+    let mut client = sluice.client().await;
+    let long_key = "k".repeat(9);
+    let long_value = "v".repeat(17);
+    let cases = vec![
+        (request("", vec![descriptor(&[("a", "b")])]), "domain"),
+        (request("test", vec![]), "descriptors"),
+        (
+            request("test", vec![descriptor(&[])]),
+            "descriptors[0].entries",
+        ),
+        (
+            request(
+                "test",
+                vec![descriptor(&[("a", "b")]), descriptor(&[("", "b")])],
+            ),
+            "descriptors[1].entries[0].key",
+        ),
+        (
+            request("test", vec![descriptor(&[("a", "b")]); 3]),
+            "descriptors: 3 descriptors exceed the maximum of 2",
+        ),
+        (
+            request(
+                "test",
+                vec![descriptor(&[("a", "b"), ("c", "d"), ("e", "f")])],
+            ),
+            "descriptors[0].entries: 3 entries",
+        ),
+        (
+            request("test", vec![descriptor(&[(&long_key, "b")])]),
+            "descriptors[0].entries[0].key: 9 bytes",
+        ),
+        (
+            request("test", vec![descriptor(&[("a", &long_value)])]),
+            "descriptors[0].entries[0].value: 17 bytes",
+        ),
+        (
+            request("test", vec![descriptor_with_limit(&[("a", "b")], 5, 0)]),
+            "descriptors[0].limit.unit",
+        ),
+        (
+            request("test", vec![descriptor_with_limit(&[("a", "b")], 5, 99)]),
+            "descriptors[0].limit.unit",
+        ),
+    ];
+    for (request, field) in cases {
+        let status = client.should_rate_limit(request).await.expect_err(field);
+        assert_eq!(status.code(), GrpcCode::InvalidArgument, "{field}");
+        assert!(
+            status.message().contains(field),
+            "{field}: {}",
+            status.message()
+        );
+    }
+    // The server is still serving after all of them.
+    let response = call(
+        &mut client,
+        request("test", vec![descriptor(&[("counted", "z")])]),
+    )
+    .await;
+    assert_eq!(overall(&response), Code::Ok);
+}

@@ -1,0 +1,105 @@
+//! The standard gRPC services beside the RLS: health (for `""`, `ratelimit` and the RLS name)
+//! and reflection (v1 and v1alpha), so grpcurl and Kubernetes probes need no proto files.
+
+mod common;
+
+use common::Sluice;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+const CONFIG: &str =
+    "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+const RLS: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+#[tokio::test]
+async fn health_reports_serving_for_every_name() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let mut health = HealthClient::new(sluice.channel().await);
+    for service in ["", "ratelimit", RLS] {
+        let response = health
+            .check(HealthCheckRequest {
+                service: service.to_string(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("health of {service:?}: {e}"))
+            .into_inner();
+        assert_eq!(
+            response.status,
+            ServingStatus::Serving as i32,
+            "{service:?}"
+        );
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "no.such.Service".into(),
+        })
+        .await;
+    assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+}
+
+#[tokio::test]
+async fn reflection_v1_lists_services_and_describes_the_rls() {
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let sluice = Sluice::start(CONFIG, &[]);
+    let mut client = ServerReflectionClient::new(sluice.channel().await);
+    let requests = vec![
+        ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        },
+        ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::FileContainingSymbol(RLS.into())),
+        },
+    ];
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter(requests))
+        .await
+        .expect("reflection answers")
+        .into_inner();
+    let listed = responses.message().await.unwrap().unwrap().message_response;
+    let Some(MessageResponse::ListServicesResponse(list)) = listed else {
+        panic!("expected a service list, got {listed:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(names.iter().any(|n| n == RLS), "{names:?}");
+    assert!(
+        names.iter().any(|n| n == "grpc.health.v1.Health"),
+        "{names:?}"
+    );
+    let described = responses.message().await.unwrap().unwrap().message_response;
+    let Some(MessageResponse::FileDescriptorResponse(files)) = described else {
+        panic!("expected file descriptors, got {described:?}");
+    };
+    assert!(!files.file_descriptor_proto.is_empty());
+}
+
+#[tokio::test]
+async fn reflection_v1alpha_lists_services_for_older_grpcurl() {
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+
+    let sluice = Sluice::start(CONFIG, &[]);
+    let mut client = ServerReflectionClient::new(sluice.channel().await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = client
+        .server_reflection_info(tokio_stream::iter(vec![request]))
+        .await
+        .expect("reflection answers")
+        .into_inner();
+    let listed = responses.message().await.unwrap().unwrap().message_response;
+    let Some(MessageResponse::ListServicesResponse(list)) = listed else {
+        panic!("expected a service list, got {listed:?}");
+    };
+    assert!(list.service.iter().any(|s| s.name == RLS));
+}
