@@ -87,22 +87,35 @@ impl fmt::Display for Unit {
     }
 }
 
-/// How a limit counts: sluice's extension `algorithm` (DESIGN section 5). This version runs
-/// fixed windows; the config loader refuses the design's other algorithms by name.
+/// How a limit counts: sluice's extension `algorithm` (DESIGN section 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
     #[default]
     FixedWindow,
+    SlidingWindowLog,
+    SlidingWindowCounter,
+    TokenBucket,
+    LeakyBucket,
 }
 
 impl Algorithm {
     /// Every algorithm, the default first.
-    pub const ALL: [Algorithm; 1] = [Algorithm::FixedWindow];
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindowLog,
+        Algorithm::SlidingWindowCounter,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ];
 
     /// The name used in YAML (`token_bucket`).
     pub fn as_str(self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindowLog => "sliding_window_log",
+            Algorithm::SlidingWindowCounter => "sliding_window_counter",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::LeakyBucket => "leaky_bucket",
         }
     }
 
@@ -113,9 +126,7 @@ impl Algorithm {
 
     /// Whether the algorithm has a bucket capacity that `burst` sets.
     pub fn has_burst(self) -> bool {
-        match self {
-            Algorithm::FixedWindow => false,
-        }
+        matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
     }
 }
 
@@ -146,6 +157,16 @@ impl Limit {
             unit_multiplier: 1,
             burst: None,
         }
+    }
+
+    /// Bucket capacity: `burst`, else `requests_per_unit` for the token bucket (a full period
+    /// at once) and 1 for the leaky bucket (strict pacing). Window algorithms: the limit.
+    pub fn capacity(&self) -> u64 {
+        let default = match self.algorithm {
+            Algorithm::LeakyBucket => 1,
+            _ => self.requests_per_unit,
+        };
+        u64::from(self.burst.unwrap_or(default))
     }
 
     /// The period W in microseconds: unit x multiplier.

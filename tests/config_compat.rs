@@ -203,32 +203,58 @@ fn a_directory_loads_every_yaml_below_it_but_not_hidden_ones() {
 
 #[test]
 fn sluice_extensions_are_validated() {
+    // (lines added to a 1-per-second limit, where and why it is refused)
     let cases = [
-        ("algorithm: no_such", "unknown algorithm 'no_such'"),
-        (
-            "algorithm: token_bucket",
-            "algorithm 'token_bucket' is not served",
-        ),
-        ("unit_multiplier: 0", "unit_multiplier: must be at least 1"),
-        (
-            "burst: 5",
-            "burst applies only to token_bucket and leaky_bucket",
-        ),
+        ("algorithm: no_such", ":7:7: descriptors[0].rate_limit.algorithm: unknown algorithm 'no_such'"),
+        ("unit_multiplier: 0", ":7:7: descriptors[0].rate_limit.unit_multiplier: must be at least 1"),
+        ("burst: 5", ":7:7: descriptors[0].rate_limit.burst: burst applies only to token_bucket and leaky_bucket"),
+        ("algorithm: token_bucket\n      burst: 0", ":8:7: descriptors[0].rate_limit.burst: must be at least 1"),
+        ("algorithm: sliding_window_counter\n      burst: 2", ":8:7: descriptors[0].rate_limit.burst: burst applies only"),
     ];
-    for (extra, reason) in cases {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x.yaml");
-        let text = format!(
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      {extra}\n"
+    for (extra, expected) in cases {
+        let message = refused(
+            &[write_limit(&format!("requests_per_unit: 1\n      {extra}"))],
+            NO_MERGE,
         );
-        std::fs::write(&path, text).unwrap();
-        let message = refused(&[path], NO_MERGE);
-        assert!(
-            message.contains(":7:7: descriptors[0].rate_limit."),
-            "{message}"
-        );
-        assert!(message.contains(reason), "{message}");
+        assert!(message.contains(expected), "{extra}: {message}");
     }
+    let message = refused(
+        &[write_limit(
+            "algorithm: sliding_window_log\n      requests_per_unit: 10001",
+        )],
+        NO_MERGE,
+    );
+    assert!(message.contains(":7:7: descriptors[0].rate_limit.requests_per_unit: sliding_window_log keeps one entry per request: at most 10000"), "{message}");
+    for algorithm in [
+        "fixed_window",
+        "sliding_window_log",
+        "sliding_window_counter",
+        "token_bucket",
+        "leaky_bucket",
+    ] {
+        let path = write_limit(&format!(
+            "requests_per_unit: 10000\n      algorithm: {algorithm}"
+        ));
+        load(&[path], NO_MERGE).unwrap_or_else(|e| panic!("{algorithm}: {e}"));
+    }
+    load(
+        &[write_limit(
+            "requests_per_unit: 1\n      algorithm: leaky_bucket\n      burst: 5",
+        )],
+        NO_MERGE,
+    )
+    .expect("burst on a bucket");
+}
+
+/// A file with one limit on key `k`: `unit: second` and then `lines`.
+fn write_limit(lines: &str) -> PathBuf {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let path = dir.join("x.yaml");
+    let text = format!(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      {lines}\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 #[test]

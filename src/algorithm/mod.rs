@@ -1,25 +1,34 @@
 //! The rate limit algorithms as pure functions of (state, limit, cost, now): no clock, no I/O,
 //! no async. Stores keep the state and call `check`; the Lua scripts of the Redis store must
-//! reach the same decisions.
+//! reach the same decisions. Common rules: a denied hit and a hit of cost 0 change no state; a
+//! cost that can never fit is denied with one period as its retry time; `requests_per_unit: 0`
+//! admits only cost 0.
 
 pub mod fixed_window;
+pub mod leaky_bucket;
+pub mod sliding_window_counter;
+pub mod sliding_window_log;
+pub mod token_bucket;
 
 use crate::limit::{Algorithm, Decision, Limit};
 
 /// The stored state of one key, one variant per algorithm, so state written under one
 /// algorithm is never read as another's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum State {
     FixedWindow(fixed_window::Window),
+    SlidingWindowLog(sliding_window_log::Log),
+    SlidingWindowCounter(sliding_window_counter::Counts),
+    TokenBucket(token_bucket::Bucket),
+    LeakyBucket(leaky_bucket::Tat),
 }
 
-/// The result of one check: the decision, the state to store if it changed, and the time after
-/// which the state no longer matters and may be dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The result of one check: the decision, and the state to store (with the time after which
+/// it no longer matters) when it changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub decision: Decision,
-    pub new_state: Option<State>,
-    pub expires_at_us: u64,
+    pub new_state: Option<(State, u64)>,
 }
 
 /// Charges `cost` against `limit` at `now_us`, given the key's current `state` (if any).
@@ -27,13 +36,72 @@ pub struct Outcome {
 pub fn check(state: Option<&State>, limit: &Limit, cost: u64, now_us: u64) -> Outcome {
     match limit.algorithm {
         Algorithm::FixedWindow => {
-            let window = state.map(|State::FixedWindow(window)| *window);
-            let (decision, changed) = fixed_window::check(window, limit, cost, now_us);
-            Outcome {
-                decision,
-                new_state: changed.map(State::FixedWindow),
-                expires_at_us: fixed_window::window_end_us(limit, now_us),
-            }
+            let stored = match state {
+                Some(State::FixedWindow(window)) => Some(*window),
+                _ => None,
+            };
+            let (decision, changed) = fixed_window::check(stored, limit, cost, now_us);
+            let expires = fixed_window::window_end_us(limit, now_us);
+            outcome(decision, changed.map(|w| (State::FixedWindow(w), expires)))
         }
+        Algorithm::SlidingWindowLog => {
+            let stored = match state {
+                Some(State::SlidingWindowLog(log)) => Some(log),
+                _ => None,
+            };
+            let (decision, changed) = sliding_window_log::check(stored, limit, cost, now_us);
+            let changed = changed.map(|log| {
+                let expires = sliding_window_log::expires_at_us(&log, limit);
+                (State::SlidingWindowLog(log), expires)
+            });
+            outcome(decision, changed)
+        }
+        Algorithm::SlidingWindowCounter => {
+            let stored = match state {
+                Some(State::SlidingWindowCounter(counts)) => Some(*counts),
+                _ => None,
+            };
+            let (decision, changed) = sliding_window_counter::check(stored, limit, cost, now_us);
+            let changed = changed.map(|c| {
+                let expires = sliding_window_counter::expires_at_us(&c, limit);
+                (State::SlidingWindowCounter(c), expires)
+            });
+            outcome(decision, changed)
+        }
+        Algorithm::TokenBucket => {
+            let stored = match state {
+                Some(State::TokenBucket(bucket)) => Some(*bucket),
+                _ => None,
+            };
+            let (decision, changed) = token_bucket::check(stored, limit, cost, now_us);
+            let changed = changed.map(|b| {
+                (
+                    State::TokenBucket(b),
+                    token_bucket::expires_at_us(&b, limit),
+                )
+            });
+            outcome(decision, changed)
+        }
+        Algorithm::LeakyBucket => {
+            let stored = match state {
+                Some(State::LeakyBucket(tat)) => Some(*tat),
+                _ => None,
+            };
+            let (decision, changed) = leaky_bucket::check(stored, limit, cost, now_us);
+            let changed = changed.map(|t| {
+                (
+                    State::LeakyBucket(t),
+                    leaky_bucket::expires_at_us(&t, limit),
+                )
+            });
+            outcome(decision, changed)
+        }
+    }
+}
+
+fn outcome(decision: Decision, new_state: Option<(State, u64)>) -> Outcome {
+    Outcome {
+        decision,
+        new_state,
     }
 }

@@ -11,13 +11,9 @@ use crate::config::position::Positions;
 use crate::config::tree::{Level, Node, Rule};
 use crate::limit::{Algorithm, Limit, Unit};
 
-/// Algorithms the design names that this build does not run yet: refused, never served wrongly.
-const NOT_SERVED_ALGORITHMS: [&str; 4] = [
-    "sliding_window_log",
-    "sliding_window_counter",
-    "token_bucket",
-    "leaky_bucket",
-];
+/// The largest `requests_per_unit` of a `sliding_window_log` limit: its state holds one
+/// timestamp (8 bytes) per admitted request, so at most 80 KB per key.
+pub const SLIDING_LOG_MAX_LIMIT: u32 = 10_000;
 
 /// Compiles the descriptors of one file into a domain tree, collecting errors.
 pub(crate) struct FileCompiler<'a> {
@@ -192,10 +188,19 @@ impl<'a> FileCompiler<'a> {
                 return None;
             }
         }
+        // Absent means 0, as in the reference: the limit blocks everything.
+        let requests_per_unit = doc.requests_per_unit.unwrap_or(0);
+        if algorithm == Algorithm::SlidingWindowLog && requests_per_unit > SLIDING_LOG_MAX_LIMIT {
+            let reason = format!(
+                "sliding_window_log keeps one entry per request: at most {SLIDING_LOG_MAX_LIMIT} \
+                 requests_per_unit (use sliding_window_counter for larger limits)"
+            );
+            self.error(&format!("{path}.requests_per_unit"), reason);
+            return None;
+        }
         Some(Limit {
             algorithm,
-            // Absent means 0, as in the reference: the limit blocks everything.
-            requests_per_unit: doc.requests_per_unit.unwrap_or(0),
+            requests_per_unit,
             unit,
             unit_multiplier,
             burst: doc.burst,
@@ -209,14 +214,10 @@ impl<'a> FileCompiler<'a> {
         if let Some(algorithm) = Algorithm::parse(name) {
             return Some(algorithm);
         }
-        let reason = if NOT_SERVED_ALGORITHMS.contains(&name) {
-            format!("algorithm '{name}' is not served by this version of sluice (fixed_window is)")
-        } else {
-            format!(
-                "unknown algorithm '{name}' (expected fixed_window, sliding_window_log, \
-                 sliding_window_counter, token_bucket or leaky_bucket)"
-            )
-        };
+        let reason = format!(
+            "unknown algorithm '{name}' (expected fixed_window, sliding_window_log, \
+             sliding_window_counter, token_bucket or leaky_bucket)"
+        );
         self.error(&format!("{path}.algorithm"), reason);
         None
     }

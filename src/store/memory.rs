@@ -83,10 +83,10 @@ impl MemoryStore {
             .filter(|entry| entry.expires_at_us > now_us)
             .map(|entry| &entry.state);
         let outcome = algorithm::check(state, &hit.limit, hit.cost, now_us);
-        if let Some(state) = outcome.new_state {
+        if let Some((state, expires_at_us)) = outcome.new_state {
             let entry = Entry {
                 state,
-                expires_at_us: outcome.expires_at_us,
+                expires_at_us,
             };
             if let Some(slot) = shard.get_mut(&hit.key) {
                 *slot = entry;

@@ -1,0 +1,147 @@
+//! Leaky bucket as a meter, by GCRA: the bucket drains at L per W, one request every
+//! T = W / L; a hit of cost h fits when, added to what is in the bucket, it stays within
+//! `burst` (default 1: strict pacing). The state is one time: the theoretical arrival time
+//! (TAT) at which the bucket is empty again.
+//!
+//! Times are kept in units of 1/L microsecond so that T = W is an integer: exact in 128-bit
+//! integers for every u32 limit and burst, u64 cost and period.
+
+use crate::limit::{Decision, Limit};
+
+/// When the bucket is empty again, in units of 1/L µs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tat {
+    pub scaled_empty_at: u128,
+}
+
+/// Decides one hit; returns the decision and the TAT to store when it changed.
+pub fn check(
+    stored: Option<Tat>,
+    limit: &Limit,
+    cost: u64,
+    now_us: u64,
+) -> (Decision, Option<Tat>) {
+    let rate = u128::from(limit.requests_per_unit);
+    let interval = u128::from(limit.period_us()); // T, scaled
+    let tolerance = u128::from(limit.capacity()) * interval; // burst x T
+    let now = u128::from(now_us) * rate;
+    let empty_at = stored.map_or(now, |tat| tat.scaled_empty_at).max(now);
+    let after_hit = empty_at + u128::from(cost) * interval;
+    let admitted = after_hit - now <= tolerance;
+    let level = if admitted { after_hit } else { empty_at } - now;
+    let decision = Decision {
+        admitted,
+        // Requests of cost 1 that still fit: floor((burst x T - level) / T).
+        remaining: clamp(tolerance.saturating_sub(level) / interval),
+        reset_after_us: to_micros(level, rate, limit),
+        retry_after_us: if admitted {
+            0
+        } else if u128::from(cost) * interval > tolerance {
+            limit.period_us()
+        } else {
+            to_micros(after_hit - tolerance - now, rate, limit)
+        },
+    };
+    let changed = (admitted && cost > 0).then_some(Tat {
+        scaled_empty_at: after_hit,
+    });
+    (decision, changed)
+}
+
+/// When the state no longer matters: the bucket is empty.
+pub fn expires_at_us(tat: &Tat, limit: &Limit) -> u64 {
+    let rate = u128::from(limit.requests_per_unit.max(1));
+    u64::try_from(tat.scaled_empty_at.div_ceil(rate)).unwrap_or(u64::MAX)
+}
+
+/// Scaled time to microseconds, rounded up; with a rate of 0 nothing drains: one period.
+fn to_micros(scaled: u128, rate: u128, limit: &Limit) -> u64 {
+    if scaled == 0 {
+        return 0;
+    }
+    if rate == 0 {
+        return limit.period_us();
+    }
+    u64::try_from(scaled.div_ceil(rate)).unwrap_or(u64::MAX)
+}
+
+fn clamp(value: u128) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::{Algorithm, Unit};
+
+    const S: u64 = 1_000_000;
+
+    fn limit(requests: u32, burst: Option<u32>) -> Limit {
+        Limit {
+            algorithm: Algorithm::LeakyBucket,
+            burst,
+            ..Limit::fixed_window(requests, Unit::Second)
+        }
+    }
+
+    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
+        let mut tat = None;
+        hits.iter()
+            .map(|&(now, cost)| {
+                let (d, changed) = check(tat, &limit, cost, now);
+                if changed.is_some() {
+                    tat = changed;
+                }
+                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gcra_burst_five_at_one_per_second() {
+        let mut hits = vec![(0, 1); 6]; // five at once pass, the sixth waits one second
+        hits.extend([(3 * S, 1); 4]); // 3 s after the burst, three fit and a fourth not
+        let got = run(limit(1, Some(5)), &hits);
+        let admitted: Vec<bool> = got.iter().map(|g| g.0).collect();
+        assert_eq!(
+            admitted,
+            [true, true, true, true, true, false, true, true, true, false]
+        );
+        assert_eq!(got[0], (true, 4, S, 0));
+        assert_eq!(got[4], (true, 0, 5 * S, 0));
+        assert_eq!(got[5], (false, 0, 5 * S, S));
+        // At 3 s the bucket holds 5 - 3 = 2; three more fill it to 5.
+        assert_eq!(got[8], (true, 0, 5 * S, 0));
+        assert_eq!(got[9], (false, 0, 5 * S, S));
+    }
+
+    #[test]
+    fn default_burst_paces_strictly() {
+        // 10 per second, burst 1: one every 0.1 s.
+        let got = run(
+            limit(10, None),
+            &[
+                (0, 1),
+                (50_000, 1),
+                (100_000, 1),
+                (100_000, 0),
+                (150_000, 2),
+            ],
+        );
+        assert_eq!(got[0], (true, 0, 100_000, 0));
+        assert_eq!(got[1], (false, 0, 50_000, 50_000));
+        assert_eq!(got[2], (true, 0, 100_000, 0), "exactly one interval later");
+        assert_eq!(got[3], (true, 0, 100_000, 0), "cost 0 reads");
+        assert_eq!(got[4], (false, 0, 50_000, S), "2 > burst never fits");
+    }
+
+    #[test]
+    fn unit_multiplier_stretches_the_interval() {
+        let mut one_per_five_minutes = limit(1, None);
+        one_per_five_minutes.unit = Unit::Minute;
+        one_per_five_minutes.unit_multiplier = 5;
+        let got = run(one_per_five_minutes, &[(0, 1), (299 * S, 1), (300 * S, 1)]);
+        assert_eq!(got[1], (false, 0, S, S));
+        assert!(got[2].0);
+    }
+}

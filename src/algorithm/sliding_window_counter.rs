@@ -1,0 +1,212 @@
+//! Sliding window counter (Cloudflare's approximation): counts of the current and previous
+//! aligned windows; the previous one is weighted by how much of it the sliding window still
+//! covers, as if its requests had been spread evenly. O(1) memory.
+//!
+//! Admits when prev x (W - elapsed) / W + cur + h <= L, computed exactly as
+//! prev x (W - elapsed) + (cur + h) x W <= L x W in 128-bit integers (exact for every u32
+//! limit, u64 cost and period). In any aligned window at most L pass; in any window of length W
+//! at most L + prev x elapsed / W < 2L.
+
+use crate::limit::{Decision, Limit};
+
+/// Counts of the current window (starting at `start_us`) and of the one before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub start_us: u64,
+    pub previous: u64,
+    pub current: u64,
+}
+
+/// Decides one hit; returns the decision and the counts to store when they changed.
+pub fn check(
+    stored: Option<Counts>,
+    limit: &Limit,
+    cost: u64,
+    now_us: u64,
+) -> (Decision, Option<Counts>) {
+    let period = limit.period_us();
+    let counts = rolled(stored, period, now_us);
+    let elapsed = now_us - counts.start_us;
+    let capacity = u64::from(limit.requests_per_unit);
+    let admitted = weighted(
+        counts.previous,
+        counts.current.saturating_add(cost),
+        elapsed,
+        period,
+    ) <= u128::from(capacity) * u128::from(period);
+    let after = Counts {
+        current: if admitted {
+            counts.current + cost
+        } else {
+            counts.current
+        },
+        ..counts
+    };
+    let used = weighted(after.previous, after.current, elapsed, period);
+    let decision = Decision {
+        admitted,
+        // floor(L - estimate) = floor((L x W - used) / W)
+        remaining: clamp(
+            (u128::from(capacity) * u128::from(period)).saturating_sub(used) / u128::from(period),
+        ),
+        reset_after_us: until_empty(&after, period, now_us),
+        retry_after_us: if admitted {
+            0
+        } else {
+            retry_after(&counts, capacity, cost, period, now_us)
+        },
+    };
+    (decision, (admitted && cost > 0).then_some(after))
+}
+
+/// When the state no longer matters: the current window has also become the previous one.
+pub fn expires_at_us(counts: &Counts, limit: &Limit) -> u64 {
+    counts.start_us + 2 * limit.period_us()
+}
+
+/// The stored counts moved to the window holding `now_us`.
+fn rolled(stored: Option<Counts>, period: u64, now_us: u64) -> Counts {
+    let start_us = now_us - now_us % period;
+    match stored {
+        Some(c) if c.start_us == start_us => c,
+        Some(c) if c.start_us + period == start_us => Counts {
+            start_us,
+            previous: c.current,
+            current: 0,
+        },
+        // A stored window ahead of the clock (time went back) is kept as it is: never admit more.
+        Some(c) if c.start_us > start_us => c,
+        _ => Counts {
+            start_us,
+            previous: 0,
+            current: 0,
+        },
+    }
+}
+
+/// The estimate scaled by W: prev x (W - elapsed) + cur x W.
+fn weighted(previous: u64, current: u64, elapsed: u64, period: u64) -> u128 {
+    let covered = u128::from(period.saturating_sub(elapsed));
+    u128::from(previous) * covered + u128::from(current) * u128::from(period)
+}
+
+/// Time until the estimate is 0: the current count decays through the next window.
+fn until_empty(c: &Counts, period: u64, now_us: u64) -> u64 {
+    let end = if c.current > 0 {
+        c.start_us + 2 * period
+    } else if c.previous > 0 {
+        c.start_us + period
+    } else {
+        return 0;
+    };
+    end.saturating_sub(now_us)
+}
+
+/// Earliest time the same hit fits, given that nothing else is admitted before then.
+fn retry_after(c: &Counts, capacity: u64, cost: u64, period: u64, now_us: u64) -> u64 {
+    if cost > capacity {
+        return period;
+    }
+    // In this window, `previous` decays: find the first elapsed e with
+    // previous x (W - e) <= (L - current - cost) x W.
+    if let Some(e) = first_fit(c.previous, capacity.checked_sub(c.current + cost), period) {
+        return (c.start_us + e).saturating_sub(now_us);
+    }
+    // In the next window, the current count decays instead, and nothing is current.
+    let e = first_fit(c.current, Some(capacity - cost), period).unwrap_or(period);
+    (c.start_us + period + e).saturating_sub(now_us)
+}
+
+/// The smallest e in [0, W) with decaying x (W - e) <= room x W, if any.
+fn first_fit(decaying: u64, room: Option<u64>, period: u64) -> Option<u64> {
+    let room = u128::from(room?);
+    if decaying == 0 {
+        return Some(0);
+    }
+    // W - e <= room x W / decaying  <=>  e >= W - floor(room x W / decaying)
+    let span = room * u128::from(period) / u128::from(decaying);
+    let e = u128::from(period).saturating_sub(span);
+    (e < u128::from(period)).then_some(e as u64)
+}
+
+fn clamp(value: u128) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::{Algorithm, Unit};
+
+    const S: u64 = 1_000_000;
+
+    fn limit(requests: u32) -> Limit {
+        Limit {
+            algorithm: Algorithm::SlidingWindowCounter,
+            ..Limit::fixed_window(requests, Unit::Second)
+        }
+    }
+
+    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
+        let mut counts = None;
+        hits.iter()
+            .map(|&(now, cost)| {
+                let (d, changed) = check(counts, &limit, cost, now);
+                if changed.is_some() {
+                    counts = changed;
+                }
+                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_previous_window_is_weighted_by_its_overlap() {
+        // L = 10 per second.
+        let got = run(
+            limit(10),
+            &[
+                (10 * S + 500_000, 10), // window [10, 11): cur 10 = L, admitted; empty at 12.0
+                (10 * S + 900_000, 1),  // 10 + 1 > 10: denied. Next window, 1 fits once
+                //                         10 x (1 - e) + 1 <= 10, e >= 0.1: retry at 11.1 -> 0.2 s
+                (11 * S + 250_000, 1), // prev 10 weighs 7.5; 7.5 + 1 = 8.5 <= 10: admitted,
+                //                        remaining floor(10 - 8.5) = 1; empty at 13.0
+                (11 * S + 250_000, 2), // 7.5 + 1 + 2 = 10.5 > 10: denied; retry when
+                //                        10 x (1 - e) <= 10 - 1 - 2 = 7: e >= 0.3 -> 0.05 s
+                (11 * S + 250_000, 0), // cost 0 reads: 1 left, as after the third hit
+            ],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (true, 0, 3 * S / 2, 0),
+                (false, 0, 1_100_000, 200_000),
+                (true, 1, 1_750_000, 0),
+                (false, 1, 1_750_000, 50_000),
+                (true, 1, 1_750_000, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cost_beyond_the_limit_never_fits_and_idle_refills_fully() {
+        let got = run(limit(5), &[(0, 6), (0, 5), (2 * S, 5)]);
+        assert_eq!(got[0], (false, 5, 0, S));
+        assert_eq!(got[1], (true, 0, 2 * S, 0));
+        assert_eq!(
+            got[2],
+            (true, 0, 2 * S, 0),
+            "two windows later the old count is gone"
+        );
+    }
+
+    #[test]
+    fn unit_multiplier_widens_the_windows() {
+        let mut thirty_seconds = limit(2);
+        thirty_seconds.unit_multiplier = 30;
+        // At 45 s: prev [0, 30) = 2 weighs 2 x 15/30 = 1; one more fits, a second not.
+        let got = run(thirty_seconds, &[(0, 2), (45 * S, 1), (45 * S, 1)]);
+        assert_eq!(got[1], (true, 0, 45 * S, 0));
+        assert!(!got[2].0);
+    }
+}

@@ -1,0 +1,155 @@
+//! Sliding window log: the time of every admitted unit of cost in the last W. Admits when the
+//! entries in the window plus the cost fit in L. Exact; memory is one timestamp per admitted
+//! unit, so limits are bounded (`SLIDING_LOG_MAX_LIMIT` in the config).
+//!
+//! An entry stamped `ts` is in the window at `now` iff `ts + W > now`: the window is
+//! (now - W, now], and an entry leaves it exactly W after it was admitted.
+
+use crate::limit::{Decision, Limit};
+
+/// Admission times, ascending, of every admitted unit of cost still in the window.
+pub type Log = Vec<u64>;
+
+/// Decides one hit; returns the decision and the log to store when it changed.
+pub fn check(
+    stored: Option<&Log>,
+    limit: &Limit,
+    cost: u64,
+    now_us: u64,
+) -> (Decision, Option<Log>) {
+    let period = limit.period_us();
+    let capacity = u64::from(limit.requests_per_unit);
+    // Entries stamped in the future (the clock went back) still count: never admit more.
+    let live: &[u64] = stored.map_or(&[], |log| {
+        let first_live = log.partition_point(|&ts| ts.saturating_add(period) <= now_us);
+        &log[first_live..]
+    });
+    let count = live.len() as u64;
+    let admitted = count.saturating_add(cost) <= capacity;
+    if !admitted {
+        let retry_after_us = if cost > capacity {
+            period
+        } else {
+            // The oldest (count + cost - capacity) entries must leave first.
+            let must_leave = (count + cost - capacity) as usize;
+            live[must_leave - 1] + period - now_us
+        };
+        let decision = Decision {
+            admitted,
+            remaining: remaining(capacity, count),
+            reset_after_us: until_empty(live, period, now_us),
+            retry_after_us,
+        };
+        return (decision, None);
+    }
+    let changed = (cost > 0).then(|| {
+        let mut log = live.to_vec();
+        let at = log.partition_point(|&ts| ts <= now_us);
+        log.splice(at..at, std::iter::repeat_n(now_us, cost as usize));
+        log
+    });
+    let after: &[u64] = changed.as_deref().unwrap_or(live);
+    let decision = Decision {
+        admitted,
+        remaining: remaining(capacity, after.len() as u64),
+        reset_after_us: until_empty(after, period, now_us),
+        retry_after_us: 0,
+    };
+    (decision, changed)
+}
+
+/// When the state no longer matters: the newest entry leaves the window.
+pub fn expires_at_us(log: &Log, limit: &Limit) -> u64 {
+    log.last().map_or(0, |&ts| ts + limit.period_us())
+}
+
+/// Time until the newest entry leaves the window (all capacity back).
+fn until_empty(live: &[u64], period: u64, now_us: u64) -> u64 {
+    live.last()
+        .map_or(0, |&ts| (ts + period).saturating_sub(now_us))
+}
+
+fn remaining(capacity: u64, count: u64) -> u32 {
+    u32::try_from(capacity.saturating_sub(count)).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::{Algorithm, Unit};
+
+    const S: u64 = 1_000_000;
+
+    fn limit(requests: u32) -> Limit {
+        Limit {
+            algorithm: Algorithm::SlidingWindowLog,
+            ..Limit::fixed_window(requests, Unit::Second)
+        }
+    }
+
+    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
+        let mut log: Option<Log> = None;
+        hits.iter()
+            .map(|&(now, cost)| {
+                let (d, changed) = check(log.as_ref(), &limit, cost, now);
+                if changed.is_some() {
+                    log = changed;
+                }
+                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn window_slides_with_each_entry() {
+        // L = 2 per second.
+        let got = run(
+            limit(2),
+            &[
+                (10 * S, 1),           // entries {10.0}: 1 left, empty at 11.0
+                (10 * S + 600_000, 1), // {10.0, 10.6}: at the limit, empty at 11.6
+                (10 * S + 900_000, 1), // full: 10.0 leaves at 11.0 -> retry 0.1 s
+                (11 * S, 1),           // 10.0 + 1 s = 11.0 is out (exclusive): admitted
+                (11 * S + 500_000, 1), // {10.6, 11.0} full: 10.6 leaves at 11.6 -> 0.1 s
+                (11 * S + 500_000, 0), // cost 0 reads: 0 left, admitted
+            ],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (true, 1, S, 0),
+                (true, 0, S, 0),
+                (false, 0, 700_000, 100_000),
+                (true, 0, S, 0),
+                (false, 0, 500_000, 100_000),
+                (true, 0, 500_000, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn rejects_across_a_fixed_window_boundary() {
+        // Two at 0.9 s fill the limit; at 1.1 s a fixed window would start afresh, the log not.
+        let got = run(limit(2), &[(900_000, 2), (1_100_000, 1), (1_900_000, 1)]);
+        assert_eq!(got[1], (false, 0, 800_000, 800_000));
+        assert_eq!(got[2], (true, 1, S, 0));
+    }
+
+    #[test]
+    fn cost_larger_than_the_limit_never_fits_and_idle_refills_fully() {
+        let got = run(limit(3), &[(0, 4), (0, 3), (S, 3)]);
+        assert_eq!(got[0], (false, 3, 0, S));
+        assert_eq!(got[1], (true, 0, S, 0));
+        assert_eq!(got[2], (true, 0, S, 0), "after W idle, all 3 are back");
+    }
+
+    #[test]
+    fn unit_multiplier_widens_the_window() {
+        let mut five_minutes = limit(1);
+        five_minutes.unit = Unit::Minute;
+        five_minutes.unit_multiplier = 5;
+        let got = run(five_minutes, &[(0, 1), (299 * S, 1), (300 * S, 1)]);
+        assert_eq!(got[1], (false, 0, S, S));
+        assert!(got[2].0);
+    }
+}

@@ -1,0 +1,168 @@
+//! Token bucket: a bucket of `burst` tokens (default L: a full period's worth at once), refilled
+//! continuously at L per W. A hit of cost h takes h tokens when there are h.
+//!
+//! Tokens are kept scaled by W (a token is W units) so that the refill, L units per
+//! microsecond, is an integer: exact in 128-bit integers for every u32 limit and burst, u64
+//! cost and period.
+
+use crate::limit::{Decision, Limit};
+
+/// The bucket: tokens (scaled by W) as of `updated_us`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bucket {
+    pub scaled_tokens: u128,
+    pub updated_us: u64,
+}
+
+/// Decides one hit; returns the decision and the bucket to store when it changed.
+pub fn check(
+    stored: Option<Bucket>,
+    limit: &Limit,
+    cost: u64,
+    now_us: u64,
+) -> (Decision, Option<Bucket>) {
+    let period = u128::from(limit.period_us());
+    let rate = u128::from(limit.requests_per_unit);
+    let full = u128::from(limit.capacity()) * period;
+    let tokens = refilled(stored, full, rate, now_us);
+    let needed = u128::from(cost) * period;
+    let admitted = needed <= tokens;
+    let after = if admitted { tokens - needed } else { tokens };
+    let decision = Decision {
+        admitted,
+        remaining: clamp(after / period),
+        reset_after_us: time_to_refill(full - after, rate, period),
+        retry_after_us: if admitted {
+            0
+        } else if needed > full {
+            limit.period_us()
+        } else {
+            time_to_refill(needed - tokens, rate, period)
+        },
+    };
+    let changed = (admitted && cost > 0).then_some(Bucket {
+        scaled_tokens: after,
+        updated_us: now_us,
+    });
+    (decision, changed)
+}
+
+/// When the state no longer matters: the bucket is full again.
+pub fn expires_at_us(bucket: &Bucket, limit: &Limit) -> u64 {
+    let period = u128::from(limit.period_us());
+    let full = u128::from(limit.capacity()) * period;
+    let missing = full.saturating_sub(bucket.scaled_tokens);
+    bucket.updated_us.saturating_add(time_to_refill(
+        missing,
+        u128::from(limit.requests_per_unit),
+        period,
+    ))
+}
+
+/// Tokens at `now_us`: a new bucket is full; time going back refills nothing.
+fn refilled(stored: Option<Bucket>, full: u128, rate: u128, now_us: u64) -> u128 {
+    match stored {
+        None => full,
+        Some(b) => {
+            let elapsed = u128::from(now_us.saturating_sub(b.updated_us));
+            full.min(b.scaled_tokens + rate * elapsed)
+        }
+    }
+}
+
+/// Microseconds until `missing` scaled tokens have refilled, rounded up. With a rate of 0
+/// nothing refills: one period is reported.
+fn time_to_refill(missing: u128, rate: u128, period: u128) -> u64 {
+    if missing == 0 {
+        return 0;
+    }
+    if rate == 0 {
+        return u64::try_from(period).unwrap_or(u64::MAX);
+    }
+    u64::try_from(missing.div_ceil(rate)).unwrap_or(u64::MAX)
+}
+
+fn clamp(value: u128) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::{Algorithm, Unit};
+
+    const S: u64 = 1_000_000;
+
+    fn limit(requests: u32, burst: Option<u32>) -> Limit {
+        Limit {
+            algorithm: Algorithm::TokenBucket,
+            burst,
+            ..Limit::fixed_window(requests, Unit::Second)
+        }
+    }
+
+    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
+        let mut bucket = None;
+        hits.iter()
+            .map(|&(now, cost)| {
+                let (d, changed) = check(bucket, &limit, cost, now);
+                if changed.is_some() {
+                    bucket = changed;
+                }
+                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn burst_then_refill_at_the_rate() {
+        // 4 per second (a token every 0.25 s), burst defaults to 4.
+        let got = run(
+            limit(4, None),
+            &[
+                (0, 4),       // the whole bucket at once; full again in 1 s
+                (0, 1),       // empty: next token in 0.25 s
+                (100_000, 0), // cost 0 reads: 0.4 tokens, 0 whole; full in 0.9 s
+                (250_000, 1), // one token has come back; taken
+                (S, 2),       // 3 tokens back by 1.0 s: take 2, 1 left; full in 0.75 s
+                (10 * S, 0),  // idle: full (4), nothing to wait for
+            ],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (true, 0, S, 0),
+                (false, 0, S, 250_000),
+                (true, 0, 900_000, 0),
+                (true, 0, S, 0),
+                (true, 1, 750_000, 0),
+                (true, 4, 0, 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn burst_sets_the_capacity() {
+        // 1 per second with a burst of 3: three at once, then one per second.
+        let got = run(limit(1, Some(3)), &[(0, 3), (0, 1), (S, 1), (S, 1), (0, 4)]);
+        assert_eq!(got[0], (true, 0, 3 * S, 0));
+        assert_eq!(got[1], (false, 0, 3 * S, S));
+        assert_eq!(got[2], (true, 0, 3 * S, 0));
+        assert_eq!(got[3].0, false);
+        assert_eq!(
+            got[4],
+            (false, 0, 3 * S, S),
+            "4 > burst never fits; time going back refills nothing"
+        );
+    }
+
+    #[test]
+    fn unit_multiplier_slows_the_refill() {
+        let mut two_per_minute = limit(2, None);
+        two_per_minute.unit = Unit::Minute;
+        two_per_minute.unit_multiplier = 1;
+        let got = run(two_per_minute, &[(0, 2), (29 * S, 1), (30 * S, 1)]);
+        assert_eq!(got[1], (false, 0, 31 * S, S));
+        assert_eq!(got[2], (true, 0, 60 * S, 0));
+    }
+}
