@@ -246,10 +246,14 @@ fn sluice_extensions_are_validated() {
     .expect("burst on a bucket");
 }
 
-/// A file with one limit on key `k`: `unit: second` and then `lines`.
+/// A file with one limit on key `k`: `unit: second` and then `lines`, in one temporary
+/// directory for the whole test run.
 fn write_limit(lines: &str) -> PathBuf {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let path = dir.join("x.yaml");
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let path = dir.path().join(format!("x{n}.yaml"));
     let text = format!(
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      {lines}\n"
     );

@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(got[0], (true, 0, 3 * S, 0));
         assert_eq!(got[1], (false, 0, 3 * S, S));
         assert_eq!(got[2], (true, 0, 3 * S, 0));
-        assert_eq!(got[3].0, false);
+        assert!(!got[3].0);
         assert_eq!(
             got[4],
             (false, 0, 3 * S, S),
