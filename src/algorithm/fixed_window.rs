@@ -19,11 +19,6 @@ pub fn window_start_us(limit: &Limit, now_us: u64) -> u64 {
     now_us - now_us % limit.period_us()
 }
 
-/// End (exclusive) of the window holding `now_us`.
-pub fn window_end_us(limit: &Limit, now_us: u64) -> u64 {
-    window_start_us(limit, now_us) + limit.period_us()
-}
-
 /// Decides one hit. Returns the decision and the window to store when it changed.
 pub fn check(
     stored: Option<Window>,
@@ -31,7 +26,11 @@ pub fn check(
     cost: u64,
     now_us: u64,
 ) -> (Decision, Option<Window>) {
-    let start_us = window_start_us(limit, now_us);
+    // A stored window ahead of the clock (the clock went back) still counts: never admit more.
+    let start_us = match stored {
+        Some(window) if window.start_us > now_us => window.start_us,
+        _ => window_start_us(limit, now_us),
+    };
     let until_next_window_us = start_us + limit.period_us() - now_us;
     let capacity = u64::from(limit.requests_per_unit);
     // A window that is not the current one has expired: its count no longer matters.

@@ -41,8 +41,11 @@ pub fn check(state: Option<&State>, limit: &Limit, cost: u64, now_us: u64) -> Ou
                 _ => None,
             };
             let (decision, changed) = fixed_window::check(stored, limit, cost, now_us);
-            let expires = fixed_window::window_end_us(limit, now_us);
-            outcome(decision, changed.map(|w| (State::FixedWindow(w), expires)))
+            let period = limit.period_us();
+            outcome(
+                decision,
+                changed.map(|w| (State::FixedWindow(w), w.start_us + period)),
+            )
         }
         Algorithm::SlidingWindowLog => {
             let stored = match state {

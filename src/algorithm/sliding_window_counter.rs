@@ -26,7 +26,8 @@ pub fn check(
 ) -> (Decision, Option<Counts>) {
     let period = limit.period_us();
     let counts = rolled(stored, period, now_us);
-    let elapsed = now_us - counts.start_us;
+    // Zero when the stored window is ahead of the clock: the previous count weighs fully.
+    let elapsed = now_us.saturating_sub(counts.start_us);
     let capacity = u64::from(limit.requests_per_unit);
     let admitted = weighted(
         counts.previous,
