@@ -18,6 +18,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use tonic::transport::Channel;
 
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+
+/// A client of the rate limit service, generated from Envoy's protos.
+pub type Client = RateLimitServiceClient<Channel>;
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus,
 };
