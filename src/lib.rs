@@ -9,6 +9,7 @@
 //! - `algorithm`: the algorithms as pure functions.
 //! - `store`: the `Store` trait, key layout, and the embedded memory store.
 //! - `proto`: Envoy's API types, generated from `proto/`.
+//! - `simulate`: `sluice simulate`, synthetic traffic through the service on a virtual clock.
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
@@ -18,4 +19,5 @@ pub mod proto;
 pub mod server;
 pub mod service;
 pub mod settings;
+pub mod simulate;
 pub mod store;

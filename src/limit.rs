@@ -175,6 +175,21 @@ impl Limit {
     }
 }
 
+impl fmt::Display for Limit {
+    /// `token_bucket: 10 per second, burst 20`, `fixed_window: 5 per 5 minutes`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} per ", self.algorithm, self.requests_per_unit)?;
+        match self.unit_multiplier {
+            0 | 1 => write!(f, "{}", self.unit)?,
+            n => write!(f, "{n} {}s", self.unit)?,
+        }
+        if self.algorithm.has_burst() {
+            write!(f, ", burst {}", self.capacity())?;
+        }
+        Ok(())
+    }
+}
+
 /// Microseconds in a second: time inside sluice is integer microseconds.
 pub const MICROS_PER_SECOND: u64 = 1_000_000;
 

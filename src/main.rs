@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use sluice::config::{self, LoadOptions};
 use sluice::settings::ServeArgs;
+use sluice::simulate::{self, traffic, Simulation, Traffic};
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +38,40 @@ enum Command {
               value_parser = clap::builder::FalseyValueParser::new())]
         merge_domain_config: bool,
     },
+    /// Replay synthetic traffic against a config on a virtual clock and show what each
+    /// request gets, per descriptor: a chart per time bucket, or every decision as CSV.
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// Configuration file or directory; repeatable.
+    #[arg(long = "config", default_value = "config")]
+    config: Vec<PathBuf>,
+    /// Let several files hold the same domain.
+    #[arg(long)]
+    merge_domain_config: bool,
+    /// The domain of the requests.
+    #[arg(long)]
+    domain: String,
+    /// A descriptor, `key=value[,key=value...]`; repeatable, each simulated on its own.
+    #[arg(long, required = true)]
+    descriptor: Vec<String>,
+    /// Steady traffic, evenly spaced: `20/s`, `100/m`, `5/10s`.
+    #[arg(long, default_value = "0/s")]
+    rate: String,
+    /// Extra requests all at once: `TIME:COUNT`, e.g. `10s:50`; repeatable.
+    #[arg(long)]
+    burst_at: Vec<String>,
+    /// How long to simulate: `60s`, `5m`, ...
+    #[arg(long, default_value = "60s")]
+    duration: String,
+    /// Chart row width in time (default: whole seconds, at most about 60 rows).
+    #[arg(long)]
+    bucket: Option<String>,
+    /// Print every decision as CSV instead of the chart.
+    #[arg(long)]
+    csv: bool,
 }
 
 fn main() -> ExitCode {
@@ -47,6 +82,7 @@ fn main() -> ExitCode {
             merge_domain_config,
         }) => check_config(&paths, merge_domain_config),
         Some(Command::Serve(args)) => serve(*args),
+        Some(Command::Simulate(args)) => run_simulation(&args),
         None => serve(cli.serve),
     }
 }
@@ -74,6 +110,52 @@ fn check_config(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_simulation(args: &SimulateArgs) -> ExitCode {
+    let report = simulation(args).and_then(|s| simulate::run(&s).map_err(|e| e.to_string()));
+    match report {
+        Ok(report) if args.csv => print!("{}", simulate::chart::csv(&report)),
+        Ok(report) => print!("{}", simulate::chart::text(&report)),
+        Err(error) => {
+            eprintln!("sluice simulate: {error}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
+    let descriptors = args
+        .descriptor
+        .iter()
+        .map(|d| simulate::parse_descriptor(d))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let bursts = args
+        .burst_at
+        .iter()
+        .map(|b| traffic::parse_burst(b))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let bucket_us = match &args.bucket {
+        Some(bucket) => Some(traffic::parse_duration_us(bucket).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    Ok(Simulation {
+        config_paths: args.config.clone(),
+        load_options: LoadOptions {
+            merge_domains: args.merge_domain_config,
+        },
+        domain: args.domain.clone(),
+        descriptors,
+        traffic: Traffic {
+            rate: traffic::parse_rate(&args.rate).map_err(|e| e.to_string())?,
+            bursts,
+            duration_us: traffic::parse_duration_us(&args.duration).map_err(|e| e.to_string())?,
+        },
+        bucket_us,
+    })
 }
 
 fn serve(args: ServeArgs) -> ExitCode {

@@ -31,7 +31,11 @@ async fn hit(client: &mut Client, key: &str) -> DescriptorStatus {
 async fn sleep_until_fraction(fraction: f64) {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let into = f64::from(now.subsec_micros()) / 1e6;
-    let wait = if into < fraction { fraction - into } else { 1.0 - into + fraction };
+    let wait = if into < fraction {
+        fraction - into
+    } else {
+        1.0 - into + fraction
+    };
     tokio::time::sleep(Duration::from_secs_f64(wait)).await;
 }
 
@@ -53,7 +57,10 @@ async fn token_bucket_bursts_then_refills_at_its_rate() {
     while code(&hit(&mut client, "token").await) == Code::Ok {
         admitted += 1;
     }
-    assert!((2..=5).contains(&admitted), "10/s for 0.35 s refilled {admitted}");
+    assert!(
+        (2..=5).contains(&admitted),
+        "10/s for 0.35 s refilled {admitted}"
+    );
 }
 
 #[tokio::test]
@@ -61,7 +68,11 @@ async fn leaky_bucket_paces_one_request_per_interval() {
     let sluice = Sluice::start(CONFIG, &[]);
     let mut client = sluice.client().await;
     assert_eq!(code(&hit(&mut client, "leaky").await), Code::Ok);
-    assert_eq!(code(&hit(&mut client, "leaky").await), Code::OverLimit, "5/s: one per 0.2 s");
+    assert_eq!(
+        code(&hit(&mut client, "leaky").await),
+        Code::OverLimit,
+        "5/s: one per 0.2 s"
+    );
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(code(&hit(&mut client, "leaky").await), Code::Ok);
     assert_eq!(code(&hit(&mut client, "leaky").await), Code::OverLimit);
