@@ -76,9 +76,12 @@ fn buckets(run: &DescriptorRun, bucket_us: u64, duration_us: u64) -> Vec<(u64, u
 
 /// `12s`, or `12.5s` when not whole.
 fn seconds(us: u64) -> String {
-    if us % MICROS_PER_SECOND == 0 {
-        format!("{}s", us / MICROS_PER_SECOND)
+    let whole = us / MICROS_PER_SECOND;
+    let fraction = format!("{:06}", us % MICROS_PER_SECOND);
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() {
+        format!("{whole}s")
     } else {
-        format!("{:.3}s", us as f64 / MICROS_PER_SECOND as f64)
+        format!("{whole}.{fraction}s")
     }
 }
