@@ -113,6 +113,10 @@ mod tests {
         // At 3 s the bucket holds 5 - 3 = 2; three more fill it to 5.
         assert_eq!(got[8], (true, 0, 5 * S, 0));
         assert_eq!(got[9], (false, 0, 5 * S, S));
+        // Idle until the bucket has drained: all 5 fit again, nothing to wait for.
+        let drained = run(limit(1, Some(5)), &[(0, 5), (5 * S, 0), (5 * S, 5)]);
+        assert_eq!(drained[1], (true, 5, 0, 0));
+        assert_eq!(drained[2], (true, 0, 5 * S, 0));
     }
 
     #[test]
