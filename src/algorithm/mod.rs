@@ -2,7 +2,7 @@
 //! no async. Stores keep the state and call `check`; the Lua scripts of the Redis store must
 //! reach the same decisions. Common rules: a denied hit and a hit of cost 0 change no state; a
 //! cost that can never fit is denied with one period as its retry time; `requests_per_unit: 0`
-//! admits only cost 0.
+//! admits only cost 0, whatever the burst.
 
 pub mod fixed_window;
 pub mod leaky_bucket;
@@ -34,6 +34,9 @@ pub struct Outcome {
 /// Charges `cost` against `limit` at `now_us`, given the key's current `state` (if any).
 /// State of another algorithm's shape is treated as absent.
 pub fn check(state: Option<&State>, limit: &Limit, cost: u64, now_us: u64) -> Outcome {
+    if limit.requests_per_unit == 0 && limit.algorithm != Algorithm::FixedWindow {
+        return outcome(blocked(limit, cost), None);
+    }
     match limit.algorithm {
         Algorithm::FixedWindow => {
             let stored = match state {
@@ -102,9 +105,44 @@ pub fn check(state: Option<&State>, limit: &Limit, cost: u64, now_us: u64) -> Ou
     }
 }
 
+/// `requests_per_unit: 0`: only cost 0 passes, and nothing ever will. (The fixed window gets
+/// this from its own rule, with the reference server's reset time: the window's end.)
+fn blocked(limit: &Limit, cost: u64) -> Decision {
+    Decision {
+        admitted: cost == 0,
+        remaining: 0,
+        reset_after_us: 0,
+        retry_after_us: if cost == 0 { 0 } else { limit.period_us() },
+    }
+}
+
 fn outcome(decision: Decision, new_state: Option<(State, u64)>) -> Outcome {
     Outcome {
         decision,
         new_state,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Unit;
+
+    #[test]
+    fn a_zero_limit_blocks_every_algorithm_whatever_the_burst() {
+        for algorithm in Algorithm::ALL {
+            let limit = Limit {
+                algorithm,
+                burst: algorithm.has_burst().then_some(5),
+                ..Limit::fixed_window(0, Unit::Second)
+            };
+            let mut state = None;
+            for now in [0, 1, 5_000_000] {
+                let outcome = check(state.as_ref(), &limit, 1, now);
+                assert!(!outcome.decision.admitted, "{algorithm} at {now}");
+                assert!(check(state.as_ref(), &limit, 0, now).decision.admitted, "{algorithm}");
+                state = outcome.new_state.map(|(s, _)| s);
+            }
+        }
     }
 }
