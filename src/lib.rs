@@ -14,6 +14,7 @@
 
 pub mod algorithm;
 pub mod config;
+pub mod duration;
 pub mod limit;
 pub mod proto;
 pub mod server;

@@ -18,7 +18,8 @@ use crate::proto::{FILE_DESCRIPTOR_SET, RATE_LIMIT_SERVICE_NAME};
 use crate::service::RateLimiter;
 use crate::settings::{Settings, StoreKind};
 use crate::store::memory::MemoryStore;
-use crate::store::{Store, SystemClock};
+use crate::store::redis::RedisStore;
+use crate::store::{Store, StoreError, SystemClock};
 
 /// Health service names reported: the server as a whole, the name envoyproxy/ratelimit uses,
 /// and the RLS service itself.
@@ -37,28 +38,63 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Store(#[from] StoreError),
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Loads the config, binds, and serves until `shutdown` completes.
+/// Loads the config, builds the store, binds, and serves until `shutdown` completes.
 pub async fn run(
     settings: Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let config = config::load(&settings.config_paths, settings.load_options)?;
-    let listener = TcpListener::bind(settings.grpc_addr)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: settings.grpc_addr,
-            source,
-        })?;
-    let grpc_addr = listener.local_addr().map_err(|source| ServerError::Bind {
+    match settings.store {
+        StoreKind::Memory => {
+            let store = Arc::new(MemoryStore::new(
+                settings.memory_max_keys,
+                Arc::new(SystemClock),
+            ));
+            tokio::spawn(sweep_memory_store(Arc::downgrade(&store)));
+            serve(&settings, config, store, shutdown).await
+        }
+        StoreKind::Redis => {
+            let Some(redis) = &settings.redis else {
+                return Err(StoreError::Unavailable("no Redis settings".into()).into());
+            };
+            tracing::info!(redis = %redis.target.describe(), "connecting to Redis");
+            let store = RedisStore::connect(
+                &redis.target,
+                redis.startup_wait,
+                redis.key_prefix.clone(),
+                redis.time_source,
+                Arc::new(SystemClock),
+            )
+            .await?;
+            tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
+            serve(&settings, config, Arc::new(store), shutdown).await
+        }
+    }
+}
+
+/// Binds the gRPC port and serves the RLS, health and reflection over `store`.
+async fn serve<S: Store>(
+    settings: &Settings,
+    config: Config,
+    store: Arc<S>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let bind_error = |source| ServerError::Bind {
         addr: settings.grpc_addr,
         source,
-    })?;
+    };
+    let listener = TcpListener::bind(settings.grpc_addr)
+        .await
+        .map_err(bind_error)?;
+    let grpc_addr = listener.local_addr().map_err(bind_error)?;
     tracing::info!(
         grpc = %grpc_addr,
         store = ?settings.store,
@@ -67,25 +103,6 @@ pub async fn run(
         "sluice listening"
     );
     let config = Arc::new(ArcSwap::from_pointee(config));
-    match settings.store {
-        StoreKind::Memory => {
-            let store = Arc::new(MemoryStore::new(
-                settings.memory_max_keys,
-                Arc::new(SystemClock),
-            ));
-            tokio::spawn(sweep_memory_store(Arc::downgrade(&store)));
-            serve(&settings, config, store, listener, shutdown).await
-        }
-    }
-}
-
-async fn serve<S: Store>(
-    settings: &Settings,
-    config: Arc<ArcSwap<Config>>,
-    store: Arc<S>,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServerError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_NAMES {
         health

@@ -12,10 +12,10 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::{Config, Domain};
-use crate::limit::{Hit, Limit, Unit};
+use crate::limit::{Decision, Hit, Limit, Unit};
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use crate::store::{key, Store};
+use crate::store::{key, Store, StoreError};
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;
 
@@ -25,6 +25,19 @@ pub struct ServiceOptions {
     pub bounds: RequestBounds,
     /// `SHADOW_MODE`: the overall code is always OK; descriptor statuses stay truthful.
     pub global_shadow_mode: bool,
+    pub failure_mode: FailureMode,
+}
+
+/// What a call gets when the store cannot decide.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailureMode {
+    /// gRPC UNAVAILABLE with the reason: Envoy's `failure_mode_deny` decides.
+    #[default]
+    Unavailable,
+    /// Every charged descriptor is OK (fail open).
+    Allow,
+    /// Every charged descriptor is OVER_LIMIT (fail closed).
+    Deny,
 }
 
 /// The rate limit service over a store `S` and the current config.
@@ -57,11 +70,10 @@ impl<S: Store> RateLimiter<S> {
             .collect();
         apply_replaces(&mut planned);
         let hits: Vec<Hit> = planned.iter_mut().filter_map(|p| p.hit.take()).collect();
-        let decisions = self
-            .store
-            .check(&hits)
-            .await
-            .map_err(|error| Status::unavailable(error.to_string()))?;
+        let decisions = match self.store.check(&hits).await {
+            Ok(decisions) => decisions,
+            Err(error) => self.on_store_failure(&error, hits.len())?,
+        };
         let mut decisions = decisions.iter();
         let verdicts: Vec<Verdict<'_>> = planned.into_iter().map(|p| p.verdict).collect();
         let statuses: Vec<_> = verdicts
@@ -80,6 +92,25 @@ impl<S: Store> RateLimiter<S> {
             statuses,
             ..Default::default()
         })
+    }
+}
+
+impl<S> RateLimiter<S> {
+    /// The answers for `count` hits the store could not decide, as `--failure-mode` says.
+    fn on_store_failure(&self, error: &StoreError, count: usize) -> Result<Vec<Decision>, Status> {
+        tracing::debug!(%error, "store failed");
+        let admitted = match self.options.failure_mode {
+            FailureMode::Unavailable => return Err(Status::unavailable(error.to_string())),
+            FailureMode::Allow => true,
+            FailureMode::Deny => false,
+        };
+        let decision = Decision {
+            admitted,
+            remaining: 0,
+            reset_after_us: 0,
+            retry_after_us: 0,
+        };
+        Ok(vec![decision; count])
     }
 }
 

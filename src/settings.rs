@@ -8,14 +8,19 @@ use std::path::PathBuf;
 use clap::builder::FalseyValueParser;
 use clap::{ArgAction, Args, ValueEnum};
 
+mod redis;
+
 use crate::config::LoadOptions;
-use crate::service::{RequestBounds, ServiceOptions};
+use crate::service::{FailureMode, RequestBounds, ServiceOptions};
+pub use redis::{RedisArgs, RedisSettings, RedisTime};
 
 /// Which store keeps the limit state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StoreKind {
     /// Embedded, in this process: one sluice instance.
     Memory,
+    /// Redis: any number of sluice replicas share the state.
+    Redis,
 }
 
 /// The flags of `sluice serve`; each has an environment variable.
@@ -34,6 +39,12 @@ pub struct ServeArgs {
     /// Where limit state is kept.
     #[arg(long, env = "SLUICE_STORE", value_enum, default_value_t = StoreKind::Memory)]
     pub store: StoreKind,
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// What a call gets when the store fails: `unavailable` (gRPC UNAVAILABLE with the reason,
+    /// so Envoy's failure_mode_deny decides), `allow` (OK) or `deny` (OVER_LIMIT).
+    #[arg(long, env = "SLUICE_FAILURE_MODE", value_enum, default_value_t = FailureMode::Unavailable)]
+    pub failure_mode: FailureMode,
     /// Let several files hold the same domain; their descriptors are merged.
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub merge_domain_config: bool,
@@ -91,6 +102,8 @@ pub struct Settings {
     pub http_addr: SocketAddr,
     pub store: StoreKind,
     pub memory_max_keys: usize,
+    /// Present when the store is Redis.
+    pub redis: Option<RedisSettings>,
     pub service: ServiceOptions,
 }
 
@@ -105,6 +118,8 @@ pub enum SettingsError {
     },
     #[error("{setting}: must be at least 1")]
     Zero { setting: &'static str },
+    #[error("Redis: {0}")]
+    Redis(String),
 }
 
 impl ServeArgs {
@@ -145,9 +160,14 @@ impl ServeArgs {
             http_addr,
             store: self.store,
             memory_max_keys: at_least_one("--memory-max-keys", self.memory_max_keys)?,
+            redis: match self.store {
+                StoreKind::Redis => Some(self.redis.into_settings()?),
+                StoreKind::Memory => None,
+            },
             service: ServiceOptions {
                 bounds,
                 global_shadow_mode: self.shadow_mode,
+                failure_mode: self.failure_mode,
             },
         })
     }

@@ -140,7 +140,10 @@ mod tests {
             for now in [0, 1, 5_000_000] {
                 let outcome = check(state.as_ref(), &limit, 1, now);
                 assert!(!outcome.decision.admitted, "{algorithm} at {now}");
-                assert!(check(state.as_ref(), &limit, 0, now).decision.admitted, "{algorithm}");
+                assert!(
+                    check(state.as_ref(), &limit, 0, now).decision.admitted,
+                    "{algorithm}"
+                );
                 state = outcome.new_state.map(|(s, _)| s);
             }
         }

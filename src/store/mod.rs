@@ -1,8 +1,9 @@
 //! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
-//! the embedded in-memory store (`memory`).
+//! the embedded in-memory store (`memory`) and the Redis store (`redis`).
 
 pub mod key;
 pub mod memory;
+pub mod redis;
 
 use std::future::Future;
 use std::time::{SystemTime, UNIX_EPOCH};

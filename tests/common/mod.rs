@@ -2,6 +2,8 @@
 //! temporary directory, and builds requests with Envoy's own protos (`envoy-types`).
 #![allow(dead_code, unused_imports)]
 
+pub mod redis;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,49 @@
+//! Durations as people write them on command lines and in environment variables: `500ms`,
+//! `10s`, `2m`, `1h`, `1d`, or a bare number of seconds.
+
+use std::time::Duration;
+
+/// A text that is not a duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a duration (e.g. 500ms, 10s, 2m, 1h)")]
+pub struct DurationError(pub String);
+
+/// Parses a duration into microseconds.
+pub fn parse_us(text: &str) -> Result<u64, DurationError> {
+    let error = || DurationError(text.to_string());
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let number: u64 = number.parse().map_err(|_| error())?;
+    let scale: u64 = match unit {
+        "us" => 1,
+        "ms" => 1_000,
+        "" | "s" => 1_000_000,
+        "m" => 60_000_000,
+        "h" => 3_600_000_000,
+        "d" => 86_400_000_000,
+        _ => return Err(error()),
+    };
+    number.checked_mul(scale).ok_or_else(error)
+}
+
+/// Parses a duration (for clap's `value_parser`).
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    parse_us(text).map(Duration::from_micros)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(parse_us("500ms"), Ok(500_000));
+        assert_eq!(parse_us("2m"), Ok(120_000_000));
+        assert_eq!(parse_us("7"), Ok(7_000_000));
+        assert!(parse_us("7 parsecs").is_err());
+        assert!(parse_us("").is_err());
+    }
+}

@@ -1,0 +1,210 @@
+//! The Redis flags, and envoyproxy/ratelimit's Redis variables translated to them:
+//! `REDIS_URL` (`host:port`; for Sentinel `master,host:port,...`; for Cluster `host:port,...`),
+//! `REDIS_TYPE`, `REDIS_AUTH` (`password` or `user:password`), `REDIS_TLS`, `REDIS_SOCKET_TYPE`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::FalseyValueParser;
+use clap::{ArgAction, Args, ValueEnum};
+
+use crate::duration;
+use crate::settings::SettingsError;
+use crate::store::redis::{RedisKind, RedisTarget, TimeSource};
+
+/// `--redis-time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RedisTime {
+    /// Redis `TIME` inside the scripts: every replica shares one clock.
+    Redis,
+    /// sluice's own clock, passed to the scripts.
+    Sluice,
+}
+
+/// The flags of the Redis store.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
+    /// Redis URL(s), comma-separated: `redis://[user:password@]host:port[/db]`, `rediss://` for
+    /// TLS. Cluster: seed nodes. Sentinel: the sentinels. The reference's `host:port` works too.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis_url: Vec<String>,
+    /// single, cluster or sentinel (case-insensitive).
+    #[arg(long, env = "REDIS_TYPE", default_value = "single", value_parser = parse_kind)]
+    pub redis_type: RedisKind,
+    /// Sentinel: the name of the monitored primary (the reference puts it first in REDIS_URL).
+    #[arg(long, env = "SLUICE_REDIS_SENTINEL_MASTER")]
+    pub redis_sentinel_master: Option<String>,
+    /// Password, or `user:password`, for URLs without credentials.
+    #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
+    pub redis_auth: Option<String>,
+    /// Use TLS for URLs given as `host:port`.
+    #[arg(long, env = "REDIS_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub redis_tls: bool,
+    /// `tcp` or `unix` (then REDIS_URL is a socket path).
+    #[arg(long, env = "REDIS_SOCKET_TYPE", default_value = "tcp")]
+    pub redis_socket_type: String,
+    /// PEM file of the CA that signed Redis's certificate; default: the system's roots.
+    #[arg(long, env = "SLUICE_REDIS_TLS_CA_FILE")]
+    pub redis_tls_ca_file: Option<PathBuf>,
+    /// Time allowed to open a connection.
+    #[arg(long, env = "SLUICE_REDIS_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration::parse)]
+    pub redis_connect_timeout: Duration,
+    /// Time allowed for one request's round trip; past it the call fails (see --failure-mode).
+    #[arg(long, env = "SLUICE_REDIS_COMMAND_TIMEOUT", default_value = "500ms", value_parser = duration::parse)]
+    pub redis_command_timeout: Duration,
+    /// How long startup waits for Redis, retrying with backoff, before giving up.
+    #[arg(long, env = "SLUICE_REDIS_STARTUP_WAIT", default_value = "30s", value_parser = duration::parse)]
+    pub redis_startup_wait: Duration,
+    /// Which clock the scripts use (fixed windows always use sluice's, as the reference).
+    #[arg(long, env = "SLUICE_REDIS_TIME", value_enum, default_value_t = RedisTime::Redis)]
+    pub redis_time: RedisTime,
+    /// Prefix of every Redis key.
+    #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
+    pub cache_key_prefix: String,
+}
+
+/// Validated Redis settings.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    pub target: RedisTarget,
+    pub startup_wait: Duration,
+    pub key_prefix: String,
+    pub time_source: TimeSource,
+}
+
+fn parse_kind(text: &str) -> Result<RedisKind, String> {
+    RedisKind::from_str(text, true)
+        .map_err(|_| format!("'{text}' is not single, cluster or sentinel"))
+}
+
+impl RedisArgs {
+    /// Resolves the reference's forms into URLs and validates.
+    pub fn into_settings(self) -> Result<RedisSettings, SettingsError> {
+        let mut urls: Vec<String> = self
+            .redis_url
+            .iter()
+            .map(|u| u.trim().to_string())
+            .collect();
+        urls.retain(|u| !u.is_empty());
+        let mut master = self.redis_sentinel_master.clone();
+        if self.redis_type == RedisKind::Sentinel
+            && master.is_none()
+            && !urls.is_empty()
+            && !urls[0].contains(':')
+        {
+            master = Some(urls.remove(0));
+        }
+        if self.redis_type == RedisKind::Sentinel && master.is_none() {
+            return Err(SettingsError::Redis(
+                "Sentinel needs the primary's name: --redis-sentinel-master or REDIS_URL=name,host:port,...".into(),
+            ));
+        }
+        if urls.is_empty() {
+            return Err(SettingsError::Redis(
+                "--redis-url / REDIS_URL is empty".into(),
+            ));
+        }
+        let urls = urls
+            .iter()
+            .map(|url| self.full_url(url))
+            .collect::<Result<_, _>>()?;
+        Ok(RedisSettings {
+            target: RedisTarget {
+                kind: self.redis_type,
+                urls,
+                sentinel_master: master,
+                tls_ca_file: self.redis_tls_ca_file,
+                connect_timeout: self.redis_connect_timeout,
+                command_timeout: self.redis_command_timeout,
+            },
+            startup_wait: self.redis_startup_wait,
+            key_prefix: self.cache_key_prefix,
+            time_source: match self.redis_time {
+                RedisTime::Redis => TimeSource::Redis,
+                RedisTime::Sluice => TimeSource::Sluice,
+            },
+        })
+    }
+
+    /// A URL with scheme and credentials: `host:port` becomes `redis[s]://[auth@]host:port`.
+    fn full_url(&self, url: &str) -> Result<String, SettingsError> {
+        if url.contains("://") {
+            return Ok(url.to_string());
+        }
+        let auth = match self.redis_auth.as_deref().filter(|a| !a.is_empty()) {
+            Some(auth) if auth.contains(':') => format!("{auth}@"),
+            Some(password) => format!(":{password}@"),
+            None => String::new(),
+        };
+        match self.redis_socket_type.to_ascii_lowercase().as_str() {
+            "unix" => Ok(format!("redis+unix://{url}")),
+            "tcp" | "" => {
+                let scheme = if self.redis_tls { "rediss" } else { "redis" };
+                Ok(format!("{scheme}://{auth}{url}"))
+            }
+            other => Err(SettingsError::Redis(format!(
+                "REDIS_SOCKET_TYPE '{other}' is not tcp or unix"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        redis: RedisArgs,
+    }
+
+    fn settings(argv: &[&str]) -> Result<RedisSettings, SettingsError> {
+        let mut full = vec!["sluice"];
+        full.extend_from_slice(argv);
+        Cli::parse_from(full).redis.into_settings()
+    }
+
+    #[test]
+    fn reference_forms_become_urls() {
+        let s = settings(&[
+            "--redis-url",
+            "localhost:6379",
+            "--redis-auth",
+            "pw",
+            "--redis-tls",
+        ])
+        .unwrap();
+        assert_eq!(s.target.urls, ["rediss://:pw@localhost:6379"]);
+        let s = settings(&[
+            "--redis-type",
+            "SENTINEL",
+            "--redis-url",
+            "mymaster,h1:26379,h2:26379",
+        ])
+        .unwrap();
+        assert_eq!(s.target.sentinel_master.as_deref(), Some("mymaster"));
+        assert_eq!(s.target.urls, ["redis://h1:26379", "redis://h2:26379"]);
+        let s = settings(&[
+            "--redis-url",
+            "/tmp/redis.sock",
+            "--redis-socket-type",
+            "unix",
+        ])
+        .unwrap();
+        assert_eq!(s.target.urls, ["redis+unix:///tmp/redis.sock"]);
+    }
+
+    #[test]
+    fn sentinel_without_a_master_name_is_refused() {
+        let err =
+            settings(&["--redis-type", "sentinel", "--redis-url", "redis://h:26379"]).unwrap_err();
+        assert!(err.to_string().contains("primary's name"), "{err}");
+    }
+}

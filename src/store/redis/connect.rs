@@ -1,0 +1,197 @@
+//! Connecting to Redis: a single node, a Cluster or a primary found through Sentinel; TLS with
+//! `rediss://` (and an optional CA file); timeouts; waiting for Redis at startup with backoff.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Client, RedisResult, TlsCertificates};
+use tokio::sync::Mutex;
+
+/// Which Redis deployment sluice talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RedisKind {
+    Single,
+    Cluster,
+    Sentinel,
+}
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct RedisTarget {
+    pub kind: RedisKind,
+    /// Single: one URL. Cluster: seed node URLs. Sentinel: sentinel URLs.
+    pub urls: Vec<String>,
+    /// Sentinel: the name of the monitored primary.
+    pub sentinel_master: Option<String>,
+    /// PEM file of the CA that signed the server's certificate (`rediss://`); default: the
+    /// system's roots.
+    pub tls_ca_file: Option<PathBuf>,
+    pub connect_timeout: Duration,
+    pub command_timeout: Duration,
+}
+
+/// A live connection, shared by every request (multiplexed: no connection per request).
+#[derive(Clone)]
+pub enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(Arc<SentinelConnection>),
+}
+
+/// The primary's connection, re-resolved through the sentinels when it fails.
+pub struct SentinelConnection {
+    sentinel: Mutex<SentinelClient>,
+    primary: ArcSwap<ConnectionManager>,
+    config: ConnectionManagerConfig,
+}
+
+impl SentinelConnection {
+    /// The current primary's connection.
+    pub fn primary(&self) -> ConnectionManager {
+        (**self.primary.load()).clone()
+    }
+
+    /// Asks the sentinels for the primary again (after a failover).
+    pub async fn refresh(&self) -> RedisResult<()> {
+        let mut sentinel = self.sentinel.lock().await;
+        let client = sentinel.async_get_client().await?;
+        let manager = ConnectionManager::new_with_config(client, self.config.clone()).await?;
+        self.primary.store(Arc::new(manager));
+        Ok(())
+    }
+}
+
+impl RedisTarget {
+    /// Connects once.
+    pub async fn connect(&self) -> RedisResult<Connection> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.command_timeout))
+            .set_number_of_retries(1);
+        match self.kind {
+            RedisKind::Single => {
+                let client = self.client(self.first_url()?)?;
+                Ok(Connection::Single(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
+            }
+            RedisKind::Cluster => {
+                let mut builder = ClusterClientBuilder::new(self.urls.clone())
+                    .connection_timeout(self.connect_timeout)
+                    .response_timeout(self.command_timeout);
+                if let Some(certificates) = self.certificates()? {
+                    builder = builder.certs(certificates);
+                }
+                let client = builder.build()?;
+                Ok(Connection::Cluster(client.get_async_connection().await?))
+            }
+            RedisKind::Sentinel => {
+                let master = self.sentinel_master.clone().unwrap_or_default();
+                let mut sentinel = SentinelClient::build(
+                    self.urls.clone(),
+                    master,
+                    None,
+                    SentinelServerType::Master,
+                )?;
+                let client = sentinel.async_get_client().await?;
+                let primary = ConnectionManager::new_with_config(client, config.clone()).await?;
+                Ok(Connection::Sentinel(Arc::new(SentinelConnection {
+                    sentinel: Mutex::new(sentinel),
+                    primary: ArcSwap::from_pointee(primary),
+                    config,
+                })))
+            }
+        }
+    }
+
+    /// Connects, retrying with backoff until `wait` has passed; says what it waits for.
+    pub async fn connect_waiting(&self, wait: Duration) -> RedisResult<Connection> {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.connect().await {
+                Ok(connection) => return Ok(connection),
+                Err(error) if started.elapsed() + backoff < wait => {
+                    tracing::warn!(
+                        redis = %self.describe(),
+                        %error,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "waiting for Redis"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// What is being connected to, without passwords, for logs.
+    pub fn describe(&self) -> String {
+        let urls: Vec<String> = self.urls.iter().map(|url| without_password(url)).collect();
+        format!("{:?} {}", self.kind, urls.join(",")).to_lowercase()
+    }
+
+    fn first_url(&self) -> RedisResult<&str> {
+        self.urls
+            .first()
+            .map(String::as_str)
+            .ok_or_else(|| (redis::ErrorKind::InvalidClientConfig, "no Redis URL").into())
+    }
+
+    fn client(&self, url: &str) -> RedisResult<Client> {
+        match self.certificates()? {
+            Some(certificates) => Client::build_with_tls(url, certificates),
+            None => Client::open(url),
+        }
+    }
+
+    fn certificates(&self) -> RedisResult<Option<TlsCertificates>> {
+        let Some(path) = &self.tls_ca_file else {
+            return Ok(None);
+        };
+        let root_cert = std::fs::read(path).map_err(|error| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "cannot read the Redis CA file",
+                format!("{}: {error}", path.display()),
+            ))
+        })?;
+        Ok(Some(TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_cert),
+        }))
+    }
+}
+
+/// `redis://user:secret@host` -> `redis://user:***@host`.
+fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_in_logs() {
+        assert_eq!(without_password("redis://u:pw@h:1"), "redis://u:***@h:1");
+        assert_eq!(without_password("rediss://pw@h:1"), "rediss://***@h:1");
+        assert_eq!(without_password("redis://h:1"), "redis://h:1");
+    }
+}

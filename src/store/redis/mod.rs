@@ -1,0 +1,235 @@
+//! The Redis store: every algorithm is a Lua script (`lua/`), loaded once with SCRIPT LOAD and
+//! run with EVALSHA, one per hit; all hits of a request go in one pipelined round trip (on a
+//! Cluster, concurrently to their slots' primaries). A NOSCRIPT reply (after SCRIPT FLUSH, a
+//! restart or a failover) reloads the scripts and retries the failed hits, invisibly to the
+//! client. No algorithm logic lives here.
+
+mod connect;
+mod scripts;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, RedisError, RedisResult};
+
+pub use connect::{Connection, RedisKind, RedisTarget};
+use scripts::Scripts;
+
+use crate::limit::{Algorithm, Decision, Hit};
+use crate::store::{key, Clock, Store, StoreError};
+
+/// Which clock the scripts read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Redis `TIME` inside the scripts: one clock for every sluice replica.
+    Redis,
+    /// sluice's clock, passed as an argument (for Redis services that refuse TIME).
+    Sluice,
+}
+
+/// The Redis store.
+pub struct RedisStore {
+    connection: Connection,
+    scripts: Scripts,
+    key_prefix: String,
+    clock: Arc<dyn Clock>,
+    time_source: TimeSource,
+    command_timeout: Duration,
+    nonce_prefix: String,
+    nonce: AtomicU64,
+    script_reloads: AtomicU64,
+}
+
+/// One reply of a script: admitted, remaining, reset_after_us, retry_after_us.
+type Reply = Vec<i64>;
+
+impl RedisStore {
+    /// Connects to `target` (waiting up to `startup_wait`) and loads the scripts.
+    pub async fn connect(
+        target: &RedisTarget,
+        startup_wait: Duration,
+        key_prefix: String,
+        time_source: TimeSource,
+        clock: Arc<dyn Clock>,
+    ) -> Result<RedisStore, StoreError> {
+        let connection = target
+            .connect_waiting(startup_wait)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("{}: {e}", target.describe())))?;
+        let store = RedisStore {
+            connection,
+            scripts: Scripts::new(),
+            key_prefix,
+            clock,
+            time_source,
+            command_timeout: target.command_timeout,
+            nonce_prefix: format!("{:x}", clock_seed()),
+            nonce: AtomicU64::new(0),
+            script_reloads: AtomicU64::new(0),
+        };
+        store.load_scripts().await.map_err(unavailable)?;
+        Ok(store)
+    }
+
+    /// How many times the scripts were loaded again after a NOSCRIPT reply.
+    pub fn script_reloads(&self) -> u64 {
+        self.script_reloads.load(Ordering::Relaxed)
+    }
+
+    /// SCRIPT LOAD of every script (on a Cluster, on every primary).
+    async fn load_scripts(&self) -> RedisResult<()> {
+        for load in self.scripts.load_commands() {
+            let _: redis::Value = match &self.connection {
+                Connection::Single(manager) => load.query_async(&mut manager.clone()).await?,
+                Connection::Cluster(cluster) => load.query_async(&mut cluster.clone()).await?,
+                Connection::Sentinel(sentinel) => load.query_async(&mut sentinel.primary()).await?,
+            };
+        }
+        Ok(())
+    }
+
+    /// The EVALSHA of one hit.
+    fn call(&self, hit: &Hit, now_us: u64) -> Cmd {
+        let mut call = redis::cmd("EVALSHA");
+        // The fixed window's key holds its window, so it always uses sluice's clock (as
+        // envoyproxy/ratelimit does); the others follow the time source.
+        let now_arg = match (hit.limit.algorithm, self.time_source) {
+            (Algorithm::FixedWindow, _) | (_, TimeSource::Sluice) => now_us.to_string(),
+            (_, TimeSource::Redis) => String::new(),
+        };
+        let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
+        call.arg(self.scripts.get(hit.limit.algorithm).sha1())
+            .arg(1)
+            .arg(key::redis_key(&self.key_prefix, hit, now_us))
+            .arg(hit.limit.requests_per_unit)
+            .arg(hit.limit.period_us())
+            .arg(hit.cost)
+            .arg(hit.limit.capacity())
+            .arg(now_arg)
+            .arg(format!("{}-{nonce}", self.nonce_prefix));
+        call
+    }
+
+    /// Runs `calls`, one result each, in one round trip.
+    async fn run(&self, calls: &[Cmd]) -> RedisResult<Vec<RedisResult<Reply>>> {
+        match &self.connection {
+            Connection::Single(manager) => pipeline(calls, &mut manager.clone()).await,
+            Connection::Sentinel(sentinel) => {
+                let result = pipeline(calls, &mut sentinel.primary()).await;
+                if result
+                    .as_ref()
+                    .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
+                {
+                    // The primary may have moved: ask the sentinels before the next call.
+                    if let Err(error) = sentinel.refresh().await {
+                        tracing::warn!(%error, "cannot find the Redis primary through Sentinel");
+                    }
+                }
+                result
+            }
+            Connection::Cluster(cluster) => {
+                let mut tasks = tokio::task::JoinSet::new();
+                for (index, call) in calls.iter().enumerate() {
+                    let (call, mut cluster) = (call.clone(), cluster.clone());
+                    tasks.spawn(
+                        async move { (index, call.query_async::<Reply>(&mut cluster).await) },
+                    );
+                }
+                let mut results: Vec<Option<RedisResult<Reply>>> =
+                    calls.iter().map(|_| None).collect();
+                while let Some(joined) = tasks.join_next().await {
+                    let (index, result) = joined.map_err(|e| {
+                        RedisError::from((
+                            redis::ErrorKind::Io,
+                            "cluster call failed",
+                            e.to_string(),
+                        ))
+                    })?;
+                    results[index] = Some(result);
+                }
+                Ok(results.into_iter().flatten().collect())
+            }
+        }
+    }
+
+    /// Runs the hits; after NOSCRIPT, reloads the scripts and runs the failed ones once more.
+    async fn decide(&self, hits: &[Hit], now_us: u64) -> Result<Vec<Decision>, StoreError> {
+        let calls: Vec<Cmd> = hits.iter().map(|hit| self.call(hit, now_us)).collect();
+        let mut results = self.run(&calls).await.map_err(unavailable)?;
+        let missing: Vec<usize> = (0..results.len())
+            .filter(|&i| matches!(&results[i], Err(e) if e.code() == Some("NOSCRIPT")))
+            .collect();
+        if !missing.is_empty() {
+            self.script_reloads.fetch_add(1, Ordering::Relaxed);
+            tracing::info!("Redis lost the scripts (NOSCRIPT): loading them again");
+            self.load_scripts().await.map_err(unavailable)?;
+            let again: Vec<Cmd> = missing.iter().map(|&i| calls[i].clone()).collect();
+            let retried = self.run(&again).await.map_err(unavailable)?;
+            for (index, result) in missing.into_iter().zip(retried) {
+                results[index] = result;
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| decision(result.map_err(unavailable)?))
+            .collect()
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now_us = self.clock.now_us();
+        let deadline = Instant::now() + self.command_timeout;
+        match tokio::time::timeout_at(deadline.into(), self.decide(hits, now_us)).await {
+            Ok(decided) => decided,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "Redis did not answer within {} ms",
+                self.command_timeout.as_millis()
+            ))),
+        }
+    }
+}
+
+/// Sends `calls` as one pipeline; each command's error is kept in its own result.
+async fn pipeline(
+    calls: &[Cmd],
+    connection: &mut impl redis::aio::ConnectionLike,
+) -> RedisResult<Vec<RedisResult<Reply>>> {
+    let mut pipe = redis::pipe();
+    for call in calls {
+        pipe.add_command(call.clone());
+    }
+    pipe.ignore_errors().query_async(connection).await
+}
+
+/// A script reply as a `Decision`.
+fn decision(reply: Reply) -> Result<Decision, StoreError> {
+    let [admitted, remaining, reset_after_us, retry_after_us] = reply[..] else {
+        return Err(StoreError::Unavailable(format!(
+            "unexpected script reply {reply:?}"
+        )));
+    };
+    let non_negative = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(Decision {
+        admitted: admitted == 1,
+        remaining: u32::try_from(non_negative(remaining)).unwrap_or(u32::MAX),
+        reset_after_us: non_negative(reset_after_us),
+        retry_after_us: non_negative(retry_after_us),
+    })
+}
+
+fn unavailable(error: RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {error}"))
+}
+
+/// A per-process seed for sliding-log nonces: distinct across replicas and restarts.
+fn clock_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}

@@ -1,0 +1,167 @@
+//! The contract between the stores: the memory store and the Redis store (its Lua scripts,
+//! with sluice's clock passed in) reach the same decision, every field, for the same sequence
+//! of (time, cost): a table of behaviour cases and random sequences, for every algorithm.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use common::redis::RedisServer;
+use proptest::prelude::*;
+use sluice::limit::{Algorithm, Decision, Hit, Limit, Unit};
+use sluice::store::memory::MemoryStore;
+use sluice::store::redis::{RedisKind, RedisStore, RedisTarget, TimeSource};
+use sluice::store::{Clock, Store};
+
+const START_US: u64 = 1_700_000_000_123_456;
+
+struct ManualClock(AtomicU64);
+
+impl Clock for ManualClock {
+    fn now_us(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// One Redis for the whole file, and a runtime to drive the async stores.
+struct Fixture {
+    redis: RedisServer,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| Fixture {
+        redis: RedisServer::start(&[]),
+        runtime: tokio::runtime::Runtime::new().expect("runtime"),
+    })
+}
+
+/// A unique key per sequence, so sequences never share state.
+fn unique_key() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("contract_k_{}_", NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+/// Runs `steps` (time step, cost) through both stores; returns both decision lists.
+fn both(limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
+    let fixture = fixture();
+    fixture.runtime.block_on(async {
+        let clock = Arc::new(ManualClock(AtomicU64::new(START_US)));
+        let memory = MemoryStore::new(1000, clock.clone());
+        let target = RedisTarget {
+            kind: RedisKind::Single,
+            urls: vec![fixture.redis.url()],
+            sentinel_master: None,
+            tls_ca_file: None,
+            connect_timeout: Duration::from_secs(2),
+            command_timeout: Duration::from_secs(5),
+        };
+        let redis = RedisStore::connect(
+            &target,
+            Duration::from_secs(5),
+            String::new(),
+            TimeSource::Sluice,
+            clock.clone(),
+        )
+        .await
+        .expect("connect to the test Redis");
+        let key = unique_key();
+        let (mut from_memory, mut from_redis) = (Vec::new(), Vec::new());
+        for &(step, cost) in steps {
+            clock.0.fetch_add(step, Ordering::SeqCst);
+            let hit = [Hit {
+                key: key.clone(),
+                limit,
+                cost,
+            }];
+            from_memory.push(memory.check(&hit).await.expect("memory")[0]);
+            from_redis.push(redis.check(&hit).await.expect("redis")[0]);
+        }
+        (from_memory, from_redis)
+    })
+}
+
+fn limit(algorithm: Algorithm, requests: u32, multiplier: u32, burst: Option<u32>) -> Limit {
+    Limit {
+        algorithm,
+        requests_per_unit: requests,
+        unit: Unit::Second,
+        unit_multiplier: multiplier,
+        burst: burst.filter(|_| algorithm.has_burst()),
+    }
+}
+
+const S: u64 = 1_000_000;
+
+/// Behaviour cases: (what, steps) run for every algorithm.
+const CASES: &[(&str, &[(u64, u64)])] = &[
+    (
+        "up to the limit and over",
+        &[(0, 1), (0, 1), (0, 1), (0, 1), (0, 1), (0, 1)],
+    ),
+    ("cost 0 reads", &[(0, 0), (0, 3), (0, 0), (10, 0)]),
+    ("a cost beyond the limit", &[(0, 9), (0, 1)]),
+    (
+        "across a window edge",
+        &[(0, 2), (876_544, 2), (1, 2), (100_000, 2)],
+    ),
+    (
+        "refill while idle",
+        &[(0, 3), (250_000, 1), (2 * S, 1), (10 * S, 3)],
+    ),
+    (
+        "dense traffic",
+        &[
+            (100_000, 1),
+            (100_000, 1),
+            (100_000, 2),
+            (50_000, 1),
+            (50_000, 1),
+            (700_000, 3),
+            (1, 1),
+        ],
+    ),
+];
+
+#[test]
+fn the_behaviour_table_agrees_for_every_algorithm() {
+    for algorithm in Algorithm::ALL {
+        for (what, steps) in CASES {
+            for (requests, multiplier, burst) in [(3, 1, None), (4, 2, Some(2)), (0, 1, Some(3))] {
+                let limit = limit(algorithm, requests, multiplier, burst);
+                let (memory, redis) = both(limit, steps);
+                assert_eq!(memory, redis, "{algorithm}, {what}, {limit}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_sliding_log_agrees_at_its_largest_limit() {
+    let limit = limit(Algorithm::SlidingWindowLog, 10_000, 1, None);
+    let (memory, redis) = both(limit, &[(0, 6_000), (1, 4_000), (1, 1), (S, 1)]);
+    assert_eq!(memory, redis);
+}
+
+fn scenario() -> impl Strategy<Value = (u32, u32, u32, Vec<(u64, u64)>)> {
+    (1u32..=8, 1u32..=3, 1u32..=8).prop_flat_map(|(requests, multiplier, burst)| {
+        let period = u64::from(multiplier) * S;
+        let steps = prop::collection::vec((prop_oneof![Just(0), 0..period / 2], 0u64..=3), 1..40);
+        (Just(requests), Just(multiplier), Just(burst), steps)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_sequences_agree_for_every_algorithm((l, m, b, steps) in scenario()) {
+        for algorithm in Algorithm::ALL {
+            let (memory, redis) = both(limit(algorithm, l, m, Some(b)), &steps);
+            prop_assert_eq!(memory, redis, "{}", algorithm);
+        }
+    }
+}
