@@ -89,9 +89,19 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The EVALSHA of one hit.
-    fn call(&self, hit: &Hit, now_us: u64) -> Cmd {
-        let mut call = redis::cmd("EVALSHA");
+    /// The EVALSHA of one hit, or, with `send_code`, the EVAL of the script's code itself
+    /// (which cannot meet NOSCRIPT).
+    fn call(&self, hit: &Hit, now_us: u64, send_code: bool) -> Cmd {
+        let script = self.scripts.get(hit.limit.algorithm);
+        let mut call = if send_code {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(script.code());
+            eval
+        } else {
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha.arg(script.sha1());
+            evalsha
+        };
         // The fixed window's key holds its window, so it always uses sluice's clock (as
         // envoyproxy/ratelimit does); the others follow the time source.
         let now_arg = match (hit.limit.algorithm, self.time_source) {
@@ -99,8 +109,7 @@ impl RedisStore {
             (_, TimeSource::Redis) => String::new(),
         };
         let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
-        call.arg(self.scripts.get(hit.limit.algorithm).sha1())
-            .arg(1)
+        call.arg(1)
             .arg(key::redis_key(&self.key_prefix, hit, now_us))
             .arg(hit.limit.requests_per_unit)
             .arg(hit.limit.period_us())
@@ -153,9 +162,14 @@ impl RedisStore {
         }
     }
 
-    /// Runs the hits; after NOSCRIPT, reloads the scripts and runs the failed ones once more.
+    /// Runs the hits; after NOSCRIPT, loads the scripts again for the calls to come and runs
+    /// the failed hits once more with EVAL, which cannot meet NOSCRIPT even if the scripts are
+    /// flushed again meanwhile.
     async fn decide(&self, hits: &[Hit], now_us: u64) -> Result<Vec<Decision>, StoreError> {
-        let calls: Vec<Cmd> = hits.iter().map(|hit| self.call(hit, now_us)).collect();
+        let calls: Vec<Cmd> = hits
+            .iter()
+            .map(|hit| self.call(hit, now_us, false))
+            .collect();
         let mut results = self.run(&calls).await.map_err(unavailable)?;
         let missing: Vec<usize> = (0..results.len())
             .filter(|&i| matches!(&results[i], Err(e) if e.code() == Some("NOSCRIPT")))
@@ -163,8 +177,14 @@ impl RedisStore {
         if !missing.is_empty() {
             self.script_reloads.fetch_add(1, Ordering::Relaxed);
             tracing::info!("Redis lost the scripts (NOSCRIPT): loading them again");
-            self.load_scripts().await.map_err(unavailable)?;
-            let again: Vec<Cmd> = missing.iter().map(|&i| calls[i].clone()).collect();
+            if let Err(error) = self.load_scripts().await {
+                // The retry below sends the code itself; the next calls will try again.
+                tracing::warn!(%error, "cannot load the scripts into Redis");
+            }
+            let again: Vec<Cmd> = missing
+                .iter()
+                .map(|&i| self.call(&hits[i], now_us, true))
+                .collect();
             let retried = self.run(&again).await.map_err(unavailable)?;
             for (index, result) in missing.into_iter().zip(retried) {
                 results[index] = result;

@@ -17,6 +17,11 @@ impl Script {
         Script { code, sha1 }
     }
 
+    /// The Lua code.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
     /// The SHA1 of the code, hexadecimal.
     pub fn sha1(&self) -> &str {
         &self.sha1

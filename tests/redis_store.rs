@@ -1,0 +1,277 @@
+//! The real binary on `--store redis` against real `redis-server` processes: envoyproxy/ratelimit
+//! key compatibility, exact limits under concurrency on one and on two sluice processes, and
+//! faults (SCRIPT FLUSH under load, Redis stopped and restarted).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::*;
+use tonic::Code as GrpcCode;
+
+const CONFIG: &str = r#"
+domain: r
+descriptors:
+  - key: fixed_window
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: sliding_window_log
+    rate_limit: {algorithm: sliding_window_log, unit: day, requests_per_unit: 100}
+  - key: sliding_window_counter
+    rate_limit: {algorithm: sliding_window_counter, unit: day, requests_per_unit: 100}
+  - key: token_bucket
+    rate_limit: {algorithm: token_bucket, unit: day, requests_per_unit: 100}
+  - key: leaky_bucket
+    rate_limit: {algorithm: leaky_bucket, unit: day, requests_per_unit: 100, burst: 100}
+  - key: envoy
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"#;
+
+const ALGORITHMS: [&str; 5] = [
+    "fixed_window",
+    "sliding_window_log",
+    "sliding_window_counter",
+    "token_bucket",
+    "leaky_bucket",
+];
+
+fn sluice_on(redis: &RedisServer, extra: &[&str]) -> Sluice {
+    let url = redis.url();
+    let mut args = vec!["--store", "redis", "--redis-url", url.as_str()];
+    args.extend_from_slice(extra);
+    Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[])
+}
+
+/// `clients` clients, each on its own connection to one of `servers`, fire `calls` each at
+/// `key`; returns how many were admitted.
+async fn admitted_by(servers: &[&Sluice], clients: usize, calls: usize, key: &str) -> usize {
+    let mut tasks = Vec::new();
+    for index in 0..clients {
+        let mut client = servers[index % servers.len()].client().await;
+        let key = key.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..calls {
+                let response = call(
+                    &mut client,
+                    request("r", vec![descriptor(&[(&key, "hot")])]),
+                )
+                .await;
+                admitted += usize::from(overall(&response) == Code::Ok);
+            }
+            admitted
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("client task");
+    }
+    total
+}
+
+#[tokio::test]
+async fn fixed_window_writes_the_key_envoyproxy_ratelimit_writes() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--cache-key-prefix", "ratelimit_"]);
+    let mut client = sluice.client().await;
+    for _ in 0..3 {
+        call(
+            &mut client,
+            request("r", vec![descriptor(&[("envoy", "alice")])]),
+        )
+        .await;
+    }
+    // The reference: prefix + domain + "_" + key + "_" + value + "_" + window start in seconds.
+    let keys = redis.cli(&["--scan", "--pattern", "ratelimit_r_envoy_alice_*"]);
+    let keys: Vec<&str> = keys.lines().collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let window: u64 = keys[0]
+        .rsplit('_')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("window start");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(window % 60, 0, "a minute window starts on a whole minute");
+    assert!(now - window < 61, "the current window");
+    assert_eq!(
+        redis.cli(&["GET", keys[0]]).trim(),
+        "3",
+        "the same integer counter"
+    );
+    let ttl: i64 = redis.cli(&["TTL", keys[0]]).trim().parse().unwrap();
+    assert!((0..=61).contains(&ttl), "expires with its window: {ttl}");
+    // A count written by the reference server is honoured.
+    redis.cli(&["SET", keys[0], "5"]);
+    let response = call(
+        &mut client,
+        request("r", vec![descriptor(&[("envoy", "alice")])]),
+    )
+    .await;
+    assert_eq!(overall(&response), Code::OverLimit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_clients_get_exactly_the_limit_for_every_algorithm() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &[]);
+    for algorithm in ALGORITHMS {
+        let admitted = admitted_by(&[&sluice], 16, 10, algorithm).await;
+        assert_eq!(admitted, 100, "{algorithm}: 160 calls on a limit of 100");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_sluice_processes_sharing_redis_admit_exactly_the_limit() {
+    let redis = RedisServer::start(&[]);
+    let first = sluice_on(&redis, &[]);
+    let second = sluice_on(&redis, &[]);
+    for algorithm in ALGORITHMS {
+        let admitted = admitted_by(&[&first, &second], 16, 10, algorithm).await;
+        assert_eq!(admitted, 100, "{algorithm} across two replicas");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn script_flush_under_load_is_invisible_to_clients() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &[]);
+    let port = redis.port;
+    let flusher = std::thread::spawn(move || {
+        for _ in 0..20 {
+            common::redis::cli(port, &["SCRIPT", "FLUSH"]);
+            std::thread::sleep(Duration::from_millis(15));
+        }
+    });
+    let mut tasks = Vec::new();
+    for index in 0..8 {
+        let mut client = sluice.client().await;
+        tasks.push(tokio::spawn(async move {
+            let mut errors = Vec::new();
+            for call_index in 0..60 {
+                let key = ALGORITHMS[(index + call_index) % ALGORITHMS.len()];
+                let result = client
+                    .should_rate_limit(request("r", vec![descriptor(&[(key, "flush")])]))
+                    .await;
+                if let Err(status) = result {
+                    errors.push(status.to_string());
+                }
+            }
+            errors
+        }));
+    }
+    let mut errors = Vec::new();
+    for task in tasks {
+        errors.extend(task.await.expect("client task"));
+    }
+    flusher.join().expect("flusher");
+    assert!(errors.is_empty(), "clients saw errors: {errors:?}");
+    assert!(
+        sluice.log().contains("NOSCRIPT"),
+        "the flushes were noticed and healed"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
+    let mut redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--redis-command-timeout", "300ms"]);
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("fixed_window", "down")])]);
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+    redis.stop();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let status = client
+            .should_rate_limit(ask())
+            .await
+            .expect_err("Redis is down");
+        assert_eq!(status.code(), GrpcCode::Unavailable, "{status}");
+        assert!(
+            status.message().contains("redis") || status.message().contains("Redis"),
+            "{status}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "failed in {:?}",
+            started.elapsed()
+        );
+    }
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.should_rate_limit(ask()).await {
+            Ok(response) => {
+                assert_eq!(overall(&response.into_inner()), Code::Ok);
+                break;
+            }
+            Err(status) if Instant::now() < deadline => {
+                assert_eq!(status.code(), GrpcCode::Unavailable);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("not recovered 10 s after Redis came back: {status}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn failure_mode_answers_ok_or_over_limit_when_redis_is_lost() {
+    let mut redis = RedisServer::start(&[]);
+    let allow = sluice_on(
+        &redis,
+        &[
+            "--failure-mode",
+            "allow",
+            "--redis-command-timeout",
+            "300ms",
+        ],
+    );
+    let deny = sluice_on(
+        &redis,
+        &["--failure-mode", "deny", "--redis-command-timeout", "300ms"],
+    );
+    redis.stop();
+    let ask = || request("r", vec![descriptor(&[("token_bucket", "lost")])]);
+    let mut client = allow.client().await;
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+    let mut client = deny.client().await;
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::OverLimit);
+}
+
+#[tokio::test]
+async fn startup_waits_for_redis() {
+    let port = common::redis::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let starter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        RedisServer::start_on(port, &[])
+    });
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &url,
+            "--redis-startup-wait",
+            "15s",
+        ],
+        &[],
+    );
+    let _redis = starter.join().expect("redis started");
+    assert!(
+        sluice.log().contains("waiting for Redis"),
+        "{}",
+        sluice.log()
+    );
+    let mut client = sluice.client().await;
+    let response = call(
+        &mut client,
+        request("r", vec![descriptor(&[("fixed_window", "late")])]),
+    )
+    .await;
+    assert_eq!(overall(&response), Code::Ok);
+}
