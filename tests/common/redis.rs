@@ -11,6 +11,8 @@ pub struct RedisServer {
     pub port: u16,
     args: Vec<String>,
     pub dir: tempfile::TempDir,
+    /// For a TLS-only server: the CA file `redis-cli` must trust.
+    tls_ca: Option<String>,
 }
 
 /// A port no one listens on now.
@@ -29,29 +31,109 @@ impl RedisServer {
 
     /// Starts `redis-server` on `port`.
     pub fn start_on(port: u16, extra: &[&str]) -> RedisServer {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let mut args: Vec<String> = [
+        let port_text = port.to_string();
+        let mut args = vec![
             "--port",
-            &port.to_string(),
+            &port_text,
             "--save",
             "",
             "--appendonly",
             "no",
             "--bind",
             "127.0.0.1",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
+        ];
+        args.extend_from_slice(extra);
+        RedisServer::spawn(
+            port,
+            &args,
+            None,
+            tempfile::tempdir().expect("temporary directory"),
+        )
+    }
+
+    /// Starts a sentinel on a free port, monitoring the primary on `primary_port` as `name`.
+    pub fn start_sentinel(name: &str, primary_port: u16) -> RedisServer {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let port = free_port();
+        let config = format!(
+            "port {port}\nbind 127.0.0.1\nsentinel monitor {name} 127.0.0.1 {primary_port} 1\nsentinel down-after-milliseconds {name} 60000\n"
+        );
+        let path = write(dir.path(), "sentinel.conf", &config);
+        RedisServer::spawn(port, &[&path, "--sentinel"], None, dir)
+    }
+
+    /// Starts a TLS-only server with a CA and a certificate for 127.0.0.1 made with openssl.
+    pub fn start_tls() -> RedisServer {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let d = dir.path().display().to_string();
+        let run = |command: &str| {
+            let status = Command::new("sh")
+                .arg("-c")
+                .arg(command)
+                .current_dir(dir.path())
+                .status();
+            assert!(
+                status.is_ok_and(|s| s.success()),
+                "openssl failed: {command}"
+            );
+        };
+        run("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 -subj /CN=sluice-test-ca 2>/dev/null");
+        run("openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null");
+        write(
+            dir.path(),
+            "ext.cnf",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        );
+        run("openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1 -extfile ext.cnf 2>/dev/null");
+        let port = free_port();
+        let port_text = port.to_string();
+        let (cert, key, ca) = (
+            format!("{d}/server.crt"),
+            format!("{d}/server.key"),
+            format!("{d}/ca.crt"),
+        );
+        let args = [
+            "--port",
+            "0",
+            "--tls-port",
+            &port_text,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--bind",
+            "127.0.0.1",
+        ];
+        RedisServer::spawn(port, &args, Some(ca.clone()), dir)
+    }
+
+    fn spawn(
+        port: u16,
+        args: &[&str],
+        tls_ca: Option<String>,
+        dir: tempfile::TempDir,
+    ) -> RedisServer {
+        let args = args.iter().map(|s| s.to_string()).collect();
         let mut server = RedisServer {
             child: None,
             port,
             args,
             dir,
+            tls_ca,
         };
         server.restart();
         server
+    }
+
+    /// The CA file of a TLS server.
+    pub fn tls_ca(&self) -> Option<&str> {
+        self.tls_ca.as_deref()
     }
 
     /// (Re)starts the process with the same port and arguments, and waits until it answers.
@@ -84,13 +166,20 @@ impl RedisServer {
 
     /// Runs `redis-cli` against this server and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        cli(self.port, args)
+        match &self.tls_ca {
+            Some(ca) => {
+                let mut full = vec!["--tls", "--cacert", ca.as_str()];
+                full.extend_from_slice(args);
+                cli(self.port, &full)
+            }
+            None => cli(self.port, args),
+        }
     }
 
     fn wait_until_ready(&self) {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(10) {
-            if cli(self.port, &["PING"]).trim() == "PONG" {
+            if self.cli(&["PING"]).trim() == "PONG" {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));

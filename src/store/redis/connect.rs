@@ -70,6 +70,8 @@ impl SentinelConnection {
 impl RedisTarget {
     /// Connects once.
     pub async fn connect(&self) -> RedisResult<Connection> {
+        // rustls needs one process-wide crypto provider; a second install is a harmless no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.command_timeout))

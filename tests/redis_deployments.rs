@@ -1,0 +1,156 @@
+//! Redis deployments users run: a real 3-primary Cluster, a primary found through Sentinel,
+//! and TLS (`rediss://`, certificates made by the test).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::redis::RedisServer;
+use common::*;
+
+const CONFIG: &str = r#"
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: bucket
+    rate_limit: {algorithm: token_bucket, unit: day, requests_per_unit: 3}
+"#;
+
+/// Calls `times` times for each of `values`; returns the admitted count per value.
+async fn admitted_per_value(
+    sluice: &Sluice,
+    key: &str,
+    values: &[String],
+    times: usize,
+) -> Vec<usize> {
+    let mut client = sluice.client().await;
+    let mut counts = Vec::new();
+    for value in values {
+        let mut admitted = 0;
+        for _ in 0..times {
+            let response = call(&mut client, request("d", vec![descriptor(&[(key, value)])])).await;
+            admitted += usize::from(overall(&response) == Code::Ok);
+        }
+        counts.push(admitted);
+    }
+    counts
+}
+
+#[tokio::test]
+async fn a_three_primary_cluster_enforces_limits_on_every_slot() {
+    let cluster_args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "3000",
+    ];
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start(&cluster_args)).collect();
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let mut create = vec!["--cluster", "create"];
+    create.extend(addresses.iter().map(String::as_str));
+    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+    nodes[0].cli(&create);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes
+        .iter()
+        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    {
+        assert!(Instant::now() < deadline, "the cluster did not form");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[
+            "--store",
+            "redis",
+            "--redis-type",
+            "cluster",
+            "--redis-url",
+            &urls.join(","),
+        ],
+        &[],
+    );
+    for node in &nodes {
+        let info = node.cli(&["INFO", "memory"]);
+        assert!(
+            info.contains("number_of_cached_scripts:5"),
+            "scripts on every primary: {info}"
+        );
+    }
+    let values: Vec<String> = (0..24).map(|i| format!("u{i}")).collect();
+    for key in ["user", "bucket"] {
+        let counts = admitted_per_value(&sluice, key, &values, 5).await;
+        assert!(counts.iter().all(|&c| c == 3), "{key}: {counts:?}");
+    }
+    for node in &nodes {
+        let keys: usize = node.cli(&["DBSIZE"]).trim().parse().unwrap();
+        assert!(keys > 0, "keys spread over every primary's slots");
+    }
+    // One request with descriptors in different slots: one call, every limit enforced.
+    let mut client = sluice.client().await;
+    let spread: Vec<_> = (100..108)
+        .map(|i| descriptor(&[("user", &format!("m{i}"))]))
+        .collect();
+    for expected_remaining in [2, 1, 0] {
+        let response = call(&mut client, request("d", spread.clone())).await;
+        assert!(response
+            .statuses
+            .iter()
+            .all(|s| s.limit_remaining == expected_remaining));
+    }
+}
+
+#[tokio::test]
+async fn sentinel_leads_sluice_to_the_primary() {
+    let primary = RedisServer::start(&[]);
+    let primary_port = primary.port.to_string();
+    let _replica = RedisServer::start(&["--replicaof", "127.0.0.1", &primary_port]);
+    let sentinel = RedisServer::start_sentinel("mymaster", primary.port);
+    let sentinel_url = sentinel.url();
+    // The reference's form: REDIS_TYPE=SENTINEL, REDIS_URL=name,host:port.
+    let redis_url = format!("mymaster,127.0.0.1:{}", sentinel.port);
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &["--store", "redis"],
+        &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &redis_url)],
+    );
+    assert!(!sentinel_url.is_empty());
+    let counts = admitted_per_value(&sluice, "user", &["s1".to_string()], 5).await;
+    assert_eq!(counts, [3]);
+    let keys = primary.cli(&["--scan", "--pattern", "d_user_s1_*"]);
+    assert_eq!(
+        keys.lines().count(),
+        1,
+        "the counter lives on the primary: {keys}"
+    );
+}
+
+#[tokio::test]
+async fn tls_with_a_private_ca() {
+    let redis = RedisServer::start_tls();
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let ca = redis.tls_ca().expect("a CA").to_string();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &url,
+            "--redis-tls-ca-file",
+            &ca,
+        ],
+        &[],
+    );
+    let counts = admitted_per_value(&sluice, "bucket", &["t1".to_string()], 5).await;
+    assert_eq!(counts, [3]);
+    let keys = redis.cli(&["--scan", "--pattern", "token_bucket_d_bucket_t1_"]);
+    assert_eq!(keys.trim(), "token_bucket_d_bucket_t1_");
+}
