@@ -17,6 +17,7 @@ use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::{FILE_DESCRIPTOR_SET, RATE_LIMIT_SERVICE_NAME};
 use crate::service::RateLimiter;
 use crate::settings::{Settings, StoreKind};
+use crate::store::local_cache::WithLocalCache;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use crate::store::{Store, StoreError, SystemClock};
@@ -75,7 +76,11 @@ pub async fn run(
             )
             .await?;
             tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
-            serve(&settings, config, Arc::new(store), shutdown).await
+            if redis.local_cache_bytes == 0 {
+                return serve(&settings, config, Arc::new(store), shutdown).await;
+            }
+            let cached = WithLocalCache::new(store, redis.local_cache_bytes, Arc::new(SystemClock));
+            serve(&settings, config, Arc::new(cached), shutdown).await
         }
     }
 }

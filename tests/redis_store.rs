@@ -275,3 +275,55 @@ async fn startup_waits_for_redis() {
     .await;
     assert_eq!(overall(&response), Code::Ok);
 }
+
+/// How many EVALSHA and EVAL calls Redis has run.
+fn script_calls(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn the_local_cache_answers_a_flood_on_an_over_limit_key_without_redis() {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("LOCAL_CACHE_SIZE_IN_BYTES", "1048576")],
+    );
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("envoy", "flood")])]);
+    for _ in 0..6 {
+        call(&mut client, ask()).await; // 5 admitted, the 6th denied and remembered
+    }
+    let before = script_calls(&redis);
+    for _ in 0..200 {
+        let response = call(&mut client, ask()).await;
+        assert_eq!(overall(&response), Code::OverLimit);
+        let reset = response.statuses[0].duration_until_reset.expect("a wait");
+        assert!(reset.seconds >= 1 && reset.seconds <= 60, "{reset:?}");
+    }
+    assert_eq!(
+        script_calls(&redis),
+        before,
+        "the flood cost no Redis round trips"
+    );
+    // Another key still goes to Redis.
+    call(
+        &mut client,
+        request("r", vec![descriptor(&[("envoy", "other")])]),
+    )
+    .await;
+    assert_eq!(script_calls(&redis), before + 1);
+}

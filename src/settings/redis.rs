@@ -63,6 +63,9 @@ pub struct RedisArgs {
     /// Which clock the scripts use (fixed windows always use sluice's, as the reference).
     #[arg(long, env = "SLUICE_REDIS_TIME", value_enum, default_value_t = RedisTime::Redis)]
     pub redis_time: RedisTime,
+    /// Bytes of the local over-limit cache in front of Redis; 0 turns it off.
+    #[arg(long, env = "LOCAL_CACHE_SIZE_IN_BYTES", default_value_t = 0)]
+    pub local_cache_size_in_bytes: usize,
     /// Prefix of every Redis key.
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
     pub cache_key_prefix: String,
@@ -75,6 +78,8 @@ pub struct RedisSettings {
     pub startup_wait: Duration,
     pub key_prefix: String,
     pub time_source: TimeSource,
+    /// Bytes of the local over-limit cache; 0: none.
+    pub local_cache_bytes: usize,
 }
 
 fn parse_kind(text: &str) -> Result<RedisKind, String> {
@@ -124,6 +129,7 @@ impl RedisArgs {
             },
             startup_wait: self.redis_startup_wait,
             key_prefix: self.cache_key_prefix,
+            local_cache_bytes: self.local_cache_size_in_bytes,
             time_source: match self.redis_time {
                 RedisTime::Redis => TimeSource::Redis,
                 RedisTime::Sluice => TimeSource::Sluice,

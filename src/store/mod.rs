@@ -1,7 +1,9 @@
 //! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
-//! the embedded in-memory store (`memory`) and the Redis store (`redis`).
+//! the embedded in-memory store (`memory`), the Redis store (`redis`), and the local
+//! over-limit cache that can sit in front of a remote store (`local_cache`).
 
 pub mod key;
+pub mod local_cache;
 pub mod memory;
 pub mod redis;
 

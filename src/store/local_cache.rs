@@ -1,0 +1,248 @@
+//! The local over-limit cache: a key known to be over its limit until time T is answered here
+//! until T, with no round trip to the store. Exact, because consumption (here or on any other
+//! replica) only ever pushes T later: when a hit of cost 1 is denied with a wait of R, no hit
+//! of cost 1 or more fits before now + R. Bounded in bytes; `clear` drops it on config reload.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::limit::{Decision, Hit, Limit};
+use crate::store::{Clock, Store, StoreError};
+
+/// What one entry costs beside its key: the limit, two times, and the map's own overhead.
+const ENTRY_OVERHEAD_BYTES: usize = 96;
+const SHARDS: usize = 16;
+
+/// A store behind a local over-limit cache.
+pub struct WithLocalCache<S> {
+    inner: S,
+    cache: OverLimitCache,
+}
+
+struct OverLimitCache {
+    shards: Box<[Mutex<HashMap<(String, Limit), Over>>]>,
+    hasher: RandomState,
+    bytes_per_shard: usize,
+    used_bytes: [AtomicUsize; SHARDS],
+    clock: Arc<dyn Clock>,
+    hits: AtomicU64,
+}
+
+/// A key over its limit until `until_us`; fully replenished at `reset_at_us` at the earliest.
+#[derive(Clone, Copy)]
+struct Over {
+    until_us: u64,
+    reset_at_us: u64,
+}
+
+impl<S: Store> WithLocalCache<S> {
+    /// Caches over-limit keys of `inner` in at most about `max_bytes`.
+    pub fn new(inner: S, max_bytes: usize, clock: Arc<dyn Clock>) -> Self {
+        WithLocalCache {
+            inner,
+            cache: OverLimitCache {
+                shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+                hasher: RandomState::new(),
+                bytes_per_shard: max_bytes / SHARDS,
+                used_bytes: Default::default(),
+                clock,
+                hits: AtomicU64::new(0),
+            },
+        }
+    }
+
+    /// The store behind the cache.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// How many hits were answered from the cache.
+    pub fn cache_hits(&self) -> u64 {
+        self.cache.hits.load(Ordering::Relaxed)
+    }
+
+    /// Forgets every entry (the limits they were computed for may have changed).
+    pub fn clear(&self) {
+        for index in 0..SHARDS {
+            self.cache.lock(index).clear();
+            self.cache.used_bytes[index].store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<S: Store> Store for WithLocalCache<S> {
+    async fn check(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+        let now_us = self.cache.clock.now_us();
+        let local: Vec<Option<Decision>> = hits
+            .iter()
+            .map(|hit| self.cache.answer(hit, now_us))
+            .collect();
+        if local.iter().all(Option::is_some) {
+            return Ok(local.into_iter().flatten().collect());
+        }
+        let remote_hits: Vec<Hit> = hits
+            .iter()
+            .zip(&local)
+            .filter(|(_, answer)| answer.is_none())
+            .map(|(hit, _)| hit.clone())
+            .collect();
+        let mut remote = self.inner.check(&remote_hits).await?.into_iter();
+        let mut decisions = Vec::with_capacity(hits.len());
+        for (hit, answer) in hits.iter().zip(local) {
+            let decision = match answer {
+                Some(decision) => decision,
+                None => {
+                    let decision = remote.next().ok_or_else(|| {
+                        StoreError::Unavailable("the store answered fewer hits than asked".into())
+                    })?;
+                    self.cache.remember(hit, &decision, now_us);
+                    decision
+                }
+            };
+            decisions.push(decision);
+        }
+        Ok(decisions)
+    }
+}
+
+impl OverLimitCache {
+    fn lock(&self, index: usize) -> MutexGuard<'_, HashMap<(String, Limit), Over>> {
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn shard_of(&self, hit: &Hit) -> usize {
+        (self.hasher.hash_one(&hit.key) as usize) % SHARDS
+    }
+
+    /// The local answer for `hit`, when its key is known to be over at `now_us`.
+    fn answer(&self, hit: &Hit, now_us: u64) -> Option<Decision> {
+        if hit.cost == 0 {
+            return None;
+        }
+        let shard = self.lock(self.shard_of(hit));
+        let over = shard
+            .get(&(hit.key.clone(), hit.limit))
+            .filter(|o| o.until_us > now_us)?;
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(Decision {
+            admitted: false,
+            remaining: 0,
+            reset_after_us: over.reset_at_us.max(over.until_us) - now_us,
+            retry_after_us: over.until_us - now_us,
+        })
+    }
+
+    /// Remembers a denial of cost 1: nothing of cost 1 or more fits until its wait is over.
+    fn remember(&self, hit: &Hit, decision: &Decision, now_us: u64) {
+        if decision.admitted || hit.cost != 1 || decision.retry_after_us == 0 {
+            return;
+        }
+        let index = self.shard_of(hit);
+        let size = hit.key.len() + ENTRY_OVERHEAD_BYTES;
+        let mut shard = self.lock(index);
+        let used = &self.used_bytes[index];
+        if used.load(Ordering::Relaxed) + size > self.bytes_per_shard {
+            // Over budget: drop what has expired, then, if need be, everything in this shard.
+            shard.retain(|_, over| over.until_us > now_us);
+            if shard
+                .keys()
+                .map(|(k, _)| k.len() + ENTRY_OVERHEAD_BYTES)
+                .sum::<usize>()
+                + size
+                > self.bytes_per_shard
+            {
+                shard.clear();
+            }
+            used.store(
+                shard
+                    .keys()
+                    .map(|(k, _)| k.len() + ENTRY_OVERHEAD_BYTES)
+                    .sum(),
+                Ordering::Relaxed,
+            );
+            if size > self.bytes_per_shard {
+                return;
+            }
+        }
+        let over = Over {
+            until_us: now_us + decision.retry_after_us,
+            reset_at_us: now_us + decision.reset_after_us,
+        };
+        if shard.insert((hit.key.clone(), hit.limit), over).is_none() {
+            used.fetch_add(size, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Unit;
+    use crate::store::memory::MemoryStore;
+
+    struct ManualClock(AtomicU64);
+    impl Clock for ManualClock {
+        fn now_us(&self) -> u64 {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    fn hit(cost: u64) -> Hit {
+        Hit {
+            key: "k".into(),
+            limit: Limit::fixed_window(2, Unit::Second),
+            cost,
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_a_known_over_limit_key_locally_until_its_wait_is_over() {
+        let clock = Arc::new(ManualClock(AtomicU64::new(10_000_000)));
+        let store =
+            WithLocalCache::new(MemoryStore::new(100, clock.clone()), 1 << 20, clock.clone());
+        for _ in 0..3 {
+            store.check(&[hit(1)]).await.unwrap();
+        }
+        assert_eq!(store.cache_hits(), 0, "the first denial goes to the store");
+        clock.0.store(10_500_000, Ordering::SeqCst);
+        let local = store.check(&[hit(1), hit(3)]).await.unwrap();
+        assert!(local.iter().all(|d| !d.admitted));
+        assert_eq!(local[0].retry_after_us, 500_000);
+        assert_eq!(store.cache_hits(), 2);
+        // Cost 0 reads go to the store; at the window's end the key is asked again.
+        assert!(store.check(&[hit(0)]).await.unwrap()[0].admitted);
+        clock.0.store(11_000_000, Ordering::SeqCst);
+        assert!(store.check(&[hit(1)]).await.unwrap()[0].admitted);
+        assert_eq!(store.cache_hits(), 2);
+    }
+
+    #[tokio::test]
+    async fn stays_within_its_bytes() {
+        let clock = Arc::new(ManualClock(AtomicU64::new(0)));
+        let store = WithLocalCache::new(
+            MemoryStore::new(100_000, clock.clone()),
+            16 * 200,
+            clock.clone(),
+        );
+        for i in 0..2_000 {
+            let mut h = hit(1);
+            h.key = format!("key{i}");
+            h.limit = Limit::fixed_window(0, Unit::Second);
+            store.check(&[h]).await.unwrap();
+        }
+        let held: usize = (0..SHARDS).map(|i| store.cache.lock(i).len()).sum();
+        assert!(held <= 16 * 2, "{held} entries in 3200 bytes");
+        store.clear();
+        assert_eq!(
+            (0..SHARDS)
+                .map(|i| store.cache.lock(i).len())
+                .sum::<usize>(),
+            0
+        );
+    }
+}
