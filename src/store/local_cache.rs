@@ -22,8 +22,11 @@ pub struct WithLocalCache<S> {
     cache: OverLimitCache,
 }
 
+/// Over-limit keys by (store key, limit): a changed limit never reads another's entry.
+type Shard = HashMap<(String, Limit), Over>;
+
 struct OverLimitCache {
-    shards: Box<[Mutex<HashMap<(String, Limit), Over>>]>,
+    shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     bytes_per_shard: usize,
     used_bytes: [AtomicUsize; SHARDS],
@@ -109,7 +112,7 @@ impl<S: Store> Store for WithLocalCache<S> {
 }
 
 impl OverLimitCache {
-    fn lock(&self, index: usize) -> MutexGuard<'_, HashMap<(String, Limit), Over>> {
+    fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
         self.shards[index]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
