@@ -1,5 +1,5 @@
 -- sliding_window_log: one sorted-set member per admitted unit of cost, scored by its time
--- (src/algorithm/sliding_window_log.rs). Members are `<now>:<nonce>:<i>`, unique per hit.
+-- (src/algorithm/sliding_window_log.rs). Members are `<nonce>:<i>`: the nonce is unique per hit.
 -- KEYS[1]: CACHE_KEY_PREFIX .. sliding_window_log_domain_key_value_...
 -- ARGV, reply: see common.lua. An entry stamped ts is in the window iff ts + W > now.
 
@@ -32,7 +32,7 @@ if cost > 0 then
   local members = {}
   for i = 1, cost do
     members[#members + 1] = stamp
-    members[#members + 1] = stamp .. ':' .. ARGV[6] .. ':' .. fmt(i)
+    members[#members + 1] = ARGV[6] .. ':' .. fmt(i)
     if #members >= 1000 or i == cost then
       redis.call('ZADD', key, unpack(members))
       members = {}

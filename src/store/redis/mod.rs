@@ -64,7 +64,7 @@ impl RedisStore {
             clock,
             time_source,
             command_timeout: target.command_timeout,
-            nonce_prefix: format!("{:x}", clock_seed()),
+            nonce_prefix: format!("{:x}", clock_seed() as u32),
             nonce: AtomicU64::new(0),
             script_reloads: AtomicU64::new(0),
         };
