@@ -4,8 +4,10 @@
 //! - `settings`: flags and environment variables -> validated `Settings`.
 //! - `server`: the composition root; builds everything and serves.
 //! - `service`: the gRPC RateLimitService: check, match, charge, respond.
+//! - `http`: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`.
 //! - `config`: envoyproxy/ratelimit's YAML, validated and compiled into a descriptor tree.
 //! - `limit`: domain types (`Limit`, `Hit`, `Decision`).
+//! - `metrics`: metric names and recording; the Prometheus recorder the server owns.
 //! - `algorithm`: the algorithms as pure functions.
 //! - `store`: the `Store` trait, key layout, and the embedded memory store.
 //! - `proto`: Envoy's API types, generated from `proto/`.
@@ -15,7 +17,9 @@
 pub mod algorithm;
 pub mod config;
 pub mod duration;
+pub mod http;
 pub mod limit;
+pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod service;

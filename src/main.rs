@@ -4,6 +4,9 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 use clap::{Parser, Subcommand};
 use sluice::config::{self, LoadOptions};
@@ -174,7 +177,9 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(sluice::server::run(settings, shutdown_signal())) {
+    let reload = Arc::new(Notify::new());
+    runtime.spawn(reload_on_sighup(reload.clone()));
+    match runtime.block_on(sluice::server::run(settings, shutdown_signal(), reload)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error}");
@@ -196,6 +201,23 @@ fn init_logging(level: &str, format: &str) {
     } else {
         builder.init();
     }
+}
+
+/// Asks for a config reload on every SIGHUP.
+async fn reload_on_sighup(reload: Arc<Notify>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; config reloads come from file changes only");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            reload.notify_one();
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = reload;
 }
 
 /// Completes on SIGTERM or SIGINT (Ctrl-C).

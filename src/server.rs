@@ -1,5 +1,6 @@
-//! The composition root: builds the config, the store and the gRPC services from `Settings`,
-//! serves until `shutdown` completes, then reports NOT_SERVING and drains.
+//! The composition root: builds the config, the store, the gRPC services and the HTTP
+//! endpoints from `Settings`, reloads the config, serves until `shutdown` completes, then
+//! reports NOT_SERVING, drains and stops.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -8,11 +9,15 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
+use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::config::{self, Config, ConfigErrors};
+use crate::config::{self, Config, ConfigErrors, ReloadResult, Reloader};
+use crate::http::{self, Endpoints, Readiness};
+use crate::metrics::Metrics;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::{FILE_DESCRIPTOR_SET, RATE_LIMIT_SERVICE_NAME};
 use crate::service::RateLimiter;
@@ -45,14 +50,34 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("HTTP server: {0}")]
+    HttpServe(std::io::Error),
+    #[error("the {0} server stopped by itself")]
+    Ended(&'static str),
+    #[error("server task: {0}")]
+    Task(String),
 }
 
-/// Loads the config, builds the store, binds, and serves until `shutdown` completes.
+/// Loads the config, builds the store, binds, and serves until `shutdown` completes;
+/// `reload` asks for a config reload (SIGHUP).
 pub async fn run(
     settings: Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    reload: Arc<Notify>,
 ) -> Result<(), ServerError> {
-    let config = config::load(&settings.config_paths, settings.load_options)?;
+    let metrics = Arc::new(Metrics::new(
+        settings.near_limit_ratio,
+        settings.max_request_valued_series,
+    ));
+    let config = config::load(&settings.config_paths, settings.load_options);
+    metrics.record_config_load(config.is_ok());
+    let config = config?;
+    let run = Running {
+        settings: &settings,
+        metrics,
+        shutdown,
+        reload,
+    };
     match settings.store {
         StoreKind::Memory => {
             let store = Arc::new(MemoryStore::new(
@@ -60,7 +85,7 @@ pub async fn run(
                 Arc::new(SystemClock),
             ));
             tokio::spawn(sweep_memory_store(Arc::downgrade(&store)));
-            serve(&settings, config, store, shutdown).await
+            run.serve(config, store).await
         }
         StoreKind::Redis => {
             let Some(redis) = &settings.redis else {
@@ -77,66 +102,168 @@ pub async fn run(
             .await?;
             tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
             if redis.local_cache_bytes == 0 {
-                return serve(&settings, config, Arc::new(store), shutdown).await;
+                return run.serve(config, Arc::new(store)).await;
             }
             let cached = WithLocalCache::new(store, redis.local_cache_bytes, Arc::new(SystemClock));
-            serve(&settings, config, Arc::new(cached), shutdown).await
+            run.serve(config, Arc::new(cached)).await
         }
     }
 }
 
-/// Binds the gRPC port and serves the RLS, health and reflection over `store`.
-async fn serve<S: Store>(
-    settings: &Settings,
-    config: Config,
-    store: Arc<S>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServerError> {
-    let bind_error = |source| ServerError::Bind {
-        addr: settings.grpc_addr,
-        source,
-    };
-    let listener = TcpListener::bind(settings.grpc_addr)
-        .await
-        .map_err(bind_error)?;
-    let grpc_addr = listener.local_addr().map_err(bind_error)?;
-    tracing::info!(
-        grpc = %grpc_addr,
-        store = ?settings.store,
-        domains = config.domains().len(),
-        limits = config.rule_count(),
-        "sluice listening"
-    );
-    let config = Arc::new(ArcSwap::from_pointee(config));
-    let (health, health_service) = tonic_health::server::health_reporter();
-    for name in HEALTH_NAMES {
-        health
-            .set_service_status(name, ServingStatus::Serving)
-            .await;
-    }
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let limiter = RateLimiter::new(config, store, settings.service);
-    let drained = async move {
-        shutdown.await;
-        tracing::info!("shutting down: reporting NOT_SERVING and draining in-flight calls");
-        for name in HEALTH_NAMES {
-            health
-                .set_service_status(name, ServingStatus::NotServing)
-                .await;
+/// What serving needs besides the config and the store.
+struct Running<'a, F> {
+    settings: &'a Settings,
+    metrics: Arc<Metrics>,
+    shutdown: F,
+    reload: Arc<Notify>,
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
+    /// Binds both ports, serves gRPC and HTTP, reloads the config when asked, and on shutdown
+    /// reports NOT_SERVING, waits the drain delay, then lets in-flight calls finish within the
+    /// grace period.
+    async fn serve<S: Store>(self, config: Config, store: Arc<S>) -> Result<(), ServerError> {
+        let settings = self.settings;
+        let grpc_listener = bind(settings.grpc_addr).await?;
+        let http_listener = bind(settings.http_addr).await?;
+        tracing::info!(
+            grpc = %local_addr(&grpc_listener, settings.grpc_addr)?,
+            http = %local_addr(&http_listener, settings.http_addr)?,
+            store = ?settings.store,
+            domains = config.domains().len(),
+            limits = config.rule_count(),
+            "sluice listening"
+        );
+        let config = Arc::new(ArcSwap::from_pointee(config));
+        let reloader = reloader(settings, &config, &store, &self.metrics);
+        let reloading = tokio::spawn(reloader.run(self.reload));
+        let limiter = Arc::new(RateLimiter::new(
+            config.clone(),
+            store.clone(),
+            settings.service,
+            self.metrics.clone(),
+        ));
+        let readiness = Arc::new(Readiness::default());
+        readiness.set(true);
+        let (health, health_service) = tonic_health::server::health_reporter();
+        set_health(&health, ServingStatus::Serving).await;
+        let (stop, stopped) = watch::channel(false);
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let grpc = Server::builder()
+            .add_service(health_service)
+            .add_service(reflection().build_v1()?)
+            .add_service(reflection().build_v1alpha()?)
+            .add_service(RateLimitServiceServer::from_arc(limiter.clone()))
+            .serve_with_incoming_shutdown(TcpIncoming::from(grpc_listener), until(stopped.clone()));
+        let endpoints = Arc::new(Endpoints {
+            config,
+            limiter,
+            store,
+            metrics: self.metrics,
+            readiness: readiness.clone(),
+            check_store: settings.healthcheck_store,
+        });
+        let http = axum::serve(http_listener, http::router(endpoints))
+            .with_graceful_shutdown(until(stopped));
+        let mut grpc = tokio::spawn(grpc);
+        let mut http = tokio::spawn(std::future::IntoFuture::into_future(http));
+        tokio::select! {
+            () = self.shutdown => {}
+            ended = &mut grpc => return Err(server_ended("gRPC", ended.map(|r| r.map_err(ServerError::from)))),
+            ended = &mut http => return Err(server_ended("HTTP", ended.map(|r| r.map_err(ServerError::HttpServe)))),
         }
-    };
-    Server::builder()
-        .add_service(health_service)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
-        .add_service(RateLimitServiceServer::new(limiter))
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener), drained)
-        .await?;
-    Ok(())
+        tracing::info!(
+            drain_delay_ms = settings.shutdown_drain_delay.as_millis() as u64,
+            "shutting down: reporting NOT_SERVING, then draining"
+        );
+        readiness.set(false);
+        set_health(&health, ServingStatus::NotServing).await;
+        tokio::time::sleep(settings.shutdown_drain_delay).await;
+        let _ = stop.send(true);
+        reloading.abort();
+        let finished =
+            tokio::time::timeout(settings.shutdown_grace, async { (grpc.await, http.await) });
+        match finished.await {
+            Ok(_) => tracing::info!("in-flight calls finished; bye"),
+            Err(_) => tracing::warn!(
+                grace_ms = settings.shutdown_grace.as_millis() as u64,
+                "in-flight calls did not finish within the grace period; exiting anyway"
+            ),
+        }
+        Ok(())
+    }
+}
+
+/// The reloader of the settings' config paths into `config`: counts every attempt, tells the
+/// store when the limits changed, logs refusals with path and line.
+fn reloader<S: Store>(
+    settings: &Settings,
+    config: &Arc<ArcSwap<Config>>,
+    store: &Arc<S>,
+    metrics: &Arc<Metrics>,
+) -> Reloader {
+    let (store, metrics) = (store.clone(), metrics.clone());
+    Reloader::new(
+        settings.config_paths.clone(),
+        settings.load_options,
+        config.clone(),
+        move |result: ReloadResult<'_>| {
+            metrics.record_config_load(result.is_ok());
+            match result {
+                Ok(config) => {
+                    store.config_changed();
+                    tracing::info!(
+                        domains = config.domains().len(),
+                        limits = config.rule_count(),
+                        "config reloaded"
+                    );
+                }
+                Err(errors) => {
+                    for error in &errors.0 {
+                        tracing::error!("config refused, the previous one keeps serving: {error}");
+                    }
+                }
+            }
+        },
+    )
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServerError> {
+    listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+async fn set_health(health: &HealthReporter, status: ServingStatus) {
+    for name in HEALTH_NAMES {
+        health.set_service_status(name, status).await;
+    }
+}
+
+/// Completes once `stopped` turns true (or its sender is gone).
+async fn until(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+fn server_ended(
+    which: &'static str,
+    ended: Result<Result<(), ServerError>, tokio::task::JoinError>,
+) -> ServerError {
+    match ended {
+        Ok(Err(error)) => error,
+        Ok(Ok(())) => ServerError::Ended(which),
+        Err(error) => ServerError::Task(error.to_string()),
+    }
 }
 
 /// Drops expired memory-store state every `SWEEP_INTERVAL` until the store is gone.

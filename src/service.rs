@@ -7,12 +7,14 @@ mod validate;
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::{Config, Domain};
 use crate::limit::{Decision, Hit, Limit, Unit};
+use crate::metrics::{LimitLabels, LimitOutcome, Metrics};
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use crate::store::{key, Store, StoreError};
@@ -45,20 +47,30 @@ pub struct RateLimiter<S> {
     config: Arc<ArcSwap<Config>>,
     store: Arc<S>,
     options: ServiceOptions,
+    metrics: Arc<Metrics>,
 }
 
 impl<S: Store> RateLimiter<S> {
-    pub fn new(config: Arc<ArcSwap<Config>>, store: Arc<S>, options: ServiceOptions) -> Self {
+    pub fn new(
+        config: Arc<ArcSwap<Config>>,
+        store: Arc<S>,
+        options: ServiceOptions,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         RateLimiter {
             config,
             store,
             options,
+            metrics,
         }
     }
 
     /// Decides one request.
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        validate::check(request, &self.options.bounds)?;
+        if let Err(status) = validate::check(request, &self.options.bounds) {
+            self.metrics.record_error("invalid_argument");
+            return Err(status);
+        }
         // One snapshot for the whole request: a reload never mixes two configs in one answer.
         let config = self.config.load_full();
         let domain = config.domain(&request.domain);
@@ -70,10 +82,8 @@ impl<S: Store> RateLimiter<S> {
             .collect();
         apply_replaces(&mut planned);
         let hits: Vec<Hit> = planned.iter_mut().filter_map(|p| p.hit.take()).collect();
-        let decisions = match self.store.check(&hits).await {
-            Ok(decisions) => decisions,
-            Err(error) => self.on_store_failure(&error, hits.len())?,
-        };
+        let decisions = self.charge(&hits).await?;
+        self.record(&planned, &hits, &decisions);
         let mut decisions = decisions.iter();
         let verdicts: Vec<Verdict<'_>> = planned.into_iter().map(|p| p.verdict).collect();
         let statuses: Vec<_> = verdicts
@@ -95,7 +105,44 @@ impl<S: Store> RateLimiter<S> {
     }
 }
 
-impl<S> RateLimiter<S> {
+impl<S: Store> RateLimiter<S> {
+    /// Charges the store in one call, timed; a failure answers as `--failure-mode` says.
+    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, Status> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let started = Instant::now();
+        let result = self.store.check(hits).await;
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics.record_store_call(seconds, result.is_err());
+        match result {
+            Ok(decisions) => Ok(decisions),
+            Err(error) => {
+                self.metrics.record_error("store_unavailable");
+                self.on_store_failure(&error, hits.len())
+            }
+        }
+    }
+
+    /// Counts every charged descriptor's hits under its limit's labels.
+    fn record(&self, planned: &[Planned<'_>], hits: &[Hit], decisions: &[Decision]) {
+        let limited = planned.iter().filter_map(|p| match &p.verdict {
+            Verdict::Limited(applied) => Some((applied, p.labels.as_ref())),
+            _ => None,
+        });
+        for (((applied, labels), hit), decision) in limited.zip(hits).zip(decisions) {
+            let Some(labels) = labels else { continue };
+            let outcome = LimitOutcome {
+                algorithm: applied.limit.algorithm,
+                capacity: applied.limit.capacity(),
+                cost: hit.cost,
+                decision: *decision,
+                shadow_mode: applied.shadow_mode,
+            };
+            self.metrics.record_limit(labels, &outcome);
+        }
+    }
+
     /// The answers for `count` hits the store could not decide, as `--failure-mode` says.
     fn on_store_failure(&self, error: &StoreError, count: usize) -> Result<Vec<Decision>, Status> {
         tracing::debug!(%error, "store failed");
@@ -120,7 +167,10 @@ impl<S: Store> RateLimitService for RateLimiter<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.decide(request.get_ref()).await.map(Response::new)
+        let started = Instant::now();
+        let response = self.decide(request.get_ref()).await.map(Response::new);
+        self.metrics.record_request(started.elapsed().as_secs_f64());
+        response
     }
 }
 
@@ -130,6 +180,8 @@ struct Planned<'a> {
     verdict: Verdict<'a>,
     hit: Option<Hit>,
     replaces: &'a [String],
+    /// The metric labels of the limit, when one is charged.
+    labels: Option<LimitLabels>,
 }
 
 impl Planned<'_> {
@@ -138,6 +190,7 @@ impl Planned<'_> {
             verdict,
             hit: None,
             replaces: &[],
+            labels: None,
         }
     }
 }
@@ -167,7 +220,9 @@ fn plan<'a>(
             quota_mode: false,
         };
         let key = key::descriptor_key(domain_name, entries);
-        return Planned::charged(applied, key, cost, &[]);
+        let keys = descriptor.entries.iter().map(|e| e.key.as_str());
+        let labels = LimitLabels::of_override(domain_name, keys);
+        return Planned::charged(applied, key, cost, &[], labels);
     }
     let Some(matched) = domain.resolve(entries) else {
         return Planned::without_limit(Verdict::NoLimit);
@@ -182,12 +237,19 @@ fn plan<'a>(
         shadow_mode: rule.shadow_mode,
         quota_mode: rule.quota_mode,
     };
-    let key = key::descriptor_key(domain_name, matched.counted_entries);
-    Planned::charged(applied, key, cost, &rule.replaces)
+    let key = key::descriptor_key(domain_name, matched.counted_entries());
+    let labels = LimitLabels::of_match(domain_name, &matched.levels, rule.detailed_metric);
+    Planned::charged(applied, key, cost, &rule.replaces, labels)
 }
 
 impl<'a> Planned<'a> {
-    fn charged(applied: Applied<'a>, key: String, cost: u64, replaces: &'a [String]) -> Self {
+    fn charged(
+        applied: Applied<'a>,
+        key: String,
+        cost: u64,
+        replaces: &'a [String],
+        labels: LimitLabels,
+    ) -> Self {
         let hit = Hit {
             key,
             limit: applied.limit,
@@ -197,6 +259,7 @@ impl<'a> Planned<'a> {
             verdict: Verdict::Limited(applied),
             hit: Some(hit),
             replaces,
+            labels: Some(labels),
         }
     }
 }
@@ -215,6 +278,7 @@ fn apply_replaces(planned: &mut [Planned<'_>]) {
             if !applied.name.is_empty() && replaced.contains(applied.name) {
                 p.verdict = Verdict::NoLimit;
                 p.hit = None;
+                p.labels = None;
             }
         }
     }

@@ -4,6 +4,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::builder::FalseyValueParser;
 use clap::{ArgAction, Args, ValueEnum};
@@ -11,6 +12,7 @@ use clap::{ArgAction, Args, ValueEnum};
 mod redis;
 
 use crate::config::LoadOptions;
+use crate::duration;
 use crate::service::{FailureMode, RequestBounds, ServiceOptions};
 pub use redis::{RedisArgs, RedisSettings, RedisTime};
 
@@ -66,6 +68,23 @@ pub struct ServeArgs {
     /// Most keys the memory store holds; at the bound a new key evicts an existing one.
     #[arg(long, env = "SLUICE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
+    /// Share of a limit past which admitted hits count as near the limit (metrics).
+    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8)]
+    pub near_limit_ratio: f64,
+    /// Most per-limit metric label sets that carry values from requests (detailed_metric,
+    /// value_to_metric, limit overrides); past it they share key1="_overflow_".
+    #[arg(long, env = "SLUICE_MAX_METRIC_SERIES", default_value_t = 10_000)]
+    pub max_metric_series: usize,
+    /// `/healthcheck` answers 500 while the store does not answer.
+    #[arg(long, env = "SLUICE_HEALTHCHECK_STORE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub healthcheck_store: bool,
+    /// On SIGTERM, time between reporting NOT_SERVING and closing the ports (so load
+    /// balancers stop sending traffic first).
+    #[arg(long, env = "SLUICE_SHUTDOWN_DRAIN_DELAY", default_value = "0s", value_parser = duration::parse)]
+    pub shutdown_drain_delay: Duration,
+    /// On SIGTERM, the most time in-flight calls get to finish after the ports close.
+    #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = duration::parse)]
+    pub shutdown_grace: Duration,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -105,6 +124,11 @@ pub struct Settings {
     /// Present when the store is Redis.
     pub redis: Option<RedisSettings>,
     pub service: ServiceOptions,
+    pub near_limit_ratio: f64,
+    pub max_request_valued_series: usize,
+    pub healthcheck_store: bool,
+    pub shutdown_drain_delay: Duration,
+    pub shutdown_grace: Duration,
 }
 
 /// A setting that cannot be used.
@@ -120,6 +144,8 @@ pub enum SettingsError {
     Zero { setting: &'static str },
     #[error("Redis: {0}")]
     Redis(String),
+    #[error("{setting}: {value} is not between 0 and 1")]
+    Ratio { setting: &'static str, value: f64 },
 }
 
 impl ServeArgs {
@@ -169,8 +195,23 @@ impl ServeArgs {
                 global_shadow_mode: self.shadow_mode,
                 failure_mode: self.failure_mode,
             },
+            near_limit_ratio: ratio(
+                "--near-limit-ratio / NEAR_LIMIT_RATIO",
+                self.near_limit_ratio,
+            )?,
+            max_request_valued_series: self.max_metric_series,
+            healthcheck_store: self.healthcheck_store,
+            shutdown_drain_delay: self.shutdown_drain_delay,
+            shutdown_grace: self.shutdown_grace,
         })
     }
+}
+
+fn ratio(setting: &'static str, value: f64) -> Result<f64, SettingsError> {
+    if !(0.0..=1.0).contains(&value) {
+        return Err(SettingsError::Ratio { setting, value });
+    }
+    Ok(value)
 }
 
 fn at_least_one(setting: &'static str, value: usize) -> Result<usize, SettingsError> {

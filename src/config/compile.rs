@@ -73,6 +73,7 @@ impl<'a> FileCompiler<'a> {
             };
             let mut node = Node {
                 share_threshold: doc.share_threshold,
+                value_to_metric: doc.value_to_metric,
                 rule: doc
                     .rate_limit
                     .as_ref()
@@ -115,7 +116,6 @@ impl<'a> FileCompiler<'a> {
             shadow_mode: node.shadow_mode,
             quota_mode: node.quota_mode,
             detailed_metric: node.detailed_metric,
-            value_to_metric: node.value_to_metric,
             metadata: node.metadata.clone(),
         })
     }

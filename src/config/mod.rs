@@ -1,6 +1,7 @@
 //! Configuration: envoyproxy/ratelimit's YAML format (`file`), its validation and compilation
 //! into a descriptor tree (`compile`, `tree`), file discovery and loading (`load`), and errors
-//! that name file, line and column (`error`, `position`). Knows no store and no gRPC.
+//! that name file, line and column (`error`, `position`), and hot reload (`watch`). Knows no
+//! store and no gRPC.
 
 mod compile;
 mod error;
@@ -9,7 +10,9 @@ mod load;
 mod pattern;
 mod position;
 mod tree;
+mod watch;
 
 pub use error::{ConfigError, ConfigErrors, FileError};
 pub use load::{load, LoadOptions};
-pub use tree::{Config, Domain, Match, Rule};
+pub use tree::{Config, Domain, Match, MatchedLevel, Rule};
+pub use watch::{ReloadResult, Reloader};

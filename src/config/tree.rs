@@ -60,6 +60,8 @@ pub(crate) struct KeyNodes {
 pub(crate) struct Node {
     /// With a wildcard value: every matching value is counted as the pattern itself.
     pub(crate) share_threshold: bool,
+    /// The request's value stands in the metric key instead of the configured one.
+    pub(crate) value_to_metric: bool,
     pub(crate) rule: Option<Rule>,
     pub(crate) children: Level,
 }
@@ -75,17 +77,57 @@ pub struct Rule {
     pub replaces: Vec<String>,
     pub shadow_mode: bool,
     pub quota_mode: bool,
+    /// Metrics name the request's values at every level, not the configured ones.
     pub detailed_metric: bool,
-    pub value_to_metric: bool,
     pub metadata: Option<serde_yaml::Value>,
 }
 
-/// The rule a descriptor falls under, and the (key, value) each entry is counted under: the
-/// request's value, or the wildcard pattern where `share_threshold` makes values share.
+/// The rule a descriptor falls under, and how each of its entries matched.
 #[derive(Debug)]
 pub struct Match<'a> {
     pub rule: &'a Rule,
-    pub counted_entries: Vec<(&'a str, &'a str)>,
+    pub levels: Vec<MatchedLevel<'a>>,
+}
+
+/// How one entry matched a node.
+#[derive(Debug, Clone, Copy)]
+pub struct MatchedLevel<'a> {
+    pub key: &'a str,
+    /// The request's value.
+    pub value: &'a str,
+    /// The node's value: the same value, a wildcard pattern, or `None` for a value-less key.
+    pub configured: Option<&'a str>,
+    pub share_threshold: bool,
+    pub value_to_metric: bool,
+}
+
+impl<'a> MatchedLevel<'a> {
+    /// The value the entry is counted under: the pattern when `share_threshold` makes every
+    /// matching value share one counter, else the request's value.
+    pub fn counted_value(&self) -> &'a str {
+        match self.configured {
+            Some(pattern) if self.share_threshold => pattern,
+            _ => self.value,
+        }
+    }
+
+    /// The value the entry stands under in metrics (envoyproxy/ratelimit's stats key): the
+    /// request's value with `detailed_metric` (on the limit) or `value_to_metric` (on the node),
+    /// except that a shared wildcard pattern wins; else the configured value.
+    pub fn metric_value(&self, detailed: bool) -> Option<&'a str> {
+        match self.configured {
+            Some(pattern) if self.share_threshold => Some(pattern),
+            _ if detailed || self.value_to_metric => Some(self.value),
+            configured => configured,
+        }
+    }
+}
+
+impl Match<'_> {
+    /// The (key, value) pairs the store counts under.
+    pub fn counted_entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.levels.iter().map(|l| (l.key, l.counted_value()))
+    }
 }
 
 impl Domain {
@@ -98,15 +140,18 @@ impl Domain {
     {
         let last = entries.len().checked_sub(1)?;
         let mut level = &self.root;
-        let mut counted_entries = Vec::with_capacity(last + 1);
+        let mut levels = Vec::with_capacity(last + 1);
         for (index, (key, value)) in entries.enumerate() {
-            let (node, counted_value) = level.by_key.get(key)?.find(value)?;
-            counted_entries.push((key, counted_value));
+            let (node, configured) = level.by_key.get(key)?.find(value)?;
+            levels.push(MatchedLevel {
+                key,
+                value,
+                configured,
+                share_threshold: node.share_threshold,
+                value_to_metric: node.value_to_metric,
+            });
             if index == last {
-                return node.rule.as_ref().map(|rule| Match {
-                    rule,
-                    counted_entries,
-                });
+                return node.rule.as_ref().map(|rule| Match { rule, levels });
             }
             level = &node.children;
         }
@@ -122,19 +167,15 @@ impl Domain {
 }
 
 impl KeyNodes {
-    fn find<'a>(&'a self, value: &'a str) -> Option<(&'a Node, &'a str)> {
+    /// The node `value` matches, and that node's configured value (`None`: value-less).
+    fn find<'a>(&'a self, value: &'a str) -> Option<(&'a Node, Option<&'a str>)> {
         if let Some(node) = self.exact.get(value) {
-            return Some((node, value));
+            return Some((node, Some(value)));
         }
         if let Some((pattern, node)) = self.wildcards.iter().find(|(p, _)| p.matches(value)) {
-            let counted = if node.share_threshold {
-                pattern.as_str()
-            } else {
-                value
-            };
-            return Some((node, counted));
+            return Some((node, Some(pattern.as_str())));
         }
-        self.any_value.as_deref().map(|node| (node, value))
+        self.any_value.as_deref().map(|node| (node, None))
     }
 }
 

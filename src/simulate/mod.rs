@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{self, ConfigErrors, LoadOptions};
 use crate::limit::ceil_seconds;
+use crate::metrics::Metrics;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::rate_limit_response::Code;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
@@ -134,7 +135,8 @@ async fn replay(
 ) -> Result<Vec<SimulatedDecision>, SimulateError> {
     let clock = Arc::new(VirtualClock::default());
     let store = Arc::new(MemoryStore::new(1024, clock.clone()));
-    let limiter = RateLimiter::new(config.clone(), store, ServiceOptions::default());
+    let metrics = Arc::new(Metrics::new(0.8, 0));
+    let limiter = RateLimiter::new(config.clone(), store, ServiceOptions::default(), metrics);
     let request = RateLimitRequest {
         domain: domain.to_string(),
         descriptors: vec![RateLimitDescriptor {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::limit::{Decision, Hit, Limit};
-use crate::store::{Clock, Store, StoreError};
+use crate::store::{Clock, Store, StoreError, StoreStats};
 
 /// What one entry costs beside its key: the limit, two times, and the map's own overhead.
 const ENTRY_OVERHEAD_BYTES: usize = 96;
@@ -108,6 +108,22 @@ impl<S: Store> Store for WithLocalCache<S> {
             decisions.push(decision);
         }
         Ok(decisions)
+    }
+
+    async fn healthy(&self) -> bool {
+        self.inner.healthy().await
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            local_cache_hits: Some(self.cache_hits()),
+            ..self.inner.stats()
+        }
+    }
+
+    fn config_changed(&self) {
+        self.clear();
+        self.inner.config_changed();
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::algorithm::{self, State};
 use crate::limit::{Decision, Hit};
-use crate::store::{Clock, Store, StoreError};
+use crate::store::{Clock, Store, StoreError, StoreStats};
 
 /// The in-memory store.
 pub struct MemoryStore {
@@ -120,6 +120,21 @@ impl Store for MemoryStore {
         let now_us = self.clock.now_us();
         Ok(hits.iter().map(|hit| self.check_one(hit, now_us)).collect())
     }
+
+    async fn healthy(&self) -> bool {
+        true
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            keys: Some(self.key_count() as u64),
+            evictions: Some(self.evictions()),
+            ..StoreStats::default()
+        }
+    }
+
+    /// State is keyed by descriptor and shaped by algorithm: a changed limit reads it as such.
+    fn config_changed(&self) {}
 }
 
 #[cfg(test)]

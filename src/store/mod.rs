@@ -17,6 +17,24 @@ pub trait Store: Send + Sync + 'static {
     /// Decides every hit, in order. A hit's decision never depends on a later hit.
     fn check(&self, hits: &[Hit])
         -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+
+    /// Whether the store answers now (for `/healthcheck`).
+    fn healthy(&self) -> impl Future<Output = bool> + Send;
+
+    /// The store's own numbers, for `/metrics`.
+    fn stats(&self) -> StoreStats;
+
+    /// The limits changed (a config reload): forget what was derived from the old ones.
+    fn config_changed(&self);
+}
+
+/// What a store can tell about itself; `None` where it has no such thing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub keys: Option<u64>,
+    pub evictions: Option<u64>,
+    pub script_reloads: Option<u64>,
+    pub local_cache_hits: Option<u64>,
 }
 
 /// Why a store could not decide.

@@ -31,6 +31,7 @@ pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 pub struct Sluice {
     child: Child,
     pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
     pub config_dir: tempfile::TempDir,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -67,14 +68,14 @@ impl Sluice {
         let lines = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = listening_addr(&line) {
-                    let _ = addr_tx.send(addr);
+                if let Some(addrs) = listening_addrs(&line) {
+                    let _ = addr_tx.send(addrs);
                 }
                 lines.lock().unwrap().push(line);
             }
         });
-        let grpc_addr = match addr_rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(addr) => addr,
+        let (grpc_addr, http_addr) = match addr_rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
                 panic!(
@@ -86,6 +87,7 @@ impl Sluice {
         Sluice {
             child,
             grpc_addr,
+            http_addr,
             config_dir,
             log,
         }
@@ -105,6 +107,33 @@ impl Sluice {
             .expect("connect to sluice")
     }
 
+    /// The process id, for signals.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `limit` for the process to exit; its exit code, if it did.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status.code().unwrap_or(-1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// `GET http://HTTP_ADDR{path}`: (status, body).
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        http_request(self.http_addr, "GET", path, "")
+    }
+
+    /// `POST http://HTTP_ADDR{path}` with `body`: (status, body).
+    pub fn http_post(&self, path: &str, body: &str) -> (u16, String) {
+        http_request(self.http_addr, "POST", path, body)
+    }
+
     /// Everything the server logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
@@ -118,13 +147,17 @@ impl Drop for Sluice {
     }
 }
 
-/// The gRPC address in the startup line `... sluice listening grpc=127.0.0.1:PORT ...`.
-fn listening_addr(line: &str) -> Option<SocketAddr> {
+/// The gRPC and HTTP addresses in the startup line
+/// `... sluice listening grpc=127.0.0.1:PORT http=127.0.0.1:PORT ...`.
+fn listening_addrs(line: &str) -> Option<(SocketAddr, SocketAddr)> {
     if !line.contains("sluice listening") {
         return None;
     }
-    let rest = &line[line.find("grpc=")? + 5..];
-    rest.split_whitespace().next()?.parse().ok()
+    let field = |name: &str| -> Option<SocketAddr> {
+        let rest = &line[line.find(name)? + name.len()..];
+        rest.split_whitespace().next()?.parse().ok()
+    };
+    Some((field("grpc=")?, field("http=")?))
 }
 
 /// A descriptor of `entries`.
@@ -193,4 +226,30 @@ pub fn code(status: &DescriptorStatus) -> Code {
 /// The overall code of a response.
 pub fn overall(response: &RateLimitResponse) -> Code {
     Code::try_from(response.overall_code).expect("a known code")
+}
+
+/// A minimal HTTP/1.1 client: one request, `Connection: close`, returns (status, body).
+pub fn http_request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }

@@ -17,7 +17,7 @@ pub use connect::{Connection, RedisKind, RedisTarget};
 use scripts::Scripts;
 
 use crate::limit::{Algorithm, Decision, Hit};
-use crate::store::{key, Clock, Store, StoreError};
+use crate::store::{key, Clock, Store, StoreError, StoreStats};
 
 /// Which clock the scripts read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +198,33 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    async fn healthy(&self) -> bool {
+        let ping = async {
+            let mut ping = redis::cmd("PING");
+            let reply: RedisResult<String> = match &self.connection {
+                Connection::Single(manager) => ping.query_async(&mut manager.clone()).await,
+                Connection::Cluster(cluster) => {
+                    ping.arg("sluice").query_async(&mut cluster.clone()).await
+                }
+                Connection::Sentinel(sentinel) => ping.query_async(&mut sentinel.primary()).await,
+            };
+            reply.is_ok()
+        };
+        tokio::time::timeout(self.command_timeout, ping)
+            .await
+            .unwrap_or(false)
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            script_reloads: Some(self.script_reloads()),
+            ..StoreStats::default()
+        }
+    }
+
+    /// Redis state is keyed by descriptor and shaped by algorithm; nothing is derived here.
+    fn config_changed(&self) {}
+
     async fn check(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
         if hits.is_empty() {
             return Ok(Vec::new());

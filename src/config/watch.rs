@@ -1,0 +1,115 @@
+//! Hot reload: watches the config paths (inotify; a Kubernetes ConfigMap update, a symlink
+//! swap of `..data`, is seen as a change in the mounted directory) and reloads on change or on
+//! request (SIGHUP). A refused load keeps the previous config serving; a good one is swapped in
+//! atomically, so a request always sees one whole config.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::{mpsc, Notify};
+
+use crate::config::{load, Config, ConfigErrors, LoadOptions};
+
+/// How long to wait for a burst of file events to settle before reloading.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// What happened to one reload attempt.
+pub type ReloadResult<'a> = Result<&'a Config, &'a ConfigErrors>;
+
+/// Reloads the config into `current`.
+pub struct Reloader {
+    paths: Vec<PathBuf>,
+    options: LoadOptions,
+    current: Arc<ArcSwap<Config>>,
+    on_reload: Box<dyn Fn(ReloadResult<'_>) + Send + Sync>,
+}
+
+impl Reloader {
+    /// A reloader of `paths` into `current`; `on_reload` hears of every attempt.
+    pub fn new(
+        paths: Vec<PathBuf>,
+        options: LoadOptions,
+        current: Arc<ArcSwap<Config>>,
+        on_reload: impl Fn(ReloadResult<'_>) + Send + Sync + 'static,
+    ) -> Reloader {
+        Reloader {
+            paths,
+            options,
+            current,
+            on_reload: Box::new(on_reload),
+        }
+    }
+
+    /// Loads the paths again; swaps the result in when it is valid. Returns whether it was.
+    pub fn reload(&self) -> bool {
+        match load(&self.paths, self.options) {
+            Ok(config) => {
+                (self.on_reload)(Ok(&config));
+                self.current.store(Arc::new(config));
+                true
+            }
+            Err(errors) => {
+                (self.on_reload)(Err(&errors));
+                false
+            }
+        }
+    }
+
+    /// Reloads whenever a watched file changes or `requested` is notified, until dropped.
+    pub async fn run(self, requested: Arc<Notify>) {
+        let (changed_tx, mut changed) = mpsc::unbounded_channel();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = changed_tx.send(());
+            }
+        });
+        // Without a watcher, reloads still come from SIGHUP.
+        let _watcher = match watcher {
+            Ok(mut watcher) => {
+                for path in &self.paths {
+                    watch(&mut watcher, path);
+                }
+                Some(watcher)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch the config files; reload with SIGHUP");
+                None
+            }
+        };
+        loop {
+            tokio::select! {
+                event = changed.recv() => {
+                    if event.is_none() {
+                        return;
+                    }
+                    // Let a burst of events (an editor's save, a ConfigMap swap) settle.
+                    tokio::time::sleep(SETTLE).await;
+                    while changed.try_recv().is_ok() {}
+                    tracing::info!("config files changed: reloading");
+                }
+                () = requested.notified() => tracing::info!("reload requested (SIGHUP)"),
+            }
+            self.reload();
+        }
+    }
+}
+
+/// Watches a directory recursively, or a file's directory (editors and Kubernetes replace
+/// files by renaming, which a watch on the file itself would lose).
+fn watch(watcher: &mut impl Watcher, path: &Path) {
+    let (target, mode) = if path.is_dir() {
+        (path.to_path_buf(), RecursiveMode::Recursive)
+    } else {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        (
+            parent.unwrap_or(Path::new(".")).to_path_buf(),
+            RecursiveMode::NonRecursive,
+        )
+    };
+    if let Err(error) = watcher.watch(&target, mode) {
+        tracing::warn!(path = %target.display(), %error, "cannot watch; reload with SIGHUP");
+    }
+}

@@ -1,0 +1,138 @@
+//! The HTTP port: `/healthcheck`, `/json` (ShouldRateLimit as JSON), `/metrics` (Prometheus)
+//! and `/rlconfig` (every loaded limit), as envoyproxy/ratelimit serves them.
+
+mod json;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::config::{Config, Rule};
+use crate::metrics::Metrics;
+use crate::proto::rate_limit_response::Code;
+use crate::service::RateLimiter;
+use crate::store::Store;
+
+/// Whether the server takes traffic: false while draining.
+#[derive(Debug, Default)]
+pub struct Readiness(AtomicBool);
+
+impl Readiness {
+    pub fn set(&self, serving: bool) {
+        self.0.store(serving, Ordering::SeqCst);
+    }
+
+    pub fn serving(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Everything the endpoints read.
+pub struct Endpoints<S> {
+    pub config: Arc<ArcSwap<Config>>,
+    pub limiter: Arc<RateLimiter<S>>,
+    pub store: Arc<S>,
+    pub metrics: Arc<Metrics>,
+    pub readiness: Arc<Readiness>,
+    /// `/healthcheck` also asks the store (`--healthcheck-store`).
+    pub check_store: bool,
+}
+
+/// The router of the HTTP port.
+pub fn router<S: Store>(endpoints: Arc<Endpoints<S>>) -> Router {
+    Router::new()
+        .route("/healthcheck", get(healthcheck::<S>))
+        .route("/json", post(should_rate_limit::<S>))
+        .route("/metrics", get(metrics::<S>))
+        .route("/rlconfig", get(rlconfig::<S>))
+        .with_state(endpoints)
+}
+
+async fn healthcheck<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {
+    if !endpoints.readiness.serving() {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "draining\n").into_response();
+    }
+    if endpoints.check_store && !endpoints.store.healthy().await {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "store unreachable\n").into_response();
+    }
+    (StatusCode::OK, "OK").into_response()
+}
+
+async fn should_rate_limit<S: Store>(
+    State(endpoints): State<Arc<Endpoints<S>>>,
+    body: String,
+) -> Response {
+    let request: json::JsonRequest = match serde_json::from_str(&body) {
+        Ok(request) => request,
+        Err(error) => {
+            return (StatusCode::BAD_REQUEST, format!("bad request: {error}\n")).into_response()
+        }
+    };
+    match endpoints.limiter.decide(&request.into()).await {
+        Ok(response) => {
+            let status = if response.overall_code == Code::OverLimit as i32 {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (status, axum::Json(json::response(&response))).into_response()
+        }
+        Err(status) if status.code() == tonic::Code::InvalidArgument => (
+            StatusCode::BAD_REQUEST,
+            format!("bad request: {}\n", status.message()),
+        )
+            .into_response(),
+        Err(status) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{}\n", status.message()),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {
+    let text = endpoints.metrics.render(&endpoints.store.stats());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> String {
+    let config = endpoints.config.load();
+    let mut lines: Vec<String> = config
+        .domains()
+        .into_iter()
+        .flat_map(|domain| domain.rules())
+        .map(describe)
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|line| line + "\n").collect()
+}
+
+/// One limit as `/rlconfig` prints it (the reference's form, plus sluice's extensions).
+fn describe(rule: &Rule) -> String {
+    let Some(limit) = rule.limit else {
+        return format!("{}: unlimited", rule.full_key);
+    };
+    let mut line = format!(
+        "{}: unit={} requests_per_unit={}, shadow_mode: {}",
+        rule.full_key,
+        limit.unit.as_str().to_uppercase(),
+        limit.requests_per_unit,
+        rule.shadow_mode
+    );
+    if limit.algorithm != crate::limit::Algorithm::FixedWindow || limit.unit_multiplier > 1 {
+        line.push_str(&format!(
+            ", algorithm: {}, period: {} x {}",
+            limit.algorithm, limit.unit_multiplier, limit.unit
+        ));
+        if limit.algorithm.has_burst() {
+            line.push_str(&format!(", burst: {}", limit.capacity()));
+        }
+    }
+    line
+}

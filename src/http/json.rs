@@ -1,0 +1,165 @@
+//! The JSON forms of `/json`: envoyproxy/ratelimit's (protobuf JSON) RateLimitRequest in, and
+//! RateLimitResponse out. Field names are accepted in both protobuf JSON spellings
+//! (`hits_addend` and `hitsAddend`); units by name (`MINUTE`) or number.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::limit::Unit;
+use crate::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use crate::proto::rate_limit_response::Code;
+use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+
+/// A RateLimitRequest as JSON.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonRequest {
+    #[serde(default)]
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<JsonDescriptor>,
+    #[serde(default, alias = "hitsAddend")]
+    hits_addend: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonDescriptor {
+    #[serde(default)]
+    entries: Vec<JsonEntry>,
+    #[serde(default)]
+    limit: Option<JsonOverride>,
+    #[serde(default, alias = "hitsAddend")]
+    hits_addend: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonEntry {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonOverride {
+    #[serde(default, alias = "requestsPerUnit")]
+    requests_per_unit: u32,
+    #[serde(default)]
+    unit: JsonUnit,
+}
+
+/// A unit by name or by number.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum JsonUnit {
+    Name(String),
+    Number(i32),
+}
+
+impl Default for JsonUnit {
+    fn default() -> Self {
+        JsonUnit::Number(0)
+    }
+}
+
+impl JsonUnit {
+    /// Envoy's enum number; an unknown name is 0 (UNKNOWN), which the request checks refuse.
+    fn number(&self) -> i32 {
+        match self {
+            JsonUnit::Number(number) => *number,
+            JsonUnit::Name(name) => Unit::parse(name).map_or(0, Unit::proto_number),
+        }
+    }
+}
+
+impl From<JsonRequest> for RateLimitRequest {
+    fn from(json: JsonRequest) -> Self {
+        RateLimitRequest {
+            domain: json.domain,
+            hits_addend: json.hits_addend,
+            descriptors: json
+                .descriptors
+                .into_iter()
+                .map(|d| RateLimitDescriptor {
+                    entries: d
+                        .entries
+                        .into_iter()
+                        .map(|e| Entry {
+                            key: e.key,
+                            value: e.value,
+                        })
+                        .collect(),
+                    limit: d.limit.map(|l| RateLimitOverride {
+                        requests_per_unit: l.requests_per_unit,
+                        unit: l.unit.number(),
+                    }),
+                    hits_addend: d.hits_addend,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A RateLimitResponse as protobuf JSON (enums by name, durations as `"60s"`).
+pub fn response(response: &RateLimitResponse) -> Value {
+    let statuses: Vec<Value> = response
+        .statuses
+        .iter()
+        .map(|status| {
+            let mut out = Map::new();
+            out.insert("code".into(), json!(code_name(status.code)));
+            if let Some(limit) = &status.current_limit {
+                let mut current = Map::new();
+                if !limit.name.is_empty() {
+                    current.insert("name".into(), json!(limit.name));
+                }
+                current.insert("requestsPerUnit".into(), json!(limit.requests_per_unit));
+                let unit = Unit::from_proto_number(limit.unit).map_or("UNKNOWN", |u| unit_name(u));
+                current.insert("unit".into(), json!(unit));
+                out.insert("currentLimit".into(), Value::Object(current));
+            }
+            out.insert("limitRemaining".into(), json!(status.limit_remaining));
+            if let Some(duration) = &status.duration_until_reset {
+                out.insert(
+                    "durationUntilReset".into(),
+                    json!(format!("{}s", duration.seconds)),
+                );
+            }
+            Value::Object(out)
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert(
+        "overallCode".into(),
+        json!(code_name(response.overall_code)),
+    );
+    out.insert("statuses".into(), Value::Array(statuses));
+    if !response.response_headers_to_add.is_empty() {
+        let headers: Vec<Value> = response
+            .response_headers_to_add
+            .iter()
+            .map(|h| json!({"key": h.key, "value": h.value}))
+            .collect();
+        out.insert("responseHeadersToAdd".into(), Value::Array(headers));
+    }
+    Value::Object(out)
+}
+
+fn code_name(code: i32) -> &'static str {
+    Code::try_from(code).map_or("UNKNOWN", |c| c.as_str_name())
+}
+
+fn unit_name(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Second => "SECOND",
+        Unit::Minute => "MINUTE",
+        Unit::Hour => "HOUR",
+        Unit::Day => "DAY",
+        Unit::Week => "WEEK",
+        Unit::Month => "MONTH",
+        Unit::Year => "YEAR",
+    }
+}

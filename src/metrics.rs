@@ -1,0 +1,316 @@
+//! Metric names and recording, in one place. The server owns one Prometheus recorder (there is
+//! no global recorder, so several servers in one process never mix their counts), and
+//! `/metrics` renders it. Names follow envoyproxy/ratelimit's Prometheus mapping so existing
+//! dashboards keep working; sluice's own metrics start with `sluice_`.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use metrics::{Key, Label, Metadata, Recorder};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+
+use crate::config::MatchedLevel;
+use crate::limit::{Algorithm, Decision};
+use crate::store::StoreStats;
+
+static METADATA: Metadata<'static> = Metadata::new("sluice", metrics::Level::INFO, Some("sluice"));
+
+/// Histogram buckets for latencies, in seconds: 50 µs to 1 s.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// The per-limit label value of every series past the request-valued series bound.
+pub const OVERFLOW_LABEL: &str = "_overflow_";
+
+/// The labels of one limit's series: `domain`, `key1`, `key2`, the first levels of its stats key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LimitLabels {
+    pub domain: String,
+    pub key1: String,
+    pub key2: Option<String>,
+    /// The labels carry values taken from requests (detailed_metric, value_to_metric, a limit
+    /// override's keys): their number is bounded.
+    pub from_request: bool,
+}
+
+impl LimitLabels {
+    /// The labels of a configured limit, by envoyproxy/ratelimit's stats-key rules: the config
+    /// path, request values with `detailed_metric` or `value_to_metric`, the pattern with
+    /// `share_threshold`.
+    pub fn of_match(domain: &str, levels: &[MatchedLevel<'_>], detailed: bool) -> LimitLabels {
+        let segment = |level: &MatchedLevel<'_>| match level.metric_value(detailed) {
+            Some(value) if !value.is_empty() => format!("{}_{value}", level.key),
+            _ => level.key.to_string(),
+        };
+        let from_request = levels.iter().any(|l| {
+            let shared = l.share_threshold && l.configured.is_some();
+            !shared && (detailed || l.value_to_metric)
+        });
+        LimitLabels {
+            domain: domain.to_string(),
+            key1: levels.first().map(segment).unwrap_or_default(),
+            key2: levels.get(1).map(segment),
+            from_request,
+        }
+    }
+
+    /// The labels of a client's limit override: entry keys only, never values, so overrides
+    /// cannot create a series per value (the reference server's leak).
+    pub fn of_override<'a>(domain: &str, keys: impl Iterator<Item = &'a str>) -> LimitLabels {
+        let mut keys = keys;
+        LimitLabels {
+            domain: domain.to_string(),
+            key1: keys.next().unwrap_or_default().to_string(),
+            key2: keys.next().map(str::to_string),
+            from_request: true,
+        }
+    }
+}
+
+/// What a limited descriptor got, for its counters.
+#[derive(Debug, Clone, Copy)]
+pub struct LimitOutcome {
+    pub algorithm: Algorithm,
+    pub capacity: u64,
+    pub cost: u64,
+    pub decision: Decision,
+    pub shadow_mode: bool,
+}
+
+/// The server's metrics.
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    near_limit_ratio: f64,
+    max_request_valued_series: usize,
+    request_valued_series: Mutex<HashSet<LimitLabels>>,
+}
+
+impl Metrics {
+    /// A recorder with latency buckets. `near_limit_ratio`: the share of a limit past which
+    /// admitted hits count as near the limit (`NEAR_LIMIT_RATIO`). At most
+    /// `max_request_valued_series` label sets carry values from requests; the rest share
+    /// `key1="_overflow_"`.
+    pub fn new(near_limit_ratio: f64, max_request_valued_series: usize) -> Metrics {
+        let builder = PrometheusBuilder::new();
+        let recorder = match builder.set_buckets(&LATENCY_BUCKETS) {
+            Ok(builder) => builder.build_recorder(),
+            // Only an empty bucket list is refused; ours is not, but never fail over it.
+            Err(_) => PrometheusBuilder::new().build_recorder(),
+        };
+        let handle = recorder.handle();
+        Metrics {
+            recorder,
+            handle,
+            near_limit_ratio,
+            max_request_valued_series,
+            request_valued_series: Mutex::default(),
+        }
+    }
+
+    /// The Prometheus text exposition, with the store's own numbers as of now.
+    pub fn render(&self, store: &StoreStats) -> String {
+        let gauge = |name: &'static str, value: Option<u64>| {
+            if let Some(value) = value {
+                self.recorder
+                    .register_gauge(&Key::from_name(name), &METADATA)
+                    .set(value as f64);
+            }
+        };
+        let counter = |name: &'static str, value: Option<u64>| {
+            if let Some(value) = value {
+                self.recorder
+                    .register_counter(&Key::from_name(name), &METADATA)
+                    .absolute(value);
+            }
+        };
+        gauge("sluice_memory_store_keys", store.keys);
+        counter("sluice_memory_store_evictions_total", store.evictions);
+        counter("sluice_redis_script_reloads_total", store.script_reloads);
+        counter("sluice_local_cache_hits_total", store.local_cache_hits);
+        self.handle.run_upkeep();
+        self.handle.render()
+    }
+
+    /// Counts one limited descriptor's hits, as envoyproxy/ratelimit does: total, over (and
+    /// shadow when the limit is in shadow mode), or within (and near when past the ratio).
+    pub fn record_limit(&self, labels: &LimitLabels, outcome: &LimitOutcome) {
+        let labels = self.bounded(labels);
+        let counter = |name: &'static str| {
+            self.recorder
+                .register_counter(&limit_key(name, &labels), &METADATA)
+        };
+        let LimitOutcome { cost, decision, .. } = *outcome;
+        counter("ratelimit_service_rate_limit_total_hits").increment(cost);
+        if decision.admitted {
+            counter("ratelimit_service_rate_limit_within_limit").increment(cost);
+            let used = outcome
+                .capacity
+                .saturating_sub(u64::from(decision.remaining));
+            if used as f64 > outcome.capacity as f64 * self.near_limit_ratio {
+                counter("ratelimit_service_rate_limit_near_limit").increment(cost);
+            }
+        } else {
+            counter("ratelimit_service_rate_limit_over_limit").increment(cost);
+            if outcome.shadow_mode {
+                counter("ratelimit_service_rate_limit_shadow_mode").increment(cost);
+            }
+        }
+        let code = if decision.admitted || outcome.shadow_mode {
+            "OK"
+        } else {
+            "OVER_LIMIT"
+        };
+        let key = Key::from_parts(
+            "sluice_decisions_total",
+            vec![
+                Label::new("algorithm", outcome.algorithm.as_str()),
+                Label::new("code", code),
+            ],
+        );
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// A ShouldRateLimit call's latency.
+    pub fn record_request(&self, seconds: f64) {
+        let key = Key::from_name("ratelimit_service_response_time_seconds");
+        self.recorder
+            .register_histogram(&key, &METADATA)
+            .record(seconds);
+    }
+
+    /// A failed ShouldRateLimit call: `invalid_argument` or `store_unavailable`.
+    pub fn record_error(&self, err_type: &'static str) {
+        let key = Key::from_parts(
+            "ratelimit_service_should_rate_limit_error",
+            vec![Label::new("err_type", err_type)],
+        );
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// One store call's latency and whether it failed.
+    pub fn record_store_call(&self, seconds: f64, failed: bool) {
+        let key = Key::from_name("sluice_store_duration_seconds");
+        self.recorder
+            .register_histogram(&key, &METADATA)
+            .record(seconds);
+        if failed {
+            let key = Key::from_name("sluice_store_errors_total");
+            self.recorder.register_counter(&key, &METADATA).increment(1);
+        }
+    }
+
+    /// A configuration load (at startup or reload).
+    pub fn record_config_load(&self, success: bool) {
+        let name = if success {
+            "ratelimit_service_config_load_success"
+        } else {
+            "ratelimit_service_config_load_error"
+        };
+        self.recorder
+            .register_counter(&Key::from_name(name), &METADATA)
+            .increment(1);
+    }
+
+    /// `labels`, or the overflow labels once too many request-valued sets were seen.
+    fn bounded(&self, labels: &LimitLabels) -> LimitLabels {
+        if !labels.from_request {
+            return labels.clone();
+        }
+        let mut seen = self
+            .request_valued_series
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if seen.contains(labels) || seen.len() < self.max_request_valued_series {
+            seen.insert(labels.clone());
+            return labels.clone();
+        }
+        LimitLabels {
+            domain: labels.domain.clone(),
+            key1: OVERFLOW_LABEL.to_string(),
+            key2: None,
+            from_request: true,
+        }
+    }
+}
+
+fn limit_key(name: &'static str, labels: &LimitLabels) -> Key {
+    let mut parts = vec![
+        Label::new("domain", labels.domain.clone()),
+        Label::new("key1", labels.key1.clone()),
+    ];
+    if let Some(key2) = &labels.key2 {
+        parts.push(Label::new("key2", key2.clone()));
+    }
+    Key::from_parts(name, parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level<'a>(key: &'a str, value: &'a str, configured: Option<&'a str>) -> MatchedLevel<'a> {
+        MatchedLevel {
+            key,
+            value,
+            configured,
+            share_threshold: false,
+            value_to_metric: false,
+        }
+    }
+
+    #[test]
+    fn labels_follow_the_reference_stats_key() {
+        let levels = [
+            level("key1", "value1", Some("value1")),
+            level("subkey1", "x", None),
+        ];
+        let labels = LimitLabels::of_match("d", &levels, false);
+        assert_eq!(
+            (labels.key1.as_str(), labels.key2.as_deref()),
+            ("key1_value1", Some("subkey1"))
+        );
+        assert!(!labels.from_request);
+        let detailed = LimitLabels::of_match("d", &levels, true);
+        assert_eq!(detailed.key2.as_deref(), Some("subkey1_x"));
+        assert!(detailed.from_request);
+        let mut shared = level("files", "files/a", Some("files/*"));
+        shared.share_threshold = true;
+        shared.value_to_metric = true;
+        let labels = LimitLabels::of_match("d", &[shared], false);
+        assert_eq!(labels.key1, "files_files/*");
+        assert!(
+            !labels.from_request,
+            "a shared pattern is bounded by the config"
+        );
+    }
+
+    #[test]
+    fn request_valued_series_are_bounded() {
+        let metrics = Metrics::new(0.8, 2);
+        let outcome = LimitOutcome {
+            algorithm: Algorithm::FixedWindow,
+            capacity: 10,
+            cost: 1,
+            decision: Decision {
+                admitted: true,
+                remaining: 9,
+                reset_after_us: 0,
+                retry_after_us: 0,
+            },
+            shadow_mode: false,
+        };
+        for value in ["a", "b", "c", "d"] {
+            let labels = LimitLabels::of_override("d", [value].into_iter());
+            metrics.record_limit(&labels, &outcome);
+        }
+        let text = metrics.render(&StoreStats::default());
+        assert!(
+            text.contains(r#"key1="a""#) && text.contains(r#"key1="b""#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"key1="c""#), "{text}");
+        assert!(text.contains(r#"key1="_overflow_""#), "{text}");
+    }
+}
