@@ -136,7 +136,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         );
         let config = Arc::new(ArcSwap::from_pointee(config));
         let reloader = reloader(settings, &config, &store, &self.metrics);
-        let reloading = tokio::spawn(reloader.run(self.reload));
+        let reloading = tokio::spawn(reloader.run(self.reload, settings.watch_config));
         let limiter = Arc::new(RateLimiter::new(
             config.clone(),
             store.clone(),

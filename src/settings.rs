@@ -6,7 +6,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::builder::FalseyValueParser;
+use clap::builder::{BoolishValueParser, FalseyValueParser};
 use clap::{ArgAction, Args, ValueEnum};
 
 mod redis;
@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// Most keys the memory store holds; at the bound a new key evicts an existing one.
     #[arg(long, env = "SLUICE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
+    /// Watch the config paths and reload on change (SIGHUP reloads either way).
+    #[arg(long, env = "SLUICE_WATCH_CONFIG", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub watch_config: bool,
     /// Share of a limit past which admitted hits count as near the limit (metrics).
     #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8)]
     pub near_limit_ratio: f64,
@@ -127,6 +130,7 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     pub max_request_valued_series: usize,
     pub healthcheck_store: bool,
+    pub watch_config: bool,
     pub shutdown_drain_delay: Duration,
     pub shutdown_grace: Duration,
 }
@@ -201,6 +205,7 @@ impl ServeArgs {
             )?,
             max_request_valued_series: self.max_metric_series,
             healthcheck_store: self.healthcheck_store,
+            watch_config: self.watch_config,
             shutdown_drain_delay: self.shutdown_drain_delay,
             shutdown_grace: self.shutdown_grace,
         })

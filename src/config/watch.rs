@@ -58,9 +58,17 @@ impl Reloader {
         }
     }
 
-    /// Reloads whenever a watched file changes or `requested` is notified, until dropped.
-    pub async fn run(self, requested: Arc<Notify>) {
+    /// Reloads whenever `requested` is notified and, with `watch_files`, whenever a watched
+    /// file changes; until dropped.
+    pub async fn run(self, requested: Arc<Notify>, watch_files: bool) {
         let (changed_tx, mut changed) = mpsc::unbounded_channel();
+        if !watch_files {
+            loop {
+                requested.notified().await;
+                tracing::info!("reload requested (SIGHUP)");
+                self.reload();
+            }
+        }
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             if event.is_ok_and(|e| !e.kind.is_access()) {
                 let _ = changed_tx.send(());

@@ -1,0 +1,403 @@
+//! Running in production: metrics, the HTTP endpoints, hot reload and graceful shutdown,
+//! through the real binary.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const CONFIG: &str = r#"
+domain: m
+descriptors:
+  - key: api
+    rate_limit: {unit: day, requests_per_unit: 5}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: route
+    value: /v1/*
+    share_threshold: true
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: day, requests_per_unit: 100}
+"#;
+
+/// The value of the series `name{labels}` in a Prometheus text exposition.
+fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|line| {
+            line.starts_with(name_and_labels) && line[name_and_labels.len()..].starts_with(' ')
+        })
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+fn signal(sluice: &Sluice, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &sluice.pid().to_string()])
+        .status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -{name}");
+}
+
+#[tokio::test]
+async fn metrics_count_every_hit_per_limit() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let mut client = sluice.client().await;
+    for _ in 0..6 {
+        call(
+            &mut client,
+            request("m", vec![descriptor(&[("api", "any")])]),
+        )
+        .await;
+    }
+    for _ in 0..2 {
+        call(
+            &mut client,
+            request("m", vec![descriptor(&[("shadowed", "x")])]),
+        )
+        .await;
+    }
+    call(
+        &mut client,
+        request("m", vec![descriptor(&[("route", "/v1/users")])]),
+    )
+    .await;
+    call(
+        &mut client,
+        request("m", vec![descriptor(&[("user", "alice")])]),
+    )
+    .await;
+    let _ = client.should_rate_limit(request("", vec![])).await; // invalid
+    let (status, text) = sluice.http_get("/metrics");
+    assert_eq!(status, 200);
+    let api = r#"{domain="m",key1="api"}"#;
+    let value = |name: &str, labels: &str| series(&text, &format!("{name}{labels}"));
+    assert_eq!(
+        value("ratelimit_service_rate_limit_total_hits", api),
+        Some(6.0),
+        "{text}"
+    );
+    assert_eq!(
+        value("ratelimit_service_rate_limit_within_limit", api),
+        Some(5.0)
+    );
+    assert_eq!(
+        value("ratelimit_service_rate_limit_near_limit", api),
+        Some(1.0),
+        "only the 5th passes 0.8 x 5"
+    );
+    assert_eq!(
+        value("ratelimit_service_rate_limit_over_limit", api),
+        Some(1.0)
+    );
+    let shadowed = r#"{domain="m",key1="shadowed"}"#;
+    assert_eq!(
+        value("ratelimit_service_rate_limit_total_hits", shadowed),
+        Some(2.0)
+    );
+    assert_eq!(
+        value("ratelimit_service_rate_limit_over_limit", shadowed),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("ratelimit_service_rate_limit_shadow_mode", shadowed),
+        Some(1.0)
+    );
+    // share_threshold: the pattern; detailed_metric: the request's value.
+    assert_eq!(
+        value(
+            "ratelimit_service_rate_limit_total_hits",
+            r#"{domain="m",key1="route_/v1/*"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            "ratelimit_service_rate_limit_total_hits",
+            r#"{domain="m",key1="user_alice"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            "ratelimit_service_should_rate_limit_error",
+            r#"{err_type="invalid_argument"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("ratelimit_service_config_load_success", ""),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("ratelimit_service_response_time_seconds_count", ""),
+        Some(11.0),
+        "every call timed"
+    );
+    assert_eq!(
+        value(
+            "sluice_decisions_total",
+            r#"{algorithm="fixed_window",code="OVER_LIMIT"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(value("sluice_memory_store_keys", ""), Some(4.0));
+    assert!(value("sluice_store_duration_seconds_count", "").is_some());
+}
+
+#[tokio::test]
+async fn limit_overrides_do_not_create_a_series_per_value() {
+    let sluice = Sluice::start(CONFIG, &["--max-metric-series", "100"]);
+    let mut client = sluice.client().await;
+    for i in 0..20 {
+        let value = format!("v{i}");
+        let d = descriptor_with_limit(&[("anything", &value)], 10, Unit::Minute as i32);
+        call(&mut client, request("m", vec![d])).await;
+    }
+    let (_, text) = sluice.http_get("/metrics");
+    let total = series(
+        &text,
+        r#"ratelimit_service_rate_limit_total_hits{domain="m",key1="anything"}"#,
+    );
+    assert_eq!(total, Some(20.0), "{text}");
+    assert!(!text.contains("v13"), "no value in any label");
+}
+
+#[test]
+fn json_endpoint_answers_like_the_grpc_one() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let body = r#"{"domain":"m","descriptors":[{"entries":[{"key":"api","value":"j"}]}]}"#;
+    for _ in 0..5 {
+        let (status, text) = sluice.http_post("/json", body);
+        assert_eq!(status, 200, "{text}");
+        assert!(text.contains(r#""overallCode":"OK""#), "{text}");
+        assert!(
+            text.contains(r#""requestsPerUnit":5"#) && text.contains(r#""unit":"DAY""#),
+            "{text}"
+        );
+    }
+    let (status, text) = sluice.http_post("/json", body);
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains(r#""code":"OVER_LIMIT""#), "{text}");
+    let (status, text) = sluice.http_post("/json", "{not json");
+    assert_eq!(status, 400, "{text}");
+    let (status, text) = sluice.http_post(
+        "/json",
+        r#"{"domain":"","descriptors":[{"entries":[{"key":"a"}]}]}"#,
+    );
+    assert_eq!(status, 400);
+    assert!(text.contains("domain"), "{text}");
+    // protobuf JSON's other spelling and a unit by name.
+    let override_body = r#"{"domain":"m","hitsAddend":2,"descriptors":[{"entries":[{"key":"x","value":"y"}],"limit":{"requestsPerUnit":3,"unit":"HOUR"}}]}"#;
+    let (status, text) = sluice.http_post("/json", override_body);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains(r#""limitRemaining":1"#), "{text}");
+}
+
+#[test]
+fn rlconfig_lists_every_limit_sorted() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let (status, text) = sluice.http_get("/rlconfig");
+    assert_eq!(status, 200);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted);
+    assert!(
+        lines.contains(&"m.api: unit=DAY requests_per_unit=5, shadow_mode: false"),
+        "{text}"
+    );
+    assert!(
+        lines.contains(&"m.shadowed: unit=DAY requests_per_unit=1, shadow_mode: true"),
+        "{text}"
+    );
+}
+
+/// Polls `check` every 50 ms for up to 10 s.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not within 10 s: {what}");
+}
+
+async fn limit_of(client: &mut Client, key: &str) -> Option<u32> {
+    let response = call(
+        client,
+        request("m", vec![descriptor_with_hits(&[(key, "probe")], 0)]),
+    )
+    .await;
+    response.statuses[0]
+        .current_limit
+        .as_ref()
+        .map(|l| l.requests_per_unit)
+}
+
+#[tokio::test]
+async fn a_changed_file_reloads_and_a_broken_one_keeps_the_old_limits() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let path = sluice.config_dir.path().join("config.yaml");
+    let mut client = sluice.client().await;
+    assert_eq!(limit_of(&mut client, "api").await, Some(5));
+    std::fs::write(
+        &path,
+        CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 7"),
+    )
+    .unwrap();
+    eventually("the new limit", async || {
+        limit_of(&mut client, "api").await == Some(7)
+    })
+    .await;
+    std::fs::write(
+        &path,
+        "domain: m\ndescriptors:\n  - key: api\n    ratelimit: {}\n",
+    )
+    .unwrap();
+    eventually("the refusal logged", async || {
+        sluice.log().contains("config refused")
+    })
+    .await;
+    assert!(
+        sluice.log().contains("config.yaml:4:5:"),
+        "path and line logged: {}",
+        sluice.log()
+    );
+    assert_eq!(
+        limit_of(&mut client, "api").await,
+        Some(7),
+        "the previous config keeps serving"
+    );
+    let (_, text) = sluice.http_get("/metrics");
+    assert!(
+        series(&text, "ratelimit_service_config_load_error").is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    assert!(
+        series(&text, "ratelimit_service_config_load_success").is_some_and(|v| v >= 2.0),
+        "{text}"
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_configmap_symlink_swap_reloads() {
+    // The layout kubelet writes: config.yaml -> ..data/config.yaml, ..data -> ..<timestamp>.
+    let mount = tempfile::tempdir().unwrap();
+    let write_version = |name: &str, limit: u32| {
+        let dir = mount.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(
+            dir.join("config.yaml"),
+            CONFIG.replace(
+                "requests_per_unit: 5",
+                &format!("requests_per_unit: {limit}"),
+            ),
+        )
+        .unwrap();
+    };
+    write_version("..2026_11_29_00_00_00.1", 5);
+    std::os::unix::fs::symlink("..2026_11_29_00_00_00.1", mount.path().join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/config.yaml", mount.path().join("config.yaml")).unwrap();
+    let mount_path = mount.path().display().to_string();
+    let sluice = Sluice::start_with(&[], &["--config", &mount_path], &[]);
+    let mut client = sluice.client().await;
+    assert_eq!(limit_of(&mut client, "api").await, Some(5));
+    // The update: a new timestamped directory, a new link beside ..data, renamed over it.
+    write_version("..2026_11_29_00_01_00.2", 9);
+    std::os::unix::fs::symlink("..2026_11_29_00_01_00.2", mount.path().join("..data_tmp")).unwrap();
+    std::fs::rename(mount.path().join("..data_tmp"), mount.path().join("..data")).unwrap();
+    std::fs::remove_dir_all(mount.path().join("..2026_11_29_00_00_00.1")).unwrap();
+    eventually("the swapped limit", async || {
+        limit_of(&mut client, "api").await == Some(9)
+    })
+    .await;
+    assert!(!Path::new(&mount_path)
+        .join("..2026_11_29_00_00_00.1")
+        .exists());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_reloads() {
+    let sluice = Sluice::start(CONFIG, &["--watch-config", "false"]);
+    let mut client = sluice.client().await;
+    // With the watcher off, only SIGHUP can make this change take effect.
+    std::fs::write(
+        sluice.config_dir.path().join("config.yaml"),
+        CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 11"),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(limit_of(&mut client, "api").await, Some(5), "not watched");
+    signal(&sluice, "HUP");
+    eventually("the SIGHUP reload", async || {
+        limit_of(&mut client, "api").await == Some(11)
+    })
+    .await;
+    assert!(sluice.log().contains("config reloaded"));
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_without_failing_a_call_and_exits_zero() {
+    let mut sluice = Sluice::start(
+        CONFIG,
+        &["--shutdown-drain-delay", "1s", "--shutdown-grace", "5s"],
+    );
+    let (status, body) = sluice.http_get("/healthcheck");
+    assert_eq!((status, body.as_str()), (200, "OK"));
+    let mut client = sluice.client().await;
+    let caller = tokio::spawn(async move {
+        let mut failures = Vec::new();
+        let mut calls = 0;
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(700) {
+            match client
+                .should_rate_limit(request("m", vec![descriptor(&[("user", "drain")])]))
+                .await
+            {
+                Ok(_) => calls += 1,
+                Err(status) => failures.push(status.to_string()),
+            }
+        }
+        (calls, failures)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal(&sluice, "TERM");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, _) = sluice.http_get("/healthcheck");
+    assert_eq!(status, 500, "draining");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(sluice.channel().await);
+    let serving = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health answers while draining")
+        .into_inner()
+        .status;
+    assert_eq!(
+        serving,
+        tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+    );
+    let (calls, failures) = caller.await.expect("caller");
+    assert!(calls > 0);
+    assert!(
+        failures.is_empty(),
+        "calls failed during the drain: {failures:?}"
+    );
+    assert_eq!(
+        sluice.wait_exit(Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        sluice.log()
+    );
+}
