@@ -140,7 +140,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         let limiter = Arc::new(RateLimiter::new(
             config.clone(),
             store.clone(),
-            settings.service,
+            settings.service.clone(),
             self.metrics.clone(),
         ));
         let readiness = Arc::new(Readiness::default());

@@ -2,6 +2,7 @@
 //! each descriptor to a limit, charge the store in one call, build the response. Knows the
 //! `Store` trait, never which store.
 
+mod extras;
 mod response;
 mod validate;
 
@@ -18,16 +19,21 @@ use crate::metrics::{LimitLabels, LimitOutcome, Metrics};
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use crate::store::{key, Store, StoreError};
+pub use extras::HeaderNames;
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;
 
 /// Service-wide behaviour that settings choose.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ServiceOptions {
     pub bounds: RequestBounds,
     /// `SHADOW_MODE`: the overall code is always OK; descriptor statuses stay truthful.
     pub global_shadow_mode: bool,
     pub failure_mode: FailureMode,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`: the header names, or `None` for no headers.
+    pub response_headers: Option<HeaderNames>,
+    /// `RESPONSE_DYNAMIC_METADATA`.
+    pub dynamic_metadata: bool,
 }
 
 /// What a call gets when the store cannot decide.
@@ -97,9 +103,19 @@ impl<S: Store> RateLimiter<S> {
             })
             .collect();
         let overall = response::overall_code(&verdicts, &statuses, self.options.global_shadow_mode);
+        let response_headers_to_add = match &self.options.response_headers {
+            Some(names) => extras::headers(names, &verdicts, &statuses, overall),
+            None => Vec::new(),
+        };
+        let dynamic_metadata = self
+            .options
+            .dynamic_metadata
+            .then(|| extras::dynamic_metadata(request, &verdicts));
         Ok(RateLimitResponse {
             overall_code: overall as i32,
             statuses,
+            response_headers_to_add,
+            dynamic_metadata,
             ..Default::default()
         })
     }
@@ -218,6 +234,7 @@ fn plan<'a>(
             name: "",
             shadow_mode: false,
             quota_mode: false,
+            metadata: None,
         };
         let key = key::descriptor_key(domain_name, entries);
         let keys = descriptor.entries.iter().map(|e| e.key.as_str());
@@ -236,6 +253,7 @@ fn plan<'a>(
         name: rule.name.as_deref().unwrap_or_default(),
         shadow_mode: rule.shadow_mode,
         quota_mode: rule.quota_mode,
+        metadata: rule.metadata.as_ref(),
     };
     let key = key::descriptor_key(domain_name, matched.counted_entries());
     let labels = LimitLabels::of_match(domain_name, &matched.levels, rule.detailed_metric);

@@ -13,7 +13,7 @@ mod redis;
 
 use crate::config::LoadOptions;
 use crate::duration;
-use crate::service::{FailureMode, RequestBounds, ServiceOptions};
+use crate::service::{FailureMode, HeaderNames, RequestBounds, ServiceOptions};
 pub use redis::{RedisArgs, RedisSettings, RedisTime};
 
 /// Which store keeps the limit state.
@@ -68,6 +68,22 @@ pub struct ServeArgs {
     /// Most keys the memory store holds; at the bound a new key evicts an existing one.
     #[arg(long, env = "SLUICE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
+    /// Add RateLimit-Limit, -Remaining, -Reset (and Retry-After when over) to responses.
+    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub response_headers: bool,
+    #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit")]
+    pub limit_limit_header: String,
+    #[arg(
+        long,
+        env = "LIMIT_REMAINING_HEADER",
+        default_value = "RateLimit-Remaining"
+    )]
+    pub limit_remaining_header: String,
+    #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset")]
+    pub limit_reset_header: String,
+    /// Fill dynamic_metadata with the request and the matched limits' metadata.
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub response_dynamic_metadata: bool,
     /// Watch the config paths and reload on change (SIGHUP reloads either way).
     #[arg(long, env = "SLUICE_WATCH_CONFIG", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub watch_config: bool,
@@ -198,6 +214,12 @@ impl ServeArgs {
                 bounds,
                 global_shadow_mode: self.shadow_mode,
                 failure_mode: self.failure_mode,
+                response_headers: self.response_headers.then(|| HeaderNames {
+                    limit: self.limit_limit_header.clone(),
+                    remaining: self.limit_remaining_header.clone(),
+                    reset: self.limit_reset_header.clone(),
+                }),
+                dynamic_metadata: self.response_dynamic_metadata,
             },
             near_limit_ratio: ratio(
                 "--near-limit-ratio / NEAR_LIMIT_RATIO",

@@ -22,6 +22,8 @@ pub struct Applied<'a> {
     pub name: &'a str,
     pub shadow_mode: bool,
     pub quota_mode: bool,
+    /// The matched rule's `metadata`, for dynamic metadata.
+    pub metadata: Option<&'a serde_yaml::Value>,
 }
 
 /// The status of one descriptor; `decision` is present for `Limited` verdicts.
