@@ -163,6 +163,9 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
 
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging(&args.log_level, &args.log_format);
+    for (name, why) in sluice::settings::ignored_variables() {
+        tracing::warn!("{name} is set but ignored: {why}");
+    }
     let settings = match args.into_settings() {
         Ok(settings) => settings,
         Err(error) => {

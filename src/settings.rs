@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::builder::{BoolishValueParser, FalseyValueParser};
 use clap::{ArgAction, Args, ValueEnum};
 
+mod compat;
 mod redis;
 
 use crate::config::LoadOptions;
@@ -38,9 +39,12 @@ pub struct ServeArgs {
     /// HTTP listen address (health, metrics, JSON). Default 0.0.0.0:8080, or HOST:PORT.
     #[arg(long, env = "SLUICE_HTTP_ADDR")]
     pub http_addr: Option<String>,
-    /// Where limit state is kept.
-    #[arg(long, env = "SLUICE_STORE", value_enum, default_value_t = StoreKind::Memory)]
-    pub store: StoreKind,
+    /// Where limit state is kept: memory (the default) or redis. Unset, envoyproxy/ratelimit's
+    /// BACKEND_TYPE=redis, or a REDIS_URL in the environment, choose redis.
+    #[arg(long, env = "SLUICE_STORE", value_enum)]
+    pub store: Option<StoreKind>,
+    #[arg(long, env = "BACKEND_TYPE", hide = true)]
+    pub backend_type: Option<String>,
     #[command(flatten)]
     pub redis: RedisArgs,
     /// What a call gets when the store fails: `unavailable` (gRPC UNAVAILABLE with the reason,
@@ -164,6 +168,10 @@ pub enum SettingsError {
     Zero { setting: &'static str },
     #[error("Redis: {0}")]
     Redis(String),
+    #[error(
+        "BACKEND_TYPE '{0}' is not served by sluice: use redis (or unset it for the memory store)"
+    )]
+    Backend(String),
     #[error("{setting}: {value} is not between 0 and 1")]
     Ratio { setting: &'static str, value: f64 },
 }
@@ -171,6 +179,7 @@ pub enum SettingsError {
 impl ServeArgs {
     /// Resolves defaults and compatibility variables, and validates.
     pub fn into_settings(self) -> Result<Settings, SettingsError> {
+        let store = self.store_kind()?;
         let grpc_addr = listen_addr(
             "--grpc-addr / SLUICE_GRPC_ADDR / GRPC_HOST:GRPC_PORT",
             self.grpc_addr.as_deref(),
@@ -204,9 +213,9 @@ impl ServeArgs {
             },
             grpc_addr,
             http_addr,
-            store: self.store,
+            store,
             memory_max_keys: at_least_one("--memory-max-keys", self.memory_max_keys)?,
-            redis: match self.store {
+            redis: match store {
                 StoreKind::Redis => Some(self.redis.into_settings()?),
                 StoreKind::Memory => None,
             },
@@ -232,6 +241,33 @@ impl ServeArgs {
             shutdown_grace: self.shutdown_grace,
         })
     }
+}
+
+impl ServeArgs {
+    /// `--store`, else the reference's BACKEND_TYPE, else redis when REDIS_URL is in the
+    /// environment (the reference's default backend), else memory.
+    fn store_kind(&self) -> Result<StoreKind, SettingsError> {
+        if let Some(store) = self.store {
+            return Ok(store);
+        }
+        match self
+            .backend_type
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("redis") => Ok(StoreKind::Redis),
+            Some(other) if !other.is_empty() => Err(SettingsError::Backend(other.to_string())),
+            _ if std::env::var_os("REDIS_URL").is_some() => Ok(StoreKind::Redis),
+            _ => Ok(StoreKind::Memory),
+        }
+    }
+}
+
+/// envoyproxy/ratelimit variables set in this process's environment that sluice ignores, each
+/// with the reason: to be reported once at startup.
+pub fn ignored_variables() -> Vec<(String, &'static str)> {
+    compat::ignored_in(std::env::vars())
 }
 
 fn ratio(setting: &'static str, value: f64) -> Result<f64, SettingsError> {

@@ -327,3 +327,28 @@ async fn the_local_cache_answers_a_flood_on_an_over_limit_key_without_redis() {
     .await;
     assert_eq!(script_calls(&redis), before + 1);
 }
+
+#[tokio::test]
+async fn a_reference_deployment_environment_selects_redis() {
+    let redis = RedisServer::start(&[]);
+    let address = format!("127.0.0.1:{}", redis.port);
+    let envs = [
+        ("BACKEND_TYPE", "redis"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", address.as_str()),
+    ];
+    let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
+    let mut client = sluice.client().await;
+    call(
+        &mut client,
+        request("r", vec![descriptor(&[("envoy", "env")])]),
+    )
+    .await;
+    assert_eq!(
+        redis
+            .cli(&["--scan", "--pattern", "r_envoy_env_*"])
+            .lines()
+            .count(),
+        1
+    );
+}

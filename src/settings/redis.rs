@@ -49,7 +49,7 @@ pub struct RedisArgs {
     #[arg(long, env = "REDIS_SOCKET_TYPE", default_value = "tcp")]
     pub redis_socket_type: String,
     /// PEM file of the CA that signed Redis's certificate; default: the system's roots.
-    #[arg(long, env = "SLUICE_REDIS_TLS_CA_FILE")]
+    #[arg(long, env = "REDIS_TLS_CACERT")]
     pub redis_tls_ca_file: Option<PathBuf>,
     /// Time allowed to open a connection.
     #[arg(long, env = "SLUICE_REDIS_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration::parse)]

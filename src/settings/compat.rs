@@ -1,0 +1,144 @@
+//! envoyproxy/ratelimit's environment variables that sluice does not implement: each one that
+//! is set is reported once at startup as ignored, with the reason, never silently.
+
+/// (variable or prefix ending in `*`, why sluice ignores it).
+pub const IGNORED: &[(&str, &str)] = &[
+    (
+        "USE_STATSD",
+        "sluice exports Prometheus metrics at /metrics on the HTTP port",
+    ),
+    ("STATSD_HOST", "no statsd: Prometheus metrics at /metrics"),
+    ("STATSD_PORT", "no statsd: Prometheus metrics at /metrics"),
+    (
+        "GOSTATS_FLUSH_INTERVAL_SECONDS",
+        "no statsd: Prometheus metrics at /metrics",
+    ),
+    (
+        "EXTRA_TAGS",
+        "no statsd tags: Prometheus labels are domain, key1, key2",
+    ),
+    (
+        "USE_PROMETHEUS",
+        "Prometheus metrics are always on, at /metrics on the HTTP port",
+    ),
+    (
+        "PROMETHEUS_ADDR",
+        "Prometheus metrics are served on the HTTP port (--http-addr)",
+    ),
+    (
+        "PROMETHEUS_PATH",
+        "Prometheus metrics are served at /metrics",
+    ),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "metric names and labels are fixed (the reference mapping's)",
+    ),
+    ("DEBUG_HOST", "no debug port: /rlconfig is on the HTTP port"),
+    ("DEBUG_PORT", "no debug port: /rlconfig is on the HTTP port"),
+    ("GRPC_MAX_CONNECTION_AGE", "connections are not aged out"),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "connections are not aged out",
+    ),
+    (
+        "GRPC_SERVER_USE_TLS",
+        "the gRPC port is plaintext; terminate TLS in a sidecar or mesh",
+    ),
+    (
+        "GRPC_SERVER_TLS_*",
+        "the gRPC port is plaintext; terminate TLS in a sidecar or mesh",
+    ),
+    (
+        "GRPC_CLIENT_TLS_*",
+        "the gRPC port is plaintext; terminate TLS in a sidecar or mesh",
+    ),
+    ("GRPC_UDS", "the gRPC port is TCP"),
+    (
+        "RUNTIME_WATCH_ROOT",
+        "sluice watches the config paths themselves (--watch-config)",
+    ),
+    (
+        "RUNTIME_IGNOREDOTFILES",
+        "names starting with '.' are always skipped",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "keys expire exactly when their state stops mattering",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "one multiplexed connection serves every request",
+    ),
+    (
+        "REDIS_PIPELINE_WINDOW",
+        "each request's descriptors go in one pipeline, sent at once",
+    ),
+    (
+        "REDIS_PIPELINE_LIMIT",
+        "each request's descriptors go in one pipeline, sent at once",
+    ),
+    ("REDIS_PERSECOND*", "one Redis serves every unit"),
+    (
+        "REDIS_TLS_CLIENT_CERT",
+        "client certificates (mTLS) are not supported",
+    ),
+    (
+        "REDIS_TLS_CLIENT_KEY",
+        "client certificates (mTLS) are not supported",
+    ),
+    (
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        "certificates are always verified",
+    ),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "use --healthcheck-store",
+    ),
+    (
+        "MEMCACHE_*",
+        "no memcached backend: use the memory or Redis store",
+    ),
+    ("TRACING_*", "no tracing export"),
+    ("OTEL_*", "no tracing export"),
+    ("CONFIG_TYPE", "configuration comes from files"),
+    ("CONFIG_GRPC_XDS_*", "configuration comes from files"),
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        "sluice never counts a denied hit",
+    ),
+];
+
+/// The ignored variables set in `vars`, each with its reason, sorted.
+pub fn ignored_in(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, &'static str)> {
+    let mut found: Vec<(String, &'static str)> = vars
+        .filter_map(|(name, _)| {
+            let why = IGNORED
+                .iter()
+                .find(|(pattern, _)| match pattern.strip_suffix('*') {
+                    Some(prefix) => name.starts_with(prefix),
+                    None => name == *pattern,
+                })?;
+            Some((name, why.1))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_names_and_prefixes() {
+        let vars = [
+            ("USE_STATSD", "true"),
+            ("MEMCACHE_HOST_PORT", "x"),
+            ("PATH", "/bin"),
+            ("REDIS_URL", "r"),
+        ];
+        let found = ignored_in(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["MEMCACHE_HOST_PORT", "USE_STATSD"]);
+    }
+}
