@@ -72,6 +72,17 @@ pub async fn run(
     let config = config::load(&settings.config_paths, settings.load_options);
     metrics.record_config_load(config.is_ok());
     let config = config?;
+    let paths: Vec<String> = settings
+        .config_paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    tracing::info!(
+        paths = %paths.join(","),
+        domains = config.domains().len(),
+        limits = config.rule_count(),
+        "config loaded"
+    );
     let run = Running {
         settings: &settings,
         metrics,

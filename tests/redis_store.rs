@@ -215,6 +215,13 @@ async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
             Err(status) => panic!("not recovered 10 s after Redis came back: {status}"),
         }
     }
+    let log = sluice.log();
+    assert_eq!(
+        log.matches("Redis is unreachable").count(),
+        1,
+        "logged once, not per call: {log}"
+    );
+    assert_eq!(log.matches("Redis is reachable again").count(), 1, "{log}");
 }
 
 #[tokio::test]

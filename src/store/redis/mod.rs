@@ -7,7 +7,7 @@
 mod connect;
 mod scripts;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,8 @@ pub struct RedisStore {
     nonce_prefix: String,
     nonce: AtomicU64,
     script_reloads: AtomicU64,
+    /// Whether the last call reached Redis: changes are logged once, not per request.
+    reachable: AtomicBool,
 }
 
 /// One reply of a script: admitted, remaining, reset_after_us, retry_after_us.
@@ -67,9 +69,23 @@ impl RedisStore {
             nonce_prefix: format!("{:x}", clock_seed() as u32),
             nonce: AtomicU64::new(0),
             script_reloads: AtomicU64::new(0),
+            reachable: AtomicBool::new(true),
         };
         store.load_scripts().await.map_err(unavailable)?;
         Ok(store)
+    }
+
+    /// Logs when Redis becomes unreachable or reachable again: once per change.
+    fn note_reachability<T>(&self, result: &Result<T, StoreError>) {
+        let reached = result.is_ok();
+        if self.reachable.swap(reached, Ordering::Relaxed) != reached {
+            match result {
+                Ok(_) => tracing::info!("Redis is reachable again"),
+                Err(error) => {
+                    tracing::warn!(%error, "Redis is unreachable: calls fail until it is back")
+                }
+            }
+        }
     }
 
     /// How many times the scripts were loaded again after a NOSCRIPT reply.
@@ -231,13 +247,16 @@ impl Store for RedisStore {
         }
         let now_us = self.clock.now_us();
         let deadline = Instant::now() + self.command_timeout;
-        match tokio::time::timeout_at(deadline.into(), self.decide(hits, now_us)).await {
+        let result = match tokio::time::timeout_at(deadline.into(), self.decide(hits, now_us)).await
+        {
             Ok(decided) => decided,
             Err(_) => Err(StoreError::Unavailable(format!(
                 "Redis did not answer within {} ms",
                 self.command_timeout.as_millis()
             ))),
-        }
+        };
+        self.note_reachability(&result);
+        result
     }
 }
 
