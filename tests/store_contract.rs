@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -13,17 +13,9 @@ use proptest::prelude::*;
 use sluice::limit::{Algorithm, Decision, Hit, Limit, Unit};
 use sluice::store::memory::MemoryStore;
 use sluice::store::redis::{RedisKind, RedisStore, RedisTarget, TimeSource};
-use sluice::store::{Clock, Store};
+use sluice::store::{ManualClock, Store};
 
 const START_US: u64 = 1_700_000_000_123_456;
-
-struct ManualClock(AtomicU64);
-
-impl Clock for ManualClock {
-    fn now_us(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// One Redis for the whole file, and a runtime to drive the async stores.
 struct Fixture {
@@ -49,7 +41,7 @@ fn unique_key() -> String {
 fn both(limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
     let fixture = fixture();
     fixture.runtime.block_on(async {
-        let clock = Arc::new(ManualClock(AtomicU64::new(START_US)));
+        let clock = Arc::new(ManualClock::at(START_US));
         let memory = MemoryStore::new(1000, clock.clone());
         let target = RedisTarget {
             kind: RedisKind::Single,
@@ -71,7 +63,7 @@ fn both(limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
         let key = unique_key();
         let (mut from_memory, mut from_redis) = (Vec::new(), Vec::new());
         for &(step, cost) in steps {
-            clock.0.fetch_add(step, Ordering::SeqCst);
+            clock.advance(step);
             let hit = [Hit {
                 key: key.clone(),
                 limit,

@@ -60,23 +60,12 @@ fn remaining(capacity: u64, count: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::vectors::run;
     use crate::limit::Unit;
 
     const S: u64 = 1_000_000;
 
     /// Runs (time in µs, cost) through a fresh key and returns (admitted, remaining, reset, retry).
-    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
-        let mut window = None;
-        hits.iter()
-            .map(|&(now, cost)| {
-                let (d, changed) = check(window, &limit, cost, now);
-                if changed.is_some() {
-                    window = changed;
-                }
-                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
-            })
-            .collect()
-    }
 
     #[test]
     fn counts_to_the_limit_then_denies_until_the_next_window() {

@@ -72,29 +72,13 @@ fn clamp(value: u128) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::vectors::{per_second, run};
     use crate::limit::{Algorithm, Unit};
 
     const S: u64 = 1_000_000;
 
     fn limit(requests: u32, burst: Option<u32>) -> Limit {
-        Limit {
-            algorithm: Algorithm::LeakyBucket,
-            burst,
-            ..Limit::fixed_window(requests, Unit::Second)
-        }
-    }
-
-    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
-        let mut tat = None;
-        hits.iter()
-            .map(|&(now, cost)| {
-                let (d, changed) = check(tat, &limit, cost, now);
-                if changed.is_some() {
-                    tat = changed;
-                }
-                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
-            })
-            .collect()
+        per_second(Algorithm::LeakyBucket, requests, burst)
     }
 
     #[test]

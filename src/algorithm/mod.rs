@@ -123,6 +123,37 @@ fn outcome(decision: Decision, new_state: Option<(State, u64)>) -> Outcome {
     }
 }
 
+/// Helpers for the algorithms' vector tables.
+#[cfg(test)]
+pub(crate) mod vectors {
+    use super::*;
+    use crate::limit::Unit;
+
+    /// A limit of `requests` per second counted by `algorithm`, with `burst`.
+    pub fn per_second(algorithm: Algorithm, requests: u32, burst: Option<u32>) -> Limit {
+        Limit {
+            algorithm,
+            burst,
+            ..Limit::fixed_window(requests, Unit::Second)
+        }
+    }
+
+    /// Runs (time in µs, cost) on a fresh key; returns (admitted, remaining, reset, retry).
+    pub fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
+        let mut state: Option<State> = None;
+        hits.iter()
+            .map(|&(now, cost)| {
+                let outcome = check(state.as_ref(), &limit, cost, now);
+                if let Some((new_state, _)) = outcome.new_state {
+                    state = Some(new_state);
+                }
+                let d = outcome.decision;
+                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

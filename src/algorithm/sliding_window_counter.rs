@@ -137,28 +137,13 @@ fn clamp(value: u128) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::{Algorithm, Unit};
+    use crate::algorithm::vectors::{per_second, run};
+    use crate::limit::Algorithm;
 
     const S: u64 = 1_000_000;
 
     fn limit(requests: u32) -> Limit {
-        Limit {
-            algorithm: Algorithm::SlidingWindowCounter,
-            ..Limit::fixed_window(requests, Unit::Second)
-        }
-    }
-
-    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
-        let mut counts = None;
-        hits.iter()
-            .map(|&(now, cost)| {
-                let (d, changed) = check(counts, &limit, cost, now);
-                if changed.is_some() {
-                    counts = changed;
-                }
-                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
-            })
-            .collect()
+        per_second(Algorithm::SlidingWindowCounter, requests, None)
     }
 
     #[test]

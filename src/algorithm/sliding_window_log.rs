@@ -76,28 +76,13 @@ fn remaining(capacity: u64, count: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::vectors::{per_second, run};
     use crate::limit::{Algorithm, Unit};
 
     const S: u64 = 1_000_000;
 
     fn limit(requests: u32) -> Limit {
-        Limit {
-            algorithm: Algorithm::SlidingWindowLog,
-            ..Limit::fixed_window(requests, Unit::Second)
-        }
-    }
-
-    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
-        let mut log: Option<Log> = None;
-        hits.iter()
-            .map(|&(now, cost)| {
-                let (d, changed) = check(log.as_ref(), &limit, cost, now);
-                if changed.is_some() {
-                    log = changed;
-                }
-                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
-            })
-            .collect()
+        per_second(Algorithm::SlidingWindowLog, requests, None)
     }
 
     #[test]

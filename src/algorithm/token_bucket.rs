@@ -89,29 +89,13 @@ fn clamp(value: u128) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::vectors::{per_second, run};
     use crate::limit::{Algorithm, Unit};
 
     const S: u64 = 1_000_000;
 
     fn limit(requests: u32, burst: Option<u32>) -> Limit {
-        Limit {
-            algorithm: Algorithm::TokenBucket,
-            burst,
-            ..Limit::fixed_window(requests, Unit::Second)
-        }
-    }
-
-    fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
-        let mut bucket = None;
-        hits.iter()
-            .map(|&(now, cost)| {
-                let (d, changed) = check(bucket, &limit, cost, now);
-                if changed.is_some() {
-                    bucket = changed;
-                }
-                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
-            })
-            .collect()
+        per_second(Algorithm::TokenBucket, requests, burst)
     }
 
     #[test]

@@ -6,7 +6,6 @@ pub mod chart;
 pub mod traffic;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -19,7 +18,7 @@ use crate::proto::rate_limit_response::Code;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
 use crate::service::{RateLimiter, ServiceOptions};
 use crate::store::memory::MemoryStore;
-use crate::store::Clock;
+use crate::store::ManualClock;
 pub use traffic::{Traffic, TrafficError};
 
 /// What to simulate.
@@ -133,7 +132,7 @@ async fn replay(
     entries: &[(String, String)],
     times: &[u64],
 ) -> Result<Vec<SimulatedDecision>, SimulateError> {
-    let clock = Arc::new(VirtualClock::default());
+    let clock = Arc::new(ManualClock::default());
     let store = Arc::new(MemoryStore::new(1024, clock.clone()));
     let metrics = Arc::new(Metrics::new(0.8, 0));
     let limiter = RateLimiter::new(config.clone(), store, ServiceOptions::default(), metrics);
@@ -153,7 +152,7 @@ async fn replay(
     };
     let mut decisions = Vec::with_capacity(times.len());
     for &time_us in times {
-        clock.0.store(time_us, Ordering::Relaxed);
+        clock.set(time_us);
         let response = limiter
             .decide(&request)
             .await
@@ -179,15 +178,5 @@ fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
             Some(limit) if rule.shadow_mode => format!("{limit} (shadow mode: never denies)"),
             Some(limit) => limit.to_string(),
         },
-    }
-}
-
-/// Time that moves only when the simulation moves it.
-#[derive(Debug, Default)]
-struct VirtualClock(AtomicU64);
-
-impl Clock for VirtualClock {
-    fn now_us(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
     }
 }

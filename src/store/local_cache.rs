@@ -203,13 +203,7 @@ mod tests {
     use super::*;
     use crate::limit::Unit;
     use crate::store::memory::MemoryStore;
-
-    struct ManualClock(AtomicU64);
-    impl Clock for ManualClock {
-        fn now_us(&self) -> u64 {
-            self.0.load(Ordering::SeqCst)
-        }
-    }
+    use crate::store::ManualClock;
 
     fn hit(cost: u64) -> Hit {
         Hit {
@@ -221,28 +215,28 @@ mod tests {
 
     #[tokio::test]
     async fn answers_a_known_over_limit_key_locally_until_its_wait_is_over() {
-        let clock = Arc::new(ManualClock(AtomicU64::new(10_000_000)));
+        let clock = Arc::new(ManualClock::at(10_000_000));
         let store =
             WithLocalCache::new(MemoryStore::new(100, clock.clone()), 1 << 20, clock.clone());
         for _ in 0..3 {
             store.check(&[hit(1)]).await.unwrap();
         }
         assert_eq!(store.cache_hits(), 0, "the first denial goes to the store");
-        clock.0.store(10_500_000, Ordering::SeqCst);
+        clock.set(10_500_000);
         let local = store.check(&[hit(1), hit(3)]).await.unwrap();
         assert!(local.iter().all(|d| !d.admitted));
         assert_eq!(local[0].retry_after_us, 500_000);
         assert_eq!(store.cache_hits(), 2);
         // Cost 0 reads go to the store; at the window's end the key is asked again.
         assert!(store.check(&[hit(0)]).await.unwrap()[0].admitted);
-        clock.0.store(11_000_000, Ordering::SeqCst);
+        clock.set(11_000_000);
         assert!(store.check(&[hit(1)]).await.unwrap()[0].admitted);
         assert_eq!(store.cache_hits(), 2);
     }
 
     #[tokio::test]
     async fn stays_within_its_bytes() {
-        let clock = Arc::new(ManualClock(AtomicU64::new(0)));
+        let clock = Arc::new(ManualClock::at(0));
         let store = WithLocalCache::new(
             MemoryStore::new(100_000, clock.clone()),
             16 * 200,

@@ -141,14 +141,7 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
     use crate::limit::{Limit, Unit};
-    use std::sync::atomic::AtomicU64;
-
-    struct ManualClock(AtomicU64);
-    impl Clock for ManualClock {
-        fn now_us(&self) -> u64 {
-            self.0.load(Ordering::SeqCst)
-        }
-    }
+    use crate::store::ManualClock;
 
     fn hit(key: &str, limit: u32, cost: u64) -> Hit {
         Hit {
@@ -159,7 +152,7 @@ mod tests {
     }
 
     fn store(max_keys: usize) -> (MemoryStore, Arc<ManualClock>) {
-        let clock = Arc::new(ManualClock(AtomicU64::new(5_000_000)));
+        let clock = Arc::new(ManualClock::at(5_000_000));
         (MemoryStore::new(max_keys, clock.clone()), clock)
     }
 
@@ -188,7 +181,7 @@ mod tests {
         let (store, clock) = store(100);
         store.check(&[hit("a", 5, 1)]).await.unwrap();
         assert_eq!(store.sweep_expired(), 0);
-        clock.0.store(6_000_000, Ordering::SeqCst);
+        clock.set(6_000_000);
         assert_eq!(store.sweep_expired(), 1);
         assert_eq!(store.key_count(), 0);
     }

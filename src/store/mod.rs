@@ -8,6 +8,7 @@ pub mod memory;
 pub mod redis;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::limit::{Decision, Hit};
@@ -48,6 +49,33 @@ pub enum StoreError {
 /// The time source of a store, in microseconds since the Unix epoch.
 pub trait Clock: Send + Sync + 'static {
     fn now_us(&self) -> u64;
+}
+
+/// A clock that moves only when told: simulations and tests drive time with it.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    /// A clock reading `now_us`.
+    pub fn at(now_us: u64) -> ManualClock {
+        ManualClock(AtomicU64::new(now_us))
+    }
+
+    /// Sets the time.
+    pub fn set(&self, now_us: u64) {
+        self.0.store(now_us, Ordering::SeqCst);
+    }
+
+    /// Moves the time forward by `us`.
+    pub fn advance(&self, us: u64) {
+        self.0.fetch_add(us, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_us(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// The machine's wall clock.
