@@ -1,0 +1,580 @@
+//! `deploy/` is copied by users as it is: every file must parse, the Kubernetes manifests must
+//! validate, and everything they name (ports, health names, paths, variables, descriptors,
+//! metrics) must be what the binary really uses.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::redis::RedisServer;
+use common::*;
+use serde::Deserialize;
+use serde_yaml::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(root().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// Every YAML document of a file.
+fn documents(relative: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(&read(relative))
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{relative}: {e}")))
+        .collect()
+}
+
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            yaml_files(&path, out);
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
+            out.push(path);
+        }
+    }
+}
+
+/// Walks `value` by keys and sequence indexes written as numbers.
+fn at<'a>(value: &'a Value, path: &[&str]) -> &'a Value {
+    path.iter()
+        .fold(value, |v, step| match step.parse::<usize>() {
+            Ok(index) => &v[index],
+            Err(_) => &v[*step],
+        })
+}
+
+fn deployment() -> Value {
+    documents("deploy/kubernetes/deployment.yaml").remove(0)
+}
+
+fn container_env(deployment: &Value) -> Vec<(String, String)> {
+    at(
+        deployment,
+        &["spec", "template", "spec", "containers", "0", "env"],
+    )
+    .as_sequence()
+    .expect("env")
+    .iter()
+    .map(|e| {
+        (
+            e["name"].as_str().unwrap().to_string(),
+            e["value"].as_str().unwrap_or_default().to_string(),
+        )
+    })
+    .collect()
+}
+
+fn env_value(deployment: &Value, name: &str) -> String {
+    container_env(deployment)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("{name} not set"))
+}
+
+#[test]
+fn every_yaml_under_deploy_parses() {
+    let mut files = Vec::new();
+    yaml_files(&root().join("deploy"), &mut files);
+    assert!(files.len() >= 9, "{files:?}");
+    for file in files {
+        let relative = file.strip_prefix(root()).unwrap().display().to_string();
+        assert!(!documents(&relative).is_empty(), "{relative} is empty");
+    }
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("deploy/grafana/dashboard.json")).expect("dashboard JSON");
+    assert!(dashboard["panels"]
+        .as_array()
+        .is_some_and(|p| !p.is_empty()));
+}
+
+#[test]
+fn kubernetes_manifests_validate_against_the_schemas() {
+    let kustomization = documents("deploy/kubernetes/kustomization.yaml").remove(0);
+    let resources: Vec<String> = kustomization["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
+    let mut files = Vec::new();
+    yaml_files(&root().join("deploy/kubernetes"), &mut files);
+    let listed: BTreeSet<String> = resources.iter().cloned().collect();
+    let present: BTreeSet<String> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_str().unwrap().to_string())
+        .filter(|name| name != "kustomization.yaml")
+        .collect();
+    assert_eq!(listed, present, "kustomization.yaml lists every manifest");
+    let paths: Vec<PathBuf> = resources
+        .iter()
+        .map(|r| root().join("deploy/kubernetes").join(r))
+        .collect();
+    let output = Command::new("python3")
+        .args([
+            "-m",
+            "kubernetes_validate",
+            "--strict",
+            "--quiet",
+            "--kubernetes-version",
+            "1.30.0",
+        ])
+        .args(&paths)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}); scripts/test installs kubernetes-validate")
+        });
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        !report.contains("No module named"),
+        "pip install kubernetes-validate (scripts/test does): {report}"
+    );
+    assert!(output.status.success(), "{report}");
+    assert!(!report.contains("ERROR"), "{report}");
+}
+
+#[test]
+fn the_deployment_is_restrictive_and_drains() {
+    let d = deployment();
+    assert_eq!(d["spec"]["replicas"].as_u64(), Some(2));
+    let pod = at(&d, &["spec", "template", "spec"]);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(security["capabilities"]["drop"][0].as_str(), Some("ALL"));
+    assert!(
+        container["resources"]["requests"].is_mapping()
+            && container["resources"]["limits"].is_mapping()
+    );
+    let drain: u64 = env_value(&d, "SLUICE_SHUTDOWN_DRAIN_DELAY")
+        .trim_end_matches('s')
+        .parse()
+        .unwrap();
+    let grace: u64 = env_value(&d, "SLUICE_SHUTDOWN_GRACE")
+        .trim_end_matches('s')
+        .parse()
+        .unwrap();
+    let termination = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(
+        termination > drain + grace,
+        "Kubernetes must wait for the drain and the grace"
+    );
+}
+
+#[tokio::test]
+async fn manifests_name_the_ports_paths_variables_and_health_names_sluice_uses() {
+    let d = deployment();
+    // Every variable is one `sluice serve` reads.
+    let help = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    for (name, _) in container_env(&d) {
+        assert!(
+            help.contains(&format!("[env: {name}=")),
+            "{name} is not a sluice variable"
+        );
+    }
+    // Ports: the addresses sluice listens on, the container ports, probes, Service, scraping.
+    let port_of = |addr: String| addr.rsplit(':').next().unwrap().parse::<u64>().unwrap();
+    let grpc = port_of(env_value(&d, "SLUICE_GRPC_ADDR"));
+    let http = port_of(env_value(&d, "SLUICE_HTTP_ADDR"));
+    let container = at(&d, &["spec", "template", "spec", "containers", "0"]);
+    let named = |name: &str| {
+        container["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"].as_str() == Some(name))
+            .unwrap()["containerPort"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!((named("grpc"), named("http")), (grpc, http));
+    assert_eq!(
+        container["readinessProbe"]["grpc"]["port"].as_u64(),
+        Some(grpc)
+    );
+    assert_eq!(
+        container["livenessProbe"]["grpc"]["port"].as_u64(),
+        Some(grpc)
+    );
+    let annotations = at(&d, &["spec", "template", "metadata", "annotations"]);
+    assert_eq!(
+        annotations["prometheus.io/port"].as_str(),
+        Some(http.to_string().as_str())
+    );
+    assert_eq!(annotations["prometheus.io/path"].as_str(), Some("/metrics"));
+    let service = documents("deploy/kubernetes/service.yaml").remove(0);
+    let service_ports: Vec<(u64, String)> = service["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["port"].as_u64().unwrap(),
+                p["targetPort"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        service_ports,
+        [(grpc, "grpc".to_string()), (http, "http".to_string())]
+    );
+    // The config is mounted where SLUICE_CONFIG points, from the ConfigMap.
+    let mount = &container["volumeMounts"][0];
+    assert_eq!(
+        mount["mountPath"].as_str().unwrap(),
+        env_value(&d, "SLUICE_CONFIG")
+    );
+    let volume = at(&d, &["spec", "template", "spec", "volumes", "0"]);
+    assert_eq!(volume["name"], mount["name"]);
+    assert_eq!(volume["configMap"]["name"].as_str(), Some("sluice-config"));
+    // The probes' health names are answered SERVING by a running sluice.
+    let sluice = Sluice::start(&read("config/config.yaml"), &[]);
+    let mut health = tonic_health::pb::health_client::HealthClient::new(sluice.channel().await);
+    for probe in ["readinessProbe", "livenessProbe"] {
+        let name = container[probe]["grpc"]["service"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: name.clone(),
+            })
+            .await;
+        let status = status
+            .unwrap_or_else(|e| panic!("{probe} {name:?}: {e}"))
+            .into_inner()
+            .status;
+        assert_eq!(
+            status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{probe}"
+        );
+    }
+}
+
+#[test]
+fn the_configmap_holds_config_yaml_and_passes_check_config() {
+    let configmap = documents("deploy/kubernetes/configmap.yaml").remove(0);
+    let text = configmap["data"]["config.yaml"].as_str().unwrap();
+    assert_eq!(
+        text,
+        read("config/config.yaml"),
+        "the ConfigMap and config/config.yaml must not drift"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+}
+
+/// The descriptors a list of Envoy `rate_limits` produces, with sample request values.
+fn descriptors_of(rate_limits: &Value) -> Vec<Vec<(String, String)>> {
+    let sample_header = |header: &str| match header {
+        "x-api-key" => "key-1",
+        "x-plan" => "free",
+        ":path" => "/api/v1/users",
+        other => panic!("no sample value for header {other}"),
+    };
+    rate_limits
+        .as_sequence()
+        .expect("rate_limits")
+        .iter()
+        .map(|limit| {
+            limit["actions"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|action| {
+                    if action.get("remote_address").is_some() {
+                        ("remote_address".to_string(), "192.0.2.7".to_string())
+                    } else if let Some(headers) = action.get("request_headers") {
+                        let key = headers["descriptor_key"].as_str().unwrap().to_string();
+                        (
+                            key,
+                            sample_header(headers["header_name"].as_str().unwrap()).to_string(),
+                        )
+                    } else if let Some(generic) = action.get("generic_key") {
+                        let key = generic
+                            .get("descriptor_key")
+                            .and_then(Value::as_str)
+                            .unwrap_or("generic_key");
+                        (
+                            key.to_string(),
+                            generic["descriptor_value"].as_str().unwrap().to_string(),
+                        )
+                    } else {
+                        panic!("an action the test cannot sample: {action:?}")
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn assert_limited(domain: &str, descriptors: &[Vec<(String, String)>], source: &str) {
+    let config =
+        sluice::config::load(&[root().join("config")], Default::default()).expect("config/ loads");
+    let domain = config
+        .domain(domain)
+        .unwrap_or_else(|| panic!("{source}: domain {domain} not in config/"));
+    assert!(!descriptors.is_empty(), "{source}");
+    for descriptor in descriptors {
+        let entries = descriptor.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        assert!(
+            domain.resolve(entries).is_some(),
+            "{source}: no limit for {descriptor:?}"
+        );
+    }
+}
+
+#[test]
+fn envoy_and_istio_descriptors_are_limited_by_the_config() {
+    let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
+    let hcm = at(
+        &envoy,
+        &[
+            "static_resources",
+            "listeners",
+            "0",
+            "filter_chains",
+            "0",
+            "filters",
+            "0",
+            "typed_config",
+        ],
+    );
+    let filter = &hcm["http_filters"][0]["typed_config"];
+    let domain = filter["domain"].as_str().unwrap();
+    assert_eq!(
+        filter["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"].as_str(),
+        Some("sluice")
+    );
+    let host = &hcm["route_config"]["virtual_hosts"][0];
+    let mut descriptors = descriptors_of(&host["rate_limits"]);
+    for route in host["routes"].as_sequence().unwrap() {
+        if let Some(limits) = route["route"].get("rate_limits") {
+            descriptors.extend(descriptors_of(limits));
+        }
+    }
+    assert_limited(domain, &descriptors, "deploy/envoy/envoy.yaml");
+    // The sluice cluster speaks HTTP/2 to the gRPC port.
+    let sluice_cluster = at(&envoy, &["static_resources", "clusters", "0"]);
+    let address = at(
+        sluice_cluster,
+        &[
+            "load_assignment",
+            "endpoints",
+            "0",
+            "lb_endpoints",
+            "0",
+            "endpoint",
+            "address",
+            "socket_address",
+        ],
+    );
+    assert_eq!(address["port_value"].as_u64(), Some(8081));
+    let istio = documents("deploy/istio/envoyfilter.yaml");
+    let istio_filter = at(
+        &istio[0],
+        &[
+            "spec",
+            "configPatches",
+            "0",
+            "patch",
+            "value",
+            "typed_config",
+        ],
+    );
+    let istio_domain = istio_filter["domain"].as_str().unwrap();
+    let cluster = istio_filter["rate_limit_service"]["grpc_service"]["envoy_grpc"]["cluster_name"]
+        .as_str()
+        .unwrap();
+    assert!(cluster.starts_with("outbound|8081||sluice."), "{cluster}");
+    let istio_limits = at(
+        &istio[1],
+        &[
+            "spec",
+            "configPatches",
+            "0",
+            "patch",
+            "value",
+            "rate_limits",
+        ],
+    );
+    assert_limited(
+        istio_domain,
+        &descriptors_of(istio_limits),
+        "deploy/istio/envoyfilter.yaml",
+    );
+}
+
+/// Metric names in the dashboard's queries.
+fn dashboard_metrics() -> BTreeSet<String> {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("deploy/grafana/dashboard.json")).unwrap();
+    let mut names = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("ratelimit_") || word.starts_with("sluice_") {
+                    names.insert(word.to_string());
+                }
+            }
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn the_dashboard_queries_only_metrics_sluice_exports() {
+    let mut redis = RedisServer::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("config/config.yaml"),
+        dir.path().join("config.yaml"),
+    )
+    .unwrap();
+    let url = redis.url();
+    let config = dir.path().display().to_string();
+    let sluice = Sluice::start_with(
+        &[],
+        &[
+            "--config",
+            &config,
+            "--store",
+            "redis",
+            "--redis-url",
+            &url,
+            "--redis-command-timeout",
+            "300ms",
+        ],
+        &[("LOCAL_CACHE_SIZE_IN_BYTES", "65536")],
+    );
+    let mut client = sluice.client().await;
+    // Traffic that makes every kind of series appear: near and over limit, shadow mode, a
+    // local cache hit, a NOSCRIPT reload, a store error, a refused reload.
+    for _ in 0..12 {
+        call(
+            &mut client,
+            request("edge_proxy", vec![descriptor(&[("login", "u")])]),
+        )
+        .await;
+        call(
+            &mut client,
+            request(
+                "edge_proxy",
+                vec![descriptor(&[("header_match", "beta_clients")])],
+            ),
+        )
+        .await;
+    }
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    call(
+        &mut client,
+        request(
+            "edge_proxy",
+            vec![descriptor(&[("remote_address", "192.0.2.9")])],
+        ),
+    )
+    .await;
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        "domain: x\ndescriptors:\n  - nokey: 1\n",
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sluice.log().contains("config refused") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the broken file was not noticed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    redis.stop();
+    let _ = client
+        .should_rate_limit(request(
+            "edge_proxy",
+            vec![descriptor(&[("remote_address", "192.0.2.9")])],
+        ))
+        .await;
+    let (_, mut text) = sluice.http_get("/metrics");
+    // The memory store's own series come from a sluice on the memory store.
+    let memory = Sluice::start(&read("config/config.yaml"), &[]);
+    let mut memory_client = memory.client().await;
+    call(
+        &mut memory_client,
+        request("edge_proxy", vec![descriptor(&[("login", "u")])]),
+    )
+    .await;
+    text.push_str(&memory.http_get("/metrics").1);
+    let exported: BTreeSet<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+        .collect();
+    let queried = dashboard_metrics();
+    assert!(queried.len() >= 12, "{queried:?}");
+    let missing: Vec<&String> = queried
+        .iter()
+        .filter(|name| !exported.contains(*name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics /metrics does not export: {missing:?}\n{text}"
+    );
+}
+
+#[test]
+fn the_dockerfile_builds_with_the_readme_command() {
+    let command = "cargo build --release --locked";
+    let dockerfile = read("deploy/docker/Dockerfile");
+    assert!(
+        dockerfile
+            .lines()
+            .any(|l| l.trim() == format!("RUN {command}")),
+        "{dockerfile}"
+    );
+    assert!(
+        read("README.md").contains(command),
+        "the README shows the same build"
+    );
+    assert!(dockerfile.contains("USER 65532"), "runs as non-root");
+    assert!(dockerfile.contains("EXPOSE 8080 8081"));
+    assert!(dockerfile.contains(r#"ENTRYPOINT ["/usr/local/bin/sluice", "serve"]"#));
+    let compose = documents("deploy/compose/docker-compose.yaml").remove(0);
+    let build = &compose["services"]["sluice"]["build"];
+    let context = root()
+        .join("deploy/compose")
+        .join(build["context"].as_str().unwrap());
+    assert!(context.join(build["dockerfile"].as_str().unwrap()).exists());
+    let envoy_volume = compose["services"]["envoy"]["volumes"][0].as_str().unwrap();
+    let envoy_file = envoy_volume.split(':').next().unwrap();
+    assert!(
+        root().join("deploy/compose").join(envoy_file).exists(),
+        "{envoy_file}"
+    );
+}
