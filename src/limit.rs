@@ -171,7 +171,9 @@ impl Limit {
 
     /// The period W in microseconds: unit x multiplier.
     pub fn period_us(&self) -> u64 {
-        self.unit.seconds() * u64::from(self.unit_multiplier.max(1)) * MICROS_PER_SECOND
+        // Configured periods are at most 100 years (config validation); saturate regardless.
+        (self.unit.seconds() * u64::from(self.unit_multiplier.max(1)))
+            .saturating_mul(MICROS_PER_SECOND)
     }
 }
 

@@ -207,6 +207,7 @@ fn sluice_extensions_are_validated() {
     let cases = [
         ("algorithm: no_such", ":7:7: descriptors[0].rate_limit.algorithm: unknown algorithm 'no_such'"),
         ("unit_multiplier: 0", ":7:7: descriptors[0].rate_limit.unit_multiplier: must be at least 1"),
+        ("unit_multiplier: 4000000000", ":7:7: descriptors[0].rate_limit.unit_multiplier: a period of 4000000000 seconds is longer than 100 years"),
         ("burst: 5", ":7:7: descriptors[0].rate_limit.burst: burst applies only to token_bucket and leaky_bucket"),
         ("algorithm: token_bucket\n      burst: 0", ":8:7: descriptors[0].rate_limit.burst: must be at least 1"),
         ("algorithm: sliding_window_counter\n      burst: 2", ":8:7: descriptors[0].rate_limit.burst: burst applies only"),

@@ -15,6 +15,9 @@ use crate::limit::{Algorithm, Limit, Unit};
 /// timestamp (8 bytes) per admitted request, so at most 80 KB per key.
 pub const SLIDING_LOG_MAX_LIMIT: u32 = 10_000;
 
+/// The longest period a limit may have: 100 years (in microseconds, still exact in a double).
+const MAX_PERIOD_SECONDS: u64 = 100 * 365 * 86_400;
+
 /// Compiles the descriptors of one file into a domain tree, collecting errors.
 pub(crate) struct FileCompiler<'a> {
     path: &'a Path,
@@ -173,6 +176,11 @@ impl<'a> FileCompiler<'a> {
         let unit_multiplier = doc.unit_multiplier.unwrap_or(1);
         if unit_multiplier == 0 {
             self.error(&format!("{path}.unit_multiplier"), "must be at least 1");
+            return None;
+        }
+        if unit.seconds() * u64::from(unit_multiplier) > MAX_PERIOD_SECONDS {
+            let reason = format!("a period of {unit_multiplier} {unit}s is longer than 100 years");
+            self.error(&format!("{path}.unit_multiplier"), reason);
             return None;
         }
         if let Some(burst) = doc.burst {
