@@ -342,7 +342,7 @@ async fn sighup_reloads() {
         limit_of(&mut client, "api").await == Some(11)
     })
     .await;
-    assert!(sluice.log().contains("config reloaded"));
+    assert!(sluice.wait_for_log("config reloaded"));
 }
 
 #[cfg(unix)]
@@ -409,6 +409,11 @@ fn reference_variables_sluice_ignores_are_reported_at_startup() {
         ("MEMCACHE_HOST_PORT", "memcached:11211"),
     ];
     let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
+    assert!(
+        sluice.wait_for_log("MEMCACHE_HOST_PORT is set but ignored"),
+        "{}",
+        sluice.log()
+    );
     let log = sluice.log();
     assert!(log.contains("USE_STATSD is set but ignored"), "{log}");
     assert!(

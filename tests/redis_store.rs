@@ -170,7 +170,7 @@ async fn script_flush_under_load_is_invisible_to_clients() {
     flusher.join().expect("flusher");
     assert!(errors.is_empty(), "clients saw errors: {errors:?}");
     assert!(
-        sluice.log().contains("NOSCRIPT"),
+        sluice.wait_for_log("NOSCRIPT"),
         "the flushes were noticed and healed"
     );
 }
@@ -215,6 +215,11 @@ async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
             Err(status) => panic!("not recovered 10 s after Redis came back: {status}"),
         }
     }
+    assert!(
+        sluice.wait_for_log("Redis is reachable again"),
+        "{}",
+        sluice.log()
+    );
     let log = sluice.log();
     assert_eq!(
         log.matches("Redis is unreachable").count(),

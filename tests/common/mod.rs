@@ -134,6 +134,18 @@ impl Sluice {
         http_request(self.http_addr, "POST", path, body)
     }
 
+    /// Waits up to 10 s until the log holds `text`; whether it did.
+    pub fn wait_for_log(&self, text: &str) -> bool {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if self.log().contains(text) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Everything the server logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")

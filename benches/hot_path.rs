@@ -1,0 +1,145 @@
+//! Micro-benchmarks of the request path's parts: config matching, each algorithm's pure
+//! function, the memory store (alone and contended), and key building.
+//!   cargo bench --bench hot_path
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use sluice::algorithm::check;
+use sluice::config::{load, Config, LoadOptions};
+use sluice::limit::{Algorithm, Hit, Limit, Unit};
+use sluice::store::key::descriptor_key;
+use sluice::store::memory::MemoryStore;
+use sluice::store::{Store, SystemClock};
+
+/// A config with 200 top-level keys, 50 wildcard values on one key, and a 4-level tree.
+fn config() -> Config {
+    let mut yaml = String::from("domain: bench\ndescriptors:\n");
+    for i in 0..200 {
+        yaml.push_str(&format!(
+            "  - key: k{i}\n    rate_limit: {{unit: second, requests_per_unit: 10}}\n"
+        ));
+    }
+    for i in 0..50 {
+        yaml.push_str(&format!("  - key: path\n    value: /api/v{i}/*\n    rate_limit: {{unit: second, requests_per_unit: 10}}\n"));
+    }
+    yaml.push_str("  - key: a\n    value: x\n    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n            value: y*\n            descriptors:\n              - key: d\n                rate_limit: {unit: minute, requests_per_unit: 5}\n");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bench.yaml");
+    std::fs::write(&path, yaml).expect("write");
+    load(&[path], LoadOptions::default()).expect("bench config loads")
+}
+
+fn matching(c: &mut Criterion) {
+    let config = config();
+    let domain = config.domain("bench").expect("domain");
+    c.bench_function("match/exact key", |b| {
+        b.iter(|| {
+            domain
+                .resolve(black_box([("k150", "v")]).into_iter())
+                .is_some()
+        })
+    });
+    c.bench_function("match/last of 50 wildcards", |b| {
+        b.iter(|| {
+            domain
+                .resolve(black_box([("path", "/api/v49/users")]).into_iter())
+                .is_some()
+        })
+    });
+    c.bench_function("match/4 levels", |b| {
+        b.iter(|| {
+            domain
+                .resolve(
+                    black_box([("a", "x"), ("b", "any"), ("c", "yes"), ("d", "z")]).into_iter(),
+                )
+                .is_some()
+        })
+    });
+}
+
+fn algorithms(c: &mut Criterion) {
+    for algorithm in Algorithm::ALL {
+        let limit = Limit {
+            algorithm,
+            burst: algorithm.has_burst().then_some(100),
+            ..Limit::fixed_window(100, Unit::Second)
+        };
+        let state = check(None, &limit, 1, 1_000_000).new_state.map(|(s, _)| s);
+        let mut now = 1_000_000u64;
+        c.bench_function(&format!("algorithm/{algorithm}"), |b| {
+            b.iter(|| {
+                now += 1_000;
+                check(black_box(state.as_ref()), &limit, 1, now).decision
+            })
+        });
+    }
+}
+
+fn keys(c: &mut Criterion) {
+    c.bench_function("key/descriptor_key 2 entries", |b| {
+        b.iter(|| {
+            descriptor_key(
+                black_box("edge_proxy"),
+                [("remote_address", "192.0.2.7"), ("path", "/api/v1/users")],
+            )
+        })
+    });
+}
+
+fn memory_store(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let store = Arc::new(MemoryStore::new(1_000_000, Arc::new(SystemClock)));
+    let limit = Limit::fixed_window(u32::MAX, Unit::Hour);
+    let hits: Vec<Hit> = (0..10_000)
+        .map(|i| Hit {
+            key: format!("bench_k_{i}_"),
+            limit,
+            cost: 1,
+        })
+        .collect();
+    let mut next = 0;
+    c.bench_function("memory store/check, 10k keys", |b| {
+        b.iter(|| {
+            next = (next + 1) % hits.len();
+            runtime
+                .block_on(store.check(std::slice::from_ref(&hits[next])))
+                .expect("memory store")
+        })
+    });
+    c.bench_function("memory store/check, 4 threads on 16 hot keys", |b| {
+        b.iter_custom(|iterations| contended(&store, &hits[..16], iterations))
+    });
+}
+
+/// Time for `iterations` checks spread over 4 threads hitting `hits` at once.
+fn contended(store: &Arc<MemoryStore>, hits: &[Hit], iterations: u64) -> Duration {
+    let per_thread = iterations.div_ceil(4);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let store = store.clone();
+            scope.spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("runtime");
+                for i in 0..per_thread {
+                    let hit = &hits[(i as usize + t) % hits.len()];
+                    black_box(
+                        runtime
+                            .block_on(store.check(std::slice::from_ref(hit)))
+                            .expect("memory store"),
+                    );
+                }
+            });
+        }
+    });
+    started.elapsed()
+}
+
+criterion_group!(benches, matching, algorithms, keys, memory_store);
+criterion_main!(benches);

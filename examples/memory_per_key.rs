@@ -1,0 +1,66 @@
+//! Resident memory of the memory store per active key: charges N distinct fixed-window keys
+//! (descriptor keys like envoyproxy/ratelimit's, `edge_proxy_remote_address_10.1.2.3_`) and
+//! reports the growth of the process's resident set, then floods it with N more under a bound
+//! of N keys and reports the keys held.
+//!
+//!   cargo run --release --example memory_per_key -- 1000000
+
+use std::sync::Arc;
+
+use sluice::limit::{Hit, Limit, Unit};
+use sluice::store::memory::MemoryStore;
+use sluice::store::{Store, SystemClock};
+
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn hit(i: u64) -> Hit {
+    let (a, b, c) = ((i >> 16) & 255, (i >> 8) & 255, i & 255);
+    Hit {
+        key: format!("edge_proxy_remote_address_10.{a}.{b}.{c}_"),
+        limit: Limit::fixed_window(100, Unit::Hour),
+        cost: 1,
+    }
+}
+
+fn main() {
+    let keys: u64 = std::env::args()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let store = Arc::new(MemoryStore::new(keys as usize, Arc::new(SystemClock)));
+    let before = resident_bytes();
+    for i in 0..keys {
+        runtime
+            .block_on(store.check(&[hit(i)]))
+            .expect("memory store");
+    }
+    let after = resident_bytes();
+    let held = store.key_count() as u64;
+    println!(
+        "{held} keys: resident memory grew {} bytes, {:.1} bytes per key",
+        after - before,
+        (after - before) as f64 / held as f64
+    );
+    for i in keys..2 * keys {
+        runtime
+            .block_on(store.check(&[hit(i)]))
+            .expect("memory store");
+    }
+    println!(
+        "after {} more new keys under a bound of {keys}: {} keys held, {} evicted, resident {} bytes",
+        keys,
+        store.key_count(),
+        store.evictions(),
+        resident_bytes()
+    );
+}
