@@ -3,10 +3,11 @@
 //! `/metrics` renders it. Names follow envoyproxy/ratelimit's Prometheus mapping so existing
 //! dashboards keep working; sluice's own metrics start with `sluice_`.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
-use metrics::{Key, Label, Metadata, Recorder};
+use metrics::{Counter, Histogram, Key, Label, Metadata, Recorder};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use crate::config::MatchedLevel;
@@ -78,13 +79,29 @@ pub struct LimitOutcome {
     pub shadow_mode: bool,
 }
 
-/// The server's metrics.
+/// One limit's counters, registered once and kept.
+struct LimitCounters {
+    total: Counter,
+    within: Counter,
+    near: Counter,
+    over: Counter,
+    shadow: Counter,
+}
+
+/// The server's metrics. Handles are registered once and cached, so recording a decision is a
+/// map lookup and a few atomic increments.
 pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
     near_limit_ratio: f64,
     max_request_valued_series: usize,
-    request_valued_series: Mutex<HashSet<LimitLabels>>,
+    limits: RwLock<HashMap<LimitLabels, Arc<LimitCounters>>>,
+    request_valued_series: AtomicUsize,
+    /// By algorithm, then OK / OVER_LIMIT.
+    decisions: Vec<[Counter; 2]>,
+    request_latency: Histogram,
+    store_latency: Histogram,
+    store_errors: Counter,
 }
 
 impl Metrics {
@@ -93,19 +110,41 @@ impl Metrics {
     /// `max_request_valued_series` label sets carry values from requests; the rest share
     /// `key1="_overflow_"`.
     pub fn new(near_limit_ratio: f64, max_request_valued_series: usize) -> Metrics {
-        let builder = PrometheusBuilder::new();
-        let recorder = match builder.set_buckets(&LATENCY_BUCKETS) {
+        let recorder = match PrometheusBuilder::new().set_buckets(&LATENCY_BUCKETS) {
             Ok(builder) => builder.build_recorder(),
             // Only an empty bucket list is refused; ours is not, but never fail over it.
             Err(_) => PrometheusBuilder::new().build_recorder(),
         };
         let handle = recorder.handle();
+        let decisions = Algorithm::ALL
+            .iter()
+            .map(|algorithm| {
+                ["OK", "OVER_LIMIT"].map(|code| {
+                    let labels = vec![
+                        Label::new("algorithm", algorithm.as_str()),
+                        Label::new("code", code),
+                    ];
+                    recorder.register_counter(
+                        &Key::from_parts("sluice_decisions_total", labels),
+                        &METADATA,
+                    )
+                })
+            })
+            .collect();
+        let histogram =
+            |name: &'static str| recorder.register_histogram(&Key::from_name(name), &METADATA);
         Metrics {
+            request_latency: histogram("ratelimit_service_response_time_seconds"),
+            store_latency: histogram("sluice_store_duration_seconds"),
+            store_errors: recorder
+                .register_counter(&Key::from_name("sluice_store_errors_total"), &METADATA),
+            decisions,
             recorder,
             handle,
             near_limit_ratio,
             max_request_valued_series,
-            request_valued_series: Mutex::default(),
+            limits: RwLock::default(),
+            request_valued_series: AtomicUsize::new(0),
         }
     }
 
@@ -136,48 +175,34 @@ impl Metrics {
     /// Counts one limited descriptor's hits, as envoyproxy/ratelimit does: total, over (and
     /// shadow when the limit is in shadow mode), or within (and near when past the ratio).
     pub fn record_limit(&self, labels: &LimitLabels, outcome: &LimitOutcome) {
-        let labels = self.bounded(labels);
-        let counter = |name: &'static str| {
-            self.recorder
-                .register_counter(&limit_key(name, &labels), &METADATA)
-        };
+        let counters = self.limit_counters(labels);
         let LimitOutcome { cost, decision, .. } = *outcome;
-        counter("ratelimit_service_rate_limit_total_hits").increment(cost);
+        counters.total.increment(cost);
         if decision.admitted {
-            counter("ratelimit_service_rate_limit_within_limit").increment(cost);
+            counters.within.increment(cost);
             let used = outcome
                 .capacity
                 .saturating_sub(u64::from(decision.remaining));
             if used as f64 > outcome.capacity as f64 * self.near_limit_ratio {
-                counter("ratelimit_service_rate_limit_near_limit").increment(cost);
+                counters.near.increment(cost);
             }
         } else {
-            counter("ratelimit_service_rate_limit_over_limit").increment(cost);
+            counters.over.increment(cost);
             if outcome.shadow_mode {
-                counter("ratelimit_service_rate_limit_shadow_mode").increment(cost);
+                counters.shadow.increment(cost);
             }
         }
-        let code = if decision.admitted || outcome.shadow_mode {
-            "OK"
-        } else {
-            "OVER_LIMIT"
-        };
-        let key = Key::from_parts(
-            "sluice_decisions_total",
-            vec![
-                Label::new("algorithm", outcome.algorithm.as_str()),
-                Label::new("code", code),
-            ],
-        );
-        self.recorder.register_counter(&key, &METADATA).increment(1);
+        let algorithm = Algorithm::ALL
+            .iter()
+            .position(|a| *a == outcome.algorithm)
+            .unwrap_or(0);
+        let over = !(decision.admitted || outcome.shadow_mode);
+        self.decisions[algorithm][usize::from(over)].increment(1);
     }
 
     /// A ShouldRateLimit call's latency.
     pub fn record_request(&self, seconds: f64) {
-        let key = Key::from_name("ratelimit_service_response_time_seconds");
-        self.recorder
-            .register_histogram(&key, &METADATA)
-            .record(seconds);
+        self.request_latency.record(seconds);
     }
 
     /// A failed ShouldRateLimit call: `invalid_argument` or `store_unavailable`.
@@ -191,13 +216,9 @@ impl Metrics {
 
     /// One store call's latency and whether it failed.
     pub fn record_store_call(&self, seconds: f64, failed: bool) {
-        let key = Key::from_name("sluice_store_duration_seconds");
-        self.recorder
-            .register_histogram(&key, &METADATA)
-            .record(seconds);
+        self.store_latency.record(seconds);
         if failed {
-            let key = Key::from_name("sluice_store_errors_total");
-            self.recorder.register_counter(&key, &METADATA).increment(1);
+            self.store_errors.increment(1);
         }
     }
 
@@ -213,25 +234,52 @@ impl Metrics {
             .increment(1);
     }
 
-    /// `labels`, or the overflow labels once too many request-valued sets were seen.
-    fn bounded(&self, labels: &LimitLabels) -> LimitLabels {
-        if !labels.from_request {
-            return labels.clone();
-        }
-        let mut seen = self
-            .request_valued_series
-            .lock()
+    /// The counters of `labels`, registered on first use; past the bound on request-valued
+    /// label sets, the overflow set's.
+    fn limit_counters(&self, labels: &LimitLabels) -> Arc<LimitCounters> {
+        let read = self
+            .limits
+            .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if seen.contains(labels) || seen.len() < self.max_request_valued_series {
-            seen.insert(labels.clone());
-            return labels.clone();
+        if let Some(counters) = read.get(labels) {
+            return counters.clone();
         }
-        LimitLabels {
-            domain: labels.domain.clone(),
-            key1: OVERFLOW_LABEL.to_string(),
-            key2: None,
-            from_request: true,
+        drop(read);
+        let full = labels.from_request
+            && self.request_valued_series.load(Ordering::Relaxed) >= self.max_request_valued_series;
+        let labels = if full {
+            LimitLabels {
+                domain: labels.domain.clone(),
+                key1: OVERFLOW_LABEL.to_string(),
+                key2: None,
+                from_request: false,
+            }
+        } else {
+            labels.clone()
+        };
+        let mut write = self
+            .limits
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(counters) = write.get(&labels) {
+            return counters.clone();
         }
+        if labels.from_request {
+            self.request_valued_series.fetch_add(1, Ordering::Relaxed);
+        }
+        let counter = |name: &'static str| {
+            self.recorder
+                .register_counter(&limit_key(name, &labels), &METADATA)
+        };
+        let counters = Arc::new(LimitCounters {
+            total: counter("ratelimit_service_rate_limit_total_hits"),
+            within: counter("ratelimit_service_rate_limit_within_limit"),
+            near: counter("ratelimit_service_rate_limit_near_limit"),
+            over: counter("ratelimit_service_rate_limit_over_limit"),
+            shadow: counter("ratelimit_service_rate_limit_shadow_mode"),
+        });
+        write.insert(labels, counters.clone());
+        counters
     }
 }
 

@@ -25,52 +25,52 @@ impl Default for RequestBounds {
     }
 }
 
-/// Checks `request` against the protocol's rules and `bounds`.
+/// Checks `request` against the protocol's rules and `bounds`. Allocates only to report.
 pub fn check(request: &RateLimitRequest, bounds: &RequestBounds) -> Result<(), Status> {
     if request.domain.is_empty() {
         return invalid("domain", "must not be empty");
     }
+    let domain_bytes = request.domain.len();
     check_size(
-        "domain",
-        request.domain.len(),
+        || "domain".into(),
+        domain_bytes,
         bounds.max_value_bytes,
         "bytes",
     )?;
     if request.descriptors.is_empty() {
         return invalid("descriptors", "must not be empty");
     }
+    let count = request.descriptors.len();
     check_size(
-        "descriptors",
-        request.descriptors.len(),
+        || "descriptors".into(),
+        count,
         bounds.max_descriptors,
         "descriptors",
     )?;
     for (index, descriptor) in request.descriptors.iter().enumerate() {
-        let path = format!("descriptors[{index}]");
+        let entries = || format!("descriptors[{index}].entries");
         if descriptor.entries.is_empty() {
-            return invalid(&format!("{path}.entries"), "must not be empty");
+            return invalid(&entries(), "must not be empty");
         }
-        let entries_path = format!("{path}.entries");
         check_size(
-            &entries_path,
+            entries,
             descriptor.entries.len(),
             bounds.max_entries,
             "entries",
         )?;
         for (entry_index, entry) in descriptor.entries.iter().enumerate() {
-            let entry_path = format!("{path}.entries[{entry_index}]");
+            let field = |name: &str| format!("descriptors[{index}].entries[{entry_index}].{name}");
             if entry.key.is_empty() {
-                return invalid(&format!("{entry_path}.key"), "must not be empty");
+                return invalid(&field("key"), "must not be empty");
             }
             check_size(
-                &format!("{entry_path}.key"),
+                || field("key"),
                 entry.key.len(),
                 bounds.max_key_bytes,
                 "bytes",
             )?;
-            let value_path = format!("{entry_path}.value");
             check_size(
-                &value_path,
+                || field("value"),
                 entry.value.len(),
                 bounds.max_value_bytes,
                 "bytes",
@@ -79,16 +79,25 @@ pub fn check(request: &RateLimitRequest, bounds: &RequestBounds) -> Result<(), S
         if let Some(limit) = &descriptor.limit {
             if Unit::from_proto_number(limit.unit).is_none() {
                 let reason = format!("{} is not a unit of time", limit.unit);
-                return invalid(&format!("{path}.limit.unit"), &reason);
+                return invalid(&format!("descriptors[{index}].limit.unit"), &reason);
             }
         }
     }
     Ok(())
 }
 
-fn check_size(field: &str, size: usize, max: usize, what: &str) -> Result<(), Status> {
+/// Refuses a size over `max`; `field` names it, built only then.
+fn check_size(
+    field: impl FnOnce() -> String,
+    size: usize,
+    max: usize,
+    what: &str,
+) -> Result<(), Status> {
     if size > max {
-        return invalid(field, &format!("{size} {what} exceed the maximum of {max}"));
+        return invalid(
+            &field(),
+            &format!("{size} {what} exceed the maximum of {max}"),
+        );
     }
     Ok(())
 }
