@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tonic::transport::server::TcpIncoming;
@@ -169,7 +170,11 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             .add_service(reflection().build_v1()?)
             .add_service(reflection().build_v1alpha()?)
             .add_service(RateLimitServiceServer::from_arc(limiter.clone()))
-            .serve_with_incoming_shutdown(TcpIncoming::from(grpc_listener), until(stopped.clone()));
+            .serve_with_incoming_shutdown(
+                // No Nagle: a response waiting for a delayed ACK costs 40 ms.
+                TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+                until(stopped.clone()),
+            );
         let endpoints = Arc::new(Endpoints {
             config,
             limiter,
@@ -177,6 +182,9 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             metrics: self.metrics,
             readiness: readiness.clone(),
             check_store: settings.healthcheck_store,
+        });
+        let http_listener = http_listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
         });
         let http = axum::serve(http_listener, http::router(endpoints))
             .with_graceful_shutdown(until(stopped));
