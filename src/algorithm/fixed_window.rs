@@ -3,6 +3,7 @@
 //!
 //! Exact for any time below 2^64 microseconds and counts below 2^64.
 
+use crate::algorithm::remaining;
 use crate::limit::{Decision, Limit};
 
 /// The counter of one window.
@@ -41,7 +42,7 @@ pub fn check(
     let count_after = if admitted { count + cost } else { count };
     let decision = Decision {
         admitted,
-        remaining: remaining(capacity, count_after),
+        remaining: remaining(u128::from(capacity.saturating_sub(count_after))),
         reset_after_us: until_next_window_us,
         // The next window starts empty, so any cost that fits at all fits there.
         retry_after_us: if admitted { 0 } else { until_next_window_us },
@@ -51,10 +52,6 @@ pub fn check(
         count: count_after,
     });
     (decision, changed)
-}
-
-fn remaining(capacity: u64, count: u64) -> u32 {
-    u32::try_from(capacity.saturating_sub(count)).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

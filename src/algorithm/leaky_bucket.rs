@@ -6,6 +6,7 @@
 //! Times are kept in units of 1/L microsecond so that T = W is an integer: exact in 128-bit
 //! integers for every u32 limit and burst, u64 cost and period.
 
+use crate::algorithm::{remaining, wait_us};
 use crate::limit::{Decision, Limit};
 
 /// When the bucket is empty again, in units of 1/L µs.
@@ -32,14 +33,14 @@ pub fn check(
     let decision = Decision {
         admitted,
         // Requests of cost 1 that still fit: floor((burst x T - level) / T).
-        remaining: clamp(tolerance.saturating_sub(level) / interval),
-        reset_after_us: to_micros(level, rate, limit),
+        remaining: remaining(tolerance.saturating_sub(level) / interval),
+        reset_after_us: wait_us(level, rate, limit.period_us()),
         retry_after_us: if admitted {
             0
         } else if u128::from(cost) * interval > tolerance {
             limit.period_us()
         } else {
-            to_micros(after_hit - tolerance - now, rate, limit)
+            wait_us(after_hit - tolerance - now, rate, limit.period_us())
         },
     };
     let changed = (admitted && cost > 0).then_some(Tat {
@@ -52,21 +53,6 @@ pub fn check(
 pub fn expires_at_us(tat: &Tat, limit: &Limit) -> u64 {
     let rate = u128::from(limit.requests_per_unit.max(1));
     u64::try_from(tat.scaled_empty_at.div_ceil(rate)).unwrap_or(u64::MAX)
-}
-
-/// Scaled time to microseconds, rounded up; with a rate of 0 nothing drains: one period.
-fn to_micros(scaled: u128, rate: u128, limit: &Limit) -> u64 {
-    if scaled == 0 {
-        return 0;
-    }
-    if rate == 0 {
-        return limit.period_us();
-    }
-    u64::try_from(scaled.div_ceil(rate)).unwrap_or(u64::MAX)
-}
-
-fn clamp(value: u128) -> u32 {
-    u32::try_from(value).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -105,6 +105,24 @@ pub fn check(state: Option<&State>, limit: &Limit, cost: u64, now_us: u64) -> Ou
     }
 }
 
+/// `count` as a `remaining` field: saturated to u32 (limits are u32, so only overflowing
+/// intermediate values can exceed it).
+pub(crate) fn remaining(count: u128) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+/// Microseconds until `scaled` units drain at `per_us` units per microsecond, rounded up; 0
+/// when nothing is owed, one `period_us` when nothing drains.
+pub(crate) fn wait_us(scaled: u128, per_us: u128, period_us: u64) -> u64 {
+    if scaled == 0 {
+        return 0;
+    }
+    if per_us == 0 {
+        return period_us;
+    }
+    u64::try_from(scaled.div_ceil(per_us)).unwrap_or(u64::MAX)
+}
+
 /// `requests_per_unit: 0`: only cost 0 passes, and nothing ever will. (The fixed window gets
 /// this from its own rule, with the reference server's reset time: the window's end.)
 fn blocked(limit: &Limit, cost: u64) -> Decision {

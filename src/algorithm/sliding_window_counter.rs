@@ -7,6 +7,7 @@
 //! limit, u64 cost and period). In any aligned window at most L pass; in any window of length W
 //! at most L + prev x elapsed / W < 2L.
 
+use crate::algorithm::remaining;
 use crate::limit::{Decision, Limit};
 
 /// Counts of the current window (starting at `start_us`) and of the one before it.
@@ -47,7 +48,7 @@ pub fn check(
     let decision = Decision {
         admitted,
         // floor(L - estimate) = floor((L x W - used) / W)
-        remaining: clamp(
+        remaining: remaining(
             (u128::from(capacity) * u128::from(period)).saturating_sub(used) / u128::from(period),
         ),
         reset_after_us: until_empty(&after, period, now_us),
@@ -128,10 +129,6 @@ fn first_fit(decaying: u64, room: Option<u64>, period: u64) -> Option<u64> {
     let span = room * u128::from(period) / u128::from(decaying);
     let e = u128::from(period).saturating_sub(span);
     (e < u128::from(period)).then_some(e as u64)
-}
-
-fn clamp(value: u128) -> u32 {
-    u32::try_from(value).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! An entry stamped `ts` is in the window at `now` iff `ts + W > now`: the window is
 //! (now - W, now], and an entry leaves it exactly W after it was admitted.
 
+use crate::algorithm::remaining;
 use crate::limit::{Decision, Limit};
 
 /// Admission times, ascending, of every admitted unit of cost still in the window.
@@ -36,7 +37,7 @@ pub fn check(
         };
         let decision = Decision {
             admitted,
-            remaining: remaining(capacity, count),
+            remaining: remaining(u128::from(capacity.saturating_sub(count))),
             reset_after_us: until_empty(live, period, now_us),
             retry_after_us,
         };
@@ -51,7 +52,7 @@ pub fn check(
     let after: &[u64] = changed.as_deref().unwrap_or(live);
     let decision = Decision {
         admitted,
-        remaining: remaining(capacity, after.len() as u64),
+        remaining: remaining(u128::from(capacity.saturating_sub(after.len() as u64))),
         reset_after_us: until_empty(after, period, now_us),
         retry_after_us: 0,
     };
@@ -67,10 +68,6 @@ pub fn expires_at_us(log: &Log, limit: &Limit) -> u64 {
 fn until_empty(live: &[u64], period: u64, now_us: u64) -> u64 {
     live.last()
         .map_or(0, |&ts| (ts + period).saturating_sub(now_us))
-}
-
-fn remaining(capacity: u64, count: u64) -> u32 {
-    u32::try_from(capacity.saturating_sub(count)).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

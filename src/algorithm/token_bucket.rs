@@ -5,6 +5,7 @@
 //! microsecond, is an integer: exact in 128-bit integers for every u32 limit and burst, u64
 //! cost and period.
 
+use crate::algorithm::{remaining, wait_us};
 use crate::limit::{Decision, Limit};
 
 /// The bucket: tokens (scaled by W) as of `updated_us`.
@@ -30,14 +31,14 @@ pub fn check(
     let after = if admitted { tokens - needed } else { tokens };
     let decision = Decision {
         admitted,
-        remaining: clamp(after / period),
-        reset_after_us: time_to_refill(full - after, rate, period),
+        remaining: remaining(after / period),
+        reset_after_us: wait_us(full - after, rate, limit.period_us()),
         retry_after_us: if admitted {
             0
         } else if needed > full {
             limit.period_us()
         } else {
-            time_to_refill(needed - tokens, rate, period)
+            wait_us(needed - tokens, rate, limit.period_us())
         },
     };
     let changed = (admitted && cost > 0).then_some(Bucket {
@@ -52,11 +53,10 @@ pub fn expires_at_us(bucket: &Bucket, limit: &Limit) -> u64 {
     let period = u128::from(limit.period_us());
     let full = u128::from(limit.capacity()) * period;
     let missing = full.saturating_sub(bucket.scaled_tokens);
-    bucket.updated_us.saturating_add(time_to_refill(
-        missing,
-        u128::from(limit.requests_per_unit),
-        period,
-    ))
+    let rate = u128::from(limit.requests_per_unit);
+    bucket
+        .updated_us
+        .saturating_add(wait_us(missing, rate, limit.period_us()))
 }
 
 /// Tokens at `now_us`: a new bucket is full; time going back refills nothing.
@@ -68,22 +68,6 @@ fn refilled(stored: Option<Bucket>, full: u128, rate: u128, now_us: u64) -> u128
             full.min(b.scaled_tokens + rate * elapsed)
         }
     }
-}
-
-/// Microseconds until `missing` scaled tokens have refilled, rounded up. With a rate of 0
-/// nothing refills: one period is reported.
-fn time_to_refill(missing: u128, rate: u128, period: u128) -> u64 {
-    if missing == 0 {
-        return 0;
-    }
-    if rate == 0 {
-        return u64::try_from(period).unwrap_or(u64::MAX);
-    }
-    u64::try_from(missing.div_ceil(rate)).unwrap_or(u64::MAX)
-}
-
-fn clamp(value: u128) -> u32 {
-    u32::try_from(value).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
