@@ -148,6 +148,12 @@ impl Metrics {
         }
     }
 
+    /// Folds recorded histogram samples into their buckets. Samples wait in a queue until this
+    /// runs, so it must run periodically even when nothing scrapes `/metrics`.
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
     /// The Prometheus text exposition, with the store's own numbers as of now.
     pub fn render(&self, store: &StoreStats) -> String {
         let gauge = |name: &'static str, value: Option<u64>| {

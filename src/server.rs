@@ -70,6 +70,7 @@ pub async fn run(
         settings.near_limit_ratio,
         settings.max_request_valued_series,
     ));
+    tokio::spawn(metrics_upkeep(Arc::downgrade(&metrics)));
     let config = config::load(&settings.config_paths, settings.load_options);
     metrics.record_config_load(config.is_ok());
     let config = config?;
@@ -282,6 +283,22 @@ fn server_ended(
         Ok(Err(error)) => error,
         Ok(Ok(())) => ServerError::Ended(which),
         Err(error) => ServerError::Task(error.to_string()),
+    }
+}
+
+/// How often histogram samples are folded into buckets when nothing scrapes.
+const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Folds histogram samples every `METRICS_UPKEEP_INTERVAL` until the metrics are gone, so an
+/// unscraped server's memory does not grow with every call.
+async fn metrics_upkeep(metrics: std::sync::Weak<Metrics>) {
+    let mut ticks = tokio::time::interval(METRICS_UPKEEP_INTERVAL);
+    loop {
+        ticks.tick().await;
+        let Some(metrics) = metrics.upgrade() else {
+            return;
+        };
+        metrics.upkeep();
     }
 }
 
