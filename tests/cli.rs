@@ -89,3 +89,43 @@ fn serve_refuses_an_invalid_setting_before_listening() {
     assert!(stderr.contains("not-an-address"), "{stderr}");
     assert!(!stderr.contains("listening"), "{stderr}");
 }
+
+#[test]
+fn log_format_json_writes_json_lines() {
+    use std::io::{BufRead, BufReader};
+    let config = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config")
+        .display()
+        .to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--config",
+            &config,
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .env("LOG_FORMAT", "json")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start sluice");
+    let stderr = child.stderr.take().expect("stderr");
+    let line = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.contains("sluice listening"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line.expect("a startup line");
+    let json: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(json["level"], "INFO");
+    assert!(
+        json["fields"]["grpc"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("127.0.0.1:")),
+        "{line}"
+    );
+}

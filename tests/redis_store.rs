@@ -364,3 +364,29 @@ async fn a_reference_deployment_environment_selects_redis() {
         1
     );
 }
+
+#[tokio::test]
+async fn healthcheck_follows_the_store_when_asked() {
+    let mut redis = RedisServer::start(&[]);
+    let sluice = sluice_on(
+        &redis,
+        &["--healthcheck-store", "--redis-command-timeout", "300ms"],
+    );
+    assert_eq!(sluice.http_get("/healthcheck"), (200, "OK".to_string()));
+    redis.stop();
+    let (status, body) = sluice.http_get("/healthcheck");
+    assert_eq!(status, 500, "{body}");
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sluice.http_get("/healthcheck").0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "healthy again once Redis is back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Without the setting, a lost store does not fail the health check.
+    let plain = sluice_on(&redis, &[]);
+    redis.stop();
+    assert_eq!(plain.http_get("/healthcheck").0, 200);
+}
