@@ -19,8 +19,10 @@ pub enum State {
     FixedWindow(fixed_window::Window),
     SlidingWindowLog(sliding_window_log::Log),
     SlidingWindowCounter(sliding_window_counter::Counts),
-    TokenBucket(token_bucket::Bucket),
-    LeakyBucket(leaky_bucket::Tat),
+    // The buckets hold 128-bit values: boxed, so that every state (and the memory store's
+    // entries, one per key) stays 32 bytes and 8-byte aligned.
+    TokenBucket(Box<token_bucket::Bucket>),
+    LeakyBucket(Box<leaky_bucket::Tat>),
 }
 
 /// The result of one check: the decision, and the state to store (with the time after which
@@ -76,13 +78,13 @@ pub fn check(state: Option<&State>, limit: &Limit, cost: u64, now_us: u64) -> Ou
         }
         Algorithm::TokenBucket => {
             let stored = match state {
-                Some(State::TokenBucket(bucket)) => Some(*bucket),
+                Some(State::TokenBucket(bucket)) => Some(**bucket),
                 _ => None,
             };
             let (decision, changed) = token_bucket::check(stored, limit, cost, now_us);
             let changed = changed.map(|b| {
                 (
-                    State::TokenBucket(b),
+                    State::TokenBucket(Box::new(b)),
                     token_bucket::expires_at_us(&b, limit),
                 )
             });
@@ -90,13 +92,13 @@ pub fn check(state: Option<&State>, limit: &Limit, cost: u64, now_us: u64) -> Ou
         }
         Algorithm::LeakyBucket => {
             let stored = match state {
-                Some(State::LeakyBucket(tat)) => Some(*tat),
+                Some(State::LeakyBucket(tat)) => Some(**tat),
                 _ => None,
             };
             let (decision, changed) = leaky_bucket::check(stored, limit, cost, now_us);
             let changed = changed.map(|t| {
                 (
-                    State::LeakyBucket(t),
+                    State::LeakyBucket(Box::new(t)),
                     leaky_bucket::expires_at_us(&t, limit),
                 )
             });

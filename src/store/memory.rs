@@ -1,12 +1,18 @@
 //! The embedded store: state in a sharded map in this process. No lock is held across an
 //! `.await` (there is none inside `check`), expired state is swept by `sweep_expired`, and the
 //! number of keys is bounded: at the bound, storing a new key first evicts one existing key of
-//! the same shard (its count restarts), so a flood of new keys cannot exhaust memory and new
-//! keys are never refused. Evictions are counted.
+//! the same shard (its state restarts), in constant time, so a flood of new keys can neither
+//! exhaust memory nor slow the store down, and new keys are never refused. Evictions are
+//! counted.
+//!
+//! Keys are held as a 128-bit keyed hash of the store key, not the key itself: 16 bytes
+//! instead of a heap string, so a million keys fit in about 120 bytes each. Two distinct keys
+//! share state only if their 128-bit hashes collide: for a million keys, a chance of about
+//! 1 in 10^27.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -14,10 +20,14 @@ use crate::algorithm::{self, State};
 use crate::limit::{Decision, Hit};
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
+/// A shard: state by key id, hashed by the id itself (it is already a keyed hash).
+type Shard = HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>;
+
 /// The in-memory store.
 pub struct MemoryStore {
-    shards: Box<[Mutex<HashMap<String, Entry>>]>,
-    hasher: RandomState,
+    shards: Box<[Mutex<Shard>]>,
+    /// Two independently keyed hashers: together, a 128-bit id per key.
+    hashers: [RandomState; 2],
     keys_per_shard: usize,
     clock: Arc<dyn Clock>,
     evictions: AtomicU64,
@@ -26,6 +36,37 @@ pub struct MemoryStore {
 struct Entry {
     state: State,
     expires_at_us: u64,
+}
+
+/// A store key's 128-bit keyed hash (two u64 so the map entry stays 8-byte aligned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KeyId(u64, u64);
+
+impl Hash for KeyId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0);
+    }
+}
+
+/// Passes a `KeyId`'s first half through: it is uniformly distributed already.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used by `KeyId`; fold anything else in, to stay correct.
+        for byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
 }
 
 impl MemoryStore {
@@ -37,7 +78,7 @@ impl MemoryStore {
         let shards = (0..shard_count).map(|_| Mutex::default()).collect();
         MemoryStore {
             shards,
-            hasher: RandomState::new(),
+            hashers: [RandomState::new(), RandomState::new()],
             keys_per_shard: max_keys.div_ceil(shard_count).max(1),
             clock,
             evictions: AtomicU64::new(0),
@@ -67,7 +108,7 @@ impl MemoryStore {
         self.evictions.load(Ordering::Relaxed)
     }
 
-    fn lock(&self, index: usize) -> MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
         // A panic while holding a shard cannot leave a half-written entry (entries are
         // replaced whole), so a poisoned shard is still consistent.
         self.shards[index]
@@ -75,11 +116,18 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The key's id, and the shard it lives in.
+    fn locate(&self, key: &str) -> (KeyId, usize) {
+        let id = KeyId(self.hashers[0].hash_one(key), self.hashers[1].hash_one(key));
+        // The map uses the first half; the shard comes from the second.
+        (id, (id.1 as usize) & (self.shards.len() - 1))
+    }
+
     fn check_one(&self, hit: &Hit, now_us: u64) -> Decision {
-        let index = (self.hasher.hash_one(&hit.key) as usize) & (self.shards.len() - 1);
+        let (id, index) = self.locate(&hit.key);
         let mut shard = self.lock(index);
         let state = shard
-            .get(&hit.key)
+            .get(&id)
             .filter(|entry| entry.expires_at_us > now_us)
             .map(|entry| &entry.state);
         let outcome = algorithm::check(state, &hit.limit, hit.cost, now_us);
@@ -88,26 +136,24 @@ impl MemoryStore {
                 state,
                 expires_at_us,
             };
-            if let Some(slot) = shard.get_mut(&hit.key) {
+            if let Some(slot) = shard.get_mut(&id) {
                 *slot = entry;
             } else {
-                self.make_room(&mut shard, now_us);
-                shard.insert(hit.key.clone(), entry);
+                self.make_room(&mut shard);
+                shard.insert(id, entry);
             }
         }
         outcome.decision
     }
 
-    /// Keeps a shard under its bound before an insert: expired entries go first, then any.
-    fn make_room(&self, shard: &mut HashMap<String, Entry>, now_us: u64) {
+    /// Keeps a shard under its bound before an insert by evicting one entry. O(1): expired
+    /// entries are left to the background sweep (a scan per insert would let a flood of new
+    /// keys cost a full shard scan each).
+    fn make_room(&self, shard: &mut Shard) {
         if shard.len() < self.keys_per_shard {
             return;
         }
-        shard.retain(|_, entry| entry.expires_at_us > now_us);
-        if shard.len() < self.keys_per_shard {
-            return;
-        }
-        let victim = shard.keys().next().cloned();
+        let victim = shard.keys().next().copied();
         if let Some(victim) = victim {
             shard.remove(&victim);
             self.evictions.fetch_add(1, Ordering::Relaxed);
@@ -140,6 +186,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::State;
     use crate::limit::{Limit, Unit};
     use crate::store::ManualClock;
 
@@ -194,6 +241,13 @@ mod tests {
         }
         assert!(store.key_count() <= 64, "{} keys", store.key_count());
         assert!(store.evictions() >= 10_000 - 64);
+    }
+
+    #[test]
+    fn an_entry_stays_small() {
+        // The per-key cost the README and BENCHMARKS.md quote rests on these sizes.
+        assert_eq!(std::mem::size_of::<State>(), 32);
+        assert_eq!(std::mem::size_of::<(KeyId, Entry)>(), 56);
     }
 
     #[tokio::test]
