@@ -5,7 +5,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::redis::RedisServer;
@@ -17,18 +17,19 @@ use sluice::store::{ManualClock, Store};
 
 const START_US: u64 = 1_700_000_000_123_456;
 
-/// One Redis for the whole file, and a runtime to drive the async stores.
+/// A Redis for one test (stopped when the test ends), and a runtime to drive the stores.
 struct Fixture {
     redis: RedisServer,
     runtime: tokio::runtime::Runtime,
 }
 
-fn fixture() -> &'static Fixture {
-    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
-    FIXTURE.get_or_init(|| Fixture {
-        redis: RedisServer::start(&[]),
-        runtime: tokio::runtime::Runtime::new().expect("runtime"),
-    })
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            redis: RedisServer::start(&[]),
+            runtime: tokio::runtime::Runtime::new().expect("runtime"),
+        }
+    }
 }
 
 /// A unique key per sequence, so sequences never share state.
@@ -38,8 +39,7 @@ fn unique_key() -> String {
 }
 
 /// Runs `steps` (time step, cost) through both stores; returns both decision lists.
-fn both(limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
-    let fixture = fixture();
+fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
     fixture.runtime.block_on(async {
         let clock = Arc::new(ManualClock::at(START_US));
         let memory = MemoryStore::new(1000, clock.clone());
@@ -120,11 +120,12 @@ const CASES: &[(&str, &[(u64, u64)])] = &[
 
 #[test]
 fn the_behaviour_table_agrees_for_every_algorithm() {
+    let fixture = Fixture::new();
     for algorithm in Algorithm::ALL {
         for (what, steps) in CASES {
             for (requests, multiplier, burst) in [(3, 1, None), (4, 2, Some(2)), (0, 1, Some(3))] {
                 let limit = limit(algorithm, requests, multiplier, burst);
-                let (memory, redis) = both(limit, steps);
+                let (memory, redis) = both(&fixture, limit, steps);
                 assert_eq!(memory, redis, "{algorithm}, {what}, {limit}");
             }
         }
@@ -134,7 +135,11 @@ fn the_behaviour_table_agrees_for_every_algorithm() {
 #[test]
 fn the_sliding_log_agrees_at_its_largest_limit() {
     let limit = limit(Algorithm::SlidingWindowLog, 10_000, 1, None);
-    let (memory, redis) = both(limit, &[(0, 6_000), (1, 4_000), (1, 1), (S, 1)]);
+    let (memory, redis) = both(
+        &Fixture::new(),
+        limit,
+        &[(0, 6_000), (1, 4_000), (1, 1), (S, 1)],
+    );
     assert_eq!(memory, redis);
 }
 
@@ -146,14 +151,23 @@ fn scenario() -> impl Strategy<Value = (u32, u32, u32, Vec<(u64, u64)>)> {
     })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
-
-    #[test]
-    fn random_sequences_agree_for_every_algorithm((l, m, b, steps) in scenario()) {
+#[test]
+fn random_sequences_agree_for_every_algorithm() {
+    let fixture = Fixture::new();
+    let config = ProptestConfig {
+        cases: 48,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&scenario(), |(l, m, b, steps)| {
         for algorithm in Algorithm::ALL {
-            let (memory, redis) = both(limit(algorithm, l, m, Some(b)), &steps);
+            let (memory, redis) = both(&fixture, limit(algorithm, l, m, Some(b)), &steps);
             prop_assert_eq!(memory, redis, "{}", algorithm);
         }
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
     }
 }
