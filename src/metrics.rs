@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 
 use metrics::{Counter, Histogram, Key, Label, Metadata, Recorder};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
@@ -95,7 +97,10 @@ pub struct Metrics {
     handle: PrometheusHandle,
     near_limit_ratio: f64,
     max_request_valued_series: usize,
-    limits: RwLock<HashMap<LimitLabels, Arc<LimitCounters>>>,
+    /// Read on every decision without a lock; replaced whole (under `limits_writer`) when a
+    /// label set is first seen, which the series bound makes rare.
+    limits: ArcSwap<HashMap<LimitLabels, Arc<LimitCounters>>>,
+    limits_writer: Mutex<()>,
     request_valued_series: AtomicUsize,
     /// By algorithm, then OK / OVER_LIMIT.
     decisions: Vec<[Counter; 2]>,
@@ -143,7 +148,8 @@ impl Metrics {
             handle,
             near_limit_ratio,
             max_request_valued_series,
-            limits: RwLock::default(),
+            limits: ArcSwap::default(),
+            limits_writer: Mutex::new(()),
             request_valued_series: AtomicUsize::new(0),
         }
     }
@@ -181,7 +187,16 @@ impl Metrics {
     /// Counts one limited descriptor's hits, as envoyproxy/ratelimit does: total, over (and
     /// shadow when the limit is in shadow mode), or within (and near when past the ratio).
     pub fn record_limit(&self, labels: &LimitLabels, outcome: &LimitOutcome) {
-        let counters = self.limit_counters(labels);
+        let known = self.limits.load();
+        if let Some(counters) = known.get(labels) {
+            self.count(counters, outcome);
+        } else {
+            drop(known);
+            self.count(&self.register_limit(labels), outcome);
+        }
+    }
+
+    fn count(&self, counters: &LimitCounters, outcome: &LimitOutcome) {
         let LimitOutcome { cost, decision, .. } = *outcome;
         counters.total.increment(cost);
         if decision.admitted {
@@ -242,15 +257,7 @@ impl Metrics {
 
     /// The counters of `labels`, registered on first use; past the bound on request-valued
     /// label sets, the overflow set's.
-    fn limit_counters(&self, labels: &LimitLabels) -> Arc<LimitCounters> {
-        let read = self
-            .limits
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(counters) = read.get(labels) {
-            return counters.clone();
-        }
-        drop(read);
+    fn register_limit(&self, labels: &LimitLabels) -> Arc<LimitCounters> {
         let full = labels.from_request
             && self.request_valued_series.load(Ordering::Relaxed) >= self.max_request_valued_series;
         let labels = if full {
@@ -263,11 +270,15 @@ impl Metrics {
         } else {
             labels.clone()
         };
-        let mut write = self
-            .limits
-            .write()
+        if let Some(counters) = self.limits.load().get(&labels) {
+            return counters.clone();
+        }
+        let _writer = self
+            .limits_writer
+            .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(counters) = write.get(&labels) {
+        let known = self.limits.load_full();
+        if let Some(counters) = known.get(&labels) {
             return counters.clone();
         }
         if labels.from_request {
@@ -284,7 +295,9 @@ impl Metrics {
             over: counter("ratelimit_service_rate_limit_over_limit"),
             shadow: counter("ratelimit_service_rate_limit_shadow_mode"),
         });
-        write.insert(labels, counters.clone());
+        let mut grown = HashMap::clone(&known);
+        grown.insert(labels, counters.clone());
+        self.limits.store(Arc::new(grown));
         counters
     }
 }

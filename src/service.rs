@@ -6,6 +6,7 @@ mod extras;
 mod response;
 mod validate;
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
@@ -143,7 +144,7 @@ impl<S: Store> RateLimiter<S> {
     /// Counts every charged descriptor's hits under its limit's labels.
     fn record(&self, planned: &[Planned<'_>], hits: &[Hit], decisions: &[Decision]) {
         let limited = planned.iter().filter_map(|p| match &p.verdict {
-            Verdict::Limited(applied) => Some((applied, p.labels.as_ref())),
+            Verdict::Limited(applied) => Some((applied, p.labels.as_deref())),
             _ => None,
         });
         for (((applied, labels), hit), decision) in limited.zip(hits).zip(decisions) {
@@ -196,8 +197,8 @@ struct Planned<'a> {
     verdict: Verdict<'a>,
     hit: Option<Hit>,
     replaces: &'a [String],
-    /// The metric labels of the limit, when one is charged.
-    labels: Option<LimitLabels>,
+    /// The metric labels of the limit, when one is charged: the rule's own when fixed.
+    labels: Option<Cow<'a, LimitLabels>>,
 }
 
 impl Planned<'_> {
@@ -239,7 +240,7 @@ fn plan<'a>(
         let key = key::descriptor_key(domain_name, entries);
         let keys = descriptor.entries.iter().map(|e| e.key.as_str());
         let labels = LimitLabels::of_override(domain_name, keys);
-        return Planned::charged(applied, key, cost, &[], labels);
+        return Planned::charged(applied, key, cost, &[], Cow::Owned(labels));
     }
     let Some(matched) = domain.resolve(entries) else {
         return Planned::without_limit(Verdict::NoLimit);
@@ -256,7 +257,14 @@ fn plan<'a>(
         metadata: rule.metadata.as_ref(),
     };
     let key = key::descriptor_key(domain_name, matched.counted_entries());
-    let labels = LimitLabels::of_match(domain_name, &matched.levels, rule.detailed_metric);
+    let labels = match &rule.metric_labels {
+        Some(labels) => Cow::Borrowed(labels),
+        None => Cow::Owned(LimitLabels::of_match(
+            domain_name,
+            &matched.levels,
+            rule.detailed_metric,
+        )),
+    };
     Planned::charged(applied, key, cost, &rule.replaces, labels)
 }
 
@@ -266,7 +274,7 @@ impl<'a> Planned<'a> {
         key: String,
         cost: u64,
         replaces: &'a [String],
-        labels: LimitLabels,
+        labels: Cow<'a, LimitLabels>,
     ) -> Self {
         let hit = Hit {
             key,

@@ -120,6 +120,7 @@ impl<'a> FileCompiler<'a> {
             quota_mode: node.quota_mode,
             detailed_metric: node.detailed_metric,
             metadata: node.metadata.clone(),
+            metric_labels: None,
         })
     }
 

@@ -34,6 +34,9 @@ pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErr
         }
     }
     if errors.is_empty() {
+        for domain in domains.values_mut() {
+            domain.label_rules();
+        }
         Ok(Config { domains })
     } else {
         Err(ConfigErrors(errors))

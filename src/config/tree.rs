@@ -4,8 +4,11 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use smallvec::SmallVec;
+
 use crate::config::pattern::Pattern;
 use crate::limit::Limit;
+use crate::metrics::LimitLabels;
 
 /// Every loaded domain. Immutable once built; reload builds a new one.
 #[derive(Debug, Default)]
@@ -80,13 +83,17 @@ pub struct Rule {
     /// Metrics name the request's values at every level, not the configured ones.
     pub detailed_metric: bool,
     pub metadata: Option<serde_yaml::Value>,
+    /// The metric labels of the rule when no request value stands in them (set once the
+    /// domain is built): the request path then builds no labels.
+    pub metric_labels: Option<LimitLabels>,
 }
 
 /// The rule a descriptor falls under, and how each of its entries matched.
 #[derive(Debug)]
 pub struct Match<'a> {
     pub rule: &'a Rule,
-    pub levels: Vec<MatchedLevel<'a>>,
+    /// One per entry; descriptors rarely have more than four, which take no allocation.
+    pub levels: SmallVec<[MatchedLevel<'a>; 4]>,
 }
 
 /// How one entry matched a node.
@@ -140,7 +147,7 @@ impl Domain {
     {
         let last = entries.len().checked_sub(1)?;
         let mut level = &self.root;
-        let mut levels = Vec::with_capacity(last + 1);
+        let mut levels = SmallVec::new();
         for (index, (key, value)) in entries.enumerate() {
             let (node, configured) = level.by_key.get(key)?.find(value)?;
             levels.push(MatchedLevel {
@@ -156,6 +163,12 @@ impl Domain {
             level = &node.children;
         }
         None
+    }
+
+    /// Sets the metric labels of every rule whose labels take no value from requests.
+    pub(crate) fn label_rules(&mut self) {
+        let mut path = Vec::new();
+        self.root.label_rules(&self.name, &mut path);
     }
 
     /// Every rule of the domain, in tree order.
@@ -180,6 +193,48 @@ impl KeyNodes {
 }
 
 impl Level {
+    /// `path`: the levels from the root to this one, each matched by its configured value.
+    fn label_rules<'a>(
+        &'a mut self,
+        domain: &str,
+        path: &mut Vec<(&'a str, Option<&'a str>, bool, bool)>,
+    ) {
+        for (key, nodes) in &mut self.by_key {
+            let exact = nodes.exact.iter_mut().map(|(v, n)| (Some(v.as_str()), n));
+            let wildcards = nodes
+                .wildcards
+                .iter_mut()
+                .map(|(p, n)| (Some(p.as_str()), n));
+            let any = nodes.any_value.as_deref_mut().map(|n| (None, n));
+            for (configured, node) in exact.chain(wildcards).chain(any) {
+                path.push((
+                    key.as_str(),
+                    configured,
+                    node.share_threshold,
+                    node.value_to_metric,
+                ));
+                if let Some(rule) = &mut node.rule {
+                    let levels: Vec<MatchedLevel<'_>> = path
+                        .iter()
+                        .map(
+                            |&(key, configured, share_threshold, value_to_metric)| MatchedLevel {
+                                key,
+                                value: configured.unwrap_or_default(),
+                                configured,
+                                share_threshold,
+                                value_to_metric,
+                            },
+                        )
+                        .collect();
+                    let labels = LimitLabels::of_match(domain, &levels, rule.detailed_metric);
+                    rule.metric_labels = (!labels.from_request).then_some(labels);
+                }
+                node.children.label_rules(domain, path);
+                path.pop();
+            }
+        }
+    }
+
     fn collect_rules<'a>(&'a self, out: &mut Vec<&'a Rule>) {
         let mut keys: Vec<&String> = self.by_key.keys().collect();
         keys.sort();
@@ -194,5 +249,70 @@ impl Level {
                 node.children.collect_rules(out);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{load, LoadOptions};
+    use crate::metrics::LimitLabels;
+
+    const CONFIG: &str = r#"
+domain: d
+descriptors:
+  - key: exact
+    value: a
+    rate_limit: { unit: second, requests_per_unit: 1 }
+    descriptors:
+      - key: any
+        rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: wild
+    value: "pre*"
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: shared
+    value: "s*"
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: valued
+    value_to_metric: true
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: detailed
+    detailed_metric: true
+    rate_limit: { unit: second, requests_per_unit: 1 }
+"#;
+
+    /// The labels fixed at load time are the ones the request path would build, and rules
+    /// whose labels carry request values have none fixed.
+    #[test]
+    fn fixed_metric_labels_match_the_labels_of_a_request() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("d.yaml");
+        std::fs::write(&path, CONFIG).expect("config written");
+        let config = load(&[path], LoadOptions::default()).expect("config loads");
+        let domain = config.domain("d").expect("domain d");
+        let requests: [&[(&str, &str)]; 6] = [
+            &[("exact", "a")],
+            &[("exact", "a"), ("any", "x")],
+            &[("wild", "prefix")],
+            &[("shared", "sx")],
+            &[("valued", "v")],
+            &[("detailed", "v")],
+        ];
+        let mut fixed = 0;
+        for entries in requests {
+            let matched = domain
+                .resolve(entries.iter().copied())
+                .expect("request matches");
+            let rule = matched.rule;
+            let built = LimitLabels::of_match("d", &matched.levels, rule.detailed_metric);
+            if built.from_request {
+                assert_eq!(rule.metric_labels, None, "{entries:?}");
+            } else {
+                assert_eq!(rule.metric_labels.as_ref(), Some(&built), "{entries:?}");
+                fixed += 1;
+            }
+        }
+        assert_eq!(fixed, 4);
     }
 }

@@ -16,6 +16,8 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use siphasher::sip128::{Hasher128, SipHasher13};
+
 use crate::algorithm::{self, State};
 use crate::limit::{Decision, Hit};
 use crate::store::{Clock, Store, StoreError, StoreStats};
@@ -25,9 +27,9 @@ type Shard = HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>;
 
 /// The in-memory store.
 pub struct MemoryStore {
-    shards: Box<[Mutex<Shard>]>,
-    /// Two independently keyed hashers: together, a 128-bit id per key.
-    hashers: [RandomState; 2],
+    shards: Box<[ShardLock]>,
+    /// The secret key of the keyed 128-bit hash that turns store keys into ids.
+    hash_keys: (u64, u64),
     keys_per_shard: usize,
     clock: Arc<dyn Clock>,
     evictions: AtomicU64,
@@ -37,6 +39,12 @@ struct Entry {
     state: State,
     expires_at_us: u64,
 }
+
+/// A shard's lock on a cache line of its own: threads working on neighbouring shards do not
+/// take the line from each other.
+#[repr(align(128))]
+#[derive(Default)]
+struct ShardLock(Mutex<Shard>);
 
 /// A store key's 128-bit keyed hash (two u64 so the map entry stays 8-byte aligned).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,10 +83,12 @@ impl MemoryStore {
         let shard_count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 8)
             .next_power_of_two()
             .min(max_keys.max(1).next_power_of_two());
-        let shards = (0..shard_count).map(|_| Mutex::default()).collect();
+        let shards = (0..shard_count).map(|_| ShardLock::default()).collect();
+        // Two outputs of std's randomly keyed hasher: a fresh secret per store.
+        let secret = RandomState::new();
         MemoryStore {
             shards,
-            hashers: [RandomState::new(), RandomState::new()],
+            hash_keys: (secret.hash_one(0_u8), secret.hash_one(1_u8)),
             keys_per_shard: max_keys.div_ceil(shard_count).max(1),
             clock,
             evictions: AtomicU64::new(0),
@@ -112,13 +122,17 @@ impl MemoryStore {
         // A panic while holding a shard cannot leave a half-written entry (entries are
         // replaced whole), so a poisoned shard is still consistent.
         self.shards[index]
+            .0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The key's id, and the shard it lives in.
     fn locate(&self, key: &str) -> (KeyId, usize) {
-        let id = KeyId(self.hashers[0].hash_one(key), self.hashers[1].hash_one(key));
+        let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
+        hasher.write(key.as_bytes());
+        let hash = hasher.finish128();
+        let id = KeyId(hash.h1, hash.h2);
         // The map uses the first half; the shard comes from the second.
         (id, (id.1 as usize) & (self.shards.len() - 1))
     }
@@ -126,22 +140,26 @@ impl MemoryStore {
     fn check_one(&self, hit: &Hit, now_us: u64) -> Decision {
         let (id, index) = self.locate(&hit.key);
         let mut shard = self.lock(index);
-        let state = shard
-            .get(&id)
-            .filter(|entry| entry.expires_at_us > now_us)
-            .map(|entry| &entry.state);
-        let outcome = algorithm::check(state, &hit.limit, hit.cost, now_us);
+        // A known key: one lookup, updated in place.
+        if let Some(entry) = shard.get_mut(&id) {
+            let live = (entry.expires_at_us > now_us).then_some(&entry.state);
+            let outcome = algorithm::check(live, &hit.limit, hit.cost, now_us);
+            if let Some((state, expires_at_us)) = outcome.new_state {
+                *entry = Entry {
+                    state,
+                    expires_at_us,
+                };
+            }
+            return outcome.decision;
+        }
+        let outcome = algorithm::check(None, &hit.limit, hit.cost, now_us);
         if let Some((state, expires_at_us)) = outcome.new_state {
+            self.make_room(&mut shard);
             let entry = Entry {
                 state,
                 expires_at_us,
             };
-            if let Some(slot) = shard.get_mut(&id) {
-                *slot = entry;
-            } else {
-                self.make_room(&mut shard);
-                shard.insert(id, entry);
-            }
+            shard.insert(id, entry);
         }
         outcome.decision
     }
