@@ -26,15 +26,6 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 100}
 "#;
 
-/// The value of the series `name{labels}` in a Prometheus text exposition.
-fn series(text: &str, name_and_labels: &str) -> Option<f64> {
-    text.lines()
-        .find(|line| {
-            line.starts_with(name_and_labels) && line[name_and_labels.len()..].starts_with(' ')
-        })
-        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
-}
-
 fn signal(sluice: &Sluice, name: &str) {
     let status = Command::new("kill")
         .args([&format!("-{name}"), &sluice.pid().to_string()])

@@ -3,6 +3,9 @@
 //!
 //!   sluice-load --target 127.0.0.1:8081 --connections 4 --in-flight 32 --duration 10s \
 //!               --domain demo --key algorithm --keys 10000 --distribution zipf
+//!
+//! With `--rate`, callers send on a schedule instead of back to back, so latency can be read
+//! at a given throughput (e.g. half of the peak a closed-loop run reached).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,6 +37,10 @@ struct Args {
     /// Stop after this many calls instead of a duration.
     #[arg(long)]
     calls: Option<u64>,
+    /// Send at this many calls/s in all (each caller on a fixed schedule, at most one call in
+    /// flight each), instead of as fast as answers come: latency at a chosen share of peak.
+    #[arg(long)]
+    rate: Option<f64>,
     /// Domain of every request.
     #[arg(long, default_value = "demo")]
     domain: String,
@@ -80,17 +87,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counts = Arc::new(Counts::default());
     let deadline = Instant::now() + args.duration;
     let started = Instant::now();
+    let callers = args.connections * args.in_flight;
+    // Each caller's period at --rate; callers start spread over one period.
+    let period = args
+        .rate
+        .filter(|rate| *rate > 0.0)
+        .map(|rate| Duration::from_secs_f64(callers as f64 / rate));
     let mut workers = Vec::new();
     for connection in 0..args.connections {
         let channel = Endpoint::from_shared(format!("http://{}", args.target))?
             .connect()
             .await?;
         for worker in 0..args.in_flight {
-            let seed = (connection * args.in_flight + worker) as u64 + 1;
+            let index = connection * args.in_flight + worker;
+            let seed = index as u64 + 1;
             let (args, sampler, counts) = (args.clone(), sampler.clone(), counts.clone());
             let client = RateLimitServiceClient::new(channel.clone());
+            let schedule = period.map(|period| Schedule {
+                next: started + period.mul_f64(index as f64 / callers as f64),
+                period,
+            });
             workers.push(tokio::spawn(work(
-                client, args, sampler, counts, deadline, seed,
+                client, args, sampler, counts, deadline, seed, schedule,
             )));
         }
     }
@@ -102,7 +120,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// One caller: sends a call, waits for it, records its latency in µs, until done.
+/// When a caller at a fixed rate sends its next call.
+struct Schedule {
+    next: Instant,
+    period: Duration,
+}
+
+/// One caller: sends a call (on its schedule, if any), waits for it, records its latency in
+/// µs, until done.
 async fn work(
     mut client: RateLimitServiceClient<Channel>,
     args: Arc<Args>,
@@ -110,6 +135,7 @@ async fn work(
     counts: Arc<Counts>,
     deadline: Instant,
     seed: u64,
+    mut schedule: Option<Schedule>,
 ) -> Histogram<u64> {
     let mut latencies = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
     let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
@@ -120,6 +146,10 @@ async fn work(
         };
         if done {
             return latencies;
+        }
+        if let Some(schedule) = &mut schedule {
+            tokio::time::sleep_until(schedule.next.into()).await;
+            schedule.next += schedule.period;
         }
         let request = request(&args, &sampler, &mut rng);
         let sent = Instant::now();

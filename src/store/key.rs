@@ -3,6 +3,8 @@
 //! window start for fixed windows (so the two servers share counters) and the memory store
 //! keeps the window in the state.
 
+use std::fmt::Write;
+
 use crate::algorithm::fixed_window;
 use crate::limit::{Algorithm, Hit, MICROS_PER_SECOND};
 
@@ -36,7 +38,8 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
         Algorithm::FixedWindow => {
             key.push_str(&hit.key);
             let start_s = fixed_window::window_start_us(&hit.limit, now_us) / MICROS_PER_SECOND;
-            key.push_str(&start_s.to_string());
+            // Writing to a String cannot fail.
+            let _ = write!(key, "{start_s}");
         }
         algorithm => {
             key.push_str(algorithm.as_str());

@@ -265,3 +265,12 @@ pub fn http_request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (
         .unwrap_or_default();
     (status, body)
 }
+
+/// The value of the series `name{labels}` in a Prometheus text exposition.
+pub fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|line| {
+            line.starts_with(name_and_labels) && line[name_and_labels.len()..].starts_with(' ')
+        })
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}

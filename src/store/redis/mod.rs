@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, RedisError, RedisResult};
+use redis::{Cmd, Pipeline, RedisError, RedisResult};
 
 pub use connect::{Connection, RedisKind, RedisTarget};
 use scripts::Scripts;
@@ -105,43 +105,59 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The EVALSHA of one hit, or, with `send_code`, the EVAL of the script's code itself
-    /// (which cannot meet NOSCRIPT).
-    fn call(&self, hit: &Hit, now_us: u64, send_code: bool) -> Cmd {
-        let script = self.scripts.get(hit.limit.algorithm);
-        let mut call = if send_code {
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(script.code());
-            eval
-        } else {
-            let mut evalsha = redis::cmd("EVALSHA");
-            evalsha.arg(script.sha1());
-            evalsha
-        };
-        // The fixed window's key holds its window, so it always uses sluice's clock (as
-        // envoyproxy/ratelimit does); the others follow the time source.
-        let now_arg = match (hit.limit.algorithm, self.time_source) {
-            (Algorithm::FixedWindow, _) | (_, TimeSource::Sluice) => now_us.to_string(),
-            (_, TimeSource::Redis) => String::new(),
-        };
-        let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
-        call.arg(1)
-            .arg(key::redis_key(&self.key_prefix, hit, now_us))
-            .arg(hit.limit.requests_per_unit)
-            .arg(hit.limit.period_us())
-            .arg(hit.cost)
-            .arg(hit.limit.capacity())
-            .arg(now_arg)
-            .arg(format!("{}-{nonce}", self.nonce_prefix));
-        call
+    /// One pipeline of the EVALSHA of each hit, or, with `send_code`, of the EVAL of the
+    /// script's code itself (which cannot meet NOSCRIPT). Each command's error stays in its
+    /// own result.
+    fn calls<'h>(
+        &self,
+        hits: impl ExactSizeIterator<Item = &'h Hit>,
+        now_us: u64,
+        send_code: bool,
+    ) -> Pipeline {
+        let mut pipe = Pipeline::with_capacity(hits.len());
+        pipe.ignore_errors();
+        for hit in hits {
+            let script = self.scripts.get(hit.limit.algorithm);
+            let (command, script) = if send_code {
+                ("EVAL", script.code())
+            } else {
+                ("EVALSHA", script.sha1())
+            };
+            // Sized once: 9 arguments, and the key besides a few short numbers.
+            let key = key::redis_key(&self.key_prefix, hit, now_us);
+            let mut call = Cmd::with_capacity(9, command.len() + script.len() + key.len() + 96);
+            call.arg(command)
+                .arg(script)
+                .arg(1)
+                .arg(key)
+                .arg(hit.limit.requests_per_unit)
+                .arg(hit.limit.period_us())
+                .arg(hit.cost)
+                .arg(hit.limit.capacity());
+            // The fixed window's key holds its window, so it always uses sluice's clock (as
+            // envoyproxy/ratelimit does); the others follow the time source.
+            match (hit.limit.algorithm, self.time_source) {
+                (Algorithm::FixedWindow, _) | (_, TimeSource::Sluice) => call.arg(now_us),
+                (_, TimeSource::Redis) => call.arg(""),
+            };
+            // Only the sliding log stores members that need a nonce.
+            if hit.limit.algorithm == Algorithm::SlidingWindowLog {
+                let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
+                call.arg(format!("{}-{nonce}", self.nonce_prefix));
+            } else {
+                call.arg("");
+            }
+            pipe.add_command(call);
+        }
+        pipe
     }
 
     /// Runs `calls`, one result each, in one round trip.
-    async fn run(&self, calls: &[Cmd]) -> RedisResult<Vec<RedisResult<Reply>>> {
+    async fn run(&self, calls: &Pipeline) -> RedisResult<Vec<RedisResult<Reply>>> {
         match &self.connection {
-            Connection::Single(manager) => pipeline(calls, &mut manager.clone()).await,
+            Connection::Single(manager) => calls.query_async(&mut manager.clone()).await,
             Connection::Sentinel(sentinel) => {
-                let result = pipeline(calls, &mut sentinel.primary()).await;
+                let result = calls.query_async(&mut sentinel.primary()).await;
                 if result
                     .as_ref()
                     .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
@@ -155,14 +171,14 @@ impl RedisStore {
             }
             Connection::Cluster(cluster) => {
                 let mut tasks = tokio::task::JoinSet::new();
-                for (index, call) in calls.iter().enumerate() {
+                for (index, call) in calls.cmd_iter().enumerate() {
                     let (call, mut cluster) = (call.clone(), cluster.clone());
                     tasks.spawn(
                         async move { (index, call.query_async::<Reply>(&mut cluster).await) },
                     );
                 }
                 let mut results: Vec<Option<RedisResult<Reply>>> =
-                    calls.iter().map(|_| None).collect();
+                    calls.cmd_iter().map(|_| None).collect();
                 while let Some(joined) = tasks.join_next().await {
                     let (index, result) = joined.map_err(|e| {
                         RedisError::from((
@@ -182,10 +198,7 @@ impl RedisStore {
     /// the failed hits once more with EVAL, which cannot meet NOSCRIPT even if the scripts are
     /// flushed again meanwhile.
     async fn decide(&self, hits: &[Hit], now_us: u64) -> Result<Vec<Decision>, StoreError> {
-        let calls: Vec<Cmd> = hits
-            .iter()
-            .map(|hit| self.call(hit, now_us, false))
-            .collect();
+        let calls = self.calls(hits.iter(), now_us, false);
         let mut results = self.run(&calls).await.map_err(unavailable)?;
         let missing: Vec<usize> = (0..results.len())
             .filter(|&i| matches!(&results[i], Err(e) if e.code() == Some("NOSCRIPT")))
@@ -197,10 +210,7 @@ impl RedisStore {
                 // The retry below sends the code itself; the next calls will try again.
                 tracing::warn!(%error, "cannot load the scripts into Redis");
             }
-            let again: Vec<Cmd> = missing
-                .iter()
-                .map(|&i| self.call(&hits[i], now_us, true))
-                .collect();
+            let again = self.calls(missing.iter().map(|&i| &hits[i]), now_us, true);
             let retried = self.run(&again).await.map_err(unavailable)?;
             for (index, result) in missing.into_iter().zip(retried) {
                 results[index] = result;
@@ -258,18 +268,6 @@ impl Store for RedisStore {
         self.note_reachability(&result);
         result
     }
-}
-
-/// Sends `calls` as one pipeline; each command's error is kept in its own result.
-async fn pipeline(
-    calls: &[Cmd],
-    connection: &mut impl redis::aio::ConnectionLike,
-) -> RedisResult<Vec<RedisResult<Reply>>> {
-    let mut pipe = redis::pipe();
-    for call in calls {
-        pipe.add_command(call.clone());
-    }
-    pipe.ignore_errors().query_async(connection).await
 }
 
 /// A script reply as a `Decision`.
