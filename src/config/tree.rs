@@ -193,12 +193,9 @@ impl KeyNodes {
 }
 
 impl Level {
-    /// `path`: the levels from the root to this one, each matched by its configured value.
-    fn label_rules<'a>(
-        &'a mut self,
-        domain: &str,
-        path: &mut Vec<(&'a str, Option<&'a str>, bool, bool)>,
-    ) {
+    /// `path`: the levels from the root to this one, each matched by its configured value
+    /// (which is what the labels of a rule without request values are made of).
+    fn label_rules<'a>(&'a mut self, domain: &str, path: &mut Vec<MatchedLevel<'a>>) {
         for (key, nodes) in &mut self.by_key {
             let exact = nodes.exact.iter_mut().map(|(v, n)| (Some(v.as_str()), n));
             let wildcards = nodes
@@ -207,26 +204,15 @@ impl Level {
                 .map(|(p, n)| (Some(p.as_str()), n));
             let any = nodes.any_value.as_deref_mut().map(|n| (None, n));
             for (configured, node) in exact.chain(wildcards).chain(any) {
-                path.push((
-                    key.as_str(),
+                path.push(MatchedLevel {
+                    key,
+                    value: configured.unwrap_or_default(),
                     configured,
-                    node.share_threshold,
-                    node.value_to_metric,
-                ));
+                    share_threshold: node.share_threshold,
+                    value_to_metric: node.value_to_metric,
+                });
                 if let Some(rule) = &mut node.rule {
-                    let levels: Vec<MatchedLevel<'_>> = path
-                        .iter()
-                        .map(
-                            |&(key, configured, share_threshold, value_to_metric)| MatchedLevel {
-                                key,
-                                value: configured.unwrap_or_default(),
-                                configured,
-                                share_threshold,
-                                value_to_metric,
-                            },
-                        )
-                        .collect();
-                    let labels = LimitLabels::of_match(domain, &levels, rule.detailed_metric);
+                    let labels = LimitLabels::of_match(domain, path, rule.detailed_metric);
                     rule.metric_labels = (!labels.from_request).then_some(labels);
                 }
                 node.children.label_rules(domain, path);
