@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::RedisServer;
 use common::*;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::Code as GrpcCode;
 
 const CONFIG: &str = r#"
@@ -175,38 +176,33 @@ async fn script_flush_under_load_is_invisible_to_clients() {
     );
 }
 
-#[tokio::test]
-async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
-    let mut redis = RedisServer::start(&[]);
-    let sluice = sluice_on(&redis, &["--redis-command-timeout", "300ms"]);
-    let mut client = sluice.client().await;
-    let ask = || request("r", vec![descriptor(&[("fixed_window", "down")])]);
-    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
-    redis.stop();
+/// Three calls in a row fail with UNAVAILABLE saying `reason` (in any case), each within 2 s.
+async fn fails_fast(client: &mut Client, ask: &RateLimitRequest, reason: &str) {
     for _ in 0..3 {
         let started = Instant::now();
         let status = client
-            .should_rate_limit(ask())
+            .should_rate_limit(ask.clone())
             .await
-            .expect_err("Redis is down");
+            .expect_err("Redis is lost");
         assert_eq!(status.code(), GrpcCode::Unavailable, "{status}");
-        assert!(
-            status.message().contains("redis") || status.message().contains("Redis"),
-            "{status}"
-        );
+        let message = status.message().to_lowercase();
+        assert!(message.contains(&reason.to_lowercase()), "{status}");
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "failed in {:?}",
             started.elapsed()
         );
     }
-    redis.restart();
+}
+
+/// Calls until one is answered OK, within 10 s; until then only UNAVAILABLE is allowed.
+async fn recovers(client: &mut Client, ask: &RateLimitRequest) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match client.should_rate_limit(ask()).await {
+        match client.should_rate_limit(ask.clone()).await {
             Ok(response) => {
                 assert_eq!(overall(&response.into_inner()), Code::Ok);
-                break;
+                return;
             }
             Err(status) if Instant::now() < deadline => {
                 assert_eq!(status.code(), GrpcCode::Unavailable);
@@ -215,6 +211,19 @@ async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
             Err(status) => panic!("not recovered 10 s after Redis came back: {status}"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
+    let mut redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--redis-command-timeout", "300ms"]);
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("fixed_window", "down")])]);
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+    redis.stop();
+    fails_fast(&mut client, &ask(), "Redis").await;
+    redis.restart();
+    recovers(&mut client, &ask()).await;
     assert!(
         sluice.wait_for_log("Redis is reachable again"),
         "{}",
@@ -227,6 +236,20 @@ async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
         "logged once, not per call: {log}"
     );
     assert_eq!(log.matches("Redis is reachable again").count(), 1, "{log}");
+}
+
+#[tokio::test]
+async fn a_hung_redis_fails_calls_at_the_command_timeout_and_recovers() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--redis-command-timeout", "300ms"]);
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("fixed_window", "hung")])]);
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+    // Stopped, not killed: the connection stays open and no answer comes.
+    redis.signal("STOP");
+    fails_fast(&mut client, &ask(), "300 ms").await;
+    redis.signal("CONT");
+    recovers(&mut client, &ask()).await;
 }
 
 #[tokio::test]

@@ -159,6 +159,16 @@ impl RedisServer {
         }
     }
 
+    /// Sends `signal` (e.g. `STOP`, `CONT`) to the process: a stopped Redis keeps its
+    /// connections open and answers nothing.
+    pub fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("redis-server is running");
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal}");
+    }
+
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)

@@ -71,7 +71,7 @@ impl RedisStore {
             script_reloads: AtomicU64::new(0),
             reachable: AtomicBool::new(true),
         };
-        store.load_scripts().await.map_err(unavailable)?;
+        store.load_scripts_in_time().await?;
         Ok(store)
     }
 
@@ -91,6 +91,22 @@ impl RedisStore {
     /// How many times the scripts were loaded again after a NOSCRIPT reply.
     pub fn script_reloads(&self) -> u64 {
         self.script_reloads.load(Ordering::Relaxed)
+    }
+
+    /// `load_scripts` within the command timeout.
+    async fn load_scripts_in_time(&self) -> Result<(), StoreError> {
+        match tokio::time::timeout(self.command_timeout, self.load_scripts()).await {
+            Ok(loaded) => loaded.map_err(unavailable),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// The error of a command Redis did not answer in time.
+    fn timed_out(&self) -> StoreError {
+        StoreError::Unavailable(format!(
+            "Redis did not answer within {} ms",
+            self.command_timeout.as_millis()
+        ))
     }
 
     /// SCRIPT LOAD of every script (on a Cluster, on every primary).
@@ -206,7 +222,7 @@ impl RedisStore {
         if !missing.is_empty() {
             self.script_reloads.fetch_add(1, Ordering::Relaxed);
             tracing::info!("Redis lost the scripts (NOSCRIPT): loading them again");
-            if let Err(error) = self.load_scripts().await {
+            if let Err(error) = self.load_scripts_in_time().await {
                 // The retry below sends the code itself; the next calls will try again.
                 tracing::warn!(%error, "cannot load the scripts into Redis");
             }
@@ -260,10 +276,7 @@ impl Store for RedisStore {
         let result = match tokio::time::timeout_at(deadline.into(), self.decide(hits, now_us)).await
         {
             Ok(decided) => decided,
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "Redis did not answer within {} ms",
-                self.command_timeout.as_millis()
-            ))),
+            Err(_) => Err(self.timed_out()),
         };
         self.note_reachability(&result);
         result
