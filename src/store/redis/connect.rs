@@ -9,8 +9,9 @@ use arc_swap::ArcSwap;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{Client, RedisResult, TlsCertificates};
+use redis::io::tcp::TcpSettings;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Client, IntoConnectionInfo, RedisResult, TlsCertificates};
 use tokio::sync::Mutex;
 
 /// Which Redis deployment sluice talks to.
@@ -88,6 +89,7 @@ impl RedisTarget {
             }
             RedisKind::Cluster => {
                 let mut builder = ClusterClientBuilder::new(self.urls.clone())
+                    .tcp_settings(tcp_settings())
                     .connection_timeout(self.connect_timeout)
                     .response_timeout(self.command_timeout);
                 if let Some(certificates) = self.certificates()? {
@@ -98,10 +100,12 @@ impl RedisTarget {
             }
             RedisKind::Sentinel => {
                 let master = self.sentinel_master.clone().unwrap_or_default();
+                let primary_info =
+                    SentinelNodeConnectionInfo::default().set_tcp_settings(tcp_settings());
                 let mut sentinel = SentinelClient::build(
                     self.urls.clone(),
                     master,
-                    None,
+                    Some(primary_info),
                     SentinelServerType::Master,
                 )?;
                 let client = sentinel.async_get_client().await?;
@@ -151,9 +155,10 @@ impl RedisTarget {
     }
 
     fn client(&self, url: &str) -> RedisResult<Client> {
+        let info = url.into_connection_info()?.set_tcp_settings(tcp_settings());
         match self.certificates()? {
-            Some(certificates) => Client::build_with_tls(url, certificates),
-            None => Client::open(url),
+            Some(certificates) => Client::build_with_tls(info, certificates),
+            None => Client::open(info),
         }
     }
 
@@ -187,6 +192,12 @@ fn without_password(url: &str) -> String {
         }
         _ => url.to_string(),
     }
+}
+
+/// Every Redis socket without Nagle's algorithm (redis-rs leaves it on): pipelined commands of
+/// concurrent requests otherwise wait for the ACK of the ones before them.
+fn tcp_settings() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
 }
 
 #[cfg(test)]
