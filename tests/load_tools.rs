@@ -20,8 +20,9 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000}
 "#;
 
-/// Runs sluice-load against `sluice` and parses its `--json` line.
-fn sluice_load(sluice: &Sluice, args: &[&str]) -> serde_json::Value {
+/// Runs sluice-load against `sluice` with `args` (separated by spaces) and parses its
+/// `--json` line.
+fn sluice_load(sluice: &Sluice, args: &str) -> serde_json::Value {
     let output = Command::new(env!("CARGO_BIN_EXE_sluice-load"))
         .args([
             "--target",
@@ -29,12 +30,19 @@ fn sluice_load(sluice: &Sluice, args: &[&str]) -> serde_json::Value {
             "--domain",
             "load",
         ])
-        .args(args)
+        .args(args.split_whitespace())
         .arg("--json")
         .output()
         .expect("run sluice-load");
     assert!(output.status.success(), "{output:?}");
     serde_json::from_slice(&output.stdout).expect("one JSON object")
+}
+
+/// The hits the server counted under `key1` of domain `load`, from its /metrics.
+fn counted(sluice: &Sluice, key1: &str, counter: &str) -> Option<f64> {
+    let (_, metrics) = sluice.http_get("/metrics");
+    let name = format!("ratelimit_service_rate_limit_{counter}{{domain=\"load\",key1=\"{key1}\"}}");
+    series(&metrics, &name)
 }
 
 fn number(report: &serde_json::Value, field: &str) -> f64 {
@@ -46,19 +54,8 @@ fn number(report: &serde_json::Value, field: &str) -> f64 {
 #[test]
 fn sluice_load_counts_every_call_by_its_code() {
     let sluice = Sluice::start(CONFIG, &[]);
-    let args = [
-        "--calls",
-        "40",
-        "--connections",
-        "2",
-        "--in-flight",
-        "4",
-        "--key",
-        "hot",
-        "--value",
-        "x",
-    ];
-    let report = sluice_load(&sluice, &args);
+    let args = "--calls 40 --connections 2 --in-flight 4 --key hot --value x";
+    let report = sluice_load(&sluice, args);
     assert_eq!(number(&report, "calls"), 40.0, "{report}");
     assert_eq!(number(&report, "ok"), 5.0, "{report}");
     assert_eq!(number(&report, "over_limit"), 35.0, "{report}");
@@ -68,35 +65,16 @@ fn sluice_load_counts_every_call_by_its_code() {
     assert!(percentiles[0] >= 1.0, "{report}");
     assert!(percentiles.windows(2).all(|w| w[0] <= w[1]), "{report}");
     // The server counted the same calls.
-    let (_, metrics) = sluice.http_get("/metrics");
-    let total = r#"ratelimit_service_rate_limit_total_hits{domain="load",key1="hot"}"#;
-    assert_eq!(series(&metrics, total), Some(40.0), "{metrics}");
+    assert_eq!(counted(&sluice, "hot", "total_hits"), Some(40.0));
 }
 
 #[test]
 fn sluice_load_sends_several_descriptors_over_many_keys() {
     let sluice = Sluice::start(CONFIG, &[]);
-    let args = [
-        "--calls",
-        "30",
-        "--connections",
-        "1",
-        "--in-flight",
-        "3",
-        "--key",
-        "wide",
-        "--keys",
-        "500",
-        "--distribution",
-        "zipf",
-        "--descriptors",
-        "4",
-    ];
-    let report = sluice_load(&sluice, &args);
+    let args = "--calls 30 --connections 1 --in-flight 3 --key wide --keys 500 --distribution zipf --descriptors 4";
+    let report = sluice_load(&sluice, args);
     assert_eq!(number(&report, "ok"), 30.0, "{report}");
-    let (_, metrics) = sluice.http_get("/metrics");
-    let total = r#"ratelimit_service_rate_limit_total_hits{domain="load",key1="wide"}"#;
-    assert_eq!(series(&metrics, total), Some(120.0), "{metrics}");
+    assert_eq!(counted(&sluice, "wide", "total_hits"), Some(120.0));
 }
 
 #[test]
@@ -104,21 +82,8 @@ fn sluice_load_at_a_rate_paces_its_calls() {
     let sluice = Sluice::start(CONFIG, &[]);
     // Two callers at 100 calls/s in all: each sends every 20 ms, so 20 calls take at least
     // 9 periods of the slower caller (180 ms), however fast the server answers.
-    let args = [
-        "--calls",
-        "20",
-        "--connections",
-        "1",
-        "--in-flight",
-        "2",
-        "--rate",
-        "100",
-        "--key",
-        "wide",
-        "--value",
-        "paced",
-    ];
-    let report = sluice_load(&sluice, &args);
+    let args = "--calls 20 --connections 1 --in-flight 2 --rate 100 --key wide --value paced";
+    let report = sluice_load(&sluice, args);
     assert_eq!(number(&report, "calls"), 20.0, "{report}");
     assert!(number(&report, "seconds") >= 0.18, "{report}");
 }
@@ -170,10 +135,6 @@ fn the_h2load_script_writes_a_request_sluice_decodes() {
         .expect("run h2load (Debian: nghttp2-client)");
     let stdout = String::from_utf8_lossy(&h2load.stdout);
     assert!(stdout.contains("50 succeeded"), "{stdout}");
-    let (_, metrics) = sluice.http_get("/metrics");
-    let hot = r#"{domain="load",key1="hot"}"#;
-    let total = format!("ratelimit_service_rate_limit_total_hits{hot}");
-    let over = format!("ratelimit_service_rate_limit_over_limit{hot}");
-    assert_eq!(series(&metrics, &total), Some(50.0), "{metrics}");
-    assert_eq!(series(&metrics, &over), Some(45.0), "{metrics}");
+    assert_eq!(counted(&sluice, "hot", "total_hits"), Some(50.0));
+    assert_eq!(counted(&sluice, "hot", "over_limit"), Some(45.0));
 }
