@@ -1,13 +1,13 @@
 -- Shared helpers, prepended by sluice to every algorithm script below (src/store/redis/scripts.rs).
 --
--- Every algorithm script takes:
+-- Every algorithm script takes (src/store/redis/args.rs builds them, in this order):
 --   KEYS[1]  the one key it reads and writes
---   ARGV[1]  L, requests_per_unit
---   ARGV[2]  W, the period in microseconds (unit x unit_multiplier)
---   ARGV[3]  h, the cost of this hit (0 only reads)
---   ARGV[4]  the bucket capacity (burst) for the bucket algorithms
---   ARGV[5]  now in microseconds, or "" to read Redis TIME (one clock for every replica)
---   ARGV[6]  a nonce unique to this hit (sliding_window_log members)
+--   ARGV[1]  requests_per_unit  L
+--   ARGV[2]  period_us  W, the period in microseconds (unit x unit_multiplier)
+--   ARGV[3]  cost  h, the cost of this hit (0 only reads)
+--   ARGV[4]  capacity  the bucket capacity (burst) for the bucket algorithms; L for the others
+--   ARGV[5]  now_us  now in microseconds, or "" to read Redis TIME (one clock for every replica)
+--   ARGV[6]  nonce  a value unique to this hit (sliding_window_log members), or ""
 -- and replies {admitted (1 or 0), remaining, reset_after_us, retry_after_us}: the fields of
 -- sluice's Decision, which src/algorithm/ specifies.
 --

@@ -14,9 +14,10 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::config::{Config, Rule};
+use crate::limit::Algorithm;
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_response::Code;
-use crate::service::RateLimiter;
+use crate::service::{DecisionError, RateLimiter};
 use crate::store::Store;
 
 /// Whether the server takes traffic: false while draining.
@@ -83,16 +84,21 @@ async fn should_rate_limit<S: Store>(
             };
             (status, axum::Json(json::response(&response))).into_response()
         }
-        Err(status) if status.code() == tonic::Code::InvalidArgument => (
-            StatusCode::BAD_REQUEST,
-            format!("bad request: {}\n", status.message()),
-        )
-            .into_response(),
-        Err(status) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{}\n", status.message()),
-        )
-            .into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+impl IntoResponse for DecisionError {
+    /// 400 naming the field for a bad request, 500 with the reason when the store failed.
+    fn into_response(self) -> Response {
+        match &self {
+            DecisionError::InvalidRequest { .. } => {
+                (StatusCode::BAD_REQUEST, format!("bad request: {self}\n")).into_response()
+            }
+            DecisionError::Store(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, format!("{self}\n")).into_response()
+            }
+        }
     }
 }
 
@@ -125,7 +131,7 @@ fn describe(rule: &Rule) -> String {
         limit.requests_per_unit,
         rule.shadow_mode
     );
-    if limit.algorithm != crate::limit::Algorithm::FixedWindow || limit.unit_multiplier > 1 {
+    if limit.algorithm != Algorithm::default() || limit.unit_multiplier > 1 {
         line.push_str(&format!(
             ", algorithm: {}, period: {} x {}",
             limit.algorithm, limit.unit_multiplier, limit.unit

@@ -18,6 +18,7 @@ pub mod algorithm;
 pub mod config;
 pub mod duration;
 pub mod http;
+pub mod labels;
 pub mod limit;
 pub mod metrics;
 pub mod proto;

@@ -3,6 +3,9 @@
 
 use std::fmt;
 
+use crate::algorithm::{self, Outcome, Rate, State};
+pub use crate::algorithm::{Algorithm, Decision};
+
 /// A time unit of envoyproxy/ratelimit's format. Month is 30 days and year 365, as there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
@@ -87,55 +90,6 @@ impl fmt::Display for Unit {
     }
 }
 
-/// How a limit counts: sluice's extension `algorithm` (DESIGN section 5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Algorithm {
-    #[default]
-    FixedWindow,
-    SlidingWindowLog,
-    SlidingWindowCounter,
-    TokenBucket,
-    LeakyBucket,
-}
-
-impl Algorithm {
-    /// Every algorithm, the default first.
-    pub const ALL: [Algorithm; 5] = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindowLog,
-        Algorithm::SlidingWindowCounter,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-    ];
-
-    /// The name used in YAML (`token_bucket`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingWindowLog => "sliding_window_log",
-            Algorithm::SlidingWindowCounter => "sliding_window_counter",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::LeakyBucket => "leaky_bucket",
-        }
-    }
-
-    /// Parses a YAML algorithm name (exact, lower case).
-    pub fn parse(name: &str) -> Option<Algorithm> {
-        Algorithm::ALL.into_iter().find(|a| a.as_str() == name)
-    }
-
-    /// Whether the algorithm has a bucket capacity that `burst` sets.
-    pub fn has_burst(self) -> bool {
-        matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A rate: `requests_per_unit` per `unit_multiplier` x `unit`, counted by `algorithm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
@@ -159,14 +113,21 @@ impl Limit {
         }
     }
 
-    /// Bucket capacity: `burst`, else `requests_per_unit` for the token bucket (a full period
-    /// at once) and 1 for the leaky bucket (strict pacing). Window algorithms: the limit.
+    /// Bucket capacity: `burst`, else the algorithm's default (the token bucket: a full period
+    /// at once; the leaky bucket: 1, strict pacing). Window algorithms: the limit.
     pub fn capacity(&self) -> u64 {
-        let default = match self.algorithm {
-            Algorithm::LeakyBucket => 1,
-            _ => self.requests_per_unit,
-        };
-        u64::from(self.burst.unwrap_or(default))
+        let default = self.algorithm.default_burst(self.requests_per_unit);
+        u64::from(self.burst.or(default).unwrap_or(self.requests_per_unit))
+    }
+
+    /// What the algorithm needs of the limit.
+    pub fn rate(&self) -> Rate {
+        Rate::new(self.requests_per_unit, self.period_us(), self.capacity())
+    }
+
+    /// Charges `cost` at `now_us` against the key's `state`, by this limit's algorithm.
+    pub fn check(&self, state: Option<&State>, cost: u64, now_us: u64) -> Outcome {
+        algorithm::check(self.algorithm, state, &self.rate(), cost, now_us)
     }
 
     /// The period W in microseconds: unit x multiplier.
@@ -201,30 +162,6 @@ pub struct Hit {
     pub key: String,
     pub limit: Limit,
     pub cost: u64,
-}
-
-/// What a store decided for one `Hit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
-    pub admitted: bool,
-    /// Requests still admitted after this one.
-    pub remaining: u32,
-    /// Time until the limit is fully replenished.
-    pub reset_after_us: u64,
-    /// Time until this same request would be admitted; 0 when admitted.
-    pub retry_after_us: u64,
-}
-
-impl Decision {
-    /// The `duration_until_reset` Envoy gets: time to full replenishment when admitted, time
-    /// until the same request would pass when not.
-    pub fn duration_until_reset_us(&self) -> u64 {
-        if self.admitted {
-            self.reset_after_us
-        } else {
-            self.retry_after_us
-        }
-    }
 }
 
 /// Rounds microseconds up to whole seconds: Envoy truncates, so rounding down would tell a

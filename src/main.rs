@@ -10,7 +10,8 @@ use tokio::sync::Notify;
 
 use clap::{Parser, Subcommand};
 use sluice::config::{self, LoadOptions};
-use sluice::settings::ServeArgs;
+use sluice::server::{self, Listeners};
+use sluice::settings::{LogFormat, ServeArgs};
 use sluice::simulate::{self, traffic, Simulation, Traffic};
 
 #[derive(Parser)]
@@ -90,8 +91,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn check_config(paths: &[PathBuf], merge_domains: bool) -> ExitCode {
-    match config::load(paths, LoadOptions { merge_domains }) {
+fn check_config(paths: &[PathBuf], merge_domain_config: bool) -> ExitCode {
+    match config::load(
+        paths,
+        LoadOptions {
+            merge_domain_config,
+        },
+    ) {
         Ok(config) => {
             for domain in config.domains() {
                 let files: Vec<String> = domain
@@ -148,7 +154,7 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
     Ok(Simulation {
         config_paths: args.config.clone(),
         load_options: LoadOptions {
-            merge_domains: args.merge_domain_config,
+            merge_domain_config: args.merge_domain_config,
         },
         domain: args.domain.clone(),
         descriptors,
@@ -162,7 +168,7 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    init_logging(&args.log_level, &args.log_format);
+    init_logging(&args.log_level, args.log_format);
     for (name, why) in sluice::settings::ignored_variables() {
         tracing::warn!("{name} is set but ignored: {why}");
     }
@@ -182,7 +188,11 @@ fn serve(args: ServeArgs) -> ExitCode {
     };
     let reload = Arc::new(Notify::new());
     runtime.spawn(reload_on_sighup(reload.clone()));
-    match runtime.block_on(sluice::server::run(settings, shutdown_signal(), reload)) {
+    let served = runtime.block_on(async {
+        let listeners = Listeners::bind(&settings).await?;
+        server::run(settings, listeners, shutdown_signal(), reload).await
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error}");
@@ -192,17 +202,16 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
-fn init_logging(level: &str, format: &str) {
+fn init_logging(level: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    if format.eq_ignore_ascii_case("json") {
-        builder.json().init();
-    } else {
-        builder.init();
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
 }
 

@@ -12,9 +12,9 @@ use arc_swap::ArcSwap;
 use metrics::{Counter, Histogram, Key, Label, Metadata, Recorder};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
-use crate::config::MatchedLevel;
+use crate::labels::LimitLabels;
 use crate::limit::{Algorithm, Decision};
-use crate::store::StoreStats;
+use crate::store::{StoreError, StoreStats};
 
 static METADATA: Metadata<'static> = Metadata::new("sluice", metrics::Level::INFO, Some("sluice"));
 
@@ -25,51 +25,6 @@ const LATENCY_BUCKETS: [f64; 14] = [
 
 /// The per-limit label value of every series past the request-valued series bound.
 pub const OVERFLOW_LABEL: &str = "_overflow_";
-
-/// The labels of one limit's series: `domain`, `key1`, `key2`, the first levels of its stats key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LimitLabels {
-    pub domain: String,
-    pub key1: String,
-    pub key2: Option<String>,
-    /// The labels carry values taken from requests (detailed_metric, value_to_metric, a limit
-    /// override's keys): their number is bounded.
-    pub from_request: bool,
-}
-
-impl LimitLabels {
-    /// The labels of a configured limit, by envoyproxy/ratelimit's stats-key rules: the config
-    /// path, request values with `detailed_metric` or `value_to_metric`, the pattern with
-    /// `share_threshold`.
-    pub fn of_match(domain: &str, levels: &[MatchedLevel<'_>], detailed: bool) -> LimitLabels {
-        let segment = |level: &MatchedLevel<'_>| match level.metric_value(detailed) {
-            Some(value) if !value.is_empty() => format!("{}_{value}", level.key),
-            _ => level.key.to_string(),
-        };
-        let from_request = levels.iter().any(|l| {
-            let shared = l.share_threshold && l.configured.is_some();
-            !shared && (detailed || l.value_to_metric)
-        });
-        LimitLabels {
-            domain: domain.to_string(),
-            key1: levels.first().map(segment).unwrap_or_default(),
-            key2: levels.get(1).map(segment),
-            from_request,
-        }
-    }
-
-    /// The labels of a client's limit override: entry keys only, never values, so overrides
-    /// cannot create a series per value (the reference server's leak).
-    pub fn of_override<'a>(domain: &str, keys: impl Iterator<Item = &'a str>) -> LimitLabels {
-        let mut keys = keys;
-        LimitLabels {
-            domain: domain.to_string(),
-            key1: keys.next().unwrap_or_default().to_string(),
-            key2: keys.next().map(str::to_string),
-            from_request: true,
-        }
-    }
-}
 
 /// What a limited descriptor got, for its counters.
 #[derive(Debug, Clone, Copy)]
@@ -108,7 +63,8 @@ pub struct Metrics {
     decisions: Vec<[Counter; 2]>,
     request_latency: Histogram,
     store_latency: Histogram,
-    store_errors: Counter,
+    /// By `StoreError::KINDS`.
+    store_errors: [Counter; 3],
 }
 
 impl Metrics {
@@ -143,8 +99,13 @@ impl Metrics {
         Metrics {
             request_latency: histogram("ratelimit_service_response_time_seconds"),
             store_latency: histogram("sluice_store_duration_seconds"),
-            store_errors: recorder
-                .register_counter(&Key::from_name("sluice_store_errors_total"), &METADATA),
+            store_errors: StoreError::KINDS.map(|kind| {
+                let labels = vec![Label::new("kind", kind)];
+                recorder.register_counter(
+                    &Key::from_parts("sluice_store_errors_total", labels),
+                    &METADATA,
+                )
+            }),
             decisions,
             recorder,
             handle,
@@ -215,12 +176,8 @@ impl Metrics {
                 counters.shadow.increment(cost);
             }
         }
-        let algorithm = Algorithm::ALL
-            .iter()
-            .position(|a| *a == outcome.algorithm)
-            .unwrap_or(0);
         let over = !(decision.admitted || outcome.shadow_mode);
-        self.decisions[algorithm][usize::from(over)].increment(1);
+        self.decisions[outcome.algorithm.index()][usize::from(over)].increment(1);
     }
 
     /// A ShouldRateLimit call's latency.
@@ -228,7 +185,7 @@ impl Metrics {
         self.request_latency.record(seconds);
     }
 
-    /// A failed ShouldRateLimit call: `invalid_argument` or `store_unavailable`.
+    /// A failed ShouldRateLimit call, by `DecisionError::metric_label`.
     pub fn record_error(&self, err_type: &'static str) {
         let key = Key::from_parts(
             "ratelimit_service_should_rate_limit_error",
@@ -237,11 +194,12 @@ impl Metrics {
         self.recorder.register_counter(&key, &METADATA).increment(1);
     }
 
-    /// One store call's latency and whether it failed.
-    pub fn record_store_call(&self, seconds: f64, failed: bool) {
+    /// One store call's latency and, when it failed, its error (counted by kind).
+    pub fn record_store_call(&self, seconds: f64, failure: Option<&StoreError>) {
         self.store_latency.record(seconds);
-        if failed {
-            self.store_errors.increment(1);
+        let counter = failure.and_then(|e| StoreError::KINDS.iter().position(|k| *k == e.kind()));
+        if let Some(index) = counter {
+            self.store_errors[index].increment(1);
         }
     }
 
@@ -318,42 +276,6 @@ fn limit_key(name: &'static str, labels: &LimitLabels) -> Key {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn level<'a>(key: &'a str, value: &'a str, configured: Option<&'a str>) -> MatchedLevel<'a> {
-        MatchedLevel {
-            key,
-            value,
-            configured,
-            share_threshold: false,
-            value_to_metric: false,
-        }
-    }
-
-    #[test]
-    fn labels_follow_the_reference_stats_key() {
-        let levels = [
-            level("key1", "value1", Some("value1")),
-            level("subkey1", "x", None),
-        ];
-        let labels = LimitLabels::of_match("d", &levels, false);
-        assert_eq!(
-            (labels.key1.as_str(), labels.key2.as_deref()),
-            ("key1_value1", Some("subkey1"))
-        );
-        assert!(!labels.from_request);
-        let detailed = LimitLabels::of_match("d", &levels, true);
-        assert_eq!(detailed.key2.as_deref(), Some("subkey1_x"));
-        assert!(detailed.from_request);
-        let mut shared = level("files", "files/a", Some("files/*"));
-        shared.share_threshold = true;
-        shared.value_to_metric = true;
-        let labels = LimitLabels::of_match("d", &[shared], false);
-        assert_eq!(labels.key1, "files_files/*");
-        assert!(
-            !labels.from_request,
-            "a shared pattern is bounded by the config"
-        );
-    }
 
     #[test]
     fn request_valued_series_are_bounded() {

@@ -41,6 +41,3 @@ pub use envoy::service::ratelimit::v3::{
 
 /// The encoded `FileDescriptorSet` of `proto/`, for reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("sluice_descriptor");
-
-/// The fully qualified gRPC name of the rate limit service.
-pub const RATE_LIMIT_SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";

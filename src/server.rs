@@ -1,6 +1,6 @@
 //! The composition root: builds the config, the store, the gRPC services and the HTTP
-//! endpoints from `Settings`, reloads the config, serves until `shutdown` completes, then
-//! reports NOT_SERVING, drains and stops.
+//! endpoints from `Settings`, serves them on the listeners it is given, reloads the config,
+//! serves until `shutdown` completes, then reports NOT_SERVING, drains and stops.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,9 +20,10 @@ use crate::config::{self, Config, ConfigErrors, ReloadResult, Reloader};
 use crate::http::{self, Endpoints, Readiness};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
-use crate::proto::{FILE_DESCRIPTOR_SET, RATE_LIMIT_SERVICE_NAME};
+use crate::proto::rate_limit_service_server::SERVICE_NAME;
+use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::RateLimiter;
-use crate::settings::{Settings, StoreKind};
+use crate::settings::{Settings, StoreSettings};
 use crate::store::local_cache::WithLocalCache;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
@@ -30,7 +31,7 @@ use crate::store::{Store, StoreError, SystemClock};
 
 /// Health service names reported: the server as a whole, the name envoyproxy/ratelimit uses,
 /// and the RLS service itself.
-const HEALTH_NAMES: [&str; 3] = ["", "ratelimit", RATE_LIMIT_SERVICE_NAME];
+const HEALTH_NAMES: [&str; 3] = ["", "ratelimit", SERVICE_NAME];
 
 /// How often the memory store drops expired state.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -40,11 +41,15 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub enum ServerError {
     #[error("configuration refused:\n{0}")]
     Config(#[from] ConfigErrors),
+    #[error("loading the configuration: {0}")]
+    ConfigTask(tokio::task::JoinError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot read a listener's address: {0}")]
+    LocalAddr(std::io::Error),
     #[error("{0}")]
     Store(#[from] StoreError),
     #[error("gRPC reflection: {0}")]
@@ -59,19 +64,49 @@ pub enum ServerError {
     Task(String),
 }
 
-/// Loads the config, builds the store, binds, and serves until `shutdown` completes;
+/// The two ports, bound by the caller (`main`, or a test on `127.0.0.1:0`).
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub http: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the gRPC and HTTP addresses of `settings`.
+    pub async fn bind(settings: &Settings) -> Result<Listeners, ServerError> {
+        Ok(Listeners {
+            grpc: bind(settings.grpc_addr).await?,
+            http: bind(settings.http_addr).await?,
+        })
+    }
+
+    /// The gRPC port's address.
+    pub fn grpc_addr(&self) -> Result<SocketAddr, ServerError> {
+        local_addr(&self.grpc)
+    }
+
+    /// The HTTP port's address.
+    pub fn http_addr(&self) -> Result<SocketAddr, ServerError> {
+        local_addr(&self.http)
+    }
+}
+
+/// Loads the config, builds the store, and serves on `listeners` until `shutdown` completes;
 /// `reload` asks for a config reload (SIGHUP).
 pub async fn run(
     settings: Settings,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Arc<Notify>,
 ) -> Result<(), ServerError> {
     let metrics = Arc::new(Metrics::new(
         settings.near_limit_ratio,
-        settings.max_request_valued_series,
+        settings.max_metric_series,
     ));
     tokio::spawn(metrics_upkeep(Arc::downgrade(&metrics)));
-    let config = config::load(&settings.config_paths, settings.load_options);
+    let (paths, options) = (settings.config_paths.clone(), settings.load_options);
+    let config = tokio::task::spawn_blocking(move || config::load(&paths, options))
+        .await
+        .map_err(ServerError::ConfigTask)?;
     metrics.record_config_load(config.is_ok());
     let config = config?;
     let paths: Vec<String> = settings
@@ -87,38 +122,37 @@ pub async fn run(
     );
     let run = Running {
         settings: &settings,
+        listeners,
         metrics,
         shutdown,
         reload,
     };
-    match settings.store {
-        StoreKind::Memory => {
-            let store = Arc::new(MemoryStore::new(
-                settings.memory_max_keys,
-                Arc::new(SystemClock),
-            ));
+    match &settings.store {
+        StoreSettings::Memory { memory_max_keys } => {
+            let store = Arc::new(MemoryStore::new(*memory_max_keys, Arc::new(SystemClock)));
             tokio::spawn(sweep_memory_store(Arc::downgrade(&store)));
-            run.serve(config, store).await
+            run.serve(config, store, "memory").await
         }
-        StoreKind::Redis => {
-            let Some(redis) = &settings.redis else {
-                return Err(StoreError::Unavailable("no Redis settings".into()).into());
-            };
+        StoreSettings::Redis(redis) => {
             tracing::info!(redis = %redis.target.describe(), "connecting to Redis");
             let store = RedisStore::connect(
                 &redis.target,
-                redis.startup_wait,
-                redis.key_prefix.clone(),
-                redis.time_source,
+                redis.redis_startup_wait,
+                redis.cache_key_prefix.clone(),
+                redis.redis_time,
                 Arc::new(SystemClock),
             )
             .await?;
             tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
-            if redis.local_cache_bytes == 0 {
-                return run.serve(config, Arc::new(store)).await;
+            if redis.local_cache_size_in_bytes == 0 {
+                return run.serve(config, Arc::new(store), "redis").await;
             }
-            let cached = WithLocalCache::new(store, redis.local_cache_bytes, Arc::new(SystemClock));
-            run.serve(config, Arc::new(cached)).await
+            let cached = WithLocalCache::new(
+                store,
+                redis.local_cache_size_in_bytes,
+                Arc::new(SystemClock),
+            );
+            run.serve(config, Arc::new(cached), "redis").await
         }
     }
 }
@@ -126,23 +160,31 @@ pub async fn run(
 /// What serving needs besides the config and the store.
 struct Running<'a, F> {
     settings: &'a Settings,
+    listeners: Listeners,
     metrics: Arc<Metrics>,
     shutdown: F,
     reload: Arc<Notify>,
 }
 
 impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
-    /// Binds both ports, serves gRPC and HTTP, reloads the config when asked, and on shutdown
-    /// reports NOT_SERVING, waits the drain delay, then lets in-flight calls finish within the
-    /// grace period.
-    async fn serve<S: Store>(self, config: Config, store: Arc<S>) -> Result<(), ServerError> {
+    /// Serves gRPC and HTTP, reloads the config when asked, and on shutdown reports
+    /// NOT_SERVING, waits the drain delay, then lets in-flight calls finish within the grace
+    /// period.
+    async fn serve<S: Store>(
+        self,
+        config: Config,
+        store: Arc<S>,
+        store_name: &str,
+    ) -> Result<(), ServerError> {
         let settings = self.settings;
-        let grpc_listener = bind(settings.grpc_addr).await?;
-        let http_listener = bind(settings.http_addr).await?;
+        let Listeners {
+            grpc: grpc_listener,
+            http: http_listener,
+        } = self.listeners;
         tracing::info!(
-            grpc = %local_addr(&grpc_listener, settings.grpc_addr)?,
-            http = %local_addr(&http_listener, settings.http_addr)?,
-            store = ?settings.store,
+            grpc = %local_addr(&grpc_listener)?,
+            http = %local_addr(&http_listener)?,
+            store = store_name,
             domains = config.domains().len(),
             limits = config.rule_count(),
             "sluice listening"
@@ -258,10 +300,8 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
-fn local_addr(listener: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, ServerError> {
-    listener
-        .local_addr()
-        .map_err(|source| ServerError::Bind { addr, source })
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
+    listener.local_addr().map_err(ServerError::LocalAddr)
 }
 
 async fn set_health(health: &HealthReporter, status: ServingStatus) {

@@ -2,6 +2,7 @@
 //! each descriptor to a limit, charge the store in one call, build the response. Knows the
 //! `Store` trait, never which store.
 
+mod error;
 mod extras;
 mod response;
 mod validate;
@@ -15,11 +16,13 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
 use crate::config::{Config, Domain};
+use crate::labels::LimitLabels;
 use crate::limit::{Decision, Hit, Limit, Unit};
-use crate::metrics::{LimitLabels, LimitOutcome, Metrics};
+use crate::metrics::{LimitOutcome, Metrics};
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use crate::store::{key, Store, StoreError};
+pub use error::DecisionError;
 pub use extras::HeaderNames;
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;
@@ -29,12 +32,12 @@ pub use validate::RequestBounds;
 pub struct ServiceOptions {
     pub bounds: RequestBounds,
     /// `SHADOW_MODE`: the overall code is always OK; descriptor statuses stay truthful.
-    pub global_shadow_mode: bool,
+    pub shadow_mode: bool,
     pub failure_mode: FailureMode,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`: the header names, or `None` for no headers.
     pub response_headers: Option<HeaderNames>,
     /// `RESPONSE_DYNAMIC_METADATA`.
-    pub dynamic_metadata: bool,
+    pub response_dynamic_metadata: bool,
 }
 
 /// What a call gets when the store cannot decide.
@@ -72,12 +75,23 @@ impl<S: Store> RateLimiter<S> {
         }
     }
 
-    /// Decides one request.
-    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        if let Err(status) = validate::check(request, &self.options.bounds) {
-            self.metrics.record_error("invalid_argument");
-            return Err(status);
+    /// Decides one request; a failure is counted under its kind.
+    pub async fn decide(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, DecisionError> {
+        let decided = self.decide_uncounted(request).await;
+        if let Err(error) = &decided {
+            self.metrics.record_error(error.metric_label());
         }
+        decided
+    }
+
+    async fn decide_uncounted(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, DecisionError> {
+        validate::check(request, &self.options.bounds)?;
         // One snapshot for the whole request: a reload never mixes two configs in one answer.
         let config = self.config.load_full();
         let domain = config.domain(&request.domain);
@@ -103,14 +117,14 @@ impl<S: Store> RateLimiter<S> {
                 response::status(verdict, decision)
             })
             .collect();
-        let overall = response::overall_code(&verdicts, &statuses, self.options.global_shadow_mode);
+        let overall = response::overall_code(&verdicts, &statuses, self.options.shadow_mode);
         let response_headers_to_add = match &self.options.response_headers {
             Some(names) => extras::headers(names, &verdicts, &statuses, overall),
             None => Vec::new(),
         };
         let dynamic_metadata = self
             .options
-            .dynamic_metadata
+            .response_dynamic_metadata
             .then(|| extras::dynamic_metadata(request, &verdicts));
         Ok(RateLimitResponse {
             overall_code: overall as i32,
@@ -124,20 +138,18 @@ impl<S: Store> RateLimiter<S> {
 
 impl<S: Store> RateLimiter<S> {
     /// Charges the store in one call, timed; a failure answers as `--failure-mode` says.
-    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, Status> {
+    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, DecisionError> {
         if hits.is_empty() {
             return Ok(Vec::new());
         }
         let started = Instant::now();
         let result = self.store.check(hits).await;
         let seconds = started.elapsed().as_secs_f64();
-        self.metrics.record_store_call(seconds, result.is_err());
+        self.metrics
+            .record_store_call(seconds, result.as_ref().err());
         match result {
             Ok(decisions) => Ok(decisions),
-            Err(error) => {
-                self.metrics.record_error("store_unavailable");
-                self.on_store_failure(&error, hits.len())
-            }
+            Err(error) => self.on_store_failure(error, hits.len()),
         }
     }
 
@@ -161,10 +173,14 @@ impl<S: Store> RateLimiter<S> {
     }
 
     /// The answers for `count` hits the store could not decide, as `--failure-mode` says.
-    fn on_store_failure(&self, error: &StoreError, count: usize) -> Result<Vec<Decision>, Status> {
+    fn on_store_failure(
+        &self,
+        error: StoreError,
+        count: usize,
+    ) -> Result<Vec<Decision>, DecisionError> {
         tracing::debug!(%error, "store failed");
         let admitted = match self.options.failure_mode {
-            FailureMode::Unavailable => return Err(Status::unavailable(error.to_string())),
+            FailureMode::Unavailable => return Err(error.into()),
             FailureMode::Allow => true,
             FailureMode::Deny => false,
         };
@@ -185,9 +201,9 @@ impl<S: Store> RateLimitService for RateLimiter<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
-        let response = self.decide(request.get_ref()).await.map(Response::new);
+        let response = self.decide(request.get_ref()).await;
         self.metrics.record_request(started.elapsed().as_secs_f64());
-        response
+        response.map(Response::new).map_err(Status::from)
     }
 }
 

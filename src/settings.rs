@@ -15,15 +15,35 @@ mod redis;
 use crate::config::LoadOptions;
 use crate::duration;
 use crate::service::{FailureMode, HeaderNames, RequestBounds, ServiceOptions};
-pub use redis::{RedisArgs, RedisSettings, RedisTime};
+pub use redis::{RedisArgs, RedisSettings};
 
-/// Which store keeps the limit state.
+/// Which store keeps the limit state (`--store`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StoreKind {
     /// Embedded, in this process: one sluice instance.
     Memory,
     /// Redis: any number of sluice replicas share the state.
     Redis,
+}
+
+/// The store and its own settings: a Redis store without Redis settings cannot be built.
+#[derive(Debug, Clone)]
+pub enum StoreSettings {
+    Memory {
+        /// `--memory-max-keys`.
+        memory_max_keys: usize,
+    },
+    Redis(RedisSettings),
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The flags of `sluice serve`; each has an environment variable.
@@ -112,8 +132,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
     /// Log format: text or json.
-    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
-    pub log_format: String,
+    #[arg(long, env = "LOG_FORMAT", value_enum, ignore_case = true, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[arg(long, env = "GRPC_HOST", hide = true)]
     pub grpc_host: Option<String>,
     #[arg(long, env = "GRPC_PORT", hide = true)]
@@ -142,13 +162,10 @@ pub struct Settings {
     pub load_options: LoadOptions,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
-    pub store: StoreKind,
-    pub memory_max_keys: usize,
-    /// Present when the store is Redis.
-    pub redis: Option<RedisSettings>,
+    pub store: StoreSettings,
     pub service: ServiceOptions,
     pub near_limit_ratio: f64,
-    pub max_request_valued_series: usize,
+    pub max_metric_series: usize,
     pub healthcheck_store: bool,
     pub watch_config: bool,
     pub shutdown_drain_delay: Duration,
@@ -209,32 +226,32 @@ impl ServeArgs {
         Ok(Settings {
             config_paths,
             load_options: LoadOptions {
-                merge_domains: self.merge_domain_config,
+                merge_domain_config: self.merge_domain_config,
             },
             grpc_addr,
             http_addr,
-            store,
-            memory_max_keys: at_least_one("--memory-max-keys", self.memory_max_keys)?,
-            redis: match store {
-                StoreKind::Redis => Some(self.redis.into_settings()?),
-                StoreKind::Memory => None,
+            store: match store {
+                StoreKind::Redis => StoreSettings::Redis(self.redis.into_settings()?),
+                StoreKind::Memory => StoreSettings::Memory {
+                    memory_max_keys: at_least_one("--memory-max-keys", self.memory_max_keys)?,
+                },
             },
             service: ServiceOptions {
                 bounds,
-                global_shadow_mode: self.shadow_mode,
+                shadow_mode: self.shadow_mode,
                 failure_mode: self.failure_mode,
                 response_headers: self.response_headers.then(|| HeaderNames {
                     limit: self.limit_limit_header.clone(),
                     remaining: self.limit_remaining_header.clone(),
                     reset: self.limit_reset_header.clone(),
                 }),
-                dynamic_metadata: self.response_dynamic_metadata,
+                response_dynamic_metadata: self.response_dynamic_metadata,
             },
             near_limit_ratio: ratio(
                 "--near-limit-ratio / NEAR_LIMIT_RATIO",
                 self.near_limit_ratio,
             )?,
-            max_request_valued_series: self.max_metric_series,
+            max_metric_series: self.max_metric_series,
             healthcheck_store: self.healthcheck_store,
             watch_config: self.watch_config,
             shutdown_drain_delay: self.shutdown_drain_delay,
@@ -244,8 +261,8 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
-    /// `--store`, else the reference's BACKEND_TYPE, else redis when REDIS_URL is in the
-    /// environment (the reference's default backend), else memory.
+    /// `--store`, else the reference's BACKEND_TYPE, else redis when a Redis URL is given
+    /// (REDIS_URL, the reference's default backend, or `--redis-url`), else memory.
     fn store_kind(&self) -> Result<StoreKind, SettingsError> {
         if let Some(store) = self.store {
             return Ok(store);
@@ -258,14 +275,15 @@ impl ServeArgs {
         {
             Some("redis") => Ok(StoreKind::Redis),
             Some(other) if !other.is_empty() => Err(SettingsError::Backend(other.to_string())),
-            _ if std::env::var_os("REDIS_URL").is_some() => Ok(StoreKind::Redis),
+            _ if !self.redis.redis_url.is_empty() => Ok(StoreKind::Redis),
             _ => Ok(StoreKind::Memory),
         }
     }
 }
 
 /// envoyproxy/ratelimit variables set in this process's environment that sluice ignores, each
-/// with the reason: to be reported once at startup.
+/// with the reason: to be reported once at startup. (Every variable sluice honours is read by
+/// clap, through the `env` of its flag; this is the only other read of the environment.)
 pub fn ignored_variables() -> Vec<(String, &'static str)> {
     compat::ignored_in(std::env::vars())
 }

@@ -4,7 +4,7 @@
 //! Exact for any time below 2^64 microseconds and counts below 2^64.
 
 use crate::algorithm::remaining;
-use crate::limit::{Decision, Limit};
+use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
 /// The counter of one window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,14 +16,14 @@ pub struct Window {
 }
 
 /// Start of the window holding `now_us`.
-pub fn window_start_us(limit: &Limit, now_us: u64) -> u64 {
+pub fn window_start_us(limit: &Rate, now_us: u64) -> u64 {
     now_us - now_us % limit.period_us()
 }
 
 /// Decides one hit. Returns the decision and the window to store when it changed.
-pub fn check(
+fn check(
     stored: Option<Window>,
-    limit: &Limit,
+    limit: &Rate,
     cost: u64,
     now_us: u64,
 ) -> (Decision, Option<Window>) {
@@ -54,10 +54,33 @@ pub fn check(
     (decision, changed)
 }
 
+/// The fixed window in the registry.
+pub struct FixedWindow;
+
+impl LimitAlgorithm for FixedWindow {
+    type State = Window;
+    const KEY_HOLDS_WINDOW: bool = true;
+    const DECIDES_ZERO_LIMIT: bool = true;
+
+    fn check(
+        stored: Option<&Window>,
+        rate: &Rate,
+        cost: u64,
+        now_us: u64,
+    ) -> (Decision, Option<Window>) {
+        check(stored.copied(), rate, cost, now_us)
+    }
+
+    /// The window ends.
+    fn expires_at_us(window: &Window, rate: &Rate) -> u64 {
+        window.start_us.saturating_add(rate.period_us())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::algorithm::vectors::run;
+    use crate::limit::Limit;
     use crate::limit::Unit;
 
     const S: u64 = 1_000_000;

@@ -7,7 +7,7 @@
 //! integers for every u32 limit and burst, u64 cost and period.
 
 use crate::algorithm::{remaining, wait_us};
-use crate::limit::{Decision, Limit};
+use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
 /// When the bucket is empty again, in units of 1/L µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,12 +16,7 @@ pub struct Tat {
 }
 
 /// Decides one hit; returns the decision and the TAT to store when it changed.
-pub fn check(
-    stored: Option<Tat>,
-    limit: &Limit,
-    cost: u64,
-    now_us: u64,
-) -> (Decision, Option<Tat>) {
+fn check(stored: Option<Tat>, limit: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Tat>) {
     let rate = u128::from(limit.requests_per_unit);
     let interval = u128::from(limit.period_us()); // T, scaled
     let tolerance = u128::from(limit.capacity()) * interval; // burst x T
@@ -50,15 +45,34 @@ pub fn check(
 }
 
 /// When the state no longer matters: the bucket is empty.
-pub fn expires_at_us(tat: &Tat, limit: &Limit) -> u64 {
+fn expires_at_us(tat: &Tat, limit: &Rate) -> u64 {
     let rate = u128::from(limit.requests_per_unit.max(1));
     u64::try_from(tat.scaled_empty_at.div_ceil(rate)).unwrap_or(u64::MAX)
 }
 
+/// The leaky bucket in the registry: `burst` defaults to 1, strict pacing.
+pub struct LeakyBucket;
+
+impl LimitAlgorithm for LeakyBucket {
+    type State = Tat;
+
+    fn default_burst(_requests_per_unit: u32) -> Option<u32> {
+        Some(1)
+    }
+
+    fn check(stored: Option<&Tat>, rate: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Tat>) {
+        check(stored.copied(), rate, cost, now_us)
+    }
+
+    fn expires_at_us(tat: &Tat, rate: &Rate) -> u64 {
+        expires_at_us(tat, rate)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::algorithm::vectors::{per_second, run};
+    use crate::limit::Limit;
     use crate::limit::{Algorithm, Unit};
 
     const S: u64 = 1_000_000;

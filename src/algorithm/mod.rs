@@ -1,8 +1,13 @@
-//! The rate limit algorithms as pure functions of (state, limit, cost, now): no clock, no I/O,
-//! no async. Stores keep the state and call `check`; the Lua scripts of the Redis store must
-//! reach the same decisions. Common rules: a denied hit and a hit of cost 0 change no state; a
-//! cost that can never fit is denied with one period as its retry time; `requests_per_unit: 0`
-//! admits only cost 0, whatever the burst.
+//! The rate limit algorithms as pure functions of (state, rate, cost, now): no clock, no I/O,
+//! no async, and nothing of the rest of the crate. Stores keep the state and call `check`; the
+//! Lua scripts of the Redis store must reach the same decisions. Common rules: a denied hit and
+//! a hit of cost 0 change no state; a cost that can never fit is denied with one period as its
+//! retry time; `requests_per_unit: 0` admits only cost 0, whatever the burst.
+//!
+//! `registry!` below is the one place that lists the algorithms: each row ties an `Algorithm`
+//! to the module that decides (its `LimitAlgorithm` implementation), its name in YAML (which
+//! is also the name of its script, `lua/<name>.lua`) and how its state is held. Adding an
+//! algorithm is one Rust file, one Lua file and one row.
 
 pub mod fixed_window;
 pub mod leaky_bucket;
@@ -10,19 +15,250 @@ pub mod sliding_window_counter;
 pub mod sliding_window_log;
 pub mod token_bucket;
 
-use crate::limit::{Algorithm, Decision, Limit};
+use std::borrow::Borrow;
+use std::fmt;
 
-/// The stored state of one key, one variant per algorithm, so state written under one
-/// algorithm is never read as another's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    FixedWindow(fixed_window::Window),
-    SlidingWindowLog(sliding_window_log::Log),
-    SlidingWindowCounter(sliding_window_counter::Counts),
+/// One algorithm's rules. Implemented once per algorithm module, named in the registry.
+pub trait LimitAlgorithm {
+    /// What the store keeps under one key.
+    type State: Clone;
+
+    /// The bucket capacity when `burst` is not set; `None`: the algorithm takes no `burst`
+    /// (its capacity is `requests_per_unit`).
+    fn default_burst(requests_per_unit: u32) -> Option<u32> {
+        let _ = requests_per_unit;
+        None
+    }
+
+    /// The largest `requests_per_unit` the algorithm accepts, and why, when it has one.
+    const MAX_REQUESTS_PER_UNIT: Option<(u32, &'static str)> = None;
+
+    /// The state's key names its window (the fixed window's, byte-identical to
+    /// envoyproxy/ratelimit's): the key is built with sluice's clock, so the script must use it.
+    const KEY_HOLDS_WINDOW: bool = false;
+
+    /// The script stores members that must be unique per hit (the sliding log).
+    const NEEDS_NONCE: bool = false;
+
+    /// The algorithm's own rule covers `requests_per_unit: 0` (else the common one applies).
+    const DECIDES_ZERO_LIMIT: bool = false;
+
+    /// Decides one hit of `cost` at `now_us`; returns the decision and the state to store
+    /// when it changed.
+    fn check(
+        stored: Option<&Self::State>,
+        rate: &Rate,
+        cost: u64,
+        now_us: u64,
+    ) -> (Decision, Option<Self::State>);
+
+    /// When `state` no longer matters (it reads as absent from then on).
+    fn expires_at_us(state: &Self::State, rate: &Rate) -> u64;
+}
+
+/// Declares `Algorithm`, `State` and their dispatch from one row per algorithm:
+/// `Variant => module::Implementation, "yaml_name", held state type;`.
+macro_rules! registry {
+    ($( $(#[$doc:meta])* $variant:ident => $rule:ty, $name:literal, $held:ty; )+) => {
+        /// How a limit counts: sluice's `algorithm` extension (DESIGN section 5).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Algorithm {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl Algorithm {
+            /// Every algorithm, in registry order: the default first.
+            pub const ALL: &'static [Algorithm] = &[$(Algorithm::$variant),+];
+
+            /// The name used in YAML (`token_bucket`), and of its script in `lua/`.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Algorithm::$variant => $name,)+ }
+            }
+
+            /// The Lua source of the algorithm's script (`lua/<name>.lua`), without the
+            /// shared header.
+            pub fn lua_source(self) -> &'static str {
+                match self {
+                    $(Algorithm::$variant => include_str!(concat!("../../lua/", $name, ".lua")),)+
+                }
+            }
+
+            /// The bucket capacity when `burst` is not set; `None`: no `burst` is taken.
+            pub fn default_burst(self, requests_per_unit: u32) -> Option<u32> {
+                match self {
+                    $(Algorithm::$variant => <$rule>::default_burst(requests_per_unit),)+
+                }
+            }
+
+            /// The largest `requests_per_unit` accepted, and why, when there is one.
+            pub fn max_requests_per_unit(self) -> Option<(u32, &'static str)> {
+                match self { $(Algorithm::$variant => <$rule>::MAX_REQUESTS_PER_UNIT,)+ }
+            }
+
+            /// Whether the key names the window (built with sluice's clock).
+            pub fn key_holds_window(self) -> bool {
+                match self { $(Algorithm::$variant => <$rule>::KEY_HOLDS_WINDOW,)+ }
+            }
+
+            /// Whether the script needs a nonce unique to the hit.
+            pub fn needs_nonce(self) -> bool {
+                match self { $(Algorithm::$variant => <$rule>::NEEDS_NONCE,)+ }
+            }
+        }
+
+        /// The stored state of one key, one variant per algorithm, so state written under one
+        /// algorithm is never read as another's.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum State {
+            $( $variant($held), )+
+        }
+
+        /// Charges `cost` against `rate` counted by `algorithm` at `now_us`, given the key's
+        /// current `state` (if any). State of another algorithm's shape is treated as absent.
+        pub fn check(
+            algorithm: Algorithm,
+            state: Option<&State>,
+            rate: &Rate,
+            cost: u64,
+            now_us: u64,
+        ) -> Outcome {
+            match algorithm {
+                $(Algorithm::$variant => {
+                    let stored = match state {
+                        Some(State::$variant(held)) => Some(Borrow::borrow(held)),
+                        _ => None,
+                    };
+                    let (decision, changed) = decide::<$rule>(stored, rate, cost, now_us);
+                    Outcome {
+                        decision,
+                        new_state: changed
+                            .map(|(s, expires)| (State::$variant(<$held>::from(s)), expires)),
+                    }
+                })+
+            }
+        }
+    };
+}
+
+registry! {
+    /// A counter per window aligned to the epoch: envoyproxy/ratelimit's, the default.
+    FixedWindow => fixed_window::FixedWindow, "fixed_window", fixed_window::Window;
+    /// Every admitted hit of the last period: exact, memory O(L).
+    SlidingWindowLog => sliding_window_log::SlidingWindowLog, "sliding_window_log",
+        sliding_window_log::Log;
+    /// Cloudflare's weighted two-window estimate: O(1) memory.
+    SlidingWindowCounter => sliding_window_counter::SlidingWindowCounter,
+        "sliding_window_counter", sliding_window_counter::Counts;
     // The buckets hold 128-bit values: boxed, so that every state (and the memory store's
     // entries, one per key) stays 32 bytes and 8-byte aligned.
-    TokenBucket(Box<token_bucket::Bucket>),
-    LeakyBucket(Box<leaky_bucket::Tat>),
+    /// Tokens refilled continuously, up to `burst` (default L).
+    TokenBucket => token_bucket::TokenBucket, "token_bucket", Box<token_bucket::Bucket>;
+    /// GCRA: a bucket draining at L per W, holding `burst` (default 1: strict pacing).
+    LeakyBucket => leaky_bucket::LeakyBucket, "leaky_bucket", Box<leaky_bucket::Tat>;
+}
+
+impl Default for Algorithm {
+    /// The first row: envoyproxy/ratelimit's fixed window.
+    fn default() -> Self {
+        Algorithm::ALL[0]
+    }
+}
+
+impl Algorithm {
+    /// Parses a YAML algorithm name (exact, lower case).
+    pub fn parse(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL.iter().copied().find(|a| a.as_str() == name)
+    }
+
+    /// The algorithm's position in `ALL`, for tables indexed by algorithm.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether the algorithm has a bucket capacity that `burst` sets.
+    pub fn has_burst(self) -> bool {
+        self.default_burst(1).is_some()
+    }
+
+    /// Every name, for messages: `a, b or c`.
+    pub fn names() -> String {
+        let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
+        match names.split_last() {
+            Some((last, [])) => (*last).to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
+    }
+
+    /// The names of the algorithms that take `burst`, for messages.
+    pub fn names_with_burst() -> String {
+        let names: Vec<&str> = Algorithm::ALL
+            .iter()
+            .filter(|a| a.has_burst())
+            .map(|a| a.as_str())
+            .collect();
+        names.join(" and ")
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an algorithm needs of a limit: L, the period W and the capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// L, requests per period.
+    pub requests_per_unit: u32,
+    period_us: u64,
+    capacity: u64,
+}
+
+impl Rate {
+    /// L per `period_us`, holding at most `capacity` at once.
+    pub fn new(requests_per_unit: u32, period_us: u64, capacity: u64) -> Rate {
+        Rate {
+            requests_per_unit,
+            period_us,
+            capacity,
+        }
+    }
+
+    /// The period W in microseconds.
+    pub fn period_us(&self) -> u64 {
+        self.period_us
+    }
+
+    /// The bucket capacity (the burst), or L for the window algorithms.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+}
+
+/// What an algorithm decided for one hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub admitted: bool,
+    /// Requests still admitted after this one.
+    pub remaining: u32,
+    /// Time until the limit is fully replenished.
+    pub reset_after_us: u64,
+    /// Time until this same request would be admitted; 0 when admitted.
+    pub retry_after_us: u64,
+}
+
+impl Decision {
+    /// The `duration_until_reset` Envoy gets: time to full replenishment when admitted, time
+    /// until the same request would pass when not.
+    pub fn duration_until_reset_us(&self) -> u64 {
+        if self.admitted {
+            self.reset_after_us
+        } else {
+            self.retry_after_us
+        }
+    }
 }
 
 /// The result of one check: the decision, and the state to store (with the time after which
@@ -33,78 +269,22 @@ pub struct Outcome {
     pub new_state: Option<(State, u64)>,
 }
 
-/// Charges `cost` against `limit` at `now_us`, given the key's current `state` (if any).
-/// State of another algorithm's shape is treated as absent.
-pub fn check(state: Option<&State>, limit: &Limit, cost: u64, now_us: u64) -> Outcome {
-    if limit.requests_per_unit == 0 && limit.algorithm != Algorithm::FixedWindow {
-        return outcome(blocked(limit, cost), None);
+/// One algorithm's decision under the common rules, with its state's expiry.
+fn decide<A: LimitAlgorithm>(
+    stored: Option<&A::State>,
+    rate: &Rate,
+    cost: u64,
+    now_us: u64,
+) -> (Decision, Option<(A::State, u64)>) {
+    if rate.requests_per_unit == 0 && !A::DECIDES_ZERO_LIMIT {
+        return (blocked(rate, cost), None);
     }
-    match limit.algorithm {
-        Algorithm::FixedWindow => {
-            let stored = match state {
-                Some(State::FixedWindow(window)) => Some(*window),
-                _ => None,
-            };
-            let (decision, changed) = fixed_window::check(stored, limit, cost, now_us);
-            let period = limit.period_us();
-            outcome(
-                decision,
-                changed.map(|w| (State::FixedWindow(w), w.start_us + period)),
-            )
-        }
-        Algorithm::SlidingWindowLog => {
-            let stored = match state {
-                Some(State::SlidingWindowLog(log)) => Some(log),
-                _ => None,
-            };
-            let (decision, changed) = sliding_window_log::check(stored, limit, cost, now_us);
-            let changed = changed.map(|log| {
-                let expires = sliding_window_log::expires_at_us(&log, limit);
-                (State::SlidingWindowLog(log), expires)
-            });
-            outcome(decision, changed)
-        }
-        Algorithm::SlidingWindowCounter => {
-            let stored = match state {
-                Some(State::SlidingWindowCounter(counts)) => Some(*counts),
-                _ => None,
-            };
-            let (decision, changed) = sliding_window_counter::check(stored, limit, cost, now_us);
-            let changed = changed.map(|c| {
-                let expires = sliding_window_counter::expires_at_us(&c, limit);
-                (State::SlidingWindowCounter(c), expires)
-            });
-            outcome(decision, changed)
-        }
-        Algorithm::TokenBucket => {
-            let stored = match state {
-                Some(State::TokenBucket(bucket)) => Some(**bucket),
-                _ => None,
-            };
-            let (decision, changed) = token_bucket::check(stored, limit, cost, now_us);
-            let changed = changed.map(|b| {
-                (
-                    State::TokenBucket(Box::new(b)),
-                    token_bucket::expires_at_us(&b, limit),
-                )
-            });
-            outcome(decision, changed)
-        }
-        Algorithm::LeakyBucket => {
-            let stored = match state {
-                Some(State::LeakyBucket(tat)) => Some(**tat),
-                _ => None,
-            };
-            let (decision, changed) = leaky_bucket::check(stored, limit, cost, now_us);
-            let changed = changed.map(|t| {
-                (
-                    State::LeakyBucket(Box::new(t)),
-                    leaky_bucket::expires_at_us(&t, limit),
-                )
-            });
-            outcome(decision, changed)
-        }
-    }
+    let (decision, changed) = A::check(stored, rate, cost, now_us);
+    let changed = changed.map(|state| {
+        let expires_at_us = A::expires_at_us(&state, rate);
+        (state, expires_at_us)
+    });
+    (decision, changed)
 }
 
 /// `count` as a `remaining` field: saturated to u32 (limits are u32, so only overflowing
@@ -127,19 +307,12 @@ pub(crate) fn wait_us(scaled: u128, per_us: u128, period_us: u64) -> u64 {
 
 /// `requests_per_unit: 0`: only cost 0 passes, and nothing ever will. (The fixed window gets
 /// this from its own rule, with the reference server's reset time: the window's end.)
-fn blocked(limit: &Limit, cost: u64) -> Decision {
+fn blocked(rate: &Rate, cost: u64) -> Decision {
     Decision {
         admitted: cost == 0,
         remaining: 0,
         reset_after_us: 0,
-        retry_after_us: if cost == 0 { 0 } else { limit.period_us() },
-    }
-}
-
-fn outcome(decision: Decision, new_state: Option<(State, u64)>) -> Outcome {
-    Outcome {
-        decision,
-        new_state,
+        retry_after_us: if cost == 0 { 0 } else { rate.period_us() },
     }
 }
 
@@ -147,7 +320,7 @@ fn outcome(decision: Decision, new_state: Option<(State, u64)>) -> Outcome {
 #[cfg(test)]
 pub(crate) mod vectors {
     use super::*;
-    use crate::limit::Unit;
+    use crate::limit::{Limit, Unit};
 
     /// A limit of `requests` per second counted by `algorithm`, with `burst`.
     pub fn per_second(algorithm: Algorithm, requests: u32, burst: Option<u32>) -> Limit {
@@ -163,7 +336,7 @@ pub(crate) mod vectors {
         let mut state: Option<State> = None;
         hits.iter()
             .map(|&(now, cost)| {
-                let outcome = check(state.as_ref(), &limit, cost, now);
+                let outcome = limit.check(state.as_ref(), cost, now);
                 if let Some((new_state, _)) = outcome.new_state {
                     state = Some(new_state);
                 }
@@ -177,11 +350,11 @@ pub(crate) mod vectors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::Unit;
+    use crate::limit::{Limit, Unit};
 
     #[test]
     fn a_zero_limit_blocks_every_algorithm_whatever_the_burst() {
-        for algorithm in Algorithm::ALL {
+        for &algorithm in Algorithm::ALL {
             let limit = Limit {
                 algorithm,
                 burst: algorithm.has_burst().then_some(5),
@@ -189,14 +362,28 @@ mod tests {
             };
             let mut state = None;
             for now in [0, 1, 5_000_000] {
-                let outcome = check(state.as_ref(), &limit, 1, now);
+                let outcome = limit.check(state.as_ref(), 1, now);
                 assert!(!outcome.decision.admitted, "{algorithm} at {now}");
                 assert!(
-                    check(state.as_ref(), &limit, 0, now).decision.admitted,
+                    limit.check(state.as_ref(), 0, now).decision.admitted,
                     "{algorithm}"
                 );
                 state = outcome.new_state.map(|(s, _)| s);
             }
         }
+    }
+
+    #[test]
+    fn names_round_trip_and_list_every_algorithm() {
+        for &algorithm in Algorithm::ALL {
+            assert_eq!(Algorithm::parse(algorithm.as_str()), Some(algorithm));
+            assert!(Algorithm::names().contains(algorithm.as_str()));
+            assert!(!algorithm.lua_source().is_empty(), "{algorithm}");
+        }
+        assert_eq!(Algorithm::default(), Algorithm::FixedWindow);
+        assert_eq!(
+            Algorithm::names_with_burst(),
+            "token_bucket and leaky_bucket"
+        );
     }
 }

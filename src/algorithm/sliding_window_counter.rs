@@ -8,7 +8,7 @@
 //! at most L + prev x elapsed / W < 2L.
 
 use crate::algorithm::remaining;
-use crate::limit::{Decision, Limit};
+use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
 /// Counts of the current window (starting at `start_us`) and of the one before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,9 +19,9 @@ pub struct Counts {
 }
 
 /// Decides one hit; returns the decision and the counts to store when they changed.
-pub fn check(
+fn check(
     stored: Option<Counts>,
-    limit: &Limit,
+    limit: &Rate,
     cost: u64,
     now_us: u64,
 ) -> (Decision, Option<Counts>) {
@@ -62,7 +62,7 @@ pub fn check(
 }
 
 /// When the state no longer matters: the current window has also become the previous one.
-pub fn expires_at_us(counts: &Counts, limit: &Limit) -> u64 {
+fn expires_at_us(counts: &Counts, limit: &Rate) -> u64 {
     counts.start_us + 2 * limit.period_us()
 }
 
@@ -131,11 +131,31 @@ fn first_fit(decaying: u64, room: Option<u64>, period: u64) -> Option<u64> {
     (e < u128::from(period)).then_some(e as u64)
 }
 
+/// The sliding window counter in the registry.
+pub struct SlidingWindowCounter;
+
+impl LimitAlgorithm for SlidingWindowCounter {
+    type State = Counts;
+
+    fn check(
+        stored: Option<&Counts>,
+        rate: &Rate,
+        cost: u64,
+        now_us: u64,
+    ) -> (Decision, Option<Counts>) {
+        check(stored.copied(), rate, cost, now_us)
+    }
+
+    fn expires_at_us(counts: &Counts, rate: &Rate) -> u64 {
+        expires_at_us(counts, rate)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::algorithm::vectors::{per_second, run};
     use crate::limit::Algorithm;
+    use crate::limit::Limit;
 
     const S: u64 = 1_000_000;
 

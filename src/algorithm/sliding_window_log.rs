@@ -1,23 +1,18 @@
 //! Sliding window log: the time of every admitted unit of cost in the last W. Admits when the
 //! entries in the window plus the cost fit in L. Exact; memory is one timestamp per admitted
-//! unit, so limits are bounded (`SLIDING_LOG_MAX_LIMIT` in the config).
+//! unit, so limits are bounded (`MAX_REQUESTS_PER_UNIT` below).
 //!
 //! An entry stamped `ts` is in the window at `now` iff `ts + W > now`: the window is
 //! (now - W, now], and an entry leaves it exactly W after it was admitted.
 
 use crate::algorithm::remaining;
-use crate::limit::{Decision, Limit};
+use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
 /// Admission times, ascending, of every admitted unit of cost still in the window.
 pub type Log = Vec<u64>;
 
 /// Decides one hit; returns the decision and the log to store when it changed.
-pub fn check(
-    stored: Option<&Log>,
-    limit: &Limit,
-    cost: u64,
-    now_us: u64,
-) -> (Decision, Option<Log>) {
+fn check(stored: Option<&Log>, limit: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Log>) {
     let period = limit.period_us();
     let capacity = u64::from(limit.requests_per_unit);
     // Entries stamped in the future (the clock went back) still count: never admit more.
@@ -60,7 +55,7 @@ pub fn check(
 }
 
 /// When the state no longer matters: the newest entry leaves the window.
-pub fn expires_at_us(log: &Log, limit: &Limit) -> u64 {
+fn expires_at_us(log: &Log, limit: &Rate) -> u64 {
     log.last().map_or(0, |&ts| ts + limit.period_us())
 }
 
@@ -70,10 +65,30 @@ fn until_empty(live: &[u64], period: u64, now_us: u64) -> u64 {
         .map_or(0, |&ts| (ts + period).saturating_sub(now_us))
 }
 
+/// The sliding log in the registry.
+pub struct SlidingWindowLog;
+
+impl LimitAlgorithm for SlidingWindowLog {
+    type State = Log;
+    const MAX_REQUESTS_PER_UNIT: Option<(u32, &'static str)> = Some((
+        10_000,
+        "keeps one entry per request (use sliding_window_counter for larger limits)",
+    ));
+    const NEEDS_NONCE: bool = true;
+
+    fn check(stored: Option<&Log>, rate: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Log>) {
+        check(stored, rate, cost, now_us)
+    }
+
+    fn expires_at_us(log: &Log, rate: &Rate) -> u64 {
+        expires_at_us(log, rate)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::algorithm::vectors::{per_second, run};
+    use crate::limit::Limit;
     use crate::limit::{Algorithm, Unit};
 
     const S: u64 = 1_000_000;

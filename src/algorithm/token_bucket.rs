@@ -6,7 +6,7 @@
 //! cost and period.
 
 use crate::algorithm::{remaining, wait_us};
-use crate::limit::{Decision, Limit};
+use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
 /// The bucket: tokens (scaled by W) as of `updated_us`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,9 +16,9 @@ pub struct Bucket {
 }
 
 /// Decides one hit; returns the decision and the bucket to store when it changed.
-pub fn check(
+fn check(
     stored: Option<Bucket>,
-    limit: &Limit,
+    limit: &Rate,
     cost: u64,
     now_us: u64,
 ) -> (Decision, Option<Bucket>) {
@@ -49,7 +49,7 @@ pub fn check(
 }
 
 /// When the state no longer matters: the bucket is full again.
-pub fn expires_at_us(bucket: &Bucket, limit: &Limit) -> u64 {
+fn expires_at_us(bucket: &Bucket, limit: &Rate) -> u64 {
     let period = u128::from(limit.period_us());
     let full = u128::from(limit.capacity()) * period;
     let missing = full.saturating_sub(bucket.scaled_tokens);
@@ -70,10 +70,34 @@ fn refilled(stored: Option<Bucket>, full: u128, rate: u128, now_us: u64) -> u128
     }
 }
 
+/// The token bucket in the registry: `burst` defaults to L, a full period at once.
+pub struct TokenBucket;
+
+impl LimitAlgorithm for TokenBucket {
+    type State = Bucket;
+
+    fn default_burst(requests_per_unit: u32) -> Option<u32> {
+        Some(requests_per_unit)
+    }
+
+    fn check(
+        stored: Option<&Bucket>,
+        rate: &Rate,
+        cost: u64,
+        now_us: u64,
+    ) -> (Decision, Option<Bucket>) {
+        check(stored.copied(), rate, cost, now_us)
+    }
+
+    fn expires_at_us(bucket: &Bucket, rate: &Rate) -> u64 {
+        expires_at_us(bucket, rate)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::algorithm::vectors::{per_second, run};
+    use crate::limit::Limit;
     use crate::limit::{Algorithm, Unit};
 
     const S: u64 = 1_000_000;

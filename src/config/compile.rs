@@ -11,10 +11,6 @@ use crate::config::position::Positions;
 use crate::config::tree::{Level, Node, Rule};
 use crate::limit::{Algorithm, Limit, Unit};
 
-/// The largest `requests_per_unit` of a `sliding_window_log` limit: its state holds one
-/// timestamp (8 bytes) per admitted request, so at most 80 KB per key.
-pub const SLIDING_LOG_MAX_LIMIT: u32 = 10_000;
-
 /// The longest period a limit may have: 100 years (in microseconds, still exact in a double).
 const MAX_PERIOD_SECONDS: u64 = 100 * 365 * 86_400;
 
@@ -187,7 +183,8 @@ impl<'a> FileCompiler<'a> {
         if let Some(burst) = doc.burst {
             if !algorithm.has_burst() {
                 let reason = format!(
-                    "burst applies only to token_bucket and leaky_bucket, not to {algorithm}"
+                    "burst applies only to {}, not to {algorithm}",
+                    Algorithm::names_with_burst()
                 );
                 self.error(&format!("{path}.burst"), reason);
                 return None;
@@ -199,13 +196,12 @@ impl<'a> FileCompiler<'a> {
         }
         // Absent means 0, as in the reference: the limit blocks everything.
         let requests_per_unit = doc.requests_per_unit.unwrap_or(0);
-        if algorithm == Algorithm::SlidingWindowLog && requests_per_unit > SLIDING_LOG_MAX_LIMIT {
-            let reason = format!(
-                "sliding_window_log keeps one entry per request: at most {SLIDING_LOG_MAX_LIMIT} \
-                 requests_per_unit (use sliding_window_counter for larger limits)"
-            );
-            self.error(&format!("{path}.requests_per_unit"), reason);
-            return None;
+        if let Some((max, why)) = algorithm.max_requests_per_unit() {
+            if requests_per_unit > max {
+                let reason = format!("{algorithm} {why}: at most {max} requests_per_unit");
+                self.error(&format!("{path}.requests_per_unit"), reason);
+                return None;
+            }
         }
         Some(Limit {
             algorithm,
@@ -224,8 +220,8 @@ impl<'a> FileCompiler<'a> {
             return Some(algorithm);
         }
         let reason = format!(
-            "unknown algorithm '{name}' (expected fixed_window, sliding_window_log, \
-             sliding_window_counter, token_bucket or leaky_bucket)"
+            "unknown algorithm '{name}' (expected {})",
+            Algorithm::names()
         );
         self.error(&format!("{path}.algorithm"), reason);
         None

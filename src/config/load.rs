@@ -16,7 +16,7 @@ use crate::config::tree::{Config, Domain, Level};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// Several files may hold the same domain (`MERGE_DOMAIN_CONFIG`); their descriptors join.
-    pub merge_domains: bool,
+    pub merge_domain_config: bool,
 }
 
 /// Loads every configuration file under `paths`. Any error refuses the whole load.
@@ -61,7 +61,7 @@ fn add_file(
     };
     let descriptors = doc.descriptors.unwrap_or_default();
     let parent_key = format!("{name}.");
-    if domains.contains_key(&name) && !options.merge_domains {
+    if domains.contains_key(&name) && !options.merge_domain_config {
         compiler.error(
             "domain",
             format!("duplicate domain '{name}' in config file"),

@@ -12,7 +12,8 @@ mod position;
 mod tree;
 mod watch;
 
+pub use crate::labels::MatchedLevel;
 pub use error::{ConfigError, ConfigErrors, FileError};
 pub use load::{load, LoadOptions};
-pub use tree::{Config, Domain, Match, MatchedLevel, Rule};
+pub use tree::{Config, Domain, Match, Rule};
 pub use watch::{ReloadResult, Reloader};

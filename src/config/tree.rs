@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use smallvec::SmallVec;
 
 use crate::config::pattern::Pattern;
+use crate::labels::{LimitLabels, MatchedLevel};
 use crate::limit::Limit;
-use crate::metrics::LimitLabels;
 
 /// Every loaded domain. Immutable once built; reload builds a new one.
 #[derive(Debug, Default)]
@@ -94,40 +94,6 @@ pub struct Match<'a> {
     pub rule: &'a Rule,
     /// One per entry; descriptors rarely have more than four, which take no allocation.
     pub levels: SmallVec<[MatchedLevel<'a>; 4]>,
-}
-
-/// How one entry matched a node.
-#[derive(Debug, Clone, Copy)]
-pub struct MatchedLevel<'a> {
-    pub key: &'a str,
-    /// The request's value.
-    pub value: &'a str,
-    /// The node's value: the same value, a wildcard pattern, or `None` for a value-less key.
-    pub configured: Option<&'a str>,
-    pub share_threshold: bool,
-    pub value_to_metric: bool,
-}
-
-impl<'a> MatchedLevel<'a> {
-    /// The value the entry is counted under: the pattern when `share_threshold` makes every
-    /// matching value share one counter, else the request's value.
-    pub fn counted_value(&self) -> &'a str {
-        match self.configured {
-            Some(pattern) if self.share_threshold => pattern,
-            _ => self.value,
-        }
-    }
-
-    /// The value the entry stands under in metrics (envoyproxy/ratelimit's stats key): the
-    /// request's value with `detailed_metric` (on the limit) or `value_to_metric` (on the node),
-    /// except that a shared wildcard pattern wins; else the configured value.
-    pub fn metric_value(&self, detailed: bool) -> Option<&'a str> {
-        match self.configured {
-            Some(pattern) if self.share_threshold => Some(pattern),
-            _ if detailed || self.value_to_metric => Some(self.value),
-            configured => configured,
-        }
-    }
 }
 
 impl Match<'_> {
@@ -241,7 +207,7 @@ impl Level {
 #[cfg(test)]
 mod tests {
     use crate::config::{load, LoadOptions};
-    use crate::metrics::LimitLabels;
+    use crate::labels::LimitLabels;
 
     const CONFIG: &str = r#"
 domain: d

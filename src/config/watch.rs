@@ -43,9 +43,18 @@ impl Reloader {
         }
     }
 
-    /// Loads the paths again; swaps the result in when it is valid. Returns whether it was.
-    pub fn reload(&self) -> bool {
-        match load(&self.paths, self.options) {
+    /// Loads the paths again, off the async runtime (reading and parsing block); swaps the
+    /// result in when it is valid. Returns whether it was.
+    pub async fn reload(&self) -> bool {
+        let (paths, options) = (self.paths.clone(), self.options);
+        let loaded = match tokio::task::spawn_blocking(move || load(&paths, options)).await {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                tracing::error!(%error, "the config load did not finish; the previous one keeps serving");
+                return false;
+            }
+        };
+        match loaded {
             Ok(config) => {
                 (self.on_reload)(Ok(&config));
                 self.current.store(Arc::new(config));
@@ -66,7 +75,7 @@ impl Reloader {
             loop {
                 requested.notified().await;
                 tracing::info!("reload requested (SIGHUP)");
-                self.reload();
+                self.reload().await;
             }
         }
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -100,7 +109,7 @@ impl Reloader {
                 }
                 () = requested.notified() => tracing::info!("reload requested (SIGHUP)"),
             }
-            self.reload();
+            self.reload().await;
         }
     }
 }

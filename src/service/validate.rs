@@ -1,9 +1,8 @@
 //! Request checks before any matching: every violation is INVALID_ARGUMENT naming the field.
 
-use tonic::Status;
-
 use crate::limit::Unit;
 use crate::proto::RateLimitRequest;
+use crate::service::DecisionError;
 
 /// Size bounds of a request; anything larger is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +25,7 @@ impl Default for RequestBounds {
 }
 
 /// Checks `request` against the protocol's rules and `bounds`. Allocates only to report.
-pub fn check(request: &RateLimitRequest, bounds: &RequestBounds) -> Result<(), Status> {
+pub fn check(request: &RateLimitRequest, bounds: &RequestBounds) -> Result<(), DecisionError> {
     if request.domain.is_empty() {
         return invalid("domain", "must not be empty");
     }
@@ -92,7 +91,7 @@ fn check_size(
     size: usize,
     max: usize,
     what: &str,
-) -> Result<(), Status> {
+) -> Result<(), DecisionError> {
     if size > max {
         return invalid(
             &field(),
@@ -102,6 +101,6 @@ fn check_size(
     Ok(())
 }
 
-fn invalid(field: &str, reason: &str) -> Result<(), Status> {
-    Err(Status::invalid_argument(format!("{field}: {reason}")))
+fn invalid(field: &str, reason: &str) -> Result<(), DecisionError> {
+    Err(DecisionError::invalid(field, reason))
 }

@@ -12,26 +12,13 @@ use crate::duration;
 use crate::settings::SettingsError;
 use crate::store::redis::{RedisKind, RedisTarget, TimeSource};
 
-/// `--redis-time`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RedisTime {
-    /// Redis `TIME` inside the scripts: every replica shares one clock.
-    Redis,
-    /// sluice's own clock, passed to the scripts.
-    Sluice,
-}
-
 /// The flags of the Redis store.
 #[derive(Debug, Clone, Args)]
 pub struct RedisArgs {
     /// Redis URL(s), comma-separated: `redis://[user:password@]host:port[/db]`, `rediss://` for
     /// TLS. Cluster: seed nodes. Sentinel: the sentinels. The reference's `host:port` works too.
-    #[arg(
-        long,
-        env = "REDIS_URL",
-        value_delimiter = ',',
-        default_value = "redis://127.0.0.1:6379"
-    )]
+    /// Default: redis://127.0.0.1:6379.
+    #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
     pub redis_url: Vec<String>,
     /// single, cluster or sentinel (case-insensitive).
     #[arg(long, env = "REDIS_TYPE", default_value = "single", value_parser = parse_kind)]
@@ -61,8 +48,8 @@ pub struct RedisArgs {
     #[arg(long, env = "SLUICE_REDIS_STARTUP_WAIT", default_value = "30s", value_parser = duration::parse)]
     pub redis_startup_wait: Duration,
     /// Which clock the scripts use (fixed windows always use sluice's, as the reference).
-    #[arg(long, env = "SLUICE_REDIS_TIME", value_enum, default_value_t = RedisTime::Redis)]
-    pub redis_time: RedisTime,
+    #[arg(long, env = "SLUICE_REDIS_TIME", value_enum, default_value_t = TimeSource::Redis)]
+    pub redis_time: TimeSource,
     /// Bytes of the local over-limit cache in front of Redis; 0 turns it off.
     #[arg(long, env = "LOCAL_CACHE_SIZE_IN_BYTES", default_value_t = 0)]
     pub local_cache_size_in_bytes: usize,
@@ -75,12 +62,15 @@ pub struct RedisArgs {
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
     pub target: RedisTarget,
-    pub startup_wait: Duration,
-    pub key_prefix: String,
-    pub time_source: TimeSource,
+    pub redis_startup_wait: Duration,
+    pub cache_key_prefix: String,
+    pub redis_time: TimeSource,
     /// Bytes of the local over-limit cache; 0: none.
-    pub local_cache_bytes: usize,
+    pub local_cache_size_in_bytes: usize,
 }
+
+/// Where Redis is when no URL is given.
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 fn parse_kind(text: &str) -> Result<RedisKind, String> {
     RedisKind::from_str(text, true)
@@ -90,11 +80,12 @@ fn parse_kind(text: &str) -> Result<RedisKind, String> {
 impl RedisArgs {
     /// Resolves the reference's forms into URLs and validates.
     pub fn into_settings(self) -> Result<RedisSettings, SettingsError> {
-        let mut urls: Vec<String> = self
-            .redis_url
-            .iter()
-            .map(|u| u.trim().to_string())
-            .collect();
+        let given = if self.redis_url.is_empty() {
+            vec![DEFAULT_URL.to_string()]
+        } else {
+            self.redis_url.clone()
+        };
+        let mut urls: Vec<String> = given.iter().map(|u| u.trim().to_string()).collect();
         urls.retain(|u| !u.is_empty());
         let mut master = self.redis_sentinel_master.clone();
         if self.redis_type == RedisKind::Sentinel
@@ -127,13 +118,10 @@ impl RedisArgs {
                 connect_timeout: self.redis_connect_timeout,
                 command_timeout: self.redis_command_timeout,
             },
-            startup_wait: self.redis_startup_wait,
-            key_prefix: self.cache_key_prefix,
-            local_cache_bytes: self.local_cache_size_in_bytes,
-            time_source: match self.redis_time {
-                RedisTime::Redis => TimeSource::Redis,
-                RedisTime::Sluice => TimeSource::Sluice,
-            },
+            redis_startup_wait: self.redis_startup_wait,
+            cache_key_prefix: self.cache_key_prefix,
+            local_cache_size_in_bytes: self.local_cache_size_in_bytes,
+            redis_time: self.redis_time,
         })
     }
 

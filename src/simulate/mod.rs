@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::rate_limit_response::Code;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
-use crate::service::{RateLimiter, ServiceOptions};
+use crate::service::{DecisionError, RateLimiter, ServiceOptions};
 use crate::store::memory::MemoryStore;
 use crate::store::ManualClock;
 pub use traffic::{Traffic, TrafficError};
@@ -71,7 +71,7 @@ pub enum SimulateError {
     #[error("descriptor '{0}': expected key=value[,key=value...]")]
     Descriptor(String),
     #[error("the request was refused: {0}")]
-    Refused(String),
+    Refused(#[from] DecisionError),
     #[error("cannot start the runtime: {0}")]
     Runtime(#[from] std::io::Error),
 }
@@ -156,7 +156,7 @@ async fn replay(
         let response = limiter
             .decide(&request)
             .await
-            .map_err(|status| SimulateError::Refused(status.message().to_string()))?;
+            .map_err(SimulateError::Refused)?;
         let status = response.statuses.first().cloned().unwrap_or_default();
         decisions.push(SimulatedDecision {
             time_us,

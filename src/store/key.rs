@@ -37,7 +37,8 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     match hit.limit.algorithm {
         Algorithm::FixedWindow => {
             key.push_str(&hit.key);
-            let start_s = fixed_window::window_start_us(&hit.limit, now_us) / MICROS_PER_SECOND;
+            let start_s =
+                fixed_window::window_start_us(&hit.limit.rate(), now_us) / MICROS_PER_SECOND;
             // Writing to a String cannot fail.
             let _ = write!(key, "{start_s}");
         }

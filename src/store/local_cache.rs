@@ -57,11 +57,6 @@ impl<S: Store> WithLocalCache<S> {
         }
     }
 
-    /// The store behind the cache.
-    pub fn inner(&self) -> &S {
-        &self.inner
-    }
-
     /// How many hits were answered from the cache.
     pub fn cache_hits(&self) -> u64 {
         self.cache.hits.load(Ordering::Relaxed)
@@ -98,8 +93,9 @@ impl<S: Store> Store for WithLocalCache<S> {
             let decision = match answer {
                 Some(decision) => decision,
                 None => {
-                    let decision = remote.next().ok_or_else(|| {
-                        StoreError::Unavailable("the store answered fewer hits than asked".into())
+                    let decision = remote.next().ok_or_else(|| StoreError::Protocol {
+                        store: "the store behind the local cache",
+                        source: "fewer decisions than hits".into(),
                     })?;
                     self.cache.remember(hit, &decision, now_us);
                     decision

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use crate::algorithm::{self, State};
+use crate::algorithm::State;
 use crate::limit::{Decision, Hit};
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
@@ -143,7 +143,7 @@ impl MemoryStore {
         // A known key: one lookup, updated in place.
         if let Some(entry) = shard.get_mut(&id) {
             let live = (entry.expires_at_us > now_us).then_some(&entry.state);
-            let outcome = algorithm::check(live, &hit.limit, hit.cost, now_us);
+            let outcome = hit.limit.check(live, hit.cost, now_us);
             if let Some((state, expires_at_us)) = outcome.new_state {
                 *entry = Entry {
                     state,
@@ -152,7 +152,7 @@ impl MemoryStore {
             }
             return outcome.decision;
         }
-        let outcome = algorithm::check(None, &hit.limit, hit.cost, now_us);
+        let outcome = hit.limit.check(None, hit.cost, now_us);
         if let Some((state, expires_at_us)) = outcome.new_state {
             self.make_room(&mut shard);
             let entry = Entry {

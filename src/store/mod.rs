@@ -38,12 +38,47 @@ pub struct StoreStats {
     pub local_cache_hits: Option<u64>,
 }
 
-/// Why a store could not decide.
+/// An error of a store's own, kept as the cause of a `StoreError`.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a store could not decide. A timeout, a store that cannot be reached and a store that
+/// answered wrongly stay three things, up to the metric label (`kind`).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The store cannot be reached or did not answer in time.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
+    /// The store did not answer within the deadline.
+    #[error("{store} did not answer within {} ms", .after.as_millis())]
+    Timeout {
+        store: &'static str,
+        after: std::time::Duration,
+    },
+    /// The store cannot be reached: connection refused, reset or dropped.
+    #[error("cannot reach {store}: {source}")]
+    Unreachable {
+        store: &'static str,
+        #[source]
+        source: BoxError,
+    },
+    /// The store answered, but with an error or a reply that makes no sense.
+    #[error("{store} answered with an error: {source}")]
+    Protocol {
+        store: &'static str,
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl StoreError {
+    /// Every `kind`.
+    pub const KINDS: [&'static str; 3] = ["timeout", "unreachable", "protocol"];
+
+    /// The kind, as a metric label: `timeout`, `unreachable` or `protocol`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Timeout { .. } => "timeout",
+            StoreError::Unreachable { .. } => "unreachable",
+            StoreError::Protocol { .. } => "protocol",
+        }
+    }
 }
 
 /// The time source of a store, in microseconds since the Unix epoch.

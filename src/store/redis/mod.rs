@@ -4,6 +4,7 @@
 //! restart or a failover) reloads the scripts and retries the failed hits, invisibly to the
 //! client. No algorithm logic lives here.
 
+mod args;
 mod connect;
 mod scripts;
 
@@ -11,16 +12,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, Pipeline, RedisError, RedisResult};
+use redis::{Pipeline, RedisError, RedisResult};
 
+pub use args::ScriptArgs;
 pub use connect::{Connection, RedisKind, RedisTarget};
 use scripts::Scripts;
 
-use crate::limit::{Algorithm, Decision, Hit};
+use crate::limit::{Decision, Hit};
 use crate::store::{key, Clock, Store, StoreError, StoreStats};
 
-/// Which clock the scripts read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which clock the scripts read (`--redis-time`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TimeSource {
     /// Redis `TIME` inside the scripts: one clock for every sluice replica.
     Redis,
@@ -58,7 +60,10 @@ impl RedisStore {
         let connection = target
             .connect_waiting(startup_wait)
             .await
-            .map_err(|e| StoreError::Unavailable(format!("{}: {e}", target.describe())))?;
+            .map_err(|error| StoreError::Unreachable {
+                store: STORE,
+                source: format!("{}: {error}", target.describe()).into(),
+            })?;
         let store = RedisStore {
             connection,
             scripts: Scripts::new(),
@@ -96,17 +101,17 @@ impl RedisStore {
     /// `load_scripts` within the command timeout.
     async fn load_scripts_in_time(&self) -> Result<(), StoreError> {
         match tokio::time::timeout(self.command_timeout, self.load_scripts()).await {
-            Ok(loaded) => loaded.map_err(unavailable),
+            Ok(loaded) => loaded.map_err(store_error),
             Err(_) => Err(self.timed_out()),
         }
     }
 
     /// The error of a command Redis did not answer in time.
     fn timed_out(&self) -> StoreError {
-        StoreError::Unavailable(format!(
-            "Redis did not answer within {} ms",
-            self.command_timeout.as_millis()
-        ))
+        StoreError::Timeout {
+            store: STORE,
+            after: self.command_timeout,
+        }
     }
 
     /// SCRIPT LOAD of every script (on a Cluster, on every primary).
@@ -139,33 +144,30 @@ impl RedisStore {
             } else {
                 ("EVALSHA", script.sha1())
             };
-            // Sized once: 9 arguments, and the key besides a few short numbers.
             let key = key::redis_key(&self.key_prefix, hit, now_us);
-            let mut call = Cmd::with_capacity(9, command.len() + script.len() + key.len() + 96);
-            call.arg(command)
-                .arg(script)
-                .arg(1)
-                .arg(key)
-                .arg(hit.limit.requests_per_unit)
-                .arg(hit.limit.period_us())
-                .arg(hit.cost)
-                .arg(hit.limit.capacity());
-            // The fixed window's key holds its window, so it always uses sluice's clock (as
-            // envoyproxy/ratelimit does); the others follow the time source.
-            match (hit.limit.algorithm, self.time_source) {
-                (Algorithm::FixedWindow, _) | (_, TimeSource::Sluice) => call.arg(now_us),
-                (_, TimeSource::Redis) => call.arg(""),
-            };
-            // Only the sliding log stores members that need a nonce.
-            if hit.limit.algorithm == Algorithm::SlidingWindowLog {
-                let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
-                call.arg(format!("{}-{nonce}", self.nonce_prefix));
-            } else {
-                call.arg("");
-            }
+            let call = self.script_args(hit, now_us).call(command, script, &key);
             pipe.add_command(call);
         }
         pipe
+    }
+
+    /// The script arguments of `hit` at `now_us`.
+    fn script_args(&self, hit: &Hit, now_us: u64) -> ScriptArgs {
+        let algorithm = hit.limit.algorithm;
+        // A key that names its window was built with sluice's clock (as envoyproxy/ratelimit
+        // does for fixed windows): the script must use the same one.
+        let sluice_clock = algorithm.key_holds_window() || self.time_source == TimeSource::Sluice;
+        ScriptArgs {
+            requests_per_unit: hit.limit.requests_per_unit,
+            period_us: hit.limit.period_us(),
+            cost: hit.cost,
+            capacity: hit.limit.capacity(),
+            now_us: sluice_clock.then_some(now_us),
+            nonce: algorithm.needs_nonce().then(|| {
+                let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
+                format!("{}-{nonce}", self.nonce_prefix)
+            }),
+        }
     }
 
     /// Runs `calls`, one result each, in one round trip.
@@ -215,7 +217,7 @@ impl RedisStore {
     /// flushed again meanwhile.
     async fn decide(&self, hits: &[Hit], now_us: u64) -> Result<Vec<Decision>, StoreError> {
         let calls = self.calls(hits.iter(), now_us, false);
-        let mut results = self.run(&calls).await.map_err(unavailable)?;
+        let mut results = self.run(&calls).await.map_err(store_error)?;
         let missing: Vec<usize> = (0..results.len())
             .filter(|&i| matches!(&results[i], Err(e) if e.code() == Some("NOSCRIPT")))
             .collect();
@@ -227,14 +229,14 @@ impl RedisStore {
                 tracing::warn!(%error, "cannot load the scripts into Redis");
             }
             let again = self.calls(missing.iter().map(|&i| &hits[i]), now_us, true);
-            let retried = self.run(&again).await.map_err(unavailable)?;
+            let retried = self.run(&again).await.map_err(store_error)?;
             for (index, result) in missing.into_iter().zip(retried) {
                 results[index] = result;
             }
         }
         results
             .into_iter()
-            .map(|result| decision(result.map_err(unavailable)?))
+            .map(|result| decision(result.map_err(store_error)?))
             .collect()
     }
 }
@@ -286,9 +288,10 @@ impl Store for RedisStore {
 /// A script reply as a `Decision`.
 fn decision(reply: Reply) -> Result<Decision, StoreError> {
     let [admitted, remaining, reset_after_us, retry_after_us] = reply[..] else {
-        return Err(StoreError::Unavailable(format!(
-            "unexpected script reply {reply:?}"
-        )));
+        return Err(StoreError::Protocol {
+            store: STORE,
+            source: format!("unexpected script reply {reply:?}").into(),
+        });
     };
     let non_negative = |v: i64| u64::try_from(v).unwrap_or(0);
     Ok(Decision {
@@ -299,8 +302,28 @@ fn decision(reply: Reply) -> Result<Decision, StoreError> {
     })
 }
 
-fn unavailable(error: RedisError) -> StoreError {
-    StoreError::Unavailable(format!("redis: {error}"))
+/// The store's name in errors.
+const STORE: &str = "Redis";
+
+/// A Redis error by kind: a connection that failed, else an error reply. (Timeouts are the
+/// store's own deadline, `timed_out`.)
+fn store_error(error: RedisError) -> StoreError {
+    let unreachable = error.is_io_error()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.is_unrecoverable_error();
+    if unreachable {
+        StoreError::Unreachable {
+            store: STORE,
+            source: Box::new(error),
+        }
+    } else {
+        StoreError::Protocol {
+            store: STORE,
+            source: Box::new(error),
+        }
+    }
 }
 
 /// A per-process seed for sliding-log nonces: distinct across replicas and restarts.

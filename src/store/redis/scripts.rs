@@ -1,5 +1,6 @@
-//! The Lua scripts of `lua/`, one per algorithm, each prefixed with `lua/common.lua`; embedded
-//! at build time, their SHA1s computed once. Every call is EVALSHA of one of these.
+//! The Lua scripts of `lua/`, one per algorithm (the registry in `algorithm` names them), each
+//! prefixed with `lua/common.lua`; embedded at build time, their SHA1s computed once. Every
+//! call is EVALSHA of one of these.
 
 use crate::limit::Algorithm;
 
@@ -28,47 +29,30 @@ impl Script {
     }
 }
 
-/// The five scripts, by algorithm.
-pub struct Scripts {
-    fixed_window: Script,
-    sliding_window_log: Script,
-    sliding_window_counter: Script,
-    token_bucket: Script,
-    leaky_bucket: Script,
-}
+/// Every algorithm's script, in registry order.
+pub struct Scripts(Vec<Script>);
 
 impl Scripts {
     pub fn new() -> Scripts {
-        let with_common = |body: &str| Script::new(format!("{COMMON}{body}"));
-        Scripts {
-            fixed_window: with_common(include_str!("../../../lua/fixed_window.lua")),
-            sliding_window_log: with_common(include_str!("../../../lua/sliding_window_log.lua")),
-            sliding_window_counter: with_common(include_str!(
-                "../../../lua/sliding_window_counter.lua"
-            )),
-            token_bucket: with_common(include_str!("../../../lua/token_bucket.lua")),
-            leaky_bucket: with_common(include_str!("../../../lua/leaky_bucket.lua")),
-        }
+        let scripts = Algorithm::ALL
+            .iter()
+            .map(|algorithm| Script::new(format!("{COMMON}{}", algorithm.lua_source())))
+            .collect();
+        Scripts(scripts)
     }
 
     /// The script of `algorithm`.
     pub fn get(&self, algorithm: Algorithm) -> &Script {
-        match algorithm {
-            Algorithm::FixedWindow => &self.fixed_window,
-            Algorithm::SlidingWindowLog => &self.sliding_window_log,
-            Algorithm::SlidingWindowCounter => &self.sliding_window_counter,
-            Algorithm::TokenBucket => &self.token_bucket,
-            Algorithm::LeakyBucket => &self.leaky_bucket,
-        }
+        &self.0[algorithm.index()]
     }
 
     /// `SCRIPT LOAD` commands for every script (Redis Cluster sends them to every primary).
     pub fn load_commands(&self) -> Vec<redis::Cmd> {
-        Algorithm::ALL
-            .into_iter()
-            .map(|algorithm| {
+        self.0
+            .iter()
+            .map(|script| {
                 let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(&self.get(algorithm).code);
+                load.arg("LOAD").arg(&script.code);
                 load
             })
             .collect()
