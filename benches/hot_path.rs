@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sluice::algorithm::check;
 use sluice::config::{load, Config, LoadOptions};
 use sluice::limit::{Algorithm, Hit, Limit, Unit};
 use sluice::store::key::descriptor_key;
@@ -61,18 +60,18 @@ fn matching(c: &mut Criterion) {
 }
 
 fn algorithms(c: &mut Criterion) {
-    for algorithm in Algorithm::ALL {
+    for &algorithm in Algorithm::ALL {
         let limit = Limit {
             algorithm,
             burst: algorithm.has_burst().then_some(100),
             ..Limit::fixed_window(100, Unit::Second)
         };
-        let state = check(None, &limit, 1, 1_000_000).new_state.map(|(s, _)| s);
+        let state = limit.check(None, 1, 1_000_000).new_state.map(|(s, _)| s);
         let mut now = 1_000_000u64;
         c.bench_function(&format!("algorithm/{algorithm}"), |b| {
             b.iter(|| {
                 now += 1_000;
-                check(black_box(state.as_ref()), &limit, 1, now).decision
+                limit.check(black_box(state.as_ref()), 1, now).decision
             })
         });
     }

@@ -23,7 +23,7 @@ pub struct LoadOptions {
 pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErrors> {
     let mut errors = Vec::new();
     let files = config_files(paths, &mut errors);
-    let mut domains: HashMap<String, Domain> = HashMap::new();
+    let mut domains = HashMap::new();
     for path in &files {
         match fs::read_to_string(path) {
             Ok(text) => errors.extend(add_file(&mut domains, path, &text, options)),
@@ -33,14 +33,29 @@ pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErr
             }),
         }
     }
-    if errors.is_empty() {
-        for domain in domains.values_mut() {
-            domain.label_rules();
-        }
-        Ok(Config { domains })
-    } else {
-        Err(ConfigErrors(errors))
+    finish(domains, errors)
+}
+
+/// Compiles `text` as one configuration file named `name` (errors name it as its path): for
+/// tests and tools that hold a configuration in memory.
+pub fn load_str(name: &str, text: &str, options: LoadOptions) -> Result<Config, ConfigErrors> {
+    let mut domains: HashMap<String, Domain> = HashMap::new();
+    let errors = add_file(&mut domains, Path::new(name), text, options);
+    finish(domains, errors)
+}
+
+/// The config of `domains`, or every error.
+fn finish(
+    mut domains: HashMap<String, Domain>,
+    errors: Vec<ConfigError>,
+) -> Result<Config, ConfigErrors> {
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
     }
+    for domain in domains.values_mut() {
+        domain.label_rules();
+    }
+    Ok(Config { domains })
 }
 
 /// Parses and compiles one file into `domains`, returning its errors.

@@ -14,6 +14,6 @@ mod watch;
 
 pub use crate::labels::MatchedLevel;
 pub use error::{ConfigError, ConfigErrors, FileError};
-pub use load::{load, LoadOptions};
+pub use load::{load, load_str, LoadOptions};
 pub use tree::{Config, Domain, Match, Rule};
 pub use watch::{ReloadResult, Reloader};

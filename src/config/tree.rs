@@ -206,7 +206,7 @@ impl Level {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{load, LoadOptions};
+    use crate::config::{load_str, LoadOptions};
     use crate::labels::LimitLabels;
 
     const CONFIG: &str = r#"
@@ -238,10 +238,7 @@ descriptors:
     /// whose labels carry request values have none fixed.
     #[test]
     fn fixed_metric_labels_match_the_labels_of_a_request() {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let path = dir.path().join("d.yaml");
-        std::fs::write(&path, CONFIG).expect("config written");
-        let config = load(&[path], LoadOptions::default()).expect("config loads");
+        let config = load_str("d.yaml", CONFIG, LoadOptions::default()).expect("config loads");
         let domain = config.domain("d").expect("domain d");
         let requests: [&[(&str, &str)]; 6] = [
             &[("exact", "a")],

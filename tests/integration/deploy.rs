@@ -2,14 +2,12 @@
 //! validate, and everything they name (ports, health names, paths, variables, descriptors,
 //! metrics) must be what the binary really uses.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::redis::RedisServer;
-use common::*;
+use crate::support::redis::RedisServer;
+use crate::support::*;
 use serde::Deserialize;
 use serde_yaml::Value;
 

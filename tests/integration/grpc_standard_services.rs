@@ -1,9 +1,7 @@
 //! The standard gRPC services beside the RLS: health (for `""`, `ratelimit` and the RLS name)
 //! and reflection (v1 and v1alpha), so grpcurl and Kubernetes probes need no proto files.
 
-mod common;
-
-use common::Sluice;
+use crate::support::Sluice;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;

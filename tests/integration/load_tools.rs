@@ -2,12 +2,10 @@
 //! script, run through real h2load. Their figures are only worth something if every call they
 //! count was a real, decoded ShouldRateLimit call.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;
 

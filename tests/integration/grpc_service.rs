@@ -1,8 +1,6 @@
 //! ShouldRateLimit through the real binary, called with Envoy's own generated client.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use tonic::Code as GrpcCode;
 
 const CONFIG: &str = r#"

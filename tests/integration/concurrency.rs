@@ -1,8 +1,6 @@
 //! Many clients at once on one key admit exactly the limit.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_clients_on_one_key_get_exactly_the_limit() {

@@ -1,12 +1,10 @@
 //! Redis deployments users run: a real 3-primary Cluster, a primary found through Sentinel,
 //! and TLS (`rediss://`, certificates made by the test).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
-use common::*;
+use crate::support::redis::RedisServer;
+use crate::support::*;
 
 const CONFIG: &str = r#"
 domain: d

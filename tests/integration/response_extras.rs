@@ -1,9 +1,7 @@
 //! Response headers (`LIMIT_RESPONSE_HEADERS_ENABLED`) and dynamic metadata
 //! (`RESPONSE_DYNAMIC_METADATA`), read with Envoy's own generated types.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use envoy_types::pb::google::protobuf::value::Kind;
 
 const CONFIG: &str = r#"

@@ -2,15 +2,14 @@
 //! with sluice's clock passed in) reach the same decision, every field, for the same sequence
 //! of (time, cost): a table of behaviour cases and random sequences, for every algorithm.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::redis::RedisServer;
+use crate::support::redis::RedisServer;
+use crate::support::scenario::{limit, scenario};
 use proptest::prelude::*;
-use sluice::limit::{Algorithm, Decision, Hit, Limit, Unit};
+use sluice::limit::{Algorithm, Decision, Hit, Limit};
 use sluice::store::memory::MemoryStore;
 use sluice::store::redis::{RedisKind, RedisStore, RedisTarget, TimeSource};
 use sluice::store::{ManualClock, Store};
@@ -76,16 +75,6 @@ fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>
     })
 }
 
-fn limit(algorithm: Algorithm, requests: u32, multiplier: u32, burst: Option<u32>) -> Limit {
-    Limit {
-        algorithm,
-        requests_per_unit: requests,
-        unit: Unit::Second,
-        unit_multiplier: multiplier,
-        burst: burst.filter(|_| algorithm.has_burst()),
-    }
-}
-
 const S: u64 = 1_000_000;
 
 /// Behaviour cases: (what, steps) run for every algorithm.
@@ -121,7 +110,7 @@ const CASES: &[(&str, &[(u64, u64)])] = &[
 #[test]
 fn the_behaviour_table_agrees_for_every_algorithm() {
     let fixture = Fixture::new();
-    for algorithm in Algorithm::ALL {
+    for &algorithm in Algorithm::ALL {
         for (what, steps) in CASES {
             for (requests, multiplier, burst) in [(3, 1, None), (4, 2, Some(2)), (0, 1, Some(3))] {
                 let limit = limit(algorithm, requests, multiplier, burst);
@@ -143,14 +132,6 @@ fn the_sliding_log_agrees_at_its_largest_limit() {
     assert_eq!(memory, redis);
 }
 
-fn scenario() -> impl Strategy<Value = (u32, u32, u32, Vec<(u64, u64)>)> {
-    (1u32..=8, 1u32..=3, 1u32..=8).prop_flat_map(|(requests, multiplier, burst)| {
-        let period = u64::from(multiplier) * S;
-        let steps = prop::collection::vec((prop_oneof![Just(0), 0..period / 2], 0u64..=3), 1..40);
-        (Just(requests), Just(multiplier), Just(burst), steps)
-    })
-}
-
 #[test]
 fn random_sequences_agree_for_every_algorithm() {
     let fixture = Fixture::new();
@@ -160,8 +141,8 @@ fn random_sequences_agree_for_every_algorithm() {
         ..ProptestConfig::default()
     };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let result = runner.run(&scenario(), |(l, m, b, steps)| {
-        for algorithm in Algorithm::ALL {
+    let result = runner.run(&scenario(40), |(l, m, b, steps)| {
+        for &algorithm in Algorithm::ALL {
             let (memory, redis) = both(&fixture, limit(algorithm, l, m, Some(b)), &steps);
             prop_assert_eq!(memory, redis, "{}", algorithm);
         }

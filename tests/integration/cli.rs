@@ -13,7 +13,7 @@ fn sluice(args: &[&str]) -> Output {
 
 fn fixture(path: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/compat/envoy-ratelimit")
+        .join("tests/fixtures/config")
         .join(path)
         .display()
         .to_string()
@@ -25,35 +25,31 @@ fn check_config_summarises_each_domain() {
         .join("config")
         .display()
         .to_string();
-    let output = sluice(&[
-        "check-config",
-        &example,
-        &fixture("valid/basic_config.yaml"),
-    ]);
+    let output = sluice(&["check-config", &example, &fixture("valid/nested.yaml")]);
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("domain edge_proxy:"), "{stdout}");
-    assert!(stdout.contains("domain test-domain: 10 limits"), "{stdout}");
+    assert!(stdout.contains("domain storefront: 10 limits"), "{stdout}");
 }
 
 #[test]
 fn check_config_prints_every_error_and_exits_one() {
     let output = sluice(&[
         "check-config",
-        &fixture("invalid/bad_limit_unit.yaml"),
+        &fixture("invalid/unknown_unit.yaml"),
         &fixture("invalid/empty_key.yaml"),
     ]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("bad_limit_unit.yaml:6:7:"), "{stderr}");
+    assert!(stderr.contains("unknown_unit.yaml:6:7:"), "{stderr}");
     assert!(stderr.contains("empty_key.yaml:3:5:"), "{stderr}");
 }
 
 #[test]
 fn check_config_merges_domains_when_asked() {
     let files = [
-        fixture("valid/merge_domain_key1.yaml"),
-        fixture("valid/merge_domain_key2.yaml"),
+        fixture("valid/split_first.yaml"),
+        fixture("valid/split_second.yaml"),
     ];
     let refused = sluice(&["check-config", &files[0], &files[1]]);
     assert_eq!(refused.status.code(), Some(1));
@@ -71,13 +67,16 @@ fn serve_refuses_a_broken_config_naming_file_and_line() {
     let output = sluice(&[
         "serve",
         "--config",
-        &fixture("invalid/misspelled_key.yaml"),
+        &fixture("invalid/misspelled_rate_limit.yaml"),
         "--grpc-addr",
         "127.0.0.1:0",
     ]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("misspelled_key.yaml:5:5:"), "{stderr}");
+    assert!(
+        stderr.contains("misspelled_rate_limit.yaml:5:5:"),
+        "{stderr}"
+    );
 }
 
 #[test]

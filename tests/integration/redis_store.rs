@@ -2,12 +2,10 @@
 //! key compatibility, exact limits under concurrency on one and on two sluice processes, and
 //! faults (SCRIPT FLUSH under load, Redis stopped and restarted).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::redis::RedisServer;
-use common::*;
+use crate::support::redis::RedisServer;
+use crate::support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::Code as GrpcCode;
 
@@ -143,7 +141,7 @@ async fn script_flush_under_load_is_invisible_to_clients() {
     let port = redis.port;
     let flusher = std::thread::spawn(move || {
         for _ in 0..20 {
-            common::redis::cli(port, &["SCRIPT", "FLUSH"]);
+            crate::support::redis::cli(port, &["SCRIPT", "FLUSH"]);
             std::thread::sleep(Duration::from_millis(15));
         }
     });
@@ -278,7 +276,7 @@ async fn failure_mode_answers_ok_or_over_limit_when_redis_is_lost() {
 
 #[tokio::test]
 async fn startup_waits_for_redis() {
-    let port = common::redis::free_port();
+    let port = crate::support::redis::free_port();
     let url = format!("redis://127.0.0.1:{port}");
     let starter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(800));

@@ -1,8 +1,8 @@
 //! Test harness: starts the real `sluice` binary on free ports with a config written to a
 //! temporary directory, and builds requests with Envoy's own protos (`envoy-types`).
-#![allow(dead_code, unused_imports)]
 
 pub mod redis;
+pub mod scenario;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -1,11 +1,9 @@
 //! Each algorithm through the real binary, in real time, with short periods: the behaviour that
 //! tells them apart.
 
-mod common;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::support::*;
 
 const CONFIG: &str = r#"
 domain: algo

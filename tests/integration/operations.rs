@@ -1,13 +1,11 @@
 //! Running in production: metrics, the HTTP endpoints, hot reload and graceful shutdown,
 //! through the real binary.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::*;
 
 const CONFIG: &str = r#"
 domain: m

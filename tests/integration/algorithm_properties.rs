@@ -3,21 +3,12 @@
 //! without time passing, and a clock going back never admitting more than a clock standing.
 
 use proptest::prelude::*;
-use sluice::algorithm::{check, State};
-use sluice::limit::{Algorithm, Decision, Limit, Unit};
+use sluice::algorithm::State;
+use sluice::limit::{Algorithm, Decision, Limit};
+
+use crate::support::scenario::{limit, scenario};
 
 const START_US: u64 = 1_700_000_000_000_000;
-
-/// A limit of `requests` per `multiplier` seconds.
-fn limit(algorithm: Algorithm, requests: u32, multiplier: u32, burst: Option<u32>) -> Limit {
-    Limit {
-        algorithm,
-        requests_per_unit: requests,
-        unit: Unit::Second,
-        unit_multiplier: multiplier,
-        burst: burst.filter(|_| algorithm.has_burst()),
-    }
-}
 
 /// Runs hits at START_US + cumulative steps; returns (time, cost, decision) per hit.
 fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Vec<(u64, u64, Decision)> {
@@ -26,7 +17,7 @@ fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Vec<(u64, u64, Decision)> {
     let mut out = Vec::new();
     for &(step, cost) in steps {
         now += step;
-        let outcome = check(state.as_ref(), limit, cost, now);
+        let outcome = limit.check(state.as_ref(), cost, now);
         assert!(
             outcome.decision.admitted && cost > 0 || outcome.new_state.is_none(),
             "a denial or cost 0 changed the state: {outcome:?}"
@@ -78,20 +69,11 @@ fn most_in_an_aligned_window(admitted: &[(u64, u64)], period: u64) -> u64 {
         .unwrap_or(0)
 }
 
-fn scenario() -> impl Strategy<Value = (u32, u32, u32, Vec<(u64, u64)>)> {
-    (1u32..=8, 1u32..=3, 1u32..=8).prop_flat_map(|(requests, multiplier, burst)| {
-        let period = u64::from(multiplier) * 1_000_000;
-        // Steps up to half a period keep traffic dense; some are 0 (simultaneous hits).
-        let steps = prop::collection::vec((prop_oneof![Just(0), 0..period / 2], 0u64..=3), 1..60);
-        (Just(requests), Just(multiplier), Just(burst), steps)
-    })
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn fixed_window_admits_at_most_l_per_window_and_2l_across_a_boundary((l, m, _b, steps) in scenario()) {
+    fn fixed_window_admits_at_most_l_per_window_and_2l_across_a_boundary((l, m, _b, steps) in scenario(60)) {
         let limit = limit(Algorithm::FixedWindow, l, m, None);
         let period = limit.period_us();
         let admitted = admitted(&replay(&limit, &steps));
@@ -100,14 +82,14 @@ proptest! {
     }
 
     #[test]
-    fn sliding_log_admits_at_most_l_in_any_window((l, m, _b, steps) in scenario()) {
+    fn sliding_log_admits_at_most_l_in_any_window((l, m, _b, steps) in scenario(60)) {
         let limit = limit(Algorithm::SlidingWindowLog, l, m, None);
         let admitted = admitted(&replay(&limit, &steps));
         prop_assert!(most_in_any_span(&admitted, limit.period_us()) <= u64::from(l));
     }
 
     #[test]
-    fn sliding_counter_admits_at_most_l_per_window_and_under_2l_in_any((l, m, _b, steps) in scenario()) {
+    fn sliding_counter_admits_at_most_l_per_window_and_under_2l_in_any((l, m, _b, steps) in scenario(60)) {
         let limit = limit(Algorithm::SlidingWindowCounter, l, m, None);
         let period = limit.period_us();
         let admitted = admitted(&replay(&limit, &steps));
@@ -117,7 +99,7 @@ proptest! {
     }
 
     #[test]
-    fn buckets_admit_at_most_burst_plus_rate_times_t((l, m, b, steps) in scenario()) {
+    fn buckets_admit_at_most_burst_plus_rate_times_t((l, m, b, steps) in scenario(60)) {
         for algorithm in [Algorithm::TokenBucket, Algorithm::LeakyBucket] {
             let limit = limit(algorithm, l, m, Some(b));
             let period = u128::from(limit.period_us());
@@ -135,7 +117,7 @@ proptest! {
     }
 
     #[test]
-    fn token_and_leaky_buckets_of_one_burst_decide_alike((l, m, b, steps) in scenario()) {
+    fn token_and_leaky_buckets_of_one_burst_decide_alike((l, m, b, steps) in scenario(60)) {
         let token = replay(&limit(Algorithm::TokenBucket, l, m, Some(b)), &steps);
         let leaky = replay(&limit(Algorithm::LeakyBucket, l, m, Some(b)), &steps);
         for (t, k) in token.iter().zip(&leaky) {
@@ -144,8 +126,8 @@ proptest! {
     }
 
     #[test]
-    fn remaining_never_grows_without_time_passing((l, m, b, steps) in scenario()) {
-        for algorithm in Algorithm::ALL {
+    fn remaining_never_grows_without_time_passing((l, m, b, steps) in scenario(60)) {
+        for &algorithm in Algorithm::ALL {
             let limit = limit(algorithm, l, m, Some(b));
             let events = replay(&limit, &steps);
             for pair in events.windows(2) {
@@ -157,8 +139,8 @@ proptest! {
     }
 
     #[test]
-    fn cost_zero_is_always_admitted_and_changes_nothing((l, m, b, steps) in scenario()) {
-        for algorithm in Algorithm::ALL {
+    fn cost_zero_is_always_admitted_and_changes_nothing((l, m, b, steps) in scenario(60)) {
+        for &algorithm in Algorithm::ALL {
             let limit = limit(algorithm, l, m, Some(b));
             for (_, cost, decision) in replay(&limit, &steps) {
                 if cost == 0 {
@@ -169,43 +151,43 @@ proptest! {
     }
 
     #[test]
-    fn a_clock_going_back_never_admits_more((l, m, b, steps) in scenario(), back in 1u64..5_000_000, cost in 0u64..=3) {
-        for algorithm in Algorithm::ALL {
+    fn a_clock_going_back_never_admits_more((l, m, b, steps) in scenario(60), back in 1u64..5_000_000, cost in 0u64..=3) {
+        for &algorithm in Algorithm::ALL {
             let limit = limit(algorithm, l, m, Some(b));
             let mut state: Option<State> = None;
             let mut now = START_US;
             for &(step, hit_cost) in &steps {
                 now += step;
-                if let Some((s, _)) = check(state.as_ref(), &limit, hit_cost, now).new_state {
+                if let Some((s, _)) = limit.check(state.as_ref(), hit_cost, now).new_state {
                     state = Some(s);
                 }
             }
-            let standing = check(state.as_ref(), &limit, cost, now).decision;
-            let earlier = check(state.as_ref(), &limit, cost, now - back).decision;
+            let standing = limit.check(state.as_ref(), cost, now).decision;
+            let earlier = limit.check(state.as_ref(), cost, now - back).decision;
             prop_assert!(!earlier.admitted || standing.admitted, "{algorithm}: back {back} admitted, standing not");
-            let standing = check(state.as_ref(), &limit, 0, now).decision;
-            let earlier = check(state.as_ref(), &limit, 0, now - back).decision;
+            let standing = limit.check(state.as_ref(), 0, now).decision;
+            let earlier = limit.check(state.as_ref(), 0, now - back).decision;
             prop_assert!(earlier.remaining <= standing.remaining, "{algorithm}: {earlier:?} vs {standing:?}");
         }
     }
 
     #[test]
-    fn a_denied_hit_waits_exactly_its_retry_time((l, m, b, steps) in scenario()) {
+    fn a_denied_hit_waits_exactly_its_retry_time((l, m, b, steps) in scenario(60)) {
         // When a hit is denied, the same hit at now + retry_after fits, and one microsecond
         // earlier it does not (for costs that can ever fit).
-        for algorithm in Algorithm::ALL {
+        for &algorithm in Algorithm::ALL {
             let limit = limit(algorithm, l, m, Some(b));
             let mut state: Option<State> = None;
             let mut now = START_US;
             for &(step, cost) in &steps {
                 now += step;
-                let outcome = check(state.as_ref(), &limit, cost, now);
+                let outcome = limit.check(state.as_ref(), cost, now);
                 let d = outcome.decision;
                 if !d.admitted && cost <= limit.capacity() {
-                    let at = check(state.as_ref(), &limit, cost, now + d.retry_after_us).decision;
+                    let at = limit.check(state.as_ref(), cost, now + d.retry_after_us).decision;
                     prop_assert!(at.admitted, "{algorithm}: not admitted after retry {d:?}");
                     if d.retry_after_us > 0 {
-                        let before = check(state.as_ref(), &limit, cost, now + d.retry_after_us - 1).decision;
+                        let before = limit.check(state.as_ref(), cost, now + d.retry_after_us - 1).decision;
                         prop_assert!(!before.admitted, "{algorithm}: admitted before retry {d:?}");
                     }
                 }

@@ -1,0 +1,22 @@
+//! The integration tests, in one crate: the real `sluice` binary and real `redis-server`
+//! processes on free ports, called through Envoy's own protos (`envoy-types`), and the
+//! library's server run in-process. `support` starts them; each module tests one part.
+
+mod support;
+
+mod algorithm_properties;
+mod algorithms_live;
+mod cli;
+mod concurrency;
+mod config_compat;
+mod deploy;
+mod grpc_service;
+mod grpc_standard_services;
+mod in_process;
+mod load_tools;
+mod operations;
+mod redis_deployments;
+mod redis_store;
+mod response_extras;
+mod simulate;
+mod store_contract;
