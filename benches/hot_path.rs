@@ -66,12 +66,12 @@ fn algorithms(c: &mut Criterion) {
             burst: algorithm.has_burst().then_some(100),
             ..Limit::fixed_window(100, Unit::Second)
         };
-        let state = limit.check(None, 1, 1_000_000).new_state.map(|(s, _)| s);
+        let state = limit.decide(None, 1, 1_000_000).new_state.map(|(s, _)| s);
         let mut now = 1_000_000u64;
         c.bench_function(&format!("algorithm/{algorithm}"), |b| {
             b.iter(|| {
                 now += 1_000;
-                limit.check(black_box(state.as_ref()), 1, now).decision
+                limit.decide(black_box(state.as_ref()), 1, now).decision
             })
         });
     }
@@ -106,7 +106,7 @@ fn memory_store(c: &mut Criterion) {
         b.iter(|| {
             next = (next + 1) % hits.len();
             runtime
-                .block_on(store.check(std::slice::from_ref(&hits[next])))
+                .block_on(store.charge(std::slice::from_ref(&hits[next])))
                 .expect("memory store")
         })
     });
@@ -130,7 +130,7 @@ fn contended(store: &Arc<MemoryStore>, hits: &[Hit], iterations: u64) -> Duratio
                     let hit = &hits[(i as usize + t) % hits.len()];
                     black_box(
                         runtime
-                            .block_on(store.check(std::slice::from_ref(hit)))
+                            .block_on(store.charge(std::slice::from_ref(hit)))
                             .expect("memory store"),
                     );
                 }

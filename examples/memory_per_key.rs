@@ -41,7 +41,7 @@ fn main() {
     let before = resident_bytes();
     for i in 0..keys {
         runtime
-            .block_on(store.check(&[hit(i)]))
+            .block_on(store.charge(&[hit(i)]))
             .expect("memory store");
     }
     let after = resident_bytes();
@@ -53,7 +53,7 @@ fn main() {
     );
     for i in keys..2 * keys {
         runtime
-            .block_on(store.check(&[hit(i)]))
+            .block_on(store.charge(&[hit(i)]))
             .expect("memory store");
     }
     println!(

@@ -126,8 +126,8 @@ impl Limit {
     }
 
     /// Charges `cost` at `now_us` against the key's `state`, by this limit's algorithm.
-    pub fn check(&self, state: Option<&State>, cost: u64, now_us: u64) -> Outcome {
-        algorithm::check(self.algorithm, state, &self.rate(), cost, now_us)
+    pub fn decide(&self, state: Option<&State>, cost: u64, now_us: u64) -> Outcome {
+        algorithm::decide(self.algorithm, state, &self.rate(), cost, now_us)
     }
 
     /// The period W in microseconds: unit x multiplier.

@@ -91,7 +91,7 @@ impl<S: Store> RateLimiter<S> {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, DecisionError> {
-        validate::check(request, &self.options.bounds)?;
+        validate::validate_request(request, &self.options.bounds)?;
         // One snapshot for the whole request: a reload never mixes two configs in one answer.
         let config = self.config.load_full();
         let domain = config.domain(&request.domain);
@@ -143,7 +143,7 @@ impl<S: Store> RateLimiter<S> {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let result = self.store.check(hits).await;
+        let result = self.store.charge(hits).await;
         let seconds = started.elapsed().as_secs_f64();
         self.metrics
             .record_store_call(seconds, result.as_ref().err());

@@ -21,7 +21,7 @@ pub fn window_start_us(limit: &Rate, now_us: u64) -> u64 {
 }
 
 /// Decides one hit. Returns the decision and the window to store when it changed.
-fn check(
+fn decide(
     stored: Option<Window>,
     limit: &Rate,
     cost: u64,
@@ -62,13 +62,13 @@ impl LimitAlgorithm for FixedWindow {
     const KEY_HOLDS_WINDOW: bool = true;
     const DECIDES_ZERO_LIMIT: bool = true;
 
-    fn check(
+    fn decide(
         stored: Option<&Window>,
         rate: &Rate,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Window>) {
-        check(stored.copied(), rate, cost, now_us)
+        decide(stored.copied(), rate, cost, now_us)
     }
 
     /// The window ends.
@@ -84,8 +84,6 @@ mod tests {
     use crate::limit::Unit;
 
     const S: u64 = 1_000_000;
-
-    /// Runs (time in µs, cost) through a fresh key and returns (admitted, remaining, reset, retry).
 
     #[test]
     fn counts_to_the_limit_then_denies_until_the_next_window() {

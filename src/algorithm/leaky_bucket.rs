@@ -16,7 +16,7 @@ pub struct Tat {
 }
 
 /// Decides one hit; returns the decision and the TAT to store when it changed.
-fn check(stored: Option<Tat>, limit: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Tat>) {
+fn decide(stored: Option<Tat>, limit: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Tat>) {
     let rate = u128::from(limit.requests_per_unit);
     let interval = u128::from(limit.period_us()); // T, scaled
     let tolerance = u128::from(limit.capacity()) * interval; // burst x T
@@ -60,8 +60,13 @@ impl LimitAlgorithm for LeakyBucket {
         Some(1)
     }
 
-    fn check(stored: Option<&Tat>, rate: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Tat>) {
-        check(stored.copied(), rate, cost, now_us)
+    fn decide(
+        stored: Option<&Tat>,
+        rate: &Rate,
+        cost: u64,
+        now_us: u64,
+    ) -> (Decision, Option<Tat>) {
+        decide(stored.copied(), rate, cost, now_us)
     }
 
     fn expires_at_us(tat: &Tat, rate: &Rate) -> u64 {

@@ -1,5 +1,5 @@
 //! The rate limit algorithms as pure functions of (state, rate, cost, now): no clock, no I/O,
-//! no async, and nothing of the rest of the crate. Stores keep the state and call `check`; the
+//! no async, and nothing of the rest of the crate. Stores keep the state and call `decide`; the
 //! Lua scripts of the Redis store must reach the same decisions. Common rules: a denied hit and
 //! a hit of cost 0 change no state; a cost that can never fit is denied with one period as its
 //! retry time; `requests_per_unit: 0` admits only cost 0, whatever the burst.
@@ -45,7 +45,7 @@ pub trait LimitAlgorithm {
 
     /// Decides one hit of `cost` at `now_us`; returns the decision and the state to store
     /// when it changed.
-    fn check(
+    fn decide(
         stored: Option<&Self::State>,
         rate: &Rate,
         cost: u64,
@@ -60,7 +60,7 @@ pub trait LimitAlgorithm {
 /// `Variant => module::Implementation, "yaml_name", held state type;`.
 macro_rules! registry {
     ($( $(#[$doc:meta])* $variant:ident => $rule:ty, $name:literal, $held:ty; )+) => {
-        /// How a limit counts: sluice's `algorithm` extension (DESIGN section 5).
+        /// How a limit counts: sluice's `algorithm` extension (README, "Algorithms").
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Algorithm {
             $( $(#[$doc])* $variant, )+
@@ -115,7 +115,7 @@ macro_rules! registry {
 
         /// Charges `cost` against `rate` counted by `algorithm` at `now_us`, given the key's
         /// current `state` (if any). State of another algorithm's shape is treated as absent.
-        pub fn check(
+        pub fn decide(
             algorithm: Algorithm,
             state: Option<&State>,
             rate: &Rate,
@@ -128,7 +128,7 @@ macro_rules! registry {
                         Some(State::$variant(held)) => Some(Borrow::borrow(held)),
                         _ => None,
                     };
-                    let (decision, changed) = decide::<$rule>(stored, rate, cost, now_us);
+                    let (decision, changed) = decide_by::<$rule>(stored, rate, cost, now_us);
                     Outcome {
                         decision,
                         new_state: changed
@@ -270,7 +270,7 @@ pub struct Outcome {
 }
 
 /// One algorithm's decision under the common rules, with its state's expiry.
-fn decide<A: LimitAlgorithm>(
+fn decide_by<A: LimitAlgorithm>(
     stored: Option<&A::State>,
     rate: &Rate,
     cost: u64,
@@ -279,7 +279,7 @@ fn decide<A: LimitAlgorithm>(
     if rate.requests_per_unit == 0 && !A::DECIDES_ZERO_LIMIT {
         return (blocked(rate, cost), None);
     }
-    let (decision, changed) = A::check(stored, rate, cost, now_us);
+    let (decision, changed) = A::decide(stored, rate, cost, now_us);
     let changed = changed.map(|state| {
         let expires_at_us = A::expires_at_us(&state, rate);
         (state, expires_at_us)
@@ -336,7 +336,7 @@ pub(crate) mod vectors {
         let mut state: Option<State> = None;
         hits.iter()
             .map(|&(now, cost)| {
-                let outcome = limit.check(state.as_ref(), cost, now);
+                let outcome = limit.decide(state.as_ref(), cost, now);
                 if let Some((new_state, _)) = outcome.new_state {
                     state = Some(new_state);
                 }
@@ -362,10 +362,10 @@ mod tests {
             };
             let mut state = None;
             for now in [0, 1, 5_000_000] {
-                let outcome = limit.check(state.as_ref(), 1, now);
+                let outcome = limit.decide(state.as_ref(), 1, now);
                 assert!(!outcome.decision.admitted, "{algorithm} at {now}");
                 assert!(
-                    limit.check(state.as_ref(), 0, now).decision.admitted,
+                    limit.decide(state.as_ref(), 0, now).decision.admitted,
                     "{algorithm}"
                 );
                 state = outcome.new_state.map(|(s, _)| s);

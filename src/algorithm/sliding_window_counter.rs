@@ -19,7 +19,7 @@ pub struct Counts {
 }
 
 /// Decides one hit; returns the decision and the counts to store when they changed.
-fn check(
+fn decide(
     stored: Option<Counts>,
     limit: &Rate,
     cost: u64,
@@ -137,13 +137,13 @@ pub struct SlidingWindowCounter;
 impl LimitAlgorithm for SlidingWindowCounter {
     type State = Counts;
 
-    fn check(
+    fn decide(
         stored: Option<&Counts>,
         rate: &Rate,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Counts>) {
-        check(stored.copied(), rate, cost, now_us)
+        decide(stored.copied(), rate, cost, now_us)
     }
 
     fn expires_at_us(counts: &Counts, rate: &Rate) -> u64 {

@@ -12,7 +12,7 @@ use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 pub type Log = Vec<u64>;
 
 /// Decides one hit; returns the decision and the log to store when it changed.
-fn check(stored: Option<&Log>, limit: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Log>) {
+fn decide(stored: Option<&Log>, limit: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Log>) {
     let period = limit.period_us();
     let capacity = u64::from(limit.requests_per_unit);
     // Entries stamped in the future (the clock went back) still count: never admit more.
@@ -76,8 +76,13 @@ impl LimitAlgorithm for SlidingWindowLog {
     ));
     const NEEDS_NONCE: bool = true;
 
-    fn check(stored: Option<&Log>, rate: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Log>) {
-        check(stored, rate, cost, now_us)
+    fn decide(
+        stored: Option<&Log>,
+        rate: &Rate,
+        cost: u64,
+        now_us: u64,
+    ) -> (Decision, Option<Log>) {
+        decide(stored, rate, cost, now_us)
     }
 
     fn expires_at_us(log: &Log, rate: &Rate) -> u64 {

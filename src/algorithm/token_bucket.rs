@@ -16,7 +16,7 @@ pub struct Bucket {
 }
 
 /// Decides one hit; returns the decision and the bucket to store when it changed.
-fn check(
+fn decide(
     stored: Option<Bucket>,
     limit: &Rate,
     cost: u64,
@@ -80,13 +80,13 @@ impl LimitAlgorithm for TokenBucket {
         Some(requests_per_unit)
     }
 
-    fn check(
+    fn decide(
         stored: Option<&Bucket>,
         rate: &Rate,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Bucket>) {
-        check(stored.copied(), rate, cost, now_us)
+        decide(stored.copied(), rate, cost, now_us)
     }
 
     fn expires_at_us(bucket: &Bucket, rate: &Rate) -> u64 {

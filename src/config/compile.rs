@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::config::error::FileError;
 use crate::config::file::{DescriptorDoc, RateLimitDoc};
+use crate::config::metadata;
 use crate::config::pattern::Pattern;
 use crate::config::position::Positions;
 use crate::config::tree::{Level, Node, Rule};
@@ -115,7 +116,7 @@ impl<'a> FileCompiler<'a> {
             shadow_mode: node.shadow_mode,
             quota_mode: node.quota_mode,
             detailed_metric: node.detailed_metric,
-            metadata: node.metadata.clone(),
+            metadata: node.metadata.as_ref().map(metadata::to_struct),
             metric_labels: None,
         })
     }

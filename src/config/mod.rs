@@ -7,6 +7,7 @@ mod compile;
 mod error;
 mod file;
 mod load;
+mod metadata;
 mod pattern;
 mod position;
 mod tree;

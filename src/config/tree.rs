@@ -1,5 +1,5 @@
 //! The compiled configuration: per domain a tree of descriptor nodes, and the walk that finds
-//! the rule a request descriptor falls under (DESIGN section 4).
+//! the rule a request descriptor falls under (README, "Decisions").
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -82,7 +82,8 @@ pub struct Rule {
     pub quota_mode: bool,
     /// Metrics name the request's values at every level, not the configured ones.
     pub detailed_metric: bool,
-    pub metadata: Option<serde_yaml::Value>,
+    /// `metadata`, as dynamic metadata returns it.
+    pub metadata: Option<prost_types::Struct>,
     /// The metric labels of the rule when no request value stands in them (set once the
     /// domain is built): the request path then builds no labels.
     pub metric_labels: Option<LimitLabels>,

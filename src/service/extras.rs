@@ -83,8 +83,8 @@ pub fn dynamic_metadata(request: &RateLimitRequest, verdicts: &[Verdict<'_>]) ->
     let mut fields = BTreeMap::new();
     for verdict in verdicts {
         if let Verdict::Limited(applied) = verdict {
-            if let Some(Kind::StructValue(metadata)) = applied.metadata.and_then(|m| yaml(m).kind) {
-                fields.extend(metadata.fields);
+            if let Some(metadata) = applied.metadata {
+                fields.extend(metadata.fields.clone());
             }
         }
     }
@@ -107,37 +107,6 @@ pub fn dynamic_metadata(request: &RateLimitRequest, verdicts: &[Verdict<'_>]) ->
         number(f64::from(request.hits_addend.max(1))),
     );
     Struct { fields }
-}
-
-/// A YAML value as a protobuf Value (keys that are not strings are written as YAML).
-fn yaml(value: &serde_yaml::Value) -> Value {
-    use serde_yaml::Value as Y;
-    let kind = match value {
-        Y::Null => Kind::NullValue(0),
-        Y::Bool(b) => Kind::BoolValue(*b),
-        Y::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
-        Y::String(s) => Kind::StringValue(s.clone()),
-        Y::Sequence(items) => Kind::ListValue(ListValue {
-            values: items.iter().map(yaml).collect(),
-        }),
-        Y::Mapping(map) => Kind::StructValue(Struct {
-            fields: map
-                .iter()
-                .map(|(k, v)| {
-                    let key = match k {
-                        Y::String(s) => s.clone(),
-                        other => serde_yaml::to_string(other)
-                            .unwrap_or_default()
-                            .trim()
-                            .to_string(),
-                    };
-                    (key, yaml(v))
-                })
-                .collect(),
-        }),
-        Y::Tagged(tagged) => return yaml(&tagged.value),
-    };
-    Value { kind: Some(kind) }
 }
 
 fn string(s: &str) -> Value {

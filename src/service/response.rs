@@ -23,7 +23,7 @@ pub struct Applied<'a> {
     pub shadow_mode: bool,
     pub quota_mode: bool,
     /// The matched rule's `metadata`, for dynamic metadata.
-    pub metadata: Option<&'a serde_yaml::Value>,
+    pub metadata: Option<&'a prost_types::Struct>,
 }
 
 /// The status of one descriptor; `decision` is present for `Limited` verdicts.

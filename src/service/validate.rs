@@ -25,7 +25,10 @@ impl Default for RequestBounds {
 }
 
 /// Checks `request` against the protocol's rules and `bounds`. Allocates only to report.
-pub fn check(request: &RateLimitRequest, bounds: &RequestBounds) -> Result<(), DecisionError> {
+pub fn validate_request(
+    request: &RateLimitRequest,
+    bounds: &RequestBounds,
+) -> Result<(), DecisionError> {
     if request.domain.is_empty() {
         return invalid("domain", "must not be empty");
     }

@@ -72,7 +72,7 @@ impl<S: Store> WithLocalCache<S> {
 }
 
 impl<S: Store> Store for WithLocalCache<S> {
-    async fn check(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.cache.clock.now_us();
         let local: Vec<Option<Decision>> = hits
             .iter()
@@ -87,7 +87,7 @@ impl<S: Store> Store for WithLocalCache<S> {
             .filter(|(_, answer)| answer.is_none())
             .map(|(hit, _)| hit.clone())
             .collect();
-        let mut remote = self.inner.check(&remote_hits).await?.into_iter();
+        let mut remote = self.inner.charge(&remote_hits).await?.into_iter();
         let mut decisions = Vec::with_capacity(hits.len());
         for (hit, answer) in hits.iter().zip(local) {
             let decision = match answer {
@@ -215,18 +215,18 @@ mod tests {
         let store =
             WithLocalCache::new(MemoryStore::new(100, clock.clone()), 1 << 20, clock.clone());
         for _ in 0..3 {
-            store.check(&[hit(1)]).await.unwrap();
+            store.charge(&[hit(1)]).await.unwrap();
         }
         assert_eq!(store.cache_hits(), 0, "the first denial goes to the store");
         clock.set(10_500_000);
-        let local = store.check(&[hit(1), hit(3)]).await.unwrap();
+        let local = store.charge(&[hit(1), hit(3)]).await.unwrap();
         assert!(local.iter().all(|d| !d.admitted));
         assert_eq!(local[0].retry_after_us, 500_000);
         assert_eq!(store.cache_hits(), 2);
         // Cost 0 reads go to the store; at the window's end the key is asked again.
-        assert!(store.check(&[hit(0)]).await.unwrap()[0].admitted);
+        assert!(store.charge(&[hit(0)]).await.unwrap()[0].admitted);
         clock.set(11_000_000);
-        assert!(store.check(&[hit(1)]).await.unwrap()[0].admitted);
+        assert!(store.charge(&[hit(1)]).await.unwrap()[0].admitted);
         assert_eq!(store.cache_hits(), 2);
     }
 
@@ -242,7 +242,7 @@ mod tests {
             let mut h = hit(1);
             h.key = format!("key{i}");
             h.limit = Limit::fixed_window(0, Unit::Second);
-            store.check(&[h]).await.unwrap();
+            store.charge(&[h]).await.unwrap();
         }
         let held: usize = (0..SHARDS).map(|i| store.cache.lock(i).len()).sum();
         assert!(held <= 16 * 2, "{held} entries in 3200 bytes");

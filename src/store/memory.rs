@@ -143,7 +143,7 @@ impl MemoryStore {
         // A known key: one lookup, updated in place.
         if let Some(entry) = shard.get_mut(&id) {
             let live = (entry.expires_at_us > now_us).then_some(&entry.state);
-            let outcome = hit.limit.check(live, hit.cost, now_us);
+            let outcome = hit.limit.decide(live, hit.cost, now_us);
             if let Some((state, expires_at_us)) = outcome.new_state {
                 *entry = Entry {
                     state,
@@ -152,7 +152,7 @@ impl MemoryStore {
             }
             return outcome.decision;
         }
-        let outcome = hit.limit.check(None, hit.cost, now_us);
+        let outcome = hit.limit.decide(None, hit.cost, now_us);
         if let Some((state, expires_at_us)) = outcome.new_state {
             self.make_room(&mut shard);
             let entry = Entry {
@@ -180,7 +180,7 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn check(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.clock.now_us();
         Ok(hits.iter().map(|hit| self.check_one(hit, now_us)).collect())
     }
@@ -231,7 +231,7 @@ mod tests {
             hit("b", 2, 1),
         ];
         let admitted: Vec<bool> = store
-            .check(&hits)
+            .charge(&hits)
             .await
             .unwrap()
             .iter()
@@ -244,7 +244,7 @@ mod tests {
     #[tokio::test]
     async fn sweep_drops_expired_windows() {
         let (store, clock) = store(100);
-        store.check(&[hit("a", 5, 1)]).await.unwrap();
+        store.charge(&[hit("a", 5, 1)]).await.unwrap();
         assert_eq!(store.sweep_expired(), 0);
         clock.set(6_000_000);
         assert_eq!(store.sweep_expired(), 1);
@@ -255,7 +255,7 @@ mod tests {
     async fn key_count_stays_within_the_bound_under_a_flood() {
         let (store, _) = store(64);
         for i in 0..10_000 {
-            store.check(&[hit(&format!("k{i}"), 5, 1)]).await.unwrap();
+            store.charge(&[hit(&format!("k{i}"), 5, 1)]).await.unwrap();
         }
         assert!(store.key_count() <= 64, "{} keys", store.key_count());
         assert!(store.evictions() >= 10_000 - 64);
@@ -271,7 +271,7 @@ mod tests {
     #[tokio::test]
     async fn cost_zero_stores_nothing() {
         let (store, _) = store(10);
-        let d = store.check(&[hit("a", 3, 0)]).await.unwrap();
+        let d = store.charge(&[hit("a", 3, 0)]).await.unwrap();
         assert_eq!(d[0].remaining, 3);
         assert_eq!(store.key_count(), 0);
     }

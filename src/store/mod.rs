@@ -16,8 +16,10 @@ use crate::limit::{Decision, Hit};
 /// Charges hits and decides them. One call per request: a remote store makes one round trip.
 pub trait Store: Send + Sync + 'static {
     /// Decides every hit, in order. A hit's decision never depends on a later hit.
-    fn check(&self, hits: &[Hit])
-        -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+    fn charge(
+        &self,
+        hits: &[Hit],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
     /// Whether the store answers now (for `/healthcheck`).
     fn healthy(&self) -> impl Future<Output = bool> + Send;

@@ -17,7 +17,7 @@ fn replay(limit: &Limit, steps: &[(u64, u64)]) -> Vec<(u64, u64, Decision)> {
     let mut out = Vec::new();
     for &(step, cost) in steps {
         now += step;
-        let outcome = limit.check(state.as_ref(), cost, now);
+        let outcome = limit.decide(state.as_ref(), cost, now);
         assert!(
             outcome.decision.admitted && cost > 0 || outcome.new_state.is_none(),
             "a denial or cost 0 changed the state: {outcome:?}"
@@ -158,15 +158,15 @@ proptest! {
             let mut now = START_US;
             for &(step, hit_cost) in &steps {
                 now += step;
-                if let Some((s, _)) = limit.check(state.as_ref(), hit_cost, now).new_state {
+                if let Some((s, _)) = limit.decide(state.as_ref(), hit_cost, now).new_state {
                     state = Some(s);
                 }
             }
-            let standing = limit.check(state.as_ref(), cost, now).decision;
-            let earlier = limit.check(state.as_ref(), cost, now - back).decision;
+            let standing = limit.decide(state.as_ref(), cost, now).decision;
+            let earlier = limit.decide(state.as_ref(), cost, now - back).decision;
             prop_assert!(!earlier.admitted || standing.admitted, "{algorithm}: back {back} admitted, standing not");
-            let standing = limit.check(state.as_ref(), 0, now).decision;
-            let earlier = limit.check(state.as_ref(), 0, now - back).decision;
+            let standing = limit.decide(state.as_ref(), 0, now).decision;
+            let earlier = limit.decide(state.as_ref(), 0, now - back).decision;
             prop_assert!(earlier.remaining <= standing.remaining, "{algorithm}: {earlier:?} vs {standing:?}");
         }
     }
@@ -181,13 +181,13 @@ proptest! {
             let mut now = START_US;
             for &(step, cost) in &steps {
                 now += step;
-                let outcome = limit.check(state.as_ref(), cost, now);
+                let outcome = limit.decide(state.as_ref(), cost, now);
                 let d = outcome.decision;
                 if !d.admitted && cost <= limit.capacity() {
-                    let at = limit.check(state.as_ref(), cost, now + d.retry_after_us).decision;
+                    let at = limit.decide(state.as_ref(), cost, now + d.retry_after_us).decision;
                     prop_assert!(at.admitted, "{algorithm}: not admitted after retry {d:?}");
                     if d.retry_after_us > 0 {
-                        let before = limit.check(state.as_ref(), cost, now + d.retry_after_us - 1).decision;
+                        let before = limit.decide(state.as_ref(), cost, now + d.retry_after_us - 1).decision;
                         prop_assert!(!before.admitted, "{algorithm}: admitted before retry {d:?}");
                     }
                 }

@@ -68,8 +68,8 @@ fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>
                 limit,
                 cost,
             }];
-            from_memory.push(memory.check(&hit).await.expect("memory")[0]);
-            from_redis.push(redis.check(&hit).await.expect("redis")[0]);
+            from_memory.push(memory.charge(&hit).await.expect("memory")[0]);
+            from_redis.push(redis.charge(&hit).await.expect("redis")[0]);
         }
         (from_memory, from_redis)
     })

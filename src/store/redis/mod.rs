@@ -269,7 +269,7 @@ impl Store for RedisStore {
     /// Redis state is keyed by descriptor and shaped by algorithm; nothing is derived here.
     fn config_changed(&self) {}
 
-    async fn check(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
         if hits.is_empty() {
             return Ok(Vec::new());
         }
