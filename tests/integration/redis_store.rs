@@ -193,6 +193,13 @@ async fn fails_fast(client: &mut Client, ask: &RateLimitRequest, reason: &str) {
     }
 }
 
+/// The failed calls counted under `err_type` (0 when none were).
+fn failures(sluice: &Sluice, err_type: &str) -> f64 {
+    let (_, metrics) = sluice.http_get("/metrics");
+    let name = format!(r#"ratelimit_service_should_rate_limit_error{{err_type="{err_type}"}}"#);
+    series(&metrics, &name).unwrap_or(0.0)
+}
+
 /// Calls until one is answered OK, within 10 s; until then only UNAVAILABLE is allowed.
 async fn recovers(client: &mut Client, ask: &RateLimitRequest) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -219,7 +226,8 @@ async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
     let ask = || request("r", vec![descriptor(&[("fixed_window", "down")])]);
     assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
     redis.stop();
-    fails_fast(&mut client, &ask(), "Redis").await;
+    fails_fast(&mut client, &ask(), "cannot reach Redis").await;
+    assert!(failures(&sluice, "store_unreachable") >= 1.0);
     redis.restart();
     recovers(&mut client, &ask()).await;
     assert!(
@@ -245,7 +253,16 @@ async fn a_hung_redis_fails_calls_at_the_command_timeout_and_recovers() {
     assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
     // Stopped, not killed: the connection stays open and no answer comes.
     redis.signal("STOP");
-    fails_fast(&mut client, &ask(), "300 ms").await;
+    fails_fast(&mut client, &ask(), "Redis did not answer within 300 ms").await;
+    // A timeout is told apart from a lost connection, up to the metric label.
+    assert_eq!(failures(&sluice, "store_timeout"), 3.0);
+    assert_eq!(failures(&sluice, "store_unreachable"), 0.0);
+    let (_, metrics) = sluice.http_get("/metrics");
+    assert_eq!(
+        series(&metrics, r#"sluice_store_errors_total{kind="timeout"}"#),
+        Some(3.0),
+        "{metrics}"
+    );
     redis.signal("CONT");
     recovers(&mut client, &ask()).await;
 }
