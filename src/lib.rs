@@ -3,13 +3,14 @@
 //! A map of the crate, in the order a request meets it:
 //! - `settings`: flags and environment variables -> validated `Settings`.
 //! - `server`: the composition root; builds everything and serves.
-//! - `service`: the gRPC RateLimitService: check, match, charge, respond.
+//! - `service`: the gRPC RateLimitService: validate, match, charge, respond.
 //! - `http`: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`.
 //! - `config`: envoyproxy/ratelimit's YAML, validated and compiled into a descriptor tree.
-//! - `limit`: domain types (`Limit`, `Hit`, `Decision`).
+//! - `limit`: domain types (`Limit`, `Hit`; `Decision` and `Algorithm` come from `algorithm`).
+//! - `labels`: what a limit's metric labels are made of (used by `config` and `metrics`).
 //! - `metrics`: metric names and recording; the Prometheus recorder the server owns.
-//! - `algorithm`: the algorithms as pure functions.
-//! - `store`: the `Store` trait, key layout, and the embedded memory store.
+//! - `algorithm`: the algorithms as pure functions, and the registry that lists them.
+//! - `store`: the `Store` trait, key layout, the memory store, the Redis store, the local cache.
 //! - `proto`: Envoy's API types, generated from `proto/`.
 //! - `simulate`: `sluice simulate`, synthetic traffic through the service on a virtual clock.
 #![forbid(unsafe_code)]

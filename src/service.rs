@@ -1,4 +1,4 @@
-//! The gRPC RateLimitService. The request path reads top to bottom: check the request, match
+//! The gRPC RateLimitService. The request path reads top to bottom: validate the request, match
 //! each descriptor to a limit, charge the store in one call, build the response. Knows the
 //! `Store` trait, never which store.
 

@@ -1,5 +1,5 @@
 //! The embedded store: state in a sharded map in this process. No lock is held across an
-//! `.await` (there is none inside `check`), expired state is swept by `sweep_expired`, and the
+//! `.await` (there is none inside `charge`), expired state is swept by `sweep_expired`, and the
 //! number of keys is bounded: at the bound, storing a new key first evicts one existing key of
 //! the same shard (its state restarts), in constant time, so a flood of new keys can neither
 //! exhaust memory nor slow the store down, and new keys are never refused. Evictions are
