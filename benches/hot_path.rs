@@ -102,7 +102,7 @@ fn memory_store(c: &mut Criterion) {
         })
         .collect();
     let mut next = 0;
-    c.bench_function("memory store/check, 10k keys", |b| {
+    c.bench_function("memory store/charge, 10k keys", |b| {
         b.iter(|| {
             next = (next + 1) % hits.len();
             runtime
@@ -110,7 +110,7 @@ fn memory_store(c: &mut Criterion) {
                 .expect("memory store")
         })
     });
-    c.bench_function("memory store/check, 4 threads on 16 hot keys", |b| {
+    c.bench_function("memory store/charge, 4 threads on 16 hot keys", |b| {
         b.iter_custom(|iterations| contended(&store, &hits[..16], iterations))
     });
 }
