@@ -20,40 +20,6 @@ pub fn window_start_us(limit: &Rate, now_us: u64) -> u64 {
     now_us - now_us % limit.period_us()
 }
 
-/// Decides one hit. Returns the decision and the window to store when it changed.
-fn decide(
-    stored: Option<Window>,
-    limit: &Rate,
-    cost: u64,
-    now_us: u64,
-) -> (Decision, Option<Window>) {
-    // A stored window ahead of the clock (the clock went back) still counts: never admit more.
-    let start_us = match stored {
-        Some(window) if window.start_us > now_us => window.start_us,
-        _ => window_start_us(limit, now_us),
-    };
-    let until_next_window_us = start_us + limit.period_us() - now_us;
-    let capacity = u64::from(limit.requests_per_unit);
-    // A window that is not the current one has expired: its count no longer matters.
-    let count = stored
-        .filter(|window| window.start_us == start_us)
-        .map_or(0, |window| window.count);
-    let admitted = count.saturating_add(cost) <= capacity;
-    let count_after = if admitted { count + cost } else { count };
-    let decision = Decision {
-        admitted,
-        remaining: remaining(u128::from(capacity.saturating_sub(count_after))),
-        reset_after_us: until_next_window_us,
-        // The next window starts empty, so any cost that fits at all fits there.
-        retry_after_us: if admitted { 0 } else { until_next_window_us },
-    };
-    let changed = (admitted && cost > 0).then_some(Window {
-        start_us,
-        count: count_after,
-    });
-    (decision, changed)
-}
-
 /// The fixed window in the registry.
 pub struct FixedWindow;
 
@@ -62,13 +28,39 @@ impl LimitAlgorithm for FixedWindow {
     const KEY_HOLDS_WINDOW: bool = true;
     const DECIDES_ZERO_LIMIT: bool = true;
 
+    /// Decides one hit. Returns the decision and the window to store when it changed.
     fn decide(
         stored: Option<&Window>,
-        rate: &Rate,
+        limit: &Rate,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Window>) {
-        decide(stored.copied(), rate, cost, now_us)
+        let stored = stored.copied();
+        // A stored window ahead of the clock (the clock went back) still counts: never admit more.
+        let start_us = match stored {
+            Some(window) if window.start_us > now_us => window.start_us,
+            _ => window_start_us(limit, now_us),
+        };
+        let until_next_window_us = start_us + limit.period_us() - now_us;
+        let capacity = u64::from(limit.requests_per_unit);
+        // A window that is not the current one has expired: its count no longer matters.
+        let count = stored
+            .filter(|window| window.start_us == start_us)
+            .map_or(0, |window| window.count);
+        let admitted = count.saturating_add(cost) <= capacity;
+        let count_after = if admitted { count + cost } else { count };
+        let decision = Decision {
+            admitted,
+            remaining: remaining(u128::from(capacity.saturating_sub(count_after))),
+            reset_after_us: until_next_window_us,
+            // The next window starts empty, so any cost that fits at all fits there.
+            retry_after_us: if admitted { 0 } else { until_next_window_us },
+        };
+        let changed = (admitted && cost > 0).then_some(Window {
+            start_us,
+            count: count_after,
+        });
+        (decision, changed)
     }
 
     /// The window ends.

@@ -15,41 +15,6 @@ pub struct Tat {
     pub scaled_empty_at: u128,
 }
 
-/// Decides one hit; returns the decision and the TAT to store when it changed.
-fn decide(stored: Option<Tat>, limit: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Tat>) {
-    let rate = u128::from(limit.requests_per_unit);
-    let interval = u128::from(limit.period_us()); // T, scaled
-    let tolerance = u128::from(limit.capacity()) * interval; // burst x T
-    let now = u128::from(now_us) * rate;
-    let empty_at = stored.map_or(now, |tat| tat.scaled_empty_at).max(now);
-    let after_hit = empty_at + u128::from(cost) * interval;
-    let admitted = after_hit - now <= tolerance;
-    let level = if admitted { after_hit } else { empty_at } - now;
-    let decision = Decision {
-        admitted,
-        // Requests of cost 1 that still fit: floor((burst x T - level) / T).
-        remaining: remaining(tolerance.saturating_sub(level) / interval),
-        reset_after_us: wait_us(level, rate, limit.period_us()),
-        retry_after_us: if admitted {
-            0
-        } else if u128::from(cost) * interval > tolerance {
-            limit.period_us()
-        } else {
-            wait_us(after_hit - tolerance - now, rate, limit.period_us())
-        },
-    };
-    let changed = (admitted && cost > 0).then_some(Tat {
-        scaled_empty_at: after_hit,
-    });
-    (decision, changed)
-}
-
-/// When the state no longer matters: the bucket is empty.
-fn expires_at_us(tat: &Tat, limit: &Rate) -> u64 {
-    let rate = u128::from(limit.requests_per_unit.max(1));
-    u64::try_from(tat.scaled_empty_at.div_ceil(rate)).unwrap_or(u64::MAX)
-}
-
 /// The leaky bucket in the registry: `burst` defaults to 1, strict pacing.
 pub struct LeakyBucket;
 
@@ -60,17 +25,45 @@ impl LimitAlgorithm for LeakyBucket {
         Some(1)
     }
 
+    /// Decides one hit; returns the decision and the TAT to store when it changed.
     fn decide(
         stored: Option<&Tat>,
-        rate: &Rate,
+        limit: &Rate,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Tat>) {
-        decide(stored.copied(), rate, cost, now_us)
+        let stored = stored.copied();
+        let rate = u128::from(limit.requests_per_unit);
+        let interval = u128::from(limit.period_us()); // T, scaled
+        let tolerance = u128::from(limit.capacity()) * interval; // burst x T
+        let now = u128::from(now_us) * rate;
+        let empty_at = stored.map_or(now, |tat| tat.scaled_empty_at).max(now);
+        let after_hit = empty_at + u128::from(cost) * interval;
+        let admitted = after_hit - now <= tolerance;
+        let level = if admitted { after_hit } else { empty_at } - now;
+        let decision = Decision {
+            admitted,
+            // Requests of cost 1 that still fit: floor((burst x T - level) / T).
+            remaining: remaining(tolerance.saturating_sub(level) / interval),
+            reset_after_us: wait_us(level, rate, limit.period_us()),
+            retry_after_us: if admitted {
+                0
+            } else if u128::from(cost) * interval > tolerance {
+                limit.period_us()
+            } else {
+                wait_us(after_hit - tolerance - now, rate, limit.period_us())
+            },
+        };
+        let changed = (admitted && cost > 0).then_some(Tat {
+            scaled_empty_at: after_hit,
+        });
+        (decision, changed)
     }
 
-    fn expires_at_us(tat: &Tat, rate: &Rate) -> u64 {
-        expires_at_us(tat, rate)
+    /// When the state no longer matters: the bucket is empty.
+    fn expires_at_us(tat: &Tat, limit: &Rate) -> u64 {
+        let rate = u128::from(limit.requests_per_unit.max(1));
+        u64::try_from(tat.scaled_empty_at.div_ceil(rate)).unwrap_or(u64::MAX)
     }
 }
 

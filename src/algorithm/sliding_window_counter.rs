@@ -18,54 +18,6 @@ pub struct Counts {
     pub current: u64,
 }
 
-/// Decides one hit; returns the decision and the counts to store when they changed.
-fn decide(
-    stored: Option<Counts>,
-    limit: &Rate,
-    cost: u64,
-    now_us: u64,
-) -> (Decision, Option<Counts>) {
-    let period = limit.period_us();
-    let counts = rolled(stored, period, now_us);
-    // Zero when the stored window is ahead of the clock: the previous count weighs fully.
-    let elapsed = now_us.saturating_sub(counts.start_us);
-    let capacity = u64::from(limit.requests_per_unit);
-    let admitted = weighted(
-        counts.previous,
-        counts.current.saturating_add(cost),
-        elapsed,
-        period,
-    ) <= u128::from(capacity) * u128::from(period);
-    let after = Counts {
-        current: if admitted {
-            counts.current + cost
-        } else {
-            counts.current
-        },
-        ..counts
-    };
-    let used = weighted(after.previous, after.current, elapsed, period);
-    let decision = Decision {
-        admitted,
-        // floor(L - estimate) = floor((L x W - used) / W)
-        remaining: remaining(
-            (u128::from(capacity) * u128::from(period)).saturating_sub(used) / u128::from(period),
-        ),
-        reset_after_us: until_empty(&after, period, now_us),
-        retry_after_us: if admitted {
-            0
-        } else {
-            retry_after(&counts, capacity, cost, period, now_us)
-        },
-    };
-    (decision, (admitted && cost > 0).then_some(after))
-}
-
-/// When the state no longer matters: the current window has also become the previous one.
-fn expires_at_us(counts: &Counts, limit: &Rate) -> u64 {
-    counts.start_us + 2 * limit.period_us()
-}
-
 /// The stored counts moved to the window holding `now_us`.
 fn rolled(stored: Option<Counts>, period: u64, now_us: u64) -> Counts {
     let start_us = now_us - now_us % period;
@@ -137,17 +89,54 @@ pub struct SlidingWindowCounter;
 impl LimitAlgorithm for SlidingWindowCounter {
     type State = Counts;
 
+    /// Decides one hit; returns the decision and the counts to store when they changed.
     fn decide(
         stored: Option<&Counts>,
-        rate: &Rate,
+        limit: &Rate,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Counts>) {
-        decide(stored.copied(), rate, cost, now_us)
+        let stored = stored.copied();
+        let period = limit.period_us();
+        let counts = rolled(stored, period, now_us);
+        // Zero when the stored window is ahead of the clock: the previous count weighs fully.
+        let elapsed = now_us.saturating_sub(counts.start_us);
+        let capacity = u64::from(limit.requests_per_unit);
+        let admitted = weighted(
+            counts.previous,
+            counts.current.saturating_add(cost),
+            elapsed,
+            period,
+        ) <= u128::from(capacity) * u128::from(period);
+        let after = Counts {
+            current: if admitted {
+                counts.current + cost
+            } else {
+                counts.current
+            },
+            ..counts
+        };
+        let used = weighted(after.previous, after.current, elapsed, period);
+        let decision = Decision {
+            admitted,
+            // floor(L - estimate) = floor((L x W - used) / W)
+            remaining: remaining(
+                (u128::from(capacity) * u128::from(period)).saturating_sub(used)
+                    / u128::from(period),
+            ),
+            reset_after_us: until_empty(&after, period, now_us),
+            retry_after_us: if admitted {
+                0
+            } else {
+                retry_after(&counts, capacity, cost, period, now_us)
+            },
+        };
+        (decision, (admitted && cost > 0).then_some(after))
     }
 
-    fn expires_at_us(counts: &Counts, rate: &Rate) -> u64 {
-        expires_at_us(counts, rate)
+    /// When the state no longer matters: the current window has also become the previous one.
+    fn expires_at_us(counts: &Counts, limit: &Rate) -> u64 {
+        counts.start_us + 2 * limit.period_us()
     }
 }
 

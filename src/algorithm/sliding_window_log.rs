@@ -11,54 +11,6 @@ use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 /// Admission times, ascending, of every admitted unit of cost still in the window.
 pub type Log = Vec<u64>;
 
-/// Decides one hit; returns the decision and the log to store when it changed.
-fn decide(stored: Option<&Log>, limit: &Rate, cost: u64, now_us: u64) -> (Decision, Option<Log>) {
-    let period = limit.period_us();
-    let capacity = u64::from(limit.requests_per_unit);
-    // Entries stamped in the future (the clock went back) still count: never admit more.
-    let live: &[u64] = stored.map_or(&[], |log| {
-        let first_live = log.partition_point(|&ts| ts.saturating_add(period) <= now_us);
-        &log[first_live..]
-    });
-    let count = live.len() as u64;
-    let admitted = count.saturating_add(cost) <= capacity;
-    if !admitted {
-        let retry_after_us = if cost > capacity {
-            period
-        } else {
-            // The oldest (count + cost - capacity) entries must leave first.
-            let must_leave = (count + cost - capacity) as usize;
-            live[must_leave - 1] + period - now_us
-        };
-        let decision = Decision {
-            admitted,
-            remaining: remaining(u128::from(capacity.saturating_sub(count))),
-            reset_after_us: until_empty(live, period, now_us),
-            retry_after_us,
-        };
-        return (decision, None);
-    }
-    let changed = (cost > 0).then(|| {
-        let mut log = live.to_vec();
-        let at = log.partition_point(|&ts| ts <= now_us);
-        log.splice(at..at, std::iter::repeat_n(now_us, cost as usize));
-        log
-    });
-    let after: &[u64] = changed.as_deref().unwrap_or(live);
-    let decision = Decision {
-        admitted,
-        remaining: remaining(u128::from(capacity.saturating_sub(after.len() as u64))),
-        reset_after_us: until_empty(after, period, now_us),
-        retry_after_us: 0,
-    };
-    (decision, changed)
-}
-
-/// When the state no longer matters: the newest entry leaves the window.
-fn expires_at_us(log: &Log, limit: &Rate) -> u64 {
-    log.last().map_or(0, |&ts| ts + limit.period_us())
-}
-
 /// Time until the newest entry leaves the window (all capacity back).
 fn until_empty(live: &[u64], period: u64, now_us: u64) -> u64 {
     live.last()
@@ -76,17 +28,57 @@ impl LimitAlgorithm for SlidingWindowLog {
     ));
     const NEEDS_NONCE: bool = true;
 
+    /// Decides one hit; returns the decision and the log to store when it changed.
     fn decide(
         stored: Option<&Log>,
-        rate: &Rate,
+        limit: &Rate,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Log>) {
-        decide(stored, rate, cost, now_us)
+        let period = limit.period_us();
+        let capacity = u64::from(limit.requests_per_unit);
+        // Entries stamped in the future (the clock went back) still count: never admit more.
+        let live: &[u64] = stored.map_or(&[], |log| {
+            let first_live = log.partition_point(|&ts| ts.saturating_add(period) <= now_us);
+            &log[first_live..]
+        });
+        let count = live.len() as u64;
+        let admitted = count.saturating_add(cost) <= capacity;
+        if !admitted {
+            let retry_after_us = if cost > capacity {
+                period
+            } else {
+                // The oldest (count + cost - capacity) entries must leave first.
+                let must_leave = (count + cost - capacity) as usize;
+                live[must_leave - 1] + period - now_us
+            };
+            let decision = Decision {
+                admitted,
+                remaining: remaining(u128::from(capacity.saturating_sub(count))),
+                reset_after_us: until_empty(live, period, now_us),
+                retry_after_us,
+            };
+            return (decision, None);
+        }
+        let changed = (cost > 0).then(|| {
+            let mut log = live.to_vec();
+            let at = log.partition_point(|&ts| ts <= now_us);
+            log.splice(at..at, std::iter::repeat_n(now_us, cost as usize));
+            log
+        });
+        let after: &[u64] = changed.as_deref().unwrap_or(live);
+        let decision = Decision {
+            admitted,
+            remaining: remaining(u128::from(capacity.saturating_sub(after.len() as u64))),
+            reset_after_us: until_empty(after, period, now_us),
+            retry_after_us: 0,
+        };
+        (decision, changed)
     }
 
-    fn expires_at_us(log: &Log, rate: &Rate) -> u64 {
-        expires_at_us(log, rate)
+    /// When the state no longer matters: the newest entry leaves the window.
+    fn expires_at_us(log: &Log, limit: &Rate) -> u64 {
+        log.last().map_or(0, |&ts| ts + limit.period_us())
     }
 }
 

@@ -15,50 +15,6 @@ pub struct Bucket {
     pub updated_us: u64,
 }
 
-/// Decides one hit; returns the decision and the bucket to store when it changed.
-fn decide(
-    stored: Option<Bucket>,
-    limit: &Rate,
-    cost: u64,
-    now_us: u64,
-) -> (Decision, Option<Bucket>) {
-    let period = u128::from(limit.period_us());
-    let rate = u128::from(limit.requests_per_unit);
-    let full = u128::from(limit.capacity()) * period;
-    let tokens = refilled(stored, full, rate, now_us);
-    let needed = u128::from(cost) * period;
-    let admitted = needed <= tokens;
-    let after = if admitted { tokens - needed } else { tokens };
-    let decision = Decision {
-        admitted,
-        remaining: remaining(after / period),
-        reset_after_us: wait_us(full - after, rate, limit.period_us()),
-        retry_after_us: if admitted {
-            0
-        } else if needed > full {
-            limit.period_us()
-        } else {
-            wait_us(needed - tokens, rate, limit.period_us())
-        },
-    };
-    let changed = (admitted && cost > 0).then_some(Bucket {
-        scaled_tokens: after,
-        updated_us: now_us,
-    });
-    (decision, changed)
-}
-
-/// When the state no longer matters: the bucket is full again.
-fn expires_at_us(bucket: &Bucket, limit: &Rate) -> u64 {
-    let period = u128::from(limit.period_us());
-    let full = u128::from(limit.capacity()) * period;
-    let missing = full.saturating_sub(bucket.scaled_tokens);
-    let rate = u128::from(limit.requests_per_unit);
-    bucket
-        .updated_us
-        .saturating_add(wait_us(missing, rate, limit.period_us()))
-}
-
 /// Tokens at `now_us`: a new bucket is full; time going back refills nothing.
 fn refilled(stored: Option<Bucket>, full: u128, rate: u128, now_us: u64) -> u128 {
     match stored {
@@ -80,17 +36,49 @@ impl LimitAlgorithm for TokenBucket {
         Some(requests_per_unit)
     }
 
+    /// Decides one hit; returns the decision and the bucket to store when it changed.
     fn decide(
         stored: Option<&Bucket>,
-        rate: &Rate,
+        limit: &Rate,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Bucket>) {
-        decide(stored.copied(), rate, cost, now_us)
+        let stored = stored.copied();
+        let period = u128::from(limit.period_us());
+        let rate = u128::from(limit.requests_per_unit);
+        let full = u128::from(limit.capacity()) * period;
+        let tokens = refilled(stored, full, rate, now_us);
+        let needed = u128::from(cost) * period;
+        let admitted = needed <= tokens;
+        let after = if admitted { tokens - needed } else { tokens };
+        let decision = Decision {
+            admitted,
+            remaining: remaining(after / period),
+            reset_after_us: wait_us(full - after, rate, limit.period_us()),
+            retry_after_us: if admitted {
+                0
+            } else if needed > full {
+                limit.period_us()
+            } else {
+                wait_us(needed - tokens, rate, limit.period_us())
+            },
+        };
+        let changed = (admitted && cost > 0).then_some(Bucket {
+            scaled_tokens: after,
+            updated_us: now_us,
+        });
+        (decision, changed)
     }
 
-    fn expires_at_us(bucket: &Bucket, rate: &Rate) -> u64 {
-        expires_at_us(bucket, rate)
+    /// When the state no longer matters: the bucket is full again.
+    fn expires_at_us(bucket: &Bucket, limit: &Rate) -> u64 {
+        let period = u128::from(limit.period_us());
+        let full = u128::from(limit.capacity()) * period;
+        let missing = full.saturating_sub(bucket.scaled_tokens);
+        let rate = u128::from(limit.requests_per_unit);
+        bucket
+            .updated_us
+            .saturating_add(wait_us(missing, rate, limit.period_us()))
     }
 }
 
