@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluice::config::{load, Config, LoadOptions};
-use sluice::limit::{Algorithm, Hit, Limit, Unit};
+use sluice::limit::{Algorithm, Charging, Hit, Limit, Role, Unit};
 use sluice::store::key::descriptor_key;
 use sluice::store::memory::MemoryStore;
 use sluice::store::{Store, SystemClock};
@@ -99,6 +99,7 @@ fn memory_store(c: &mut Criterion) {
             key: format!("bench_k_{i}_"),
             limit,
             cost: 1,
+            role: Role::Enforced,
         })
         .collect();
     let mut next = 0;
@@ -106,7 +107,7 @@ fn memory_store(c: &mut Criterion) {
         b.iter(|| {
             next = (next + 1) % hits.len();
             runtime
-                .block_on(store.charge(std::slice::from_ref(&hits[next])))
+                .block_on(store.charge(std::slice::from_ref(&hits[next]), Charging::AllOrNothing))
                 .expect("memory store")
         })
     });
@@ -130,7 +131,9 @@ fn contended(store: &Arc<MemoryStore>, hits: &[Hit], iterations: u64) -> Duratio
                     let hit = &hits[(i as usize + t) % hits.len()];
                     black_box(
                         runtime
-                            .block_on(store.charge(std::slice::from_ref(hit)))
+                            .block_on(
+                                store.charge(std::slice::from_ref(hit), Charging::AllOrNothing),
+                            )
                             .expect("memory store"),
                     );
                 }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use sluice::limit::{Hit, Limit, Unit};
+use sluice::limit::{Charging, Hit, Limit, Role, Unit};
 use sluice::store::memory::MemoryStore;
 use sluice::store::{Store, SystemClock};
 
@@ -26,6 +26,7 @@ fn hit(i: u64) -> Hit {
         key: format!("edge_proxy_remote_address_10.{a}.{b}.{c}_"),
         limit: Limit::fixed_window(100, Unit::Hour),
         cost: 1,
+        role: Role::Enforced,
     }
 }
 
@@ -41,7 +42,7 @@ fn main() {
     let before = resident_bytes();
     for i in 0..keys {
         runtime
-            .block_on(store.charge(&[hit(i)]))
+            .block_on(store.charge(&[hit(i)], Charging::AllOrNothing))
             .expect("memory store");
     }
     let after = resident_bytes();
@@ -53,7 +54,7 @@ fn main() {
     );
     for i in keys..2 * keys {
         runtime
-            .block_on(store.charge(&[hit(i)]))
+            .block_on(store.charge(&[hit(i)], Charging::AllOrNothing))
             .expect("memory store");
     }
     println!(

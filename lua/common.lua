@@ -1,19 +1,37 @@
--- Shared helpers, prepended by sluice to every algorithm script below (src/store/redis/scripts.rs).
+-- Shared helpers, prepended by sluice to the algorithm scripts and the request driver
+-- (src/store/redis/scripts.rs), which together make one script: one call decides every hit of
+-- a request (on a Cluster, every hit of one slot).
 --
--- Every algorithm script takes (src/store/redis/args.rs builds them, in this order):
---   KEYS[1]  the one key it reads and writes
---   ARGV[1]  requests_per_unit  L
---   ARGV[2]  period_us  W, the period in microseconds (unit x unit_multiplier)
---   ARGV[3]  cost  h, the cost of this hit (0 only reads)
---   ARGV[4]  capacity  the bucket capacity (burst) for the bucket algorithms; L for the others
---   ARGV[5]  now_us  now in microseconds, or "" to read Redis TIME (one clock for every replica)
---   ARGV[6]  nonce  a value unique to this hit (sliding_window_log members), or ""
--- and replies {admitted (1 or 0), remaining, reset_after_us, retry_after_us}: the fields of
--- sluice's Decision, which src/algorithm/ specifies.
+-- The call takes:
+--   KEYS[i]  the key of hit i
+--   ARGV[1]  the mode: "all" (a request is charged only if no hit vetoes it), "each" (every
+--            admitted hit is charged: envoyproxy/ratelimit's way), or "refund" (the hits were
+--            charged by an earlier "each" call and are taken back)
+-- then, for each hit i, 8 arguments from ARGV[2 + 8 x (i - 1)] on (src/store/redis/args.rs
+-- builds them, in this order):
+--   ARGV[+0]  algorithm  its name, as in YAML (a script of lua/ registers it)
+--   ARGV[+1]  requests_per_unit  L
+--   ARGV[+2]  period_us  W, the period in microseconds (unit x unit_multiplier)
+--   ARGV[+3]  cost  h, the cost of this hit (0 only reads)
+--   ARGV[+4]  capacity  the bucket capacity (burst) for the bucket algorithms; L for the others
+--   ARGV[+5]  now_us  now in microseconds, or "" to read Redis TIME (one clock for every
+--                     replica); for "refund", the time the charge was decided at
+--   ARGV[+6]  nonce  a value unique to this hit (sliding_window_log members), or ""
+--   ARGV[+7]  role  "enforced" (a denial denies the request), "shadow" (never denies) or
+--                   "quota" (denies only when every quota hit of the request is denied)
+-- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us (the
+-- fields of sluice's Decision, which src/algorithm/ specifies) and the time it was decided at.
+--
+-- An algorithm script registers {read, decide, write, refund} under its name:
+--   read(hit) the key's state at hit.now; decide(hit, state) the decision and the state after
+--   the hit (nil when unchanged); write(hit, state) stores a state that decide returned;
+--   refund(hit) takes back a charge of hit.cost decided at hit.now.
 --
 -- Lua numbers are doubles: every value stays an integer below 2^53, where doubles are exact
 -- (e.g. L x W below 2^53: 100,000 per day, 1,000,000 per hour). Numbers sent back to Redis
 -- are formatted with %d, never tostring (which would write 1e+15).
+
+local algorithms = {}
 
 local function now_us(given)
   local now = tonumber(given)
@@ -52,22 +70,14 @@ local function expire_after(key, us)
   redis.call('PEXPIRE', key, fmt(div_ceil(us, 1000) + 1))
 end
 
-local function reply(admitted, remaining, reset_after_us, retry_after_us)
+local function decision(admitted, remaining, reset_after_us, retry_after_us)
   return {admitted and 1 or 0, math.max(0, remaining), math.max(0, reset_after_us), math.max(0, retry_after_us)}
 end
 
-local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local capacity = tonumber(ARGV[4])
-local now = now_us(ARGV[5])
-
 -- requests_per_unit 0 blocks everything, whatever the burst (src/algorithm/mod.rs).
-local function blocked()
-  if cost == 0 then
-    return reply(true, 0, 0, 0)
+local function blocked(hit)
+  if hit.cost == 0 then
+    return decision(true, 0, 0, 0)
   end
-  return reply(false, 0, 0, period)
+  return decision(false, 0, 0, hit.period)
 end
-

@@ -1,43 +1,95 @@
 -- sliding_window_log: one sorted-set member per admitted unit of cost, scored by its time
 -- (src/algorithm/sliding_window_log.rs). Members are `<nonce>:<i>`: the nonce is unique per hit.
--- KEYS[1]: CACHE_KEY_PREFIX .. sliding_window_log_domain_key_value_...
--- ARGV, reply: see common.lua. An entry stamped ts is in the window iff ts + W > now.
+-- Key: CACHE_KEY_PREFIX .. sliding_window_log_domain_key_value_...
+-- State: {count = live stored entries, added = {hits admitted earlier in this call}}; an
+-- entry stamped ts is in the window iff ts + W > now.
 
-if limit == 0 then
-  return blocked()
+-- The time of the entry of rank `rank` (0 = oldest) among the stored and the added ones.
+local function entry_at(hit, state, rank)
+  if rank < state.count then
+    local entry = redis.call('ZRANGE', hit.key, rank, rank, 'WITHSCORES')
+    return tonumber(entry[2])
+  end
+  rank = rank - state.count
+  for _, added in ipairs(state.added) do
+    if rank < added.cost then
+      return added.now
+    end
+    rank = rank - added.cost
+  end
+  return hit.now
 end
-redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - period))
-local count = redis.call('ZCARD', key)
 
-local function until_empty()
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if #newest == 0 then
+local function live(state)
+  local count = state.count
+  for _, added in ipairs(state.added) do
+    count = count + added.cost
+  end
+  return count
+end
+
+local function until_empty(hit, state)
+  local count = live(state)
+  if count == 0 then
     return 0
   end
-  return tonumber(newest[2]) + period - now
+  return entry_at(hit, state, count - 1) + hit.period - hit.now
 end
 
-if count + cost > limit then
-  local retry = period
-  if cost <= limit then
-    -- The oldest (count + cost - L) entries must leave first.
-    local must_leave = count + cost - limit
-    local entry = redis.call('ZRANGE', key, must_leave - 1, must_leave - 1, 'WITHSCORES')
-    retry = tonumber(entry[2]) + period - now
-  end
-  return reply(false, limit - count, until_empty(), retry)
-end
-if cost > 0 then
-  local stamp = fmt(now)
-  local members = {}
-  for i = 1, cost do
-    members[#members + 1] = stamp
-    members[#members + 1] = ARGV[6] .. ':' .. fmt(i)
-    if #members >= 1000 or i == cost then
-      redis.call('ZADD', key, unpack(members))
-      members = {}
+algorithms.sliding_window_log = {
+  read = function(hit)
+    -- Entries that left the window matter to no one: dropping them changes no decision.
+    redis.call('ZREMRANGEBYSCORE', hit.key, '-inf', fmt(hit.now - hit.period))
+    return {count = redis.call('ZCARD', hit.key), added = {}}
+  end,
+  decide = function(hit, state)
+    local count = live(state)
+    if count + hit.cost > hit.limit then
+      local retry = hit.period
+      if hit.cost <= hit.limit then
+        -- The oldest (count + cost - L) entries must leave first.
+        retry = entry_at(hit, state, count + hit.cost - hit.limit - 1) + hit.period - hit.now
+      end
+      return decision(false, hit.limit - count, until_empty(hit, state), retry), nil
     end
-  end
-  expire_after(key, until_empty())
-end
-return reply(true, limit - count - cost, until_empty(), 0)
+    local after = state
+    if hit.cost > 0 then
+      local added = {}
+      for i, earlier in ipairs(state.added) do
+        added[i] = earlier
+      end
+      added[#added + 1] = {cost = hit.cost, now = hit.now, nonce = hit.nonce}
+      after = {count = state.count, added = added}
+    end
+    local changed = nil
+    if hit.cost > 0 then
+      changed = after
+    end
+    return decision(true, hit.limit - count - hit.cost, until_empty(hit, after), 0), changed
+  end,
+  write = function(hit, state)
+    for _, added in ipairs(state.added) do
+      local stamp = fmt(added.now)
+      local members = {}
+      for i = 1, added.cost do
+        members[#members + 1] = stamp
+        members[#members + 1] = added.nonce .. ':' .. fmt(i)
+        if #members >= 1000 or i == added.cost then
+          redis.call('ZADD', hit.key, unpack(members))
+          members = {}
+        end
+      end
+    end
+    expire_after(hit.key, until_empty(hit, {count = redis.call('ZCARD', hit.key), added = {}}))
+  end,
+  refund = function(hit)
+    local members = {}
+    for i = 1, hit.cost do
+      members[#members + 1] = hit.nonce .. ':' .. fmt(i)
+      if #members >= 1000 or i == hit.cost then
+        redis.call('ZREM', hit.key, unpack(members))
+        members = {}
+      end
+    end
+  end,
+}

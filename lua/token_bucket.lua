@@ -1,29 +1,45 @@
 -- token_bucket: `capacity` tokens refilled continuously at L per W (src/algorithm/token_bucket.rs).
--- KEYS[1]: CACHE_KEY_PREFIX .. token_bucket_domain_key_value_..., a hash:
---          t = tokens x W (scaled so the refill, L per microsecond, is an integer), u = time (µs).
--- ARGV, reply: see common.lua. A missing key is a full bucket; it expires when full again.
+-- Key: CACHE_KEY_PREFIX .. token_bucket_domain_key_value_..., a hash:
+--      t = tokens x W (scaled so the refill, L per microsecond, is an integer), u = time (µs).
+-- A missing key is a full bucket; it expires when full again. State: the tokens at hit.now.
 
-if limit == 0 then
-  return blocked()
-end
-local full = capacity * period
-local tokens = full
-local stored = redis.call('HMGET', key, 't', 'u')
-if stored[1] then
-  tokens = math.min(full, tonumber(stored[1]) + limit * math.max(0, now - tonumber(stored[2])))
-end
-local needed = cost * period
-if needed > tokens then
-  local retry = period
-  if needed <= full then
-    retry = div_ceil(needed - tokens, limit)
-  end
-  return reply(false, div_floor(tokens, period), div_ceil(full - tokens, limit), retry)
-end
-local after = tokens - needed
-local reset_after = div_ceil(full - after, limit)
-if cost > 0 then
-  redis.call('HSET', key, 't', fmt(after), 'u', fmt(now))
-  expire_after(key, reset_after)
-end
-return reply(true, div_floor(after, period), reset_after, 0)
+algorithms.token_bucket = {
+  read = function(hit)
+    local full = hit.capacity * hit.period
+    local stored = redis.call('HMGET', hit.key, 't', 'u')
+    if stored[1] then
+      local elapsed = math.max(0, hit.now - tonumber(stored[2]))
+      return math.min(full, tonumber(stored[1]) + hit.limit * elapsed)
+    end
+    return full
+  end,
+  decide = function(hit, tokens)
+    local full = hit.capacity * hit.period
+    local needed = hit.cost * hit.period
+    if needed > tokens then
+      local retry = hit.period
+      if needed <= full then
+        retry = div_ceil(needed - tokens, hit.limit)
+      end
+      return decision(false, div_floor(tokens, hit.period), div_ceil(full - tokens, hit.limit), retry), nil
+    end
+    local after = tokens - needed
+    local changed = nil
+    if hit.cost > 0 then
+      changed = after
+    end
+    return decision(true, div_floor(after, hit.period), div_ceil(full - after, hit.limit), 0), changed
+  end,
+  write = function(hit, tokens)
+    redis.call('HSET', hit.key, 't', fmt(tokens), 'u', fmt(hit.now))
+    expire_after(hit.key, div_ceil(hit.capacity * hit.period - tokens, hit.limit))
+  end,
+  refund = function(hit)
+    local stored = redis.call('HMGET', hit.key, 't', 'u')
+    if stored[1] then
+      local full = hit.capacity * hit.period
+      local tokens = math.min(full, tonumber(stored[1]) + hit.cost * hit.period)
+      redis.call('HSET', hit.key, 't', fmt(tokens))
+    end
+  end,
+}

@@ -162,6 +162,61 @@ pub struct Hit {
     pub key: String,
     pub limit: Limit,
     pub cost: u64,
+    /// How the hit's denial weighs on its request.
+    pub role: Role,
+}
+
+/// How a hit's denial weighs on the request it belongs to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// A denial denies the request.
+    #[default]
+    Enforced,
+    /// `shadow_mode`: counted, but a denial never denies the request.
+    Shadow,
+    /// `quota_mode`: the request is denied only when every quota hit of it is.
+    Quota,
+}
+
+impl Role {
+    /// The role's name in the Redis scripts' arguments.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Enforced => "enforced",
+            Role::Shadow => "shadow",
+            Role::Quota => "quota",
+        }
+    }
+}
+
+/// Whether hits of these roles, admitted or not, deny their request: an enforced hit denied,
+/// or every quota hit denied (when there is one). The stores charge nothing for such a
+/// request (`Charging::AllOrNothing`), and its overall code is OVER_LIMIT.
+pub fn vetoed(outcomes: impl IntoIterator<Item = (Role, bool)>) -> bool {
+    let (mut quota_hits, mut quota_denied) = (0, 0);
+    for (role, admitted) in outcomes {
+        match role {
+            Role::Enforced if !admitted => return true,
+            Role::Quota => {
+                quota_hits += 1;
+                quota_denied += usize::from(!admitted);
+            }
+            _ => {}
+        }
+    }
+    quota_hits > 0 && quota_denied == quota_hits
+}
+
+/// How a store charges the hits of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Charging {
+    /// A request is charged only if it is not `vetoed`: a denied request charges nothing
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`, sluice's default).
+    #[default]
+    AllOrNothing,
+    /// Every admitted hit is charged, even when another hit denies the request
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`, envoyproxy/ratelimit's default).
+    EachAdmitted,
 }
 
 /// Rounds microseconds up to whole seconds: Envoy truncates, so rounding down would tell a

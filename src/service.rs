@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::{Config, Domain};
 use crate::labels::LimitLabels;
-use crate::limit::{Decision, Hit, Limit, Unit};
+use crate::limit::{Charging, Decision, Hit, Limit, Unit};
 use crate::metrics::{LimitOutcome, Metrics};
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
@@ -38,6 +38,8 @@ pub struct ServiceOptions {
     pub response_headers: Option<HeaderNames>,
     /// `RESPONSE_DYNAMIC_METADATA`.
     pub response_dynamic_metadata: bool,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: whether a denied request charges nothing.
+    pub charging: Charging,
 }
 
 /// What a call gets when the store cannot decide.
@@ -143,7 +145,7 @@ impl<S: Store> RateLimiter<S> {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let result = self.store.charge(hits).await;
+        let result = self.store.charge(hits, self.options.charging).await;
         let seconds = started.elapsed().as_secs_f64();
         self.metrics
             .record_store_call(seconds, result.as_ref().err());
@@ -296,6 +298,7 @@ impl<'a> Planned<'a> {
             key,
             limit: applied.limit,
             cost,
+            role: applied.role(),
         };
         Planned {
             verdict: Verdict::Limited(applied),

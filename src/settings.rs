@@ -14,6 +14,7 @@ mod redis;
 
 use crate::config::LoadOptions;
 use crate::duration;
+use crate::limit::Charging;
 use crate::service::{FailureMode, HeaderNames, RequestBounds, ServiceOptions};
 pub use redis::{RedisArgs, RedisSettings};
 
@@ -105,6 +106,11 @@ pub struct ServeArgs {
     pub limit_remaining_header: String,
     #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset")]
     pub limit_reset_header: String,
+    /// A denied request charges none of its limits (envoyproxy/ratelimit's variable; sluice's
+    /// default is true, the reference's false: with false, every limit that admits a request
+    /// is charged even when another denies it).
+    #[arg(long, env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub stop_cache_key_increment_when_overlimit: bool,
     /// Fill dynamic_metadata with the request and the matched limits' metadata.
     #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub response_dynamic_metadata: bool,
@@ -246,6 +252,11 @@ impl ServeArgs {
                     reset: self.limit_reset_header.clone(),
                 }),
                 response_dynamic_metadata: self.response_dynamic_metadata,
+                charging: if self.stop_cache_key_increment_when_overlimit {
+                    Charging::AllOrNothing
+                } else {
+                    Charging::EachAdmitted
+                },
             },
             near_limit_ratio: ratio(
                 "--near-limit-ratio / NEAR_LIMIT_RATIO",

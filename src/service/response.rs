@@ -1,7 +1,7 @@
 //! Building the response: one `DescriptorStatus` per descriptor, in request order, and the
 //! overall code.
 
-use crate::limit::{ceil_seconds, Decision, Limit};
+use crate::limit::{ceil_seconds, vetoed, Decision, Limit, Role};
 use crate::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 
 /// What applies to one descriptor after matching, overrides and `replaces`.
@@ -24,6 +24,20 @@ pub struct Applied<'a> {
     pub quota_mode: bool,
     /// The matched rule's `metadata`, for dynamic metadata.
     pub metadata: Option<&'a prost_types::Struct>,
+}
+
+impl Applied<'_> {
+    /// How the limit's denial weighs on the request: a shadow-mode limit never denies it, a
+    /// quota-mode limit only with every other quota-mode limit of the request.
+    pub fn role(&self) -> Role {
+        if self.shadow_mode {
+            Role::Shadow
+        } else if self.quota_mode {
+            Role::Quota
+        } else {
+            Role::Enforced
+        }
+    }
 }
 
 /// The status of one descriptor; `decision` is present for `Limited` verdicts.
@@ -65,28 +79,24 @@ fn limited_status(applied: &Applied<'_>, decision: &Decision) -> DescriptorStatu
     }
 }
 
-/// OVER_LIMIT iff any non-quota descriptor is over, or every quota descriptor is (when there
-/// are any); global shadow mode turns OVER_LIMIT into OK here and only here.
+/// OVER_LIMIT iff the limited descriptors veto the request (`limit::vetoed`: any
+/// enforced one over, or every quota one over, when there are any), the rule by which the
+/// store charged it; global shadow mode turns OVER_LIMIT into OK here and only here.
 pub fn overall_code(
     verdicts: &[Verdict<'_>],
     statuses: &[DescriptorStatus],
     global_shadow: bool,
 ) -> Code {
-    let mut any_over = false;
-    let mut quota_total = 0;
-    let mut quota_over = 0;
-    for (verdict, status) in verdicts.iter().zip(statuses) {
-        let over = status.code == Code::OverLimit as i32;
-        match verdict {
-            Verdict::Limited(applied) if applied.quota_mode => {
-                quota_total += 1;
-                quota_over += usize::from(over);
+    let outcomes = verdicts
+        .iter()
+        .zip(statuses)
+        .filter_map(|(verdict, status)| match verdict {
+            Verdict::Limited(applied) => {
+                Some((applied.role(), status.code != Code::OverLimit as i32))
             }
-            _ => any_over |= over,
-        }
-    }
-    let over = any_over || (quota_total > 0 && quota_over == quota_total);
-    if over && !global_shadow {
+            _ => None,
+        });
+    if vetoed(outcomes) && !global_shadow {
         Code::OverLimit
     } else {
         Code::Ok

@@ -102,10 +102,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("OTEL_*", "no tracing export"),
     ("CONFIG_TYPE", "configuration comes from files"),
     ("CONFIG_GRPC_XDS_*", "configuration comes from files"),
-    (
-        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        "sluice never counts a denied hit",
-    ),
 ];
 
 /// The ignored variables set in `vars`, each with its reason, sorted.

@@ -65,7 +65,7 @@ mod tests {
 #[cfg(test)]
 mod redis_key_tests {
     use super::*;
-    use crate::limit::{Limit, Unit};
+    use crate::limit::{Limit, Role, Unit};
 
     #[test]
     fn fixed_window_keys_end_with_the_window_start_in_seconds() {
@@ -73,6 +73,7 @@ mod redis_key_tests {
             key: descriptor_key("domain", [("key1", "value1")]),
             limit: Limit::fixed_window(10, Unit::Minute),
             cost: 1,
+            role: Role::Enforced,
         };
         // 1234567 s is in the minute starting at 1234560 s.
         let key = redis_key("prefix_", &hit, 1_234_567_000_000);
@@ -88,6 +89,7 @@ mod redis_key_tests {
                 ..Limit::fixed_window(10, Unit::Second)
             },
             cost: 1,
+            role: Role::Enforced,
         };
         assert_eq!(redis_key("", &hit, 5), "token_bucket_d_k_v_");
     }

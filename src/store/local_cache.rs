@@ -9,7 +9,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::limit::{Decision, Hit, Limit};
+use crate::limit::{Charging, Decision, Hit, Limit};
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
 /// What one entry costs beside its key: the limit, two times, and the map's own overhead.
@@ -72,22 +72,29 @@ impl<S: Store> WithLocalCache<S> {
 }
 
 impl<S: Store> Store for WithLocalCache<S> {
-    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+    /// Answers locally the hits known to be over. Under `AllOrNothing`, a request that is not
+    /// answered whole goes to the store whole: the store must see the denials that veto it.
+    async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.cache.clock.now_us();
-        let local: Vec<Option<Decision>> = hits
+        let mut local: Vec<Option<Decision>> = hits
             .iter()
             .map(|hit| self.cache.answer(hit, now_us))
             .collect();
         if local.iter().all(Option::is_some) {
+            self.cache.count_hits(local.len());
             return Ok(local.into_iter().flatten().collect());
         }
+        if charging == Charging::AllOrNothing {
+            local.iter_mut().for_each(|answer| *answer = None);
+        }
+        self.cache.count_hits(local.iter().flatten().count());
         let remote_hits: Vec<Hit> = hits
             .iter()
             .zip(&local)
             .filter(|(_, answer)| answer.is_none())
             .map(|(hit, _)| hit.clone())
             .collect();
-        let mut remote = self.inner.charge(&remote_hits).await?.into_iter();
+        let mut remote = self.inner.charge(&remote_hits, charging).await?.into_iter();
         let mut decisions = Vec::with_capacity(hits.len());
         for (hit, answer) in hits.iter().zip(local) {
             let decision = match answer {
@@ -134,6 +141,11 @@ impl OverLimitCache {
         (self.hasher.hash_one(&hit.key) as usize) % SHARDS
     }
 
+    /// Counts hits answered here.
+    fn count_hits(&self, count: usize) {
+        self.hits.fetch_add(count as u64, Ordering::Relaxed);
+    }
+
     /// The local answer for `hit`, when its key is known to be over at `now_us`.
     fn answer(&self, hit: &Hit, now_us: u64) -> Option<Decision> {
         if hit.cost == 0 {
@@ -143,7 +155,6 @@ impl OverLimitCache {
         let over = shard
             .get(&(hit.key.clone(), hit.limit))
             .filter(|o| o.until_us > now_us)?;
-        self.hits.fetch_add(1, Ordering::Relaxed);
         Some(Decision {
             admitted: false,
             remaining: 0,
@@ -197,7 +208,7 @@ impl OverLimitCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::Unit;
+    use crate::limit::{Role, Unit};
     use crate::store::memory::MemoryStore;
     use crate::store::ManualClock;
 
@@ -206,6 +217,7 @@ mod tests {
             key: "k".into(),
             limit: Limit::fixed_window(2, Unit::Second),
             cost,
+            role: Role::Enforced,
         }
     }
 
@@ -215,18 +227,36 @@ mod tests {
         let store =
             WithLocalCache::new(MemoryStore::new(100, clock.clone()), 1 << 20, clock.clone());
         for _ in 0..3 {
-            store.charge(&[hit(1)]).await.unwrap();
+            store
+                .charge(&[hit(1)], Charging::AllOrNothing)
+                .await
+                .unwrap();
         }
         assert_eq!(store.cache_hits(), 0, "the first denial goes to the store");
         clock.set(10_500_000);
-        let local = store.charge(&[hit(1), hit(3)]).await.unwrap();
+        let local = store
+            .charge(&[hit(1), hit(3)], Charging::AllOrNothing)
+            .await
+            .unwrap();
         assert!(local.iter().all(|d| !d.admitted));
         assert_eq!(local[0].retry_after_us, 500_000);
         assert_eq!(store.cache_hits(), 2);
         // Cost 0 reads go to the store; at the window's end the key is asked again.
-        assert!(store.charge(&[hit(0)]).await.unwrap()[0].admitted);
+        assert!(
+            store
+                .charge(&[hit(0)], Charging::AllOrNothing)
+                .await
+                .unwrap()[0]
+                .admitted
+        );
         clock.set(11_000_000);
-        assert!(store.charge(&[hit(1)]).await.unwrap()[0].admitted);
+        assert!(
+            store
+                .charge(&[hit(1)], Charging::AllOrNothing)
+                .await
+                .unwrap()[0]
+                .admitted
+        );
         assert_eq!(store.cache_hits(), 2);
     }
 
@@ -242,7 +272,7 @@ mod tests {
             let mut h = hit(1);
             h.key = format!("key{i}");
             h.limit = Limit::fixed_window(0, Unit::Second);
-            store.charge(&[h]).await.unwrap();
+            store.charge(&[h], Charging::AllOrNothing).await.unwrap();
         }
         let held: usize = (0..SHARDS).map(|i| store.cache.lock(i).len()).sum();
         assert!(held <= 16 * 2, "{held} entries in 3200 bytes");

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::algorithm::State;
-use crate::limit::{Decision, Hit};
+use smallvec::SmallVec;
+
+use crate::limit::{vetoed, Charging, Decision, Hit};
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
 /// A shard: state by key id, hashed by the id itself (it is already a keyed hash).
@@ -137,7 +139,7 @@ impl MemoryStore {
         (id, (id.1 as usize) & (self.shards.len() - 1))
     }
 
-    fn check_one(&self, hit: &Hit, now_us: u64) -> Decision {
+    fn charge_one(&self, hit: &Hit, now_us: u64) -> Decision {
         let (id, index) = self.locate(&hit.key);
         let mut shard = self.lock(index);
         // A known key: one lookup, updated in place.
@@ -164,6 +166,74 @@ impl MemoryStore {
         outcome.decision
     }
 
+    /// Decides every hit under the locks of every shard they touch, taken in shard order (so
+    /// two requests never wait on each other in a cycle), each hit on the state the hits
+    /// before it left; then stores the new states only if the request is not `vetoed`. A
+    /// vetoed request's admitted hits report the state as it stays: the decision of cost 0.
+    fn charge_all_or_nothing(&self, hits: &[Hit], now_us: u64) -> Vec<Decision> {
+        let located: SmallVec<[(KeyId, usize); 4]> =
+            hits.iter().map(|hit| self.locate(&hit.key)).collect();
+        let mut indices: SmallVec<[usize; 4]> = located.iter().map(|&(_, index)| index).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let mut shards: SmallVec<[MutexGuard<'_, Shard>; 4]> =
+            indices.iter().map(|&index| self.lock(index)).collect();
+        // Every index is in `indices`: the shards are locked in its order.
+        let shard_of = |index: usize| indices.iter().position(|&i| i == index).unwrap_or(0);
+        let stored = |shards: &[MutexGuard<'_, Shard>], id: &KeyId, index: usize| {
+            shards[shard_of(index)]
+                .get(id)
+                .filter(|entry| entry.expires_at_us > now_us)
+                .map(|entry| entry.state.clone())
+        };
+        // The states the request changed, latest last.
+        let mut pending: Vec<(KeyId, usize, State, u64)> = Vec::new();
+        let mut decisions = Vec::with_capacity(hits.len());
+        for (hit, &(id, index)) in hits.iter().zip(&located) {
+            let current = match pending.iter().rev().find(|p| p.0 == id) {
+                Some(p) => Some(p.2.clone()),
+                None => stored(&shards, &id, index),
+            };
+            let outcome = hit.limit.decide(current.as_ref(), hit.cost, now_us);
+            if let Some((state, expires_at_us)) = outcome.new_state {
+                pending.push((id, index, state, expires_at_us));
+            }
+            decisions.push(outcome.decision);
+        }
+        if vetoed(
+            hits.iter()
+                .zip(&decisions)
+                .map(|(h, d)| (h.role, d.admitted)),
+        ) {
+            for ((hit, &(id, index)), decision) in hits.iter().zip(&located).zip(&mut decisions) {
+                if decision.admitted && hit.cost > 0 {
+                    let before = stored(&shards, &id, index);
+                    *decision = hit.limit.decide(before.as_ref(), 0, now_us).decision;
+                }
+            }
+            return decisions;
+        }
+        let mut written: SmallVec<[KeyId; 4]> = SmallVec::new();
+        for (id, index, state, expires_at_us) in pending.into_iter().rev() {
+            if written.contains(&id) {
+                continue;
+            }
+            written.push(id);
+            let shard = &mut shards[shard_of(index)];
+            let entry = Entry {
+                state,
+                expires_at_us,
+            };
+            if let Some(existing) = shard.get_mut(&id) {
+                *existing = entry;
+            } else {
+                self.make_room(shard);
+                shard.insert(id, entry);
+            }
+        }
+        decisions
+    }
+
     /// Keeps a shard under its bound before an insert by evicting one entry. O(1): expired
     /// entries are left to the background sweep (a scan per insert would let a flood of new
     /// keys cost a full shard scan each).
@@ -180,9 +250,16 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+    async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.clock.now_us();
-        Ok(hits.iter().map(|hit| self.check_one(hit, now_us)).collect())
+        // One hit is charged alike either way: it is denied exactly when it would veto.
+        if charging == Charging::EachAdmitted || hits.len() == 1 {
+            return Ok(hits
+                .iter()
+                .map(|hit| self.charge_one(hit, now_us))
+                .collect());
+        }
+        Ok(self.charge_all_or_nothing(hits, now_us))
     }
 
     async fn healthy(&self) -> bool {
@@ -205,7 +282,7 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
     use crate::algorithm::State;
-    use crate::limit::{Limit, Unit};
+    use crate::limit::{Limit, Role, Unit};
     use crate::store::ManualClock;
 
     fn hit(key: &str, limit: u32, cost: u64) -> Hit {
@@ -213,6 +290,7 @@ mod tests {
             key: key.to_string(),
             limit: Limit::fixed_window(limit, Unit::Second),
             cost,
+            role: Role::Enforced,
         }
     }
 
@@ -231,7 +309,7 @@ mod tests {
             hit("b", 2, 1),
         ];
         let admitted: Vec<bool> = store
-            .charge(&hits)
+            .charge(&hits, Charging::EachAdmitted)
             .await
             .unwrap()
             .iter()
@@ -242,9 +320,80 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_vetoed_request_charges_none_of_its_hits() {
+        let (store, _) = store(100);
+        // b allows 1: the second request is vetoed by b, and a keeps what it had.
+        let request = [hit("a", 5, 1), hit("b", 1, 1)];
+        let first = store
+            .charge(&request, Charging::AllOrNothing)
+            .await
+            .unwrap();
+        assert_eq!((first[0].remaining, first[1].remaining), (4, 0));
+        for _ in 0..3 {
+            let denied = store
+                .charge(&request, Charging::AllOrNothing)
+                .await
+                .unwrap();
+            assert!(denied[0].admitted && !denied[1].admitted);
+            assert_eq!(
+                denied[0].remaining, 4,
+                "a reports what remains: nothing was taken"
+            );
+        }
+        let alone = store
+            .charge(&[hit("a", 5, 1)], Charging::AllOrNothing)
+            .await
+            .unwrap();
+        assert_eq!(alone[0].remaining, 3);
+        // A shadow-mode hit never vetoes; a quota hit vetoes only with every other quota hit.
+        let mut shadow = hit("b", 1, 1);
+        shadow.role = Role::Shadow;
+        let charged = store
+            .charge(&[hit("a", 5, 1), shadow], Charging::AllOrNothing)
+            .await
+            .unwrap();
+        assert_eq!(charged[0].remaining, 2);
+        let (mut quota_b, mut quota_c) = (hit("b", 1, 1), hit("c", 1, 1));
+        quota_b.role = Role::Quota;
+        quota_c.role = Role::Quota;
+        let charged = store
+            .charge(
+                &[hit("a", 5, 1), quota_b.clone(), quota_c],
+                Charging::AllOrNothing,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            charged[0].remaining, 1,
+            "c admitted: the quota hits do not veto"
+        );
+        let vetoed = store
+            .charge(&[hit("a", 5, 1), quota_b], Charging::AllOrNothing)
+            .await
+            .unwrap();
+        assert_eq!(vetoed[0].remaining, 1, "every quota hit denied: vetoed");
+    }
+
+    #[tokio::test]
+    async fn hits_on_one_key_see_each_other_and_a_veto_undoes_them_all() {
+        let (store, _) = store(100);
+        let twice = [hit("a", 3, 2), hit("a", 3, 2)];
+        let decided = store.charge(&twice, Charging::AllOrNothing).await.unwrap();
+        assert!(decided[0].admitted && !decided[1].admitted);
+        let again = store
+            .charge(&[hit("a", 3, 3)], Charging::AllOrNothing)
+            .await
+            .unwrap();
+        assert!(again[0].admitted, "the vetoed request left all 3");
+    }
+
+    #[tokio::test]
     async fn sweep_drops_expired_windows() {
         let (store, clock) = store(100);
-        store.charge(&[hit("a", 5, 1)]).await.unwrap();
+        store
+            .charge(&[hit("a", 5, 1)], Charging::AllOrNothing)
+            .await
+            .unwrap();
         assert_eq!(store.sweep_expired(), 0);
         clock.set(6_000_000);
         assert_eq!(store.sweep_expired(), 1);
@@ -255,7 +404,10 @@ mod tests {
     async fn key_count_stays_within_the_bound_under_a_flood() {
         let (store, _) = store(64);
         for i in 0..10_000 {
-            store.charge(&[hit(&format!("k{i}"), 5, 1)]).await.unwrap();
+            store
+                .charge(&[hit(&format!("k{i}"), 5, 1)], Charging::AllOrNothing)
+                .await
+                .unwrap();
         }
         assert!(store.key_count() <= 64, "{} keys", store.key_count());
         assert!(store.evictions() >= 10_000 - 64);
@@ -271,7 +423,10 @@ mod tests {
     #[tokio::test]
     async fn cost_zero_stores_nothing() {
         let (store, _) = store(10);
-        let d = store.charge(&[hit("a", 3, 0)]).await.unwrap();
+        let d = store
+            .charge(&[hit("a", 3, 0)], Charging::AllOrNothing)
+            .await
+            .unwrap();
         assert_eq!(d[0].remaining, 3);
         assert_eq!(store.key_count(), 0);
     }

@@ -11,14 +11,17 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::limit::{Decision, Hit};
+use crate::limit::{Charging, Decision, Hit};
 
 /// Charges hits and decides them. One call per request: a remote store makes one round trip.
 pub trait Store: Send + Sync + 'static {
-    /// Decides every hit, in order. A hit's decision never depends on a later hit.
+    /// Decides every hit of one request, in order, each on the state the hits before it
+    /// left, and charges them as `charging` says. A hit's decision never depends on a later
+    /// hit.
     fn charge(
         &self,
         hits: &[Hit],
+        charging: Charging,
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
     /// Whether the store answers now (for `/healthcheck`).

@@ -78,7 +78,7 @@ async fn a_three_primary_cluster_enforces_limits_on_every_slot() {
     for node in &nodes {
         let info = node.cli(&["INFO", "memory"]);
         assert!(
-            info.contains("number_of_cached_scripts:5"),
+            info.contains("number_of_cached_scripts:1"),
             "scripts on every primary: {info}"
         );
     }

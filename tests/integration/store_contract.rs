@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::support::redis::RedisServer;
 use crate::support::scenario::{limit, scenario};
 use proptest::prelude::*;
-use sluice::limit::{Algorithm, Decision, Hit, Limit};
+use sluice::limit::{Algorithm, Charging, Decision, Hit, Limit, Role};
 use sluice::store::memory::MemoryStore;
 use sluice::store::redis::{RedisKind, RedisStore, RedisTarget, TimeSource};
 use sluice::store::{ManualClock, Store};
@@ -37,8 +37,20 @@ fn unique_key() -> String {
     format!("contract_k_{}_", NEXT.fetch_add(1, Ordering::SeqCst))
 }
 
-/// Runs `steps` (time step, cost) through both stores; returns both decision lists.
-fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
+/// One hit of a request: which of the sequence's limits (by index), its cost and its role.
+type HitSpec = (usize, u64, Role);
+
+/// A request: the time step before it, and its hits.
+type RequestSpec = (u64, Vec<HitSpec>);
+
+/// Runs `requests` (time step, hits) on the keys of `limits` (one key each) through both
+/// stores, charging as `charging` says; returns both decision lists, hit by hit.
+fn both_requests(
+    fixture: &Fixture,
+    limits: &[Limit],
+    requests: &[RequestSpec],
+    charging: Charging,
+) -> (Vec<Decision>, Vec<Decision>) {
     fixture.runtime.block_on(async {
         let clock = Arc::new(ManualClock::at(START_US));
         let memory = MemoryStore::new(1000, clock.clone());
@@ -59,20 +71,33 @@ fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>
         )
         .await
         .expect("connect to the test Redis");
-        let key = unique_key();
+        let keys: Vec<String> = limits.iter().map(|_| unique_key()).collect();
         let (mut from_memory, mut from_redis) = (Vec::new(), Vec::new());
-        for &(step, cost) in steps {
-            clock.advance(step);
-            let hit = [Hit {
-                key: key.clone(),
-                limit,
-                cost,
-            }];
-            from_memory.push(memory.charge(&hit).await.expect("memory")[0]);
-            from_redis.push(redis.charge(&hit).await.expect("redis")[0]);
+        for (step, specs) in requests {
+            clock.advance(*step);
+            let hits: Vec<Hit> = specs
+                .iter()
+                .map(|&(index, cost, role)| Hit {
+                    key: keys[index].clone(),
+                    limit: limits[index],
+                    cost,
+                    role,
+                })
+                .collect();
+            from_memory.extend(memory.charge(&hits, charging).await.expect("memory"));
+            from_redis.extend(redis.charge(&hits, charging).await.expect("redis"));
         }
         (from_memory, from_redis)
     })
+}
+
+/// Runs `steps` (time step, cost) on one key through both stores; returns both decision lists.
+fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
+    let requests: Vec<RequestSpec> = steps
+        .iter()
+        .map(|&(step, cost)| (step, vec![(0, cost, Role::Enforced)]))
+        .collect();
+    both_requests(fixture, &[limit], &requests, Charging::AllOrNothing)
 }
 
 const S: u64 = 1_000_000;
@@ -150,5 +175,89 @@ fn random_sequences_agree_for_every_algorithm() {
     });
     if let Err(failure) = result {
         panic!("{failure}");
+    }
+}
+
+/// Requests of one to three hits on three keys of random algorithms and limits, with random
+/// roles (a key may appear twice in a request), charged both ways.
+fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
+    let limits = prop::collection::vec((0..Algorithm::ALL.len(), 0u32..=5, 1u32..=2, 1u32..=5), 3);
+    let role = prop_oneof![
+        4 => Just(Role::Enforced),
+        1 => Just(Role::Shadow),
+        2 => Just(Role::Quota)
+    ];
+    let hit = (0usize..3, 0u64..=3, role);
+    let request = (
+        prop_oneof![Just(0), 0u64..1_500_000],
+        prop::collection::vec(hit, 1..=3),
+    );
+    (limits, prop::collection::vec(request, 1..30), any::<bool>()).prop_map(
+        |(limits, requests, all_or_nothing)| {
+            let limits = limits
+                .into_iter()
+                .map(|(a, l, m, b)| limit(Algorithm::ALL[a], l, m, Some(b)))
+                .collect();
+            (limits, requests, all_or_nothing)
+        },
+    )
+}
+
+#[test]
+fn random_requests_of_several_hits_agree_both_ways_of_charging() {
+    let fixture = Fixture::new();
+    let config = ProptestConfig {
+        cases: 96,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&multi_hit_scenario(), |(limits, requests, all)| {
+        let charging = if all {
+            Charging::AllOrNothing
+        } else {
+            Charging::EachAdmitted
+        };
+        let (memory, redis) = both_requests(&fixture, &limits, &requests, charging);
+        prop_assert_eq!(memory, redis, "{:?} {:?}", limits, charging);
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
+
+#[test]
+fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
+    let fixture = Fixture::new();
+    for &algorithm in Algorithm::ALL {
+        let limits = [
+            limit(algorithm, 5, 1, Some(5)),
+            limit(Algorithm::FixedWindow, 1, 1, None),
+        ];
+        // The second request is vetoed by the fixed window of 1; the third reads the first key.
+        let pair = vec![(0, 1, Role::Enforced), (1, 1, Role::Enforced)];
+        let requests = [
+            (0, pair.clone()),
+            (10, pair.clone()),
+            (10, pair),
+            (10, vec![(0, 0, Role::Enforced)]),
+        ];
+        let (memory, redis) = both_requests(&fixture, &limits, &requests, Charging::AllOrNothing);
+        assert_eq!(memory, redis, "{algorithm}");
+        assert!(
+            !memory[3].admitted && !memory[5].admitted,
+            "{algorithm}: {memory:?}"
+        );
+        assert_eq!(memory[2].remaining, 4, "{algorithm}: vetoed, nothing taken");
+        assert_eq!(
+            memory[6].remaining, 4,
+            "{algorithm}: only the first request was charged"
+        );
+        let (each, _) = both_requests(&fixture, &limits, &requests, Charging::EachAdmitted);
+        assert_eq!(
+            each[6].remaining, 2,
+            "{algorithm}: the reference's way charges every time"
+        );
     }
 }

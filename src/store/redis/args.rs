@@ -3,9 +3,13 @@
 
 use redis::Cmd;
 
-/// The ARGV of one script call, typed.
+use crate::limit::Role;
+
+/// The arguments of one hit in a script call, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptArgs {
+    /// The algorithm's name, which its script registers under.
+    pub algorithm: &'static str,
     /// L.
     pub requests_per_unit: u32,
     /// W, unit x unit_multiplier, in microseconds.
@@ -18,35 +22,27 @@ pub struct ScriptArgs {
     pub now_us: Option<u64>,
     /// A value unique to the hit, for algorithms that store members (`needs_nonce`).
     pub nonce: Option<String>,
+    /// How the hit's denial weighs on its request.
+    pub role: Role,
 }
 
 impl ScriptArgs {
-    /// The names of ARGV[1], ARGV[2], ... as `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 6] = [
+    /// The names of a hit's arguments, in the order `lua/common.lua` lists them.
+    pub const NAMES: [&'static str; 8] = [
+        "algorithm",
         "requests_per_unit",
         "period_us",
         "cost",
         "capacity",
         "now_us",
         "nonce",
+        "role",
     ];
 
-    /// `command` (EVALSHA or EVAL) of `script` (its SHA1 or its code) on the one `key`.
-    pub fn call(&self, command: &str, script: &str, key: &str) -> Cmd {
-        // Sized once: the command, the script, the key count, the key, then the arguments
-        // (short numbers besides the nonce).
-        let mut call = Cmd::with_capacity(
-            4 + Self::NAMES.len(),
-            command.len() + script.len() + key.len() + 96,
-        );
-        call.arg(command).arg(script).arg(1).arg(key);
-        self.append_to(&mut call);
-        call
-    }
-
     /// Appends the arguments, in `NAMES` order; absent values are sent empty.
-    fn append_to(&self, call: &mut Cmd) {
-        call.arg(self.requests_per_unit)
+    pub fn append_to(&self, call: &mut Cmd) {
+        call.arg(self.algorithm)
+            .arg(self.requests_per_unit)
             .arg(self.period_us)
             .arg(self.cost)
             .arg(self.capacity);
@@ -54,75 +50,98 @@ impl ScriptArgs {
             Some(now_us) => call.arg(now_us),
             None => call.arg(""),
         };
-        call.arg(self.nonce.as_deref().unwrap_or(""));
+        call.arg(self.nonce.as_deref().unwrap_or(""))
+            .arg(self.role.as_str());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::Algorithm;
 
     const COMMON: &str = include_str!("../../../lua/common.lua");
+    const REQUEST: &str = include_str!("../../../lua/request.lua");
 
     fn args() -> ScriptArgs {
         ScriptArgs {
+            algorithm: "token_bucket",
             requests_per_unit: 10,
             period_us: 60_000_000,
             cost: 1,
             capacity: 10,
             now_us: Some(5),
             nonce: Some("n-1".into()),
+            role: Role::Quota,
         }
     }
 
-    /// Every argument sent has its line in the header of `lua/common.lua`, in order, and
-    /// the header lists no argument that is not sent.
+    fn sent(call: &Cmd) -> Vec<String> {
+        call.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
+    /// Every argument sent has its line in the header of `lua/common.lua`, in order; the
+    /// driver reads exactly that many per hit.
     #[test]
-    fn the_arguments_match_the_header_of_common_lua() {
+    fn the_arguments_match_the_header_of_common_lua_and_the_driver() {
         let mut call = Cmd::new();
         args().append_to(&mut call);
         assert_eq!(call.args_iter().count(), ScriptArgs::NAMES.len());
         for (index, name) in ScriptArgs::NAMES.iter().enumerate() {
-            let line = format!("--   ARGV[{}]  {name} ", index + 1);
+            let line = format!("--   ARGV[+{index}]  {name}  ");
             assert!(COMMON.contains(&line), "lua/common.lua lacks `{line}`");
         }
-        let past_the_end = format!("ARGV[{}]", ScriptArgs::NAMES.len() + 1);
-        assert!(
-            !COMMON.contains(&past_the_end),
-            "{past_the_end} is never sent"
-        );
-    }
-
-    /// No script reads an argument that is not sent.
-    #[test]
-    fn no_script_reads_past_the_arguments() {
-        for &algorithm in Algorithm::ALL {
-            let source = algorithm.lua_source();
-            for index in ScriptArgs::NAMES.len() + 1..=ScriptArgs::NAMES.len() + 4 {
-                let argument = format!("ARGV[{index}]");
-                assert!(!source.contains(&argument), "{algorithm} reads {argument}");
-            }
-        }
+        let count = ScriptArgs::NAMES.len();
+        assert!(!COMMON.contains(&format!("ARGV[+{count}]")));
+        assert!(COMMON.contains(&format!(
+            ", {count} arguments from ARGV[2 + {count} x (i - 1)]"
+        )));
+        assert!(REQUEST.contains(&format!("local PER_HIT = {count}\n")));
+        assert!(REQUEST.contains(&format!("ARGV[at + {}]", count - 1)));
+        assert!(!REQUEST.contains(&format!("ARGV[at + {count}]")));
     }
 
     #[test]
-    fn a_call_names_the_script_and_its_one_key_first() {
-        let call = args().call("EVALSHA", "abc", "k");
-        let sent: Vec<Vec<u8>> = call
-            .args_iter()
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => bytes.to_vec(),
-                _ => Vec::new(),
-            })
-            .collect();
-        let text: Vec<&str> = sent
-            .iter()
-            .map(|b| std::str::from_utf8(b).unwrap_or("?"))
-            .collect();
+    fn the_arguments_are_sent_in_order_absent_ones_empty() {
+        let mut call = Cmd::new();
+        args().append_to(&mut call);
         assert_eq!(
-            text,
-            ["EVALSHA", "abc", "1", "k", "10", "60000000", "1", "10", "5", "n-1"]
+            sent(&call),
+            [
+                "token_bucket",
+                "10",
+                "60000000",
+                "1",
+                "10",
+                "5",
+                "n-1",
+                "quota"
+            ]
+        );
+        let mut call = Cmd::new();
+        ScriptArgs {
+            now_us: None,
+            nonce: None,
+            role: Role::Enforced,
+            ..args()
+        }
+        .append_to(&mut call);
+        assert_eq!(
+            sent(&call),
+            [
+                "token_bucket",
+                "10",
+                "60000000",
+                "1",
+                "10",
+                "",
+                "",
+                "enforced"
+            ]
         );
     }
 }

@@ -12,13 +12,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Pipeline, RedisError, RedisResult};
+use futures_util::future::join_all;
+use redis::cluster_routing::Slot;
+use redis::{Cmd, RedisError, RedisResult};
 
 pub use args::ScriptArgs;
 pub use connect::{Connection, RedisKind, RedisTarget};
-use scripts::Scripts;
+use scripts::Script;
 
-use crate::limit::{Decision, Hit};
+use crate::limit::{vetoed, Charging, Decision, Hit};
 use crate::store::{key, Clock, Store, StoreError, StoreStats};
 
 /// Which clock the scripts read (`--redis-time`).
@@ -33,7 +35,7 @@ pub enum TimeSource {
 /// The Redis store.
 pub struct RedisStore {
     connection: Connection,
-    scripts: Scripts,
+    script: Script,
     key_prefix: String,
     clock: Arc<dyn Clock>,
     time_source: TimeSource,
@@ -44,9 +46,6 @@ pub struct RedisStore {
     /// Whether the last call reached Redis: changes are logged once, not per request.
     reachable: AtomicBool,
 }
-
-/// One reply of a script: admitted, remaining, reset_after_us, retry_after_us.
-type Reply = Vec<i64>;
 
 impl RedisStore {
     /// Connects to `target` (waiting up to `startup_wait`) and loads the scripts.
@@ -66,7 +65,7 @@ impl RedisStore {
             })?;
         let store = RedisStore {
             connection,
-            scripts: Scripts::new(),
+            script: Script::new(),
             key_prefix,
             clock,
             time_source,
@@ -116,39 +115,13 @@ impl RedisStore {
 
     /// SCRIPT LOAD of every script (on a Cluster, on every primary).
     async fn load_scripts(&self) -> RedisResult<()> {
-        for load in self.scripts.load_commands() {
-            let _: redis::Value = match &self.connection {
-                Connection::Single(manager) => load.query_async(&mut manager.clone()).await?,
-                Connection::Cluster(cluster) => load.query_async(&mut cluster.clone()).await?,
-                Connection::Sentinel(sentinel) => load.query_async(&mut sentinel.primary()).await?,
-            };
-        }
+        let load = self.script.load_command();
+        let _: redis::Value = match &self.connection {
+            Connection::Single(manager) => load.query_async(&mut manager.clone()).await?,
+            Connection::Cluster(cluster) => load.query_async(&mut cluster.clone()).await?,
+            Connection::Sentinel(sentinel) => load.query_async(&mut sentinel.primary()).await?,
+        };
         Ok(())
-    }
-
-    /// One pipeline of the EVALSHA of each hit, or, with `send_code`, of the EVAL of the
-    /// script's code itself (which cannot meet NOSCRIPT). Each command's error stays in its
-    /// own result.
-    fn calls<'h>(
-        &self,
-        hits: impl ExactSizeIterator<Item = &'h Hit>,
-        now_us: u64,
-        send_code: bool,
-    ) -> Pipeline {
-        let mut pipe = Pipeline::with_capacity(hits.len());
-        pipe.ignore_errors();
-        for hit in hits {
-            let script = self.scripts.get(hit.limit.algorithm);
-            let (command, script) = if send_code {
-                ("EVAL", script.code())
-            } else {
-                ("EVALSHA", script.sha1())
-            };
-            let key = key::redis_key(&self.key_prefix, hit, now_us);
-            let call = self.script_args(hit, now_us).call(command, script, &key);
-            pipe.add_command(call);
-        }
-        pipe
     }
 
     /// The script arguments of `hit` at `now_us`.
@@ -158,6 +131,7 @@ impl RedisStore {
         // does for fixed windows): the script must use the same one.
         let sluice_clock = algorithm.key_holds_window() || self.time_source == TimeSource::Sluice;
         ScriptArgs {
+            algorithm: algorithm.as_str(),
             requests_per_unit: hit.limit.requests_per_unit,
             period_us: hit.limit.period_us(),
             cost: hit.cost,
@@ -167,15 +141,36 @@ impl RedisStore {
                 let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
                 format!("{}-{nonce}", self.nonce_prefix)
             }),
+            role: hit.role,
         }
     }
 
-    /// Runs `calls`, one result each, in one round trip.
-    async fn run(&self, calls: &Pipeline) -> RedisResult<Vec<RedisResult<Reply>>> {
+    /// Runs one script call of `calls` (a request's hits, or one slot's) as `mode` says; after
+    /// NOSCRIPT, loads the script again for the calls to come and sends its code itself
+    /// (EVAL), which cannot meet NOSCRIPT even if the scripts are flushed again meanwhile.
+    async fn call(&self, calls: &[HitCall], mode: Mode) -> RedisResult<Vec<i64>> {
+        let sha1 = self.script.sha1();
+        let result = self.send(&script_call("EVALSHA", sha1, calls, mode)).await;
+        if !matches!(&result, Err(e) if e.code() == Some("NOSCRIPT")) {
+            return result;
+        }
+        self.script_reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!("Redis lost the scripts (NOSCRIPT): loading them again");
+        if let Err(error) = self.load_scripts_in_time().await {
+            // The retry below sends the code itself; the next calls will try again.
+            tracing::warn!(%error, "cannot load the scripts into Redis");
+        }
+        self.send(&script_call("EVAL", self.script.code(), calls, mode))
+            .await
+    }
+
+    /// Sends one command to the node that serves its keys.
+    async fn send(&self, command: &Cmd) -> RedisResult<Vec<i64>> {
         match &self.connection {
-            Connection::Single(manager) => calls.query_async(&mut manager.clone()).await,
+            Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
             Connection::Sentinel(sentinel) => {
-                let result = calls.query_async(&mut sentinel.primary()).await;
+                let result = command.query_async(&mut sentinel.primary()).await;
                 if result
                     .as_ref()
                     .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
@@ -187,57 +182,185 @@ impl RedisStore {
                 }
                 result
             }
-            Connection::Cluster(cluster) => {
-                let mut tasks = tokio::task::JoinSet::new();
-                for (index, call) in calls.cmd_iter().enumerate() {
-                    let (call, mut cluster) = (call.clone(), cluster.clone());
-                    tasks.spawn(
-                        async move { (index, call.query_async::<Reply>(&mut cluster).await) },
-                    );
-                }
-                let mut results: Vec<Option<RedisResult<Reply>>> =
-                    calls.cmd_iter().map(|_| None).collect();
-                while let Some(joined) = tasks.join_next().await {
-                    let (index, result) = joined.map_err(|e| {
-                        RedisError::from((
-                            redis::ErrorKind::Io,
-                            "cluster call failed",
-                            e.to_string(),
-                        ))
-                    })?;
-                    results[index] = Some(result);
-                }
-                Ok(results.into_iter().flatten().collect())
-            }
         }
     }
 
-    /// Runs the hits; after NOSCRIPT, loads the scripts again for the calls to come and runs
-    /// the failed hits once more with EVAL, which cannot meet NOSCRIPT even if the scripts are
-    /// flushed again meanwhile.
-    async fn decide(&self, hits: &[Hit], now_us: u64) -> Result<Vec<Decision>, StoreError> {
-        let calls = self.calls(hits.iter(), now_us, false);
-        let mut results = self.run(&calls).await.map_err(store_error)?;
-        let missing: Vec<usize> = (0..results.len())
-            .filter(|&i| matches!(&results[i], Err(e) if e.code() == Some("NOSCRIPT")))
+    /// Decides the hits: in one script call on a single node or Sentinel (atomic, as
+    /// `charging` says); on a Cluster, one call per slot, concurrently.
+    async fn decide(
+        &self,
+        hits: &[Hit],
+        charging: Charging,
+        now_us: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let calls: Vec<HitCall> = hits
+            .iter()
+            .map(|hit| HitCall {
+                key: key::redis_key(&self.key_prefix, hit, now_us),
+                args: self.script_args(hit, now_us),
+            })
             .collect();
-        if !missing.is_empty() {
-            self.script_reloads.fetch_add(1, Ordering::Relaxed);
-            tracing::info!("Redis lost the scripts (NOSCRIPT): loading them again");
-            if let Err(error) = self.load_scripts_in_time().await {
-                // The retry below sends the code itself; the next calls will try again.
-                tracing::warn!(%error, "cannot load the scripts into Redis");
-            }
-            let again = self.calls(missing.iter().map(|&i| &hits[i]), now_us, true);
-            let retried = self.run(&again).await.map_err(store_error)?;
-            for (index, result) in missing.into_iter().zip(retried) {
-                results[index] = result;
+        if let Connection::Cluster(_) = &self.connection {
+            return self.decide_across_slots(calls, charging).await;
+        }
+        let mode = match charging {
+            Charging::AllOrNothing => Mode::All,
+            Charging::EachAdmitted => Mode::Each,
+        };
+        let reply = self.call(&calls, mode).await.map_err(store_error)?;
+        Ok(decisions(&reply, calls.len())?
+            .into_iter()
+            .map(|(decision, _)| decision)
+            .collect())
+    }
+
+    /// A Cluster's keys live in different slots, which no script can touch together: each
+    /// slot's hits are charged (`Mode::Each`), then, when the request is vetoed, every charge
+    /// is taken back (`Mode::Refund`) before the answer goes out. Nothing is ever over-admitted
+    /// (a charge lands before the decision that could rely on it); meanwhile a concurrent
+    /// request may see the charges of a request that is then refunded. A vetoed request's
+    /// admitted hits report what remains without their charge.
+    async fn decide_across_slots(
+        &self,
+        calls: Vec<HitCall>,
+        charging: Charging,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let mut slots: Vec<(Slot, Vec<usize>)> = Vec::new();
+        for (index, call) in calls.iter().enumerate() {
+            let slot = Slot::for_key(&call.key);
+            match slots.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(index),
+                None => slots.push((slot, vec![index])),
             }
         }
-        results
+        let groups: Vec<Vec<HitCall>> = slots
+            .iter()
+            .map(|(_, members)| members.iter().map(|&i| calls[i].clone()).collect())
+            .collect();
+        let replies = join_all(groups.iter().map(|group| self.call(group, Mode::Each))).await;
+        let mut decided: Vec<Option<(Decision, u64)>> = vec![None; calls.len()];
+        let mut failure = None;
+        for ((_, members), reply) in slots.iter().zip(replies) {
+            match reply
+                .map_err(store_error)
+                .and_then(|r| decisions(&r, members.len()))
+            {
+                Ok(found) => {
+                    for (&index, decision) in members.iter().zip(found) {
+                        decided[index] = Some(decision);
+                    }
+                }
+                Err(error) => failure = Some(error),
+            }
+        }
+        let roles = calls
+            .iter()
+            .zip(&decided)
+            .map(|(call, decision)| (call.args.role, decision.is_some_and(|(d, _)| d.admitted)));
+        if failure.is_some() || (charging == Charging::AllOrNothing && vetoed(roles)) {
+            // An admitted hit of a refunded request reports what remains without its charge.
+            for (index, decision) in self.refund(&calls, &decided).await {
+                decided[index] = Some(decision);
+            }
+        }
+        if let Some(error) = failure {
+            return Err(error);
+        }
+        decided
             .into_iter()
-            .map(|result| decision(result.map_err(store_error)?))
-            .collect()
+            .map(|decision| decision.map(|(d, _)| d))
+            .collect::<Option<Vec<Decision>>>()
+            .ok_or_else(|| protocol("a slot answered fewer hits than asked"))
+    }
+
+    /// Takes back every charge `decided` made (admitted hits of cost > 0), slot by slot;
+    /// returns, by hit index, what each refunded hit reports then.
+    async fn refund(
+        &self,
+        calls: &[HitCall],
+        decided: &[Option<(Decision, u64)>],
+    ) -> Vec<(usize, (Decision, u64))> {
+        let mut slots: Vec<(Slot, Vec<usize>, Vec<HitCall>)> = Vec::new();
+        for (index, (call, decision)) in calls.iter().zip(decided).enumerate() {
+            let Some((decision, decided_at_us)) = decision else {
+                continue;
+            };
+            if !decision.admitted || call.args.cost == 0 {
+                continue;
+            }
+            let mut charged = call.clone();
+            charged.args.now_us = Some(*decided_at_us);
+            let slot = Slot::for_key(&charged.key);
+            match slots.iter_mut().find(|(s, _, _)| *s == slot) {
+                Some((_, indices, members)) => {
+                    indices.push(index);
+                    members.push(charged);
+                }
+                None => slots.push((slot, vec![index], vec![charged])),
+            }
+        }
+        let refunds = slots
+            .iter()
+            .map(|(_, _, group)| self.call(group, Mode::Refund));
+        let mut refunded = Vec::new();
+        for ((_, indices, _), result) in slots.iter().zip(join_all(refunds).await) {
+            match result
+                .map_err(store_error)
+                .and_then(|r| decisions(&r, indices.len()))
+            {
+                Ok(found) => refunded.extend(indices.iter().copied().zip(found)),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot take back the charges of a denied request")
+                }
+            }
+        }
+        refunded
+    }
+}
+
+/// One hit as a script call sees it: its key and its arguments.
+#[derive(Debug, Clone)]
+struct HitCall {
+    key: String,
+    args: ScriptArgs,
+}
+
+/// `command` (EVALSHA or EVAL) of `script` (its SHA1 or its code) on `calls`, as `mode` says.
+fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cmd {
+    let keys_len: usize = calls.iter().map(|c| c.key.len()).sum();
+    let mut cmd = Cmd::with_capacity(
+        4 + calls.len() * (1 + ScriptArgs::NAMES.len()),
+        command.len() + script.len() + keys_len + 64 * calls.len() + 16,
+    );
+    cmd.arg(command).arg(script).arg(calls.len());
+    for call in calls {
+        cmd.arg(&call.key);
+    }
+    cmd.arg(mode.as_str());
+    for call in calls {
+        call.args.append_to(&mut cmd);
+    }
+    cmd
+}
+
+/// What the script does with a call's hits (`ARGV[1]`, see `lua/common.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Charge only if no hit vetoes the request.
+    All,
+    /// Charge every admitted hit.
+    Each,
+    /// Take back charges an earlier `Each` made.
+    Refund,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::All => "all",
+            Mode::Each => "each",
+            Mode::Refund => "refund",
+        }
     }
 }
 
@@ -269,14 +392,14 @@ impl Store for RedisStore {
     /// Redis state is keyed by descriptor and shaped by algorithm; nothing is derived here.
     fn config_changed(&self) {}
 
-    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+    async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         if hits.is_empty() {
             return Ok(Vec::new());
         }
         let now_us = self.clock.now_us();
         let deadline = Instant::now() + self.command_timeout;
-        let result = match tokio::time::timeout_at(deadline.into(), self.decide(hits, now_us)).await
-        {
+        let decided = self.decide(hits, charging, now_us);
+        let result = match tokio::time::timeout_at(deadline.into(), decided).await {
             Ok(decided) => decided,
             Err(_) => Err(self.timed_out()),
         };
@@ -285,21 +408,38 @@ impl Store for RedisStore {
     }
 }
 
-/// A script reply as a `Decision`.
-fn decision(reply: Reply) -> Result<Decision, StoreError> {
-    let [admitted, remaining, reset_after_us, retry_after_us] = reply[..] else {
-        return Err(StoreError::Protocol {
-            store: STORE,
-            source: format!("unexpected script reply {reply:?}").into(),
-        });
-    };
+/// The fields the script replies per hit: a decision and the time it was decided at.
+const REPLY_FIELDS: usize = 5;
+
+/// A script's reply for `count` hits: each hit's decision and the time it was decided at.
+fn decisions(reply: &[i64], count: usize) -> Result<Vec<(Decision, u64)>, StoreError> {
+    if reply.len() != count * REPLY_FIELDS {
+        return Err(protocol(&format!(
+            "{} numbers in a script reply for {count} hits",
+            reply.len()
+        )));
+    }
     let non_negative = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(Decision {
-        admitted: admitted == 1,
-        remaining: u32::try_from(non_negative(remaining)).unwrap_or(u32::MAX),
-        reset_after_us: non_negative(reset_after_us),
-        retry_after_us: non_negative(retry_after_us),
-    })
+    Ok(reply
+        .chunks_exact(REPLY_FIELDS)
+        .map(|fields| {
+            let decision = Decision {
+                admitted: fields[0] == 1,
+                remaining: u32::try_from(non_negative(fields[1])).unwrap_or(u32::MAX),
+                reset_after_us: non_negative(fields[2]),
+                retry_after_us: non_negative(fields[3]),
+            };
+            (decision, non_negative(fields[4]))
+        })
+        .collect())
+}
+
+/// A reply that makes no sense.
+fn protocol(what: &str) -> StoreError {
+    StoreError::Protocol {
+        store: STORE,
+        source: what.to_string().into(),
+    }
 }
 
 /// The store's name in errors.

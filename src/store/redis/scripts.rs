@@ -1,19 +1,28 @@
-//! The Lua scripts of `lua/`, one per algorithm (the registry in `algorithm` names them), each
-//! prefixed with `lua/common.lua`; embedded at build time, their SHA1s computed once. Every
-//! call is EVALSHA of one of these.
+//! The one script of the Redis store: `lua/common.lua`, then every algorithm's script of `lua/`
+//! (the registry in `algorithm` names them), then the request driver `lua/request.lua`.
+//! Embedded at build time, its SHA1 computed once. Every call is EVALSHA of it.
 
 use crate::limit::Algorithm;
 
 const COMMON: &str = include_str!("../../../lua/common.lua");
+const REQUEST: &str = include_str!("../../../lua/request.lua");
 
-/// One script: its code and the SHA1 that EVALSHA names it by.
+/// The script: its code and the SHA1 that EVALSHA names it by.
 pub struct Script {
     code: String,
     sha1: String,
 }
 
 impl Script {
-    fn new(code: String) -> Script {
+    /// The script of every algorithm the registry lists.
+    pub fn new() -> Script {
+        let mut code = String::from(COMMON);
+        for algorithm in Algorithm::ALL {
+            code.push('\n');
+            code.push_str(algorithm.lua_source());
+        }
+        code.push('\n');
+        code.push_str(REQUEST);
         let sha1 = redis::Script::new(&code).get_hash().to_string();
         Script { code, sha1 }
     }
@@ -27,40 +36,17 @@ impl Script {
     pub fn sha1(&self) -> &str {
         &self.sha1
     }
-}
 
-/// Every algorithm's script, in registry order.
-pub struct Scripts(Vec<Script>);
-
-impl Scripts {
-    pub fn new() -> Scripts {
-        let scripts = Algorithm::ALL
-            .iter()
-            .map(|algorithm| Script::new(format!("{COMMON}{}", algorithm.lua_source())))
-            .collect();
-        Scripts(scripts)
-    }
-
-    /// The script of `algorithm`.
-    pub fn get(&self, algorithm: Algorithm) -> &Script {
-        &self.0[algorithm.index()]
-    }
-
-    /// `SCRIPT LOAD` commands for every script (Redis Cluster sends them to every primary).
-    pub fn load_commands(&self) -> Vec<redis::Cmd> {
-        self.0
-            .iter()
-            .map(|script| {
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(&script.code);
-                load
-            })
-            .collect()
+    /// `SCRIPT LOAD` of the script (Redis Cluster sends it to every primary).
+    pub fn load_command(&self) -> redis::Cmd {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(&self.code);
+        load
     }
 }
 
-impl Default for Scripts {
+impl Default for Script {
     fn default() -> Self {
-        Scripts::new()
+        Script::new()
     }
 }
