@@ -4,6 +4,7 @@
 
 mod support;
 
+mod accounting;
 mod algorithm_properties;
 mod algorithms_live;
 mod cli;

@@ -1,8 +1,6 @@
 //! Redis deployments users run: a real 3-primary Cluster, a primary found through Sentinel,
 //! and TLS (`rediss://`, certificates made by the test).
 
-use std::time::{Duration, Instant};
-
 use crate::support::redis::RedisServer;
 use crate::support::*;
 
@@ -37,31 +35,7 @@ async fn admitted_per_value(
 
 #[tokio::test]
 async fn a_three_primary_cluster_enforces_limits_on_every_slot() {
-    let cluster_args = [
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "3000",
-    ];
-    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start(&cluster_args)).collect();
-    let addresses: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let mut create = vec!["--cluster", "create"];
-    create.extend(addresses.iter().map(String::as_str));
-    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
-    nodes[0].cli(&create);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !nodes
-        .iter()
-        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-    {
-        assert!(Instant::now() < deadline, "the cluster did not form");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let nodes = crate::support::redis::start_cluster();
     let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
     let sluice = Sluice::start_with(
         &[("config.yaml", CONFIG)],

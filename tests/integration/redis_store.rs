@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::redis::RedisServer;
+use crate::support::redis::{script_calls, RedisServer};
 use crate::support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::Code as GrpcCode;
@@ -324,23 +324,6 @@ async fn startup_waits_for_redis() {
     )
     .await;
     assert_eq!(overall(&response), Code::Ok);
-}
-
-/// How many EVALSHA and EVAL calls Redis has run.
-fn script_calls(redis: &RedisServer) -> u64 {
-    redis
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 #[tokio::test]

@@ -15,6 +15,53 @@ pub struct RedisServer {
     tls_ca: Option<String>,
 }
 
+/// A Redis Cluster of three primaries on free ports, formed and serving every slot.
+pub fn start_cluster() -> Vec<RedisServer> {
+    let cluster_args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "3000",
+    ];
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start(&cluster_args)).collect();
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let mut create = vec!["--cluster", "create"];
+    create.extend(addresses.iter().map(String::as_str));
+    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+    nodes[0].cli(&create);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes
+        .iter()
+        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    {
+        assert!(Instant::now() < deadline, "the cluster did not form");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nodes
+}
+
+/// How many EVALSHA and EVAL calls Redis has run.
+pub fn script_calls(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// A port no one listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
