@@ -100,6 +100,7 @@ fn memory_store(c: &mut Criterion) {
             limit,
             cost: 1,
             role: Role::Enforced,
+            joins_previous: false,
         })
         .collect();
     let mut next = 0;

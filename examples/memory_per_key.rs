@@ -27,6 +27,7 @@ fn hit(i: u64) -> Hit {
         limit: Limit::fixed_window(100, Unit::Hour),
         cost: 1,
         role: Role::Enforced,
+        joins_previous: false,
     }
 }
 

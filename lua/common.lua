@@ -5,9 +5,10 @@
 -- The call takes:
 --   KEYS[i]  the key of hit i
 --   ARGV[1]  the mode: "all" (a request is charged only if no hit vetoes it), "each" (every
---            admitted hit is charged: envoyproxy/ratelimit's way), or "refund" (the hits were
---            charged by an earlier "each" call and are taken back)
--- then, for each hit i, 8 arguments from ARGV[2 + 8 x (i - 1)] on (src/store/redis/args.rs
+--            descriptor that admits it is charged: envoyproxy/ratelimit's way), "any" (every
+--            admitted hit is charged: one Cluster slot's share of a request, sluice settles
+--            the rest), or "refund" (the hits were charged by an "any" call and are taken back)
+-- then, for each hit i, 10 arguments from ARGV[2 + 10 x (i - 1)] on (src/store/redis/args.rs
 -- builds them, in this order):
 --   ARGV[+0]  algorithm  its name, as in YAML (a script of lua/ registers it)
 --   ARGV[+1]  requests_per_unit  L
@@ -19,13 +20,17 @@
 --   ARGV[+6]  nonce  a value unique to this hit (sliding_window_log members), or ""
 --   ARGV[+7]  role  "enforced" (a denial denies the request), "shadow" (never denies) or
 --                   "quota" (denies only when every quota hit of the request is denied)
+--   ARGV[+8]  debt  "1" when the limit takes debt (a hit that does not fit is charged), else "0"
+--   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
+--                    charged together or not at all
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us (the
 -- fields of sluice's Decision, which src/algorithm/ specifies) and the time it was decided at.
 --
--- An algorithm script registers {read, decide, write, refund} under its name:
+-- An algorithm script registers {read, decide, force, write, refund} under its name:
 --   read(hit) the key's state at hit.now; decide(hit, state) the decision and the state after
---   the hit (nil when unchanged); write(hit, state) stores a state that decide returned;
---   refund(hit) takes back a charge of hit.cost decided at hit.now.
+--   the hit (nil when unchanged); force(hit, state) the state after a hit that does not fit
+--   (debt); write(hit, state) stores a state that decide or force returned; refund(hit)
+--   takes back a charge of hit.cost decided at hit.now.
 --
 -- Lua numbers are doubles: every value stays an integer below 2^53, where doubles are exact
 -- (e.g. L x W below 2^53: 100,000 per day, 1,000,000 per hour). Numbers sent back to Redis

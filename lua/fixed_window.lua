@@ -1,31 +1,74 @@
 -- fixed_window: a counter per window [kW, (k+1)W) aligned to the epoch (src/algorithm/fixed_window.rs).
 -- Key: CACHE_KEY_PREFIX .. domain_key_value_..._<window start in seconds>, byte-identical to
 --      envoyproxy/ratelimit's key, holding the same integer counter. The window is in the key,
---      so sluice computes it: now is always given. State: the count.
--- Admits when count + h <= L; requests_per_unit 0 is this rule too (the window's end resets).
+--      so sluice computes it: now is always given.
+--      A limit that takes debt carries its excess into the next windows, so its key cannot
+--      name one window: CACHE_KEY_PREFIX .. fixed_window_domain_key_value_..., a hash
+--      s = window start (µs), c = count.
+-- State: {s, c} as of the window holding hit.now. Admits when c + h <= L.
+
+local function start_of(hit)
+  return hit.now - hit.now % hit.period
+end
+
+-- Windows (1: the next) until `count` has drained at L per window; at least one.
+local function windows_to_drain(hit, count)
+  if hit.limit == 0 then
+    return 1
+  end
+  return math.max(1, div_ceil(count, hit.limit))
+end
 
 algorithms.fixed_window = {
   blocks_zero_itself = true,
   read = function(hit)
-    return tonumber(redis.call('GET', hit.key) or '0')
-  end,
-  decide = function(hit, count)
-    local start = hit.now - hit.now % hit.period
-    local until_next_window = start + hit.period - hit.now
-    if count + hit.cost > hit.limit then
-      return decision(false, hit.limit - count, until_next_window, until_next_window), nil
+    local start = start_of(hit)
+    if not hit.debt then
+      return {s = start, c = tonumber(redis.call('GET', hit.key) or '0')}
     end
-    local after = count + hit.cost
+    local stored = redis.call('HMGET', hit.key, 's', 'c')
+    if not stored[1] then
+      return {s = start, c = 0}
+    end
+    local s, c = tonumber(stored[1]), tonumber(stored[2])
+    if s >= start then
+      -- The current window, or one ahead of the clock (it went back): never admit more.
+      return {s = s, c = c}
+    end
+    local passed = div_floor(start - s, hit.period)
+    return {s = start, c = math.max(0, c - hit.limit * passed)}
+  end,
+  decide = function(hit, window)
+    local after = window.c
+    local admitted = window.c + hit.cost <= hit.limit
+    if admitted then
+      after = window.c + hit.cost
+    end
+    local reset = window.s + windows_to_drain(hit, after) * hit.period - hit.now
+    if not admitted then
+      local fits = 1
+      if hit.cost <= hit.limit and hit.limit > 0 then
+        fits = math.max(1, div_ceil(window.c + hit.cost - hit.limit, hit.limit))
+      end
+      return decision(false, hit.limit - window.c, reset, window.s + fits * hit.period - hit.now), nil
+    end
     local changed = nil
     if hit.cost > 0 then
-      changed = after
+      changed = {s = window.s, c = after}
     end
-    return decision(true, hit.limit - after, until_next_window, 0), changed
+    return decision(true, hit.limit - after, reset, 0), changed
   end,
-  write = function(hit, count)
-    local start = hit.now - hit.now % hit.period
-    redis.call('SET', hit.key, fmt(count))
-    expire_after(hit.key, start + hit.period - hit.now)
+  force = function(hit, window)
+    return {s = window.s, c = window.c + hit.cost}
+  end,
+  write = function(hit, window)
+    local expires = window.s + windows_to_drain(hit, window.c) * hit.period - hit.now
+    if hit.debt then
+      redis.call('HSET', hit.key, 's', fmt(window.s), 'c', fmt(window.c))
+    else
+      redis.call('SET', hit.key, fmt(window.c))
+    end
+    expire_after(hit.key, expires)
   end,
   refund = function(hit)
     if redis.call('EXISTS', hit.key) == 1 then

@@ -31,6 +31,9 @@ algorithms.leaky_bucket = {
     end
     return decision(true, div_floor(tolerance - after_hit, period), div_ceil(after_hit, limit), 0), changed
   end,
+  force = function(hit, level)
+    return level + hit.cost * hit.period
+  end,
   write = function(hit, level)
     local whole = div_floor(level, hit.limit)
     redis.call('HSET', hit.key, 'a', fmt(hit.now + whole), 'r', fmt(level - whole * hit.limit))

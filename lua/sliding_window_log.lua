@@ -1,8 +1,10 @@
 -- sliding_window_log: one sorted-set member per admitted unit of cost, scored by its time
 -- (src/algorithm/sliding_window_log.rs). Members are `<nonce>:<i>`: the nonce is unique per hit.
 -- Key: CACHE_KEY_PREFIX .. sliding_window_log_domain_key_value_...
--- State: {count = live stored entries, added = {hits admitted earlier in this call}}; an
--- entry stamped ts is in the window iff ts + W > now.
+-- State: {count = live stored entries, added = {hits charged earlier in this call}}; an
+-- entry stamped ts is in the window iff ts + W > now. At most the newest L + 1 entries are
+-- kept: while L + 1 are live every hit is denied, and a decision only ever looks at the newest
+-- L + 1 - h (a hit in debt adds at most L + 1).
 
 -- The time of the entry of rank `rank` (0 = oldest) among the stored and the added ones.
 local function entry_at(hit, state, rank)
@@ -67,6 +69,14 @@ algorithms.sliding_window_log = {
     end
     return decision(true, hit.limit - count - hit.cost, until_empty(hit, after), 0), changed
   end,
+  force = function(hit, state)
+    local added = {}
+    for i, earlier in ipairs(state.added) do
+      added[i] = earlier
+    end
+    added[#added + 1] = {cost = math.min(hit.cost, hit.limit + 1), now = hit.now, nonce = hit.nonce}
+    return {count = state.count, added = added}
+  end,
   write = function(hit, state)
     for _, added in ipairs(state.added) do
       local stamp = fmt(added.now)
@@ -80,6 +90,7 @@ algorithms.sliding_window_log = {
         end
       end
     end
+    redis.call('ZREMRANGEBYRANK', hit.key, 0, -(hit.limit + 2))
     expire_after(hit.key, until_empty(hit, {count = redis.call('ZCARD', hit.key), added = {}}))
   end,
   refund = function(hit)

@@ -1,7 +1,8 @@
 -- token_bucket: `capacity` tokens refilled continuously at L per W (src/algorithm/token_bucket.rs).
 -- Key: CACHE_KEY_PREFIX .. token_bucket_domain_key_value_..., a hash:
 --      t = tokens x W (scaled so the refill, L per microsecond, is an integer), u = time (µs).
--- A missing key is a full bucket; it expires when full again. State: the tokens at hit.now.
+-- A missing key is a full bucket; it expires when full again. State: the tokens at hit.now,
+-- below 0 in debt.
 
 algorithms.token_bucket = {
   read = function(hit)
@@ -29,6 +30,9 @@ algorithms.token_bucket = {
       changed = after
     end
     return decision(true, div_floor(after, hit.period), div_ceil(full - after, hit.limit), 0), changed
+  end,
+  force = function(hit, tokens)
+    return tokens - hit.cost * hit.period
   end,
   write = function(hit, tokens)
     redis.call('HSET', hit.key, 't', fmt(tokens), 'u', fmt(hit.now))

@@ -99,6 +99,9 @@ pub struct Limit {
     pub unit_multiplier: u32,
     /// Bucket capacity for the bucket algorithms; `None` means the algorithm's default.
     pub burst: Option<u32>,
+    /// A hit that does not fit is charged all the same: the limit goes into debt (costs
+    /// reported after the response must land).
+    pub debt: bool,
 }
 
 impl Limit {
@@ -110,6 +113,7 @@ impl Limit {
             unit,
             unit_multiplier: 1,
             burst: None,
+            debt: false,
         }
     }
 
@@ -120,9 +124,16 @@ impl Limit {
         u64::from(self.burst.or(default).unwrap_or(self.requests_per_unit))
     }
 
+    /// Whether the limit's Redis key names its window (the fixed window's, byte-identical to
+    /// envoyproxy/ratelimit's); a limit that takes debt carries its excess over windows, so its
+    /// key cannot name one.
+    pub fn key_holds_window(&self) -> bool {
+        self.algorithm.key_holds_window() && !self.debt
+    }
+
     /// What the algorithm needs of the limit.
     pub fn rate(&self) -> Rate {
-        Rate::new(self.requests_per_unit, self.period_us(), self.capacity())
+        Rate::new(self.requests_per_unit, self.period_us(), self.capacity()).with_debt(self.debt)
     }
 
     /// Charges `cost` at `now_us` against the key's `state`, by this limit's algorithm.
@@ -164,6 +175,28 @@ pub struct Hit {
     pub cost: u64,
     /// How the hit's denial weighs on its request.
     pub role: Role,
+    /// Another limit of the previous hit's descriptor: the hits of one descriptor are charged
+    /// together or not at all.
+    pub joins_previous: bool,
+}
+
+/// The hits of `hits` by descriptor: runs of a hit and those that join it.
+pub fn descriptor_groups(hits: &[Hit]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= hits.len() {
+            return None;
+        }
+        let end = start
+            + 1
+            + hits[start + 1..]
+                .iter()
+                .take_while(|hit| hit.joins_previous)
+                .count();
+        let group = start..end;
+        start = end;
+        Some(group)
+    })
 }
 
 /// How a hit's denial weighs on the request it belongs to.

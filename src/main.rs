@@ -41,6 +41,10 @@ enum Command {
         #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::SetTrue,
               value_parser = clap::builder::FalseyValueParser::new())]
         merge_domain_config: bool,
+        /// Limits that do not say `debt` take debt (as `serve --debt`).
+        #[arg(long, env = "SLUICE_DEBT", action = clap::ArgAction::SetTrue,
+              value_parser = clap::builder::FalseyValueParser::new())]
+        debt: bool,
     },
     /// Replay synthetic traffic against a config on a virtual clock and show what each
     /// request gets, per descriptor: a chart per time bucket, or every decision as CSV.
@@ -55,6 +59,9 @@ struct SimulateArgs {
     /// Let several files hold the same domain.
     #[arg(long)]
     merge_domain_config: bool,
+    /// Limits that do not say `debt` take debt (as `serve --debt`).
+    #[arg(long)]
+    debt: bool,
     /// The domain of the requests.
     #[arg(long)]
     domain: String,
@@ -84,20 +91,22 @@ fn main() -> ExitCode {
         Some(Command::CheckConfig {
             paths,
             merge_domain_config,
-        }) => check_config(&paths, merge_domain_config),
+            debt,
+        }) => check_config(
+            &paths,
+            LoadOptions {
+                merge_domain_config,
+                debt,
+            },
+        ),
         Some(Command::Serve(args)) => serve(*args),
         Some(Command::Simulate(args)) => run_simulation(&args),
         None => serve(cli.serve),
     }
 }
 
-fn check_config(paths: &[PathBuf], merge_domain_config: bool) -> ExitCode {
-    match config::load(
-        paths,
-        LoadOptions {
-            merge_domain_config,
-        },
-    ) {
+fn check_config(paths: &[PathBuf], options: LoadOptions) -> ExitCode {
+    match config::load(paths, options) {
         Ok(config) => {
             for domain in config.domains() {
                 let files: Vec<String> = domain
@@ -155,6 +164,7 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
         config_paths: args.config.clone(),
         load_options: LoadOptions {
             merge_domain_config: args.merge_domain_config,
+            debt: args.debt,
         },
         domain: args.domain.clone(),
         descriptors,

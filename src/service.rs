@@ -299,6 +299,7 @@ impl<'a> Planned<'a> {
             limit: applied.limit,
             cost,
             role: applied.role(),
+            joins_previous: false,
         };
         Planned {
             verdict: Verdict::Limited(applied),

@@ -75,6 +75,11 @@ pub struct ServeArgs {
     /// Let several files hold the same domain; their descriptors are merged.
     #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub merge_domain_config: bool,
+    /// Every limit that does not say `debt` takes debt: a hit that does not fit is charged all
+    /// the same (costs reported after the response, e.g. LLM tokens), and the limit denies
+    /// until the debt is repaid at its own rate.
+    #[arg(long, env = "SLUICE_DEBT", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub debt: bool,
     /// Answer OK overall even when a limit is exceeded (descriptor statuses stay truthful).
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub shadow_mode: bool,
@@ -233,6 +238,7 @@ impl ServeArgs {
             config_paths,
             load_options: LoadOptions {
                 merge_domain_config: self.merge_domain_config,
+                debt: self.debt,
             },
             grpc_addr,
             http_addr,

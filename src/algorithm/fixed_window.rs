@@ -1,5 +1,6 @@
 //! Fixed window: a counter per window [kW, (k+1)W), windows aligned to the Unix epoch as in
 //! envoyproxy/ratelimit. Admits when count + cost <= L; a denial and a cost of 0 change nothing.
+//! In debt the count exceeds L, and the excess carries into the next windows, L per window.
 //!
 //! Exact for any time below 2^64 microseconds and counts below 2^64.
 
@@ -11,13 +12,59 @@ use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 pub struct Window {
     /// Start of the window in microseconds since the epoch.
     pub start_us: u64,
-    /// Cost admitted in this window so far.
+    /// Cost charged in this window so far; above L only in debt (the excess carries over).
     pub count: u64,
 }
 
 /// Start of the window holding `now_us`.
 pub fn window_start_us(limit: &Rate, now_us: u64) -> u64 {
     now_us - now_us % limit.period_us()
+}
+
+/// The stored window moved to the one holding `now_us`: every window that passed drains L
+/// (without debt a count never exceeds L, so a past window simply starts empty).
+fn rolled(stored: Option<Window>, limit: &Rate, now_us: u64) -> Window {
+    let start_us = window_start_us(limit, now_us);
+    match stored {
+        // The current window, or one ahead of the clock (it went back): never admit more.
+        Some(window) if window.start_us >= start_us => window,
+        Some(window) => {
+            let passed = (start_us - window.start_us) / limit.period_us();
+            let drained = u64::from(limit.requests_per_unit).saturating_mul(passed);
+            Window {
+                start_us,
+                count: window.count.saturating_sub(drained),
+            }
+        }
+        None => Window { start_us, count: 0 },
+    }
+}
+
+/// Windows (1: the next) until `count` has drained to nothing at L per window; at least one,
+/// the reference's reset time: the window's end.
+fn windows_to_drain(count: u64, capacity: u64) -> u64 {
+    if capacity == 0 {
+        return 1;
+    }
+    count.div_ceil(capacity).max(1)
+}
+
+/// The first window (1: the next) in which `cost` fits after `count`; a cost that never fits
+/// is told the next window, as the reference does.
+fn windows_until_fits(count: u64, cost: u64, capacity: u64) -> u64 {
+    if cost > capacity || capacity == 0 {
+        return 1;
+    }
+    (count.saturating_add(cost) - capacity)
+        .div_ceil(capacity)
+        .max(1)
+}
+
+/// Time from `now_us` to the start of the `windows`-th window after the one at `start_us`.
+fn until(start_us: u64, windows: u64, period_us: u64, now_us: u64) -> u64 {
+    start_us
+        .saturating_add(windows.saturating_mul(period_us))
+        .saturating_sub(now_us)
 }
 
 /// The fixed window in the registry.
@@ -35,37 +82,48 @@ impl LimitAlgorithm for FixedWindow {
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Window>) {
-        let stored = stored.copied();
-        // A stored window ahead of the clock (the clock went back) still counts: never admit more.
-        let start_us = match stored {
-            Some(window) if window.start_us > now_us => window.start_us,
-            _ => window_start_us(limit, now_us),
+        let window = rolled(stored.copied(), limit, now_us);
+        let (period, capacity) = (limit.period_us(), u64::from(limit.requests_per_unit));
+        let admitted = window.count.saturating_add(cost) <= capacity;
+        let count_after = if admitted {
+            window.count + cost
+        } else {
+            window.count
         };
-        let until_next_window_us = start_us + limit.period_us() - now_us;
-        let capacity = u64::from(limit.requests_per_unit);
-        // A window that is not the current one has expired: its count no longer matters.
-        let count = stored
-            .filter(|window| window.start_us == start_us)
-            .map_or(0, |window| window.count);
-        let admitted = count.saturating_add(cost) <= capacity;
-        let count_after = if admitted { count + cost } else { count };
+        let drain = windows_to_drain(count_after, capacity);
         let decision = Decision {
             admitted,
             remaining: remaining(u128::from(capacity.saturating_sub(count_after))),
-            reset_after_us: until_next_window_us,
-            // The next window starts empty, so any cost that fits at all fits there.
-            retry_after_us: if admitted { 0 } else { until_next_window_us },
+            reset_after_us: until(window.start_us, drain, period, now_us),
+            retry_after_us: if admitted {
+                0
+            } else {
+                let fits = windows_until_fits(window.count, cost, capacity);
+                until(window.start_us, fits, period, now_us)
+            },
         };
         let changed = (admitted && cost > 0).then_some(Window {
-            start_us,
             count: count_after,
+            ..window
         });
         (decision, changed)
     }
 
-    /// The window ends.
+    fn force(stored: Option<&Window>, limit: &Rate, cost: u64, now_us: u64) -> Window {
+        let window = rolled(stored.copied(), limit, now_us);
+        Window {
+            count: window.count.saturating_add(cost),
+            ..window
+        }
+    }
+
+    /// The count has drained.
     fn expires_at_us(window: &Window, rate: &Rate) -> u64 {
-        window.start_us.saturating_add(rate.period_us())
+        let capacity = u64::from(rate.requests_per_unit);
+        let drain = windows_to_drain(window.count, capacity);
+        window
+            .start_us
+            .saturating_add(drain.saturating_mul(rate.period_us()))
     }
 }
 

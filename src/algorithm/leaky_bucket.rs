@@ -61,6 +61,15 @@ impl LimitAlgorithm for LeakyBucket {
     }
 
     /// When the state no longer matters: the bucket is empty.
+    fn force(stored: Option<&Tat>, limit: &Rate, cost: u64, now_us: u64) -> Tat {
+        let now = u128::from(now_us) * u128::from(limit.requests_per_unit);
+        let empty_at = stored.map_or(now, |tat| tat.scaled_empty_at).max(now);
+        let interval = u128::from(limit.period_us());
+        Tat {
+            scaled_empty_at: empty_at.saturating_add(u128::from(cost).saturating_mul(interval)),
+        }
+    }
+
     fn expires_at_us(tat: &Tat, limit: &Rate) -> u64 {
         let rate = u128::from(limit.requests_per_unit.max(1));
         u64::try_from(tat.scaled_empty_at.div_ceil(rate)).unwrap_or(u64::MAX)

@@ -2,7 +2,9 @@
 //! no async, and nothing of the rest of the crate. Stores keep the state and call `decide`; the
 //! Lua scripts of the Redis store must reach the same decisions. Common rules: a denied hit and
 //! a hit of cost 0 change no state; a cost that can never fit is denied with one period as its
-//! retry time; `requests_per_unit: 0` admits only cost 0, whatever the burst.
+//! retry time; `requests_per_unit: 0` admits only cost 0, whatever the burst. A limit that
+//! takes debt (`Rate::debt`) is charged even by a hit that does not fit: the hit is denied,
+//! and the limit denies until the debt is repaid at its own rate.
 //!
 //! `registry!` below is the one place that lists the algorithms: each row ties an `Algorithm`
 //! to the module that decides (its `LimitAlgorithm` implementation), its name in YAML (which
@@ -51,6 +53,10 @@ pub trait LimitAlgorithm {
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Self::State>);
+
+    /// The state after charging `cost` that does not fit: the limit goes into debt (a
+    /// counter above L, a bucket below empty), repaid at the limit's own rate.
+    fn force(stored: Option<&Self::State>, rate: &Rate, cost: u64, now_us: u64) -> Self::State;
 
     /// When `state` no longer matters (it reads as absent from then on).
     fn expires_at_us(state: &Self::State, rate: &Rate) -> u64;
@@ -207,13 +213,16 @@ impl fmt::Display for Algorithm {
     }
 }
 
-/// What an algorithm needs of a limit: L, the period W and the capacity.
+/// What an algorithm needs of a limit: L, the period W, the capacity, and whether it takes
+/// debt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
     /// L, requests per period.
     pub requests_per_unit: u32,
     period_us: u64,
     capacity: u64,
+    /// A hit that does not fit is charged all the same (costs reported after the response).
+    pub debt: bool,
 }
 
 impl Rate {
@@ -223,7 +232,13 @@ impl Rate {
             requests_per_unit,
             period_us,
             capacity,
+            debt: false,
         }
+    }
+
+    /// The same rate, taking debt or not.
+    pub fn with_debt(self, debt: bool) -> Rate {
+        Rate { debt, ..self }
     }
 
     /// The period W in microseconds.
@@ -280,11 +295,24 @@ fn decide_by<A: LimitAlgorithm>(
         return (blocked(rate, cost), None);
     }
     let (decision, changed) = A::decide(stored, rate, cost, now_us);
-    let changed = changed.map(|state| {
+    let with_expiry = |state: A::State| {
         let expires_at_us = A::expires_at_us(&state, rate);
         (state, expires_at_us)
-    });
-    (decision, changed)
+    };
+    // Debt: a hit that does not fit is charged all the same (a limit of 0 is never repaid,
+    // so it takes none). It is denied, and told when a hit of cost 1 fits again.
+    if decision.admitted || !rate.debt || cost == 0 || rate.requests_per_unit == 0 {
+        return (decision, changed.map(with_expiry));
+    }
+    let in_debt = A::force(stored, rate, cost, now_us);
+    let (next, _) = A::decide(Some(&in_debt), rate, 1, now_us);
+    let decision = Decision {
+        admitted: false,
+        remaining: next.remaining,
+        reset_after_us: next.reset_after_us,
+        retry_after_us: next.retry_after_us,
+    };
+    (decision, Some(with_expiry(in_debt)))
 }
 
 /// `count` as a `remaining` field: saturated to u32 (limits are u32, so only overflowing

@@ -19,22 +19,30 @@ pub struct Counts {
 }
 
 /// The stored counts moved to the window holding `now_us`.
-fn rolled(stored: Option<Counts>, period: u64, now_us: u64) -> Counts {
+fn rolled(stored: Option<Counts>, capacity: u64, period: u64, now_us: u64) -> Counts {
     let start_us = now_us - now_us % period;
     match stored {
-        Some(c) if c.start_us == start_us => c,
-        Some(c) if c.start_us + period == start_us => Counts {
-            start_us,
-            previous: c.current,
-            current: 0,
-        },
-        // A stored window ahead of the clock (time went back) is kept as it is: never admit more.
-        Some(c) if c.start_us > start_us => c,
-        _ => Counts {
+        // The current window, or one ahead of the clock (time went back): never admit more.
+        Some(c) if c.start_us >= start_us => c,
+        Some(c) => passed(&c, capacity, period, (start_us - c.start_us) / period),
+        None => Counts {
             start_us,
             previous: 0,
             current: 0,
         },
+    }
+}
+
+/// The counts `windows` (>= 1) windows after `c`: each window that passes takes at most L of
+/// the current count as its own (the next window's previous) and carries the rest, debt, as
+/// the next window's current. Without debt the current count is at most L, so it simply
+/// becomes the previous one, and after two windows nothing is left.
+fn passed(c: &Counts, capacity: u64, period: u64, windows: u64) -> Counts {
+    let drained = |windows: u64| c.current.saturating_sub(capacity.saturating_mul(windows));
+    Counts {
+        start_us: c.start_us.saturating_add(windows.saturating_mul(period)),
+        previous: drained(windows - 1).min(capacity),
+        current: drained(windows),
     }
 }
 
@@ -44,16 +52,25 @@ fn weighted(previous: u64, current: u64, elapsed: u64, period: u64) -> u128 {
     u128::from(previous) * covered + u128::from(current) * u128::from(period)
 }
 
-/// Time until the estimate is 0: the current count decays through the next window.
-fn until_empty(c: &Counts, period: u64, now_us: u64) -> u64 {
-    let end = if c.current > 0 {
-        c.start_us + 2 * period
-    } else if c.previous > 0 {
-        c.start_us + period
+/// Windows after `c`'s until the estimate is 0: the current count (drained L per window)
+/// decays through the window after it; without one, the previous through this one.
+fn windows_to_empty(c: &Counts, capacity: u64) -> u64 {
+    if c.current > 0 {
+        c.current.div_ceil(capacity.max(1)) + 1
     } else {
+        u64::from(c.previous > 0)
+    }
+}
+
+/// Time until the estimate is 0.
+fn until_empty(c: &Counts, capacity: u64, period: u64, now_us: u64) -> u64 {
+    let windows = windows_to_empty(c, capacity);
+    if windows == 0 {
         return 0;
-    };
-    end.saturating_sub(now_us)
+    }
+    c.start_us
+        .saturating_add(windows.saturating_mul(period))
+        .saturating_sub(now_us)
 }
 
 /// Earliest time the same hit fits, given that nothing else is admitted before then.
@@ -63,12 +80,25 @@ fn retry_after(c: &Counts, capacity: u64, cost: u64, period: u64, now_us: u64) -
     }
     // In this window, `previous` decays: find the first elapsed e with
     // previous x (W - e) <= (L - current - cost) x W.
-    if let Some(e) = first_fit(c.previous, capacity.checked_sub(c.current + cost), period) {
+    let fit_in = |counts: &Counts| {
+        let room = capacity.checked_sub(counts.current.saturating_add(cost));
+        first_fit(counts.previous, room, period)
+    };
+    if let Some(e) = fit_in(c) {
         return (c.start_us + e).saturating_sub(now_us);
     }
-    // In the next window, the current count decays instead, and nothing is current.
-    let e = first_fit(c.current, Some(capacity - cost), period).unwrap_or(period);
-    (c.start_us + period + e).saturating_sub(now_us)
+    // Later windows: the first one whose carried debt leaves room for the cost (the next one
+    // without debt), or one of the two after it, where what it carried decays in turn.
+    let first = (c.current.saturating_add(cost).saturating_sub(capacity))
+        .div_ceil(capacity.max(1))
+        .max(1);
+    for windows in first..first + 3 {
+        let later = passed(c, capacity, period, windows);
+        if let Some(e) = fit_in(&later) {
+            return later.start_us.saturating_add(e).saturating_sub(now_us);
+        }
+    }
+    period
 }
 
 /// The smallest e in [0, W) with decaying x (W - e) <= room x W, if any.
@@ -96,12 +126,11 @@ impl LimitAlgorithm for SlidingWindowCounter {
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Counts>) {
-        let stored = stored.copied();
         let period = limit.period_us();
-        let counts = rolled(stored, period, now_us);
+        let capacity = u64::from(limit.requests_per_unit);
+        let counts = rolled(stored.copied(), capacity, period, now_us);
         // Zero when the stored window is ahead of the clock: the previous count weighs fully.
         let elapsed = now_us.saturating_sub(counts.start_us);
-        let capacity = u64::from(limit.requests_per_unit);
         let admitted = weighted(
             counts.previous,
             counts.current.saturating_add(cost),
@@ -124,7 +153,7 @@ impl LimitAlgorithm for SlidingWindowCounter {
                 (u128::from(capacity) * u128::from(period)).saturating_sub(used)
                     / u128::from(period),
             ),
-            reset_after_us: until_empty(&after, period, now_us),
+            reset_after_us: until_empty(&after, capacity, period, now_us),
             retry_after_us: if admitted {
                 0
             } else {
@@ -134,9 +163,22 @@ impl LimitAlgorithm for SlidingWindowCounter {
         (decision, (admitted && cost > 0).then_some(after))
     }
 
-    /// When the state no longer matters: the current window has also become the previous one.
+    fn force(stored: Option<&Counts>, limit: &Rate, cost: u64, now_us: u64) -> Counts {
+        let capacity = u64::from(limit.requests_per_unit);
+        let counts = rolled(stored.copied(), capacity, limit.period_us(), now_us);
+        Counts {
+            current: counts.current.saturating_add(cost),
+            ..counts
+        }
+    }
+
+    /// When the state no longer matters: the estimate is 0 (without debt, when the current
+    /// window has also become the previous one).
     fn expires_at_us(counts: &Counts, limit: &Rate) -> u64 {
-        counts.start_us + 2 * limit.period_us()
+        let windows = windows_to_empty(counts, u64::from(limit.requests_per_unit)).max(2);
+        counts
+            .start_us
+            .saturating_add(windows.saturating_mul(limit.period_us()))
     }
 }
 

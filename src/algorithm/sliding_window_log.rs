@@ -11,6 +11,29 @@ use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 /// Admission times, ascending, of every admitted unit of cost still in the window.
 pub type Log = Vec<u64>;
 
+/// The entries of `stored` still in the window at `now_us`. Entries stamped in the future (the
+/// clock went back) still count: never admit more.
+fn live(stored: Option<&Log>, period: u64, now_us: u64) -> &[u64] {
+    stored.map_or(&[], |log| {
+        let first_live = log.partition_point(|&ts| ts.saturating_add(period) <= now_us);
+        &log[first_live..]
+    })
+}
+
+/// `live` with `count` entries stamped `now_us` added in time order, keeping the newest
+/// L + 1 at most. Exact: while L + 1 entries are live every hit is denied, and a decision only
+/// ever looks at the newest L + 1 - cost entries.
+fn with_entries(live: &[u64], count: u64, capacity: u64, now_us: u64) -> Log {
+    let kept = capacity.saturating_add(1);
+    let mut log = live.to_vec();
+    let at = log.partition_point(|&ts| ts <= now_us);
+    let added = count.min(kept) as usize;
+    log.splice(at..at, std::iter::repeat_n(now_us, added));
+    let excess = log.len().saturating_sub(kept as usize);
+    log.drain(..excess);
+    log
+}
+
 /// Time until the newest entry leaves the window (all capacity back).
 fn until_empty(live: &[u64], period: u64, now_us: u64) -> u64 {
     live.last()
@@ -37,11 +60,7 @@ impl LimitAlgorithm for SlidingWindowLog {
     ) -> (Decision, Option<Log>) {
         let period = limit.period_us();
         let capacity = u64::from(limit.requests_per_unit);
-        // Entries stamped in the future (the clock went back) still count: never admit more.
-        let live: &[u64] = stored.map_or(&[], |log| {
-            let first_live = log.partition_point(|&ts| ts.saturating_add(period) <= now_us);
-            &log[first_live..]
-        });
+        let live = live(stored, period, now_us);
         let count = live.len() as u64;
         let admitted = count.saturating_add(cost) <= capacity;
         if !admitted {
@@ -60,12 +79,7 @@ impl LimitAlgorithm for SlidingWindowLog {
             };
             return (decision, None);
         }
-        let changed = (cost > 0).then(|| {
-            let mut log = live.to_vec();
-            let at = log.partition_point(|&ts| ts <= now_us);
-            log.splice(at..at, std::iter::repeat_n(now_us, cost as usize));
-            log
-        });
+        let changed = (cost > 0).then(|| with_entries(live, cost, capacity, now_us));
         let after: &[u64] = changed.as_deref().unwrap_or(live);
         let decision = Decision {
             admitted,
@@ -77,6 +91,11 @@ impl LimitAlgorithm for SlidingWindowLog {
     }
 
     /// When the state no longer matters: the newest entry leaves the window.
+    fn force(stored: Option<&Log>, limit: &Rate, cost: u64, now_us: u64) -> Log {
+        let live = live(stored, limit.period_us(), now_us);
+        with_entries(live, cost, u64::from(limit.requests_per_unit), now_us)
+    }
+
     fn expires_at_us(log: &Log, limit: &Rate) -> u64 {
         log.last().map_or(0, |&ts| ts + limit.period_us())
     }

@@ -3,27 +3,40 @@
 //!
 //! Tokens are kept scaled by W (a token is W units) so that the refill, L units per
 //! microsecond, is an integer: exact in 128-bit integers for every u32 limit and burst, u64
-//! cost and period.
+//! cost and period. In debt the bucket holds fewer than no tokens, and refills from there.
 
 use crate::algorithm::{remaining, wait_us};
 use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
-/// The bucket: tokens (scaled by W) as of `updated_us`.
+/// The bucket: tokens (scaled by W) as of `updated_us`; below 0 in debt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bucket {
-    pub scaled_tokens: u128,
+    pub scaled_tokens: i128,
     pub updated_us: u64,
 }
 
 /// Tokens at `now_us`: a new bucket is full; time going back refills nothing.
-fn refilled(stored: Option<Bucket>, full: u128, rate: u128, now_us: u64) -> u128 {
+fn refilled(stored: Option<Bucket>, full: i128, rate: i128, now_us: u64) -> i128 {
     match stored {
         None => full,
         Some(b) => {
-            let elapsed = u128::from(now_us.saturating_sub(b.updated_us));
-            full.min(b.scaled_tokens + rate * elapsed)
+            let elapsed = i128::from(now_us.saturating_sub(b.updated_us));
+            full.min(b.scaled_tokens.saturating_add(rate.saturating_mul(elapsed)))
         }
     }
+}
+
+/// A non-negative amount of scaled tokens (0 for a negative one).
+fn units(amount: i128) -> u128 {
+    u128::try_from(amount).unwrap_or(0)
+}
+
+/// (full, rate, needed) of `limit` for a hit of `cost`, scaled.
+fn scaled(limit: &Rate, cost: u64) -> (i128, i128, i128) {
+    let period = i128::from(limit.period_us());
+    let full = i128::from(limit.capacity()) * period;
+    let needed = i128::from(cost).saturating_mul(period);
+    (full, i128::from(limit.requests_per_unit), needed)
 }
 
 /// The token bucket in the registry: `burst` defaults to L, a full period at once.
@@ -43,24 +56,22 @@ impl LimitAlgorithm for TokenBucket {
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Bucket>) {
-        let stored = stored.copied();
-        let period = u128::from(limit.period_us());
-        let rate = u128::from(limit.requests_per_unit);
-        let full = u128::from(limit.capacity()) * period;
-        let tokens = refilled(stored, full, rate, now_us);
-        let needed = u128::from(cost) * period;
+        let period = limit.period_us();
+        let (full, rate, needed) = scaled(limit, cost);
+        let tokens = refilled(stored.copied(), full, rate, now_us);
         let admitted = needed <= tokens;
         let after = if admitted { tokens - needed } else { tokens };
+        let wait = |scaled: i128| wait_us(units(scaled), units(rate), period);
         let decision = Decision {
             admitted,
-            remaining: remaining(after / period),
-            reset_after_us: wait_us(full - after, rate, limit.period_us()),
+            remaining: remaining(units(after) / u128::from(period)),
+            reset_after_us: wait(full - after),
             retry_after_us: if admitted {
                 0
             } else if needed > full {
-                limit.period_us()
+                period
             } else {
-                wait_us(needed - tokens, rate, limit.period_us())
+                wait(needed - tokens)
             },
         };
         let changed = (admitted && cost > 0).then_some(Bucket {
@@ -70,15 +81,22 @@ impl LimitAlgorithm for TokenBucket {
         (decision, changed)
     }
 
+    fn force(stored: Option<&Bucket>, limit: &Rate, cost: u64, now_us: u64) -> Bucket {
+        let (full, rate, needed) = scaled(limit, cost);
+        let tokens = refilled(stored.copied(), full, rate, now_us);
+        Bucket {
+            scaled_tokens: tokens.saturating_sub(needed),
+            updated_us: now_us,
+        }
+    }
+
     /// When the state no longer matters: the bucket is full again.
     fn expires_at_us(bucket: &Bucket, limit: &Rate) -> u64 {
-        let period = u128::from(limit.period_us());
-        let full = u128::from(limit.capacity()) * period;
-        let missing = full.saturating_sub(bucket.scaled_tokens);
-        let rate = u128::from(limit.requests_per_unit);
+        let (full, rate, _) = scaled(limit, 0);
+        let missing = units(full.saturating_sub(bucket.scaled_tokens));
         bucket
             .updated_us
-            .saturating_add(wait_us(missing, rate, limit.period_us()))
+            .saturating_add(wait_us(missing, units(rate), limit.period_us()))
     }
 }
 

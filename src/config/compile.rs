@@ -10,6 +10,7 @@ use crate::config::metadata;
 use crate::config::pattern::Pattern;
 use crate::config::position::Positions;
 use crate::config::tree::{Level, Node, Rule};
+use crate::config::LoadOptions;
 use crate::limit::{Algorithm, Limit, Unit};
 
 /// The longest period a limit may have: 100 years (in microseconds, still exact in a double).
@@ -19,15 +20,17 @@ const MAX_PERIOD_SECONDS: u64 = 100 * 365 * 86_400;
 pub(crate) struct FileCompiler<'a> {
     path: &'a Path,
     text: &'a str,
+    options: LoadOptions,
     positions: OnceCell<Positions>,
     pub(crate) errors: Vec<FileError>,
 }
 
 impl<'a> FileCompiler<'a> {
-    pub(crate) fn new(path: &'a Path, text: &'a str) -> FileCompiler<'a> {
+    pub(crate) fn new(path: &'a Path, text: &'a str, options: LoadOptions) -> FileCompiler<'a> {
         FileCompiler {
             path,
             text,
+            options,
             positions: OnceCell::new(),
             errors: Vec::new(),
         }
@@ -153,8 +156,12 @@ impl<'a> FileCompiler<'a> {
             self.error(&format!("{path}.unit"), reason);
             return None;
         }
-        if doc.algorithm.is_some() || doc.unit_multiplier.is_some() || doc.burst.is_some() {
-            let reason = "unlimited takes no algorithm, unit_multiplier or burst";
+        if doc.algorithm.is_some()
+            || doc.unit_multiplier.is_some()
+            || doc.burst.is_some()
+            || doc.debt.is_some()
+        {
+            let reason = "unlimited takes no algorithm, unit_multiplier, burst or debt";
             self.error(path, reason);
             return None;
         }
@@ -210,6 +217,7 @@ impl<'a> FileCompiler<'a> {
             unit,
             unit_multiplier,
             burst: doc.burst,
+            debt: doc.debt.unwrap_or(self.options.debt),
         })
     }
 

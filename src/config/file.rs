@@ -46,7 +46,7 @@ pub struct DescriptorDoc {
     pub metadata: Option<serde_yaml::Value>,
 }
 
-/// The limit of a node. `algorithm`, `unit_multiplier` and `burst` are sluice's.
+/// The limit of a node. `algorithm`, `unit_multiplier`, `burst` and `debt` are sluice's.
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitDoc {
@@ -66,6 +66,10 @@ pub struct RateLimitDoc {
     pub unit_multiplier: Option<u32>,
     #[serde(default)]
     pub burst: Option<u32>,
+    /// Charge hits that do not fit (costs reported after the response); default: the
+    /// `--debt` setting.
+    #[serde(default)]
+    pub debt: Option<bool>,
 }
 
 /// One entry of `replaces`.

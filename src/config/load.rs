@@ -17,6 +17,8 @@ use crate::config::tree::{Config, Domain, Level};
 pub struct LoadOptions {
     /// Several files may hold the same domain (`MERGE_DOMAIN_CONFIG`); their descriptors join.
     pub merge_domain_config: bool,
+    /// Limits that do not say `debt` take debt (`--debt`).
+    pub debt: bool,
 }
 
 /// Loads every configuration file under `paths`. Any error refuses the whole load.
@@ -69,7 +71,7 @@ fn add_file(
         Ok(doc) => doc,
         Err(error) => return vec![syntax_error(path, &error).into()],
     };
-    let mut compiler = FileCompiler::new(path, text);
+    let mut compiler = FileCompiler::new(path, text, options);
     let Some(name) = doc.domain.filter(|name| !name.is_empty()) else {
         compiler.error("", "config file cannot have empty domain");
         return compiler.errors.into_iter().map(Into::into).collect();

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use crate::algorithm::fixed_window;
-use crate::limit::{Algorithm, Hit, MICROS_PER_SECOND};
+use crate::limit::{Hit, MICROS_PER_SECOND};
 
 /// The key of a descriptor counted under `entries` (key, value) in `domain`.
 pub fn descriptor_key<'a, I>(domain: &str, entries: I) -> String
@@ -29,13 +29,14 @@ where
 /// The Redis key of `hit` at `now_us`, after `prefix` (`CACHE_KEY_PREFIX`).
 /// - fixed_window: `prefix` + descriptor key + window start in seconds, byte-identical to
 ///   envoyproxy/ratelimit's, so both servers share counters during a migration;
-/// - the others: `prefix` + algorithm name + `_` + descriptor key, so a limit whose algorithm
-///   changes never reads state of another shape.
+/// - the others, and a fixed window that takes debt (its excess carries over windows):
+///   `prefix` + algorithm name + `_` + descriptor key, so a limit whose algorithm changes
+///   never reads state of another shape.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 24);
     key.push_str(prefix);
     match hit.limit.algorithm {
-        Algorithm::FixedWindow => {
+        _ if hit.limit.key_holds_window() => {
             key.push_str(&hit.key);
             let start_s =
                 fixed_window::window_start_us(&hit.limit.rate(), now_us) / MICROS_PER_SECOND;
@@ -65,7 +66,7 @@ mod tests {
 #[cfg(test)]
 mod redis_key_tests {
     use super::*;
-    use crate::limit::{Limit, Role, Unit};
+    use crate::limit::{Algorithm, Limit, Role, Unit};
 
     #[test]
     fn fixed_window_keys_end_with_the_window_start_in_seconds() {
@@ -74,6 +75,7 @@ mod redis_key_tests {
             limit: Limit::fixed_window(10, Unit::Minute),
             cost: 1,
             role: Role::Enforced,
+            joins_previous: false,
         };
         // 1234567 s is in the minute starting at 1234560 s.
         let key = redis_key("prefix_", &hit, 1_234_567_000_000);
@@ -90,6 +92,7 @@ mod redis_key_tests {
             },
             cost: 1,
             role: Role::Enforced,
+            joins_previous: false,
         };
         assert_eq!(redis_key("", &hit, 5), "token_bucket_d_k_v_");
     }

@@ -218,6 +218,7 @@ mod tests {
             limit: Limit::fixed_window(2, Unit::Second),
             cost,
             role: Role::Enforced,
+            joins_previous: false,
         }
     }
 

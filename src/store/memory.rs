@@ -21,7 +21,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use crate::algorithm::State;
 use smallvec::SmallVec;
 
-use crate::limit::{vetoed, Charging, Decision, Hit};
+use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit};
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
 /// A shard: state by key id, hashed by the id itself (it is already a keyed hash).
@@ -38,6 +38,15 @@ pub struct MemoryStore {
 }
 
 struct Entry {
+    state: State,
+    expires_at_us: u64,
+}
+
+/// A charge a request makes: its hit (by index), the key and the state after it.
+struct Charge {
+    hit: usize,
+    id: KeyId,
+    index: usize,
     state: State,
     expires_at_us: u64,
 }
@@ -166,11 +175,13 @@ impl MemoryStore {
         outcome.decision
     }
 
-    /// Decides every hit under the locks of every shard they touch, taken in shard order (so
-    /// two requests never wait on each other in a cycle), each hit on the state the hits
-    /// before it left; then stores the new states only if the request is not `vetoed`. A
-    /// vetoed request's admitted hits report the state as it stays: the decision of cost 0.
-    fn charge_all_or_nothing(&self, hits: &[Hit], now_us: u64) -> Vec<Decision> {
+    /// Decides a request's hits under the locks of every shard they touch, taken in shard
+    /// order (so two requests never wait on each other in a cycle), each hit on the state the
+    /// hits before it left. A descriptor's hits (its limits) are charged only if none is
+    /// denied, and, with `AllOrNothing`, only if the request is not `vetoed`; a limit that
+    /// takes debt is charged regardless. An admitted hit left uncharged reports the state as
+    /// it stays: the decision of cost 0.
+    fn charge_request(&self, hits: &[Hit], charging: Charging, now_us: u64) -> Vec<Decision> {
         let located: SmallVec<[(KeyId, usize); 4]> =
             hits.iter().map(|hit| self.locate(&hit.key)).collect();
         let mut indices: SmallVec<[usize; 4]> = located.iter().map(|&(_, index)| index).collect();
@@ -186,49 +197,74 @@ impl MemoryStore {
                 .filter(|entry| entry.expires_at_us > now_us)
                 .map(|entry| entry.state.clone())
         };
-        // The states the request changed, latest last.
-        let mut pending: Vec<(KeyId, usize, State, u64)> = Vec::new();
+        let mut charged: Vec<Charge> = Vec::new();
         let mut decisions = Vec::with_capacity(hits.len());
-        for (hit, &(id, index)) in hits.iter().zip(&located) {
-            let current = match pending.iter().rev().find(|p| p.0 == id) {
-                Some(p) => Some(p.2.clone()),
-                None => stored(&shards, &id, index),
-            };
-            let outcome = hit.limit.decide(current.as_ref(), hit.cost, now_us);
-            if let Some((state, expires_at_us)) = outcome.new_state {
-                pending.push((id, index, state, expires_at_us));
+        for group in descriptor_groups(hits) {
+            let mut changes: SmallVec<[(usize, State, u64); 2]> = SmallVec::new();
+            for i in group.clone() {
+                let (id, index) = located[i];
+                let in_group = changes.iter().rev().find(|c| located[c.0].0 == id);
+                let current = match in_group {
+                    Some(change) => Some(change.1.clone()),
+                    None => match charged.iter().rev().find(|c| c.id == id) {
+                        Some(charge) => Some(charge.state.clone()),
+                        None => stored(&shards, &id, index),
+                    },
+                };
+                let outcome = hits[i].limit.decide(current.as_ref(), hits[i].cost, now_us);
+                if let Some((state, expires_at_us)) = outcome.new_state {
+                    changes.push((i, state, expires_at_us));
+                }
+                decisions.push(outcome.decision);
             }
-            decisions.push(outcome.decision);
-        }
-        if vetoed(
-            hits.iter()
-                .zip(&decisions)
-                .map(|(h, d)| (h.role, d.admitted)),
-        ) {
-            for ((hit, &(id, index)), decision) in hits.iter().zip(&located).zip(&mut decisions) {
-                if decision.admitted && hit.cost > 0 {
-                    let before = stored(&shards, &id, index);
-                    *decision = hit.limit.decide(before.as_ref(), 0, now_us).decision;
+            let denied = group.clone().any(|i| !decisions[i].admitted);
+            for (i, state, expires_at_us) in changes {
+                if hits[i].limit.debt || !denied {
+                    let (id, index) = located[i];
+                    charged.push(Charge {
+                        hit: i,
+                        id,
+                        index,
+                        state,
+                        expires_at_us,
+                    });
                 }
             }
-            return decisions;
         }
+        let vetoed = charging == Charging::AllOrNothing
+            && vetoed(
+                hits.iter()
+                    .zip(&decisions)
+                    .map(|(h, d)| (h.role, d.admitted)),
+            );
+        charged.retain(|charge| hits[charge.hit].limit.debt || !vetoed);
         let mut written: SmallVec<[KeyId; 4]> = SmallVec::new();
-        for (id, index, state, expires_at_us) in pending.into_iter().rev() {
-            if written.contains(&id) {
+        for charge in charged.iter().rev() {
+            if written.contains(&charge.id) {
                 continue;
             }
-            written.push(id);
-            let shard = &mut shards[shard_of(index)];
+            written.push(charge.id);
+            let shard = &mut shards[shard_of(charge.index)];
             let entry = Entry {
-                state,
-                expires_at_us,
+                state: charge.state.clone(),
+                expires_at_us: charge.expires_at_us,
             };
-            if let Some(existing) = shard.get_mut(&id) {
+            if let Some(existing) = shard.get_mut(&charge.id) {
                 *existing = entry;
             } else {
                 self.make_room(shard);
-                shard.insert(id, entry);
+                shard.insert(charge.id, entry);
+            }
+        }
+        for (i, decision) in decisions.iter_mut().enumerate() {
+            let uncharged = !charged.iter().any(|charge| charge.hit == i);
+            if decision.admitted && hits[i].cost > 0 && uncharged {
+                let (id, index) = located[i];
+                let now_stored = stored(&shards, &id, index);
+                *decision = hits[i]
+                    .limit
+                    .decide(now_stored.as_ref(), 0, now_us)
+                    .decision;
             }
         }
         decisions
@@ -253,13 +289,10 @@ impl Store for MemoryStore {
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.clock.now_us();
         // One hit is charged alike either way: it is denied exactly when it would veto.
-        if charging == Charging::EachAdmitted || hits.len() == 1 {
-            return Ok(hits
-                .iter()
-                .map(|hit| self.charge_one(hit, now_us))
-                .collect());
+        if let [hit] = hits {
+            return Ok(vec![self.charge_one(hit, now_us)]);
         }
-        Ok(self.charge_all_or_nothing(hits, now_us))
+        Ok(self.charge_request(hits, charging, now_us))
     }
 
     async fn healthy(&self) -> bool {
@@ -291,6 +324,7 @@ mod tests {
             limit: Limit::fixed_window(limit, Unit::Second),
             cost,
             role: Role::Enforced,
+            joins_previous: false,
         }
     }
 

@@ -21,9 +21,11 @@ pub fn invalid(name: &str) -> PathBuf {
 
 const NO_MERGE: LoadOptions = LoadOptions {
     merge_domain_config: false,
+    debt: false,
 };
 const MERGE: LoadOptions = LoadOptions {
     merge_domain_config: true,
+    debt: false,
 };
 
 fn refused(paths: &[PathBuf], options: LoadOptions) -> String {

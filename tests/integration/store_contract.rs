@@ -37,8 +37,9 @@ fn unique_key() -> String {
     format!("contract_k_{}_", NEXT.fetch_add(1, Ordering::SeqCst))
 }
 
-/// One hit of a request: which of the sequence's limits (by index), its cost and its role.
-type HitSpec = (usize, u64, Role);
+/// One hit of a request: which of the sequence's limits (by index), its cost, its role, and
+/// whether it is another limit of the previous hit's descriptor.
+type HitSpec = (usize, u64, Role, bool);
 
 /// A request: the time step before it, and its hits.
 type RequestSpec = (u64, Vec<HitSpec>);
@@ -77,11 +78,13 @@ fn both_requests(
             clock.advance(*step);
             let hits: Vec<Hit> = specs
                 .iter()
-                .map(|&(index, cost, role)| Hit {
+                .enumerate()
+                .map(|(i, &(index, cost, role, joins))| Hit {
                     key: keys[index].clone(),
                     limit: limits[index],
                     cost,
                     role,
+                    joins_previous: joins && i > 0,
                 })
                 .collect();
             from_memory.extend(memory.charge(&hits, charging).await.expect("memory"));
@@ -95,7 +98,7 @@ fn both_requests(
 fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
     let requests: Vec<RequestSpec> = steps
         .iter()
-        .map(|&(step, cost)| (step, vec![(0, cost, Role::Enforced)]))
+        .map(|&(step, cost)| (step, vec![(0, cost, Role::Enforced, false)]))
         .collect();
     both_requests(fixture, &[limit], &requests, Charging::AllOrNothing)
 }
@@ -178,16 +181,29 @@ fn random_sequences_agree_for_every_algorithm() {
     }
 }
 
-/// Requests of one to three hits on three keys of random algorithms and limits, with random
-/// roles (a key may appear twice in a request), charged both ways.
+/// Requests of one to three hits on three keys of random algorithms and limits (some taking
+/// debt), with random roles and costs (some beyond every limit), some hits joining the
+/// previous one's descriptor (a key may appear twice in a request), charged both ways.
 fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
-    let limits = prop::collection::vec((0..Algorithm::ALL.len(), 0u32..=5, 1u32..=2, 1u32..=5), 3);
+    let limit_of = (
+        0..Algorithm::ALL.len(),
+        0u32..=5,
+        1u32..=2,
+        1u32..=5,
+        prop::bool::weighted(0.3),
+    );
+    let limits = prop::collection::vec(limit_of, 3);
     let role = prop_oneof![
         4 => Just(Role::Enforced),
         1 => Just(Role::Shadow),
         2 => Just(Role::Quota)
     ];
-    let hit = (0usize..3, 0u64..=3, role);
+    let hit = (
+        0usize..3,
+        prop_oneof![4 => 0u64..=3, 1 => 4u64..=12],
+        role,
+        any::<bool>(),
+    );
     let request = (
         prop_oneof![Just(0), 0u64..1_500_000],
         prop::collection::vec(hit, 1..=3),
@@ -196,7 +212,10 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
         |(limits, requests, all_or_nothing)| {
             let limits = limits
                 .into_iter()
-                .map(|(a, l, m, b)| limit(Algorithm::ALL[a], l, m, Some(b)))
+                .map(|(a, l, m, b, debt)| Limit {
+                    debt,
+                    ..limit(Algorithm::ALL[a], l, m, Some(b))
+                })
                 .collect();
             (limits, requests, all_or_nothing)
         },
@@ -236,12 +255,12 @@ fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
             limit(Algorithm::FixedWindow, 1, 1, None),
         ];
         // The second request is vetoed by the fixed window of 1; the third reads the first key.
-        let pair = vec![(0, 1, Role::Enforced), (1, 1, Role::Enforced)];
+        let pair = vec![(0, 1, Role::Enforced, false), (1, 1, Role::Enforced, false)];
         let requests = [
             (0, pair.clone()),
             (10, pair.clone()),
             (10, pair),
-            (10, vec![(0, 0, Role::Enforced)]),
+            (10, vec![(0, 0, Role::Enforced, false)]),
         ];
         let (memory, redis) = both_requests(&fixture, &limits, &requests, Charging::AllOrNothing);
         assert_eq!(memory, redis, "{algorithm}");

@@ -24,11 +24,15 @@ pub struct ScriptArgs {
     pub nonce: Option<String>,
     /// How the hit's denial weighs on its request.
     pub role: Role,
+    /// The limit takes debt: a hit that does not fit is charged all the same.
+    pub debt: bool,
+    /// The hits of one descriptor share a group (the index of its first hit).
+    pub group: usize,
 }
 
 impl ScriptArgs {
     /// The names of a hit's arguments, in the order `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 10] = [
         "algorithm",
         "requests_per_unit",
         "period_us",
@@ -37,6 +41,8 @@ impl ScriptArgs {
         "now_us",
         "nonce",
         "role",
+        "debt",
+        "group",
     ];
 
     /// Appends the arguments, in `NAMES` order; absent values are sent empty.
@@ -51,7 +57,9 @@ impl ScriptArgs {
             None => call.arg(""),
         };
         call.arg(self.nonce.as_deref().unwrap_or(""))
-            .arg(self.role.as_str());
+            .arg(self.role.as_str())
+            .arg(if self.debt { "1" } else { "0" })
+            .arg(self.group);
     }
 }
 
@@ -72,6 +80,8 @@ mod tests {
             now_us: Some(5),
             nonce: Some("n-1".into()),
             role: Role::Quota,
+            debt: true,
+            group: 3,
         }
     }
 
@@ -119,7 +129,9 @@ mod tests {
                 "10",
                 "5",
                 "n-1",
-                "quota"
+                "quota",
+                "1",
+                "3"
             ]
         );
         let mut call = Cmd::new();
@@ -127,6 +139,8 @@ mod tests {
             now_us: None,
             nonce: None,
             role: Role::Enforced,
+            debt: false,
+            group: 0,
             ..args()
         }
         .append_to(&mut call);
@@ -140,7 +154,9 @@ mod tests {
                 "10",
                 "",
                 "",
-                "enforced"
+                "enforced",
+                "0",
+                "0"
             ]
         );
     }

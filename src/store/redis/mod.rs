@@ -1,8 +1,8 @@
-//! The Redis store: every algorithm is a Lua script (`lua/`), loaded once with SCRIPT LOAD and
-//! run with EVALSHA, one per hit; all hits of a request go in one pipelined round trip (on a
-//! Cluster, concurrently to their slots' primaries). A NOSCRIPT reply (after SCRIPT FLUSH, a
-//! restart or a failover) reloads the scripts and retries the failed hits, invisibly to the
-//! client. No algorithm logic lives here.
+//! The Redis store: every algorithm is a Lua script (`lua/`), joined into one script loaded once
+//! with SCRIPT LOAD and run with EVALSHA, one call per request (on a Cluster, one per slot,
+//! concurrently, and the charges of a denied request taken back). A NOSCRIPT reply (after
+//! SCRIPT FLUSH, a restart or a failover) reloads the script and retries the call, invisibly
+//! to the client. No algorithm logic lives here.
 
 mod args;
 mod connect;
@@ -20,7 +20,7 @@ pub use args::ScriptArgs;
 pub use connect::{Connection, RedisKind, RedisTarget};
 use scripts::Script;
 
-use crate::limit::{vetoed, Charging, Decision, Hit};
+use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit};
 use crate::store::{key, Clock, Store, StoreError, StoreStats};
 
 /// Which clock the scripts read (`--redis-time`).
@@ -124,12 +124,12 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The script arguments of `hit` at `now_us`.
-    fn script_args(&self, hit: &Hit, now_us: u64) -> ScriptArgs {
+    /// The script arguments of `hit` at `now_us`, in the group starting at hit `group`.
+    fn script_args(&self, hit: &Hit, group: usize, now_us: u64) -> ScriptArgs {
         let algorithm = hit.limit.algorithm;
         // A key that names its window was built with sluice's clock (as envoyproxy/ratelimit
         // does for fixed windows): the script must use the same one.
-        let sluice_clock = algorithm.key_holds_window() || self.time_source == TimeSource::Sluice;
+        let sluice_clock = hit.limit.key_holds_window() || self.time_source == TimeSource::Sluice;
         ScriptArgs {
             algorithm: algorithm.as_str(),
             requests_per_unit: hit.limit.requests_per_unit,
@@ -142,6 +142,8 @@ impl RedisStore {
                 format!("{}-{nonce}", self.nonce_prefix)
             }),
             role: hit.role,
+            debt: hit.limit.debt,
+            group,
         }
     }
 
@@ -193,13 +195,15 @@ impl RedisStore {
         charging: Charging,
         now_us: u64,
     ) -> Result<Vec<Decision>, StoreError> {
-        let calls: Vec<HitCall> = hits
-            .iter()
-            .map(|hit| HitCall {
-                key: key::redis_key(&self.key_prefix, hit, now_us),
-                args: self.script_args(hit, now_us),
-            })
-            .collect();
+        let mut calls: Vec<HitCall> = Vec::with_capacity(hits.len());
+        for group in descriptor_groups(hits) {
+            for hit in &hits[group.clone()] {
+                calls.push(HitCall {
+                    key: key::redis_key(&self.key_prefix, hit, now_us),
+                    args: self.script_args(hit, group.start, now_us),
+                });
+            }
+        }
         if let Connection::Cluster(_) = &self.connection {
             return self.decide_across_slots(calls, charging).await;
         }
@@ -215,11 +219,12 @@ impl RedisStore {
     }
 
     /// A Cluster's keys live in different slots, which no script can touch together: each
-    /// slot's hits are charged (`Mode::Each`), then, when the request is vetoed, every charge
-    /// is taken back (`Mode::Refund`) before the answer goes out. Nothing is ever over-admitted
-    /// (a charge lands before the decision that could rely on it); meanwhile a concurrent
-    /// request may see the charges of a request that is then refunded. A vetoed request's
-    /// admitted hits report what remains without their charge.
+    /// slot's admitted hits are charged (`Mode::Any`), then the charges that must not stand
+    /// (a descriptor with a denied limit, a vetoed request; never debt) are taken back
+    /// (`Mode::Refund`) before the answer goes out. Nothing is ever over-admitted (a charge
+    /// lands before the decision that could rely on it); meanwhile a concurrent request may
+    /// see charges that are then taken back. A hit whose charge is taken back reports what
+    /// remains without it.
     async fn decide_across_slots(
         &self,
         calls: Vec<HitCall>,
@@ -253,13 +258,25 @@ impl RedisStore {
                 Err(error) => failure = Some(error),
             }
         }
+        let admitted = |index: usize| decided[index].is_some_and(|(d, _)| d.admitted);
         let roles = calls
             .iter()
-            .zip(&decided)
-            .map(|(call, decision)| (call.args.role, decision.is_some_and(|(d, _)| d.admitted)));
-        if failure.is_some() || (charging == Charging::AllOrNothing && vetoed(roles)) {
-            // An admitted hit of a refunded request reports what remains without its charge.
-            for (index, decision) in self.refund(&calls, &decided).await {
+            .enumerate()
+            .map(|(i, call)| (call.args.role, admitted(i)));
+        let vetoed = failure.is_some() || (charging == Charging::AllOrNothing && vetoed(roles));
+        let group_denied = |group: usize| {
+            calls
+                .iter()
+                .enumerate()
+                .any(|(i, call)| call.args.group == group && !admitted(i))
+        };
+        let undo: Vec<bool> = calls
+            .iter()
+            .map(|call| !call.args.debt && (vetoed || group_denied(call.args.group)))
+            .collect();
+        if undo.iter().any(|&undo| undo) {
+            // A hit whose charge is taken back reports what remains without it.
+            for (index, decision) in self.refund(&calls, &decided, &undo).await {
                 decided[index] = Some(decision);
             }
         }
@@ -273,19 +290,20 @@ impl RedisStore {
             .ok_or_else(|| protocol("a slot answered fewer hits than asked"))
     }
 
-    /// Takes back every charge `decided` made (admitted hits of cost > 0), slot by slot;
-    /// returns, by hit index, what each refunded hit reports then.
+    /// Takes back the charges `decided` made (admitted hits of cost > 0) of the hits `undo`
+    /// names, slot by slot; returns, by hit index, what each refunded hit reports then.
     async fn refund(
         &self,
         calls: &[HitCall],
         decided: &[Option<(Decision, u64)>],
+        undo: &[bool],
     ) -> Vec<(usize, (Decision, u64))> {
         let mut slots: Vec<(Slot, Vec<usize>, Vec<HitCall>)> = Vec::new();
         for (index, (call, decision)) in calls.iter().zip(decided).enumerate() {
             let Some((decision, decided_at_us)) = decision else {
                 continue;
             };
-            if !decision.admitted || call.args.cost == 0 {
+            if !undo[index] || !decision.admitted || call.args.cost == 0 {
                 continue;
             }
             let mut charged = call.clone();
@@ -348,9 +366,11 @@ fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cm
 pub enum Mode {
     /// Charge only if no hit vetoes the request.
     All,
-    /// Charge every admitted hit.
+    /// Charge every descriptor that admits the request.
     Each,
-    /// Take back charges an earlier `Each` made.
+    /// Charge every admitted hit (one Cluster slot's share of a request).
+    Any,
+    /// Take back charges an earlier `Any` made.
     Refund,
 }
 
@@ -359,6 +379,7 @@ impl Mode {
         match self {
             Mode::All => "all",
             Mode::Each => "each",
+            Mode::Any => "any",
             Mode::Refund => "refund",
         }
     }

@@ -13,6 +13,7 @@ pub fn limit(algorithm: Algorithm, requests: u32, multiplier: u32, burst: Option
         unit: Unit::Second,
         unit_multiplier: multiplier,
         burst: burst.filter(|_| algorithm.has_burst()),
+        debt: false,
     }
 }
 
