@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::config::{Config, Rule};
-use crate::limit::Algorithm;
+use crate::limit::{Algorithm, Limit};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_response::Code;
 use crate::service::{DecisionError, RateLimiter};
@@ -113,23 +113,29 @@ async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Strin
         .domains()
         .into_iter()
         .flat_map(|domain| domain.rules())
-        .map(describe)
+        .flat_map(describe)
         .collect();
     lines.sort();
     lines.into_iter().map(|line| line + "\n").collect()
 }
 
-/// One limit as `/rlconfig` prints it (the reference's form, plus sluice's extensions).
-fn describe(rule: &Rule) -> String {
-    let Some(limit) = rule.limit else {
-        return format!("{}: unlimited", rule.full_key);
-    };
+/// A rule's limits as `/rlconfig` prints them, one line each (the reference's form, plus
+/// sluice's extensions).
+fn describe(rule: &Rule) -> Vec<String> {
+    rule.limits
+        .iter()
+        .map(|named| match named.limit {
+            None => format!("{}: unlimited", rule.full_key),
+            Some(limit) => describe_limit(&rule.full_key, &limit, rule.shadow_mode),
+        })
+        .collect()
+}
+
+fn describe_limit(full_key: &str, limit: &Limit, shadow_mode: bool) -> String {
     let mut line = format!(
-        "{}: unit={} requests_per_unit={}, shadow_mode: {}",
-        rule.full_key,
+        "{full_key}: unit={} requests_per_unit={}, shadow_mode: {shadow_mode}",
         limit.unit.as_str().to_uppercase(),
         limit.requests_per_unit,
-        rule.shadow_mode
     );
     if limit.algorithm != Algorithm::default() || limit.unit_multiplier > 1 {
         line.push_str(&format!(
@@ -139,6 +145,9 @@ fn describe(rule: &Rule) -> String {
         if limit.algorithm.has_burst() {
             line.push_str(&format!(", burst: {}", limit.capacity()));
         }
+    }
+    if limit.debt {
+        line.push_str(", debt: true");
     }
     line
 }

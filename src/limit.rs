@@ -160,6 +160,9 @@ impl fmt::Display for Limit {
         if self.algorithm.has_burst() {
             write!(f, ", burst {}", self.capacity())?;
         }
+        if self.debt {
+            write!(f, ", taking debt")?;
+        }
         Ok(())
     }
 }

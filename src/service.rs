@@ -4,24 +4,22 @@
 
 mod error;
 mod extras;
+mod plan;
 mod response;
 mod validate;
 
-use std::borrow::Cow;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 
-use crate::config::{Config, Domain};
-use crate::labels::LimitLabels;
-use crate::limit::{Charging, Decision, Hit, Limit, Unit};
+use crate::config::Config;
+use crate::limit::{Charging, Decision, Hit};
 use crate::metrics::{LimitOutcome, Metrics};
 use crate::proto::rate_limit_service_server::RateLimitService;
-use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use crate::store::{key, Store, StoreError};
+use crate::proto::{RateLimitRequest, RateLimitResponse};
+use crate::store::{Store, StoreError};
 pub use error::DecisionError;
 pub use extras::HeaderNames;
 pub use response::{Applied, Verdict};
@@ -98,27 +96,21 @@ impl<S: Store> RateLimiter<S> {
         let config = self.config.load_full();
         let domain = config.domain(&request.domain);
         let default_cost = u64::from(request.hits_addend.max(1));
-        let mut planned: Vec<Planned<'_>> = request
+        let mut planned: Vec<plan::Planned<'_>> = request
             .descriptors
             .iter()
-            .map(|descriptor| plan(domain, &request.domain, descriptor, default_cost))
+            .map(|descriptor| plan::plan(domain, &request.domain, descriptor, default_cost))
             .collect();
-        apply_replaces(&mut planned);
-        let hits: Vec<Hit> = planned.iter_mut().filter_map(|p| p.hit.take()).collect();
+        plan::apply_replaces(&mut planned);
+        let hits = plan::hits(&planned);
         let decisions = self.charge(&hits).await?;
-        self.record(&planned, &hits, &decisions);
-        let mut decisions = decisions.iter();
-        let verdicts: Vec<Verdict<'_>> = planned.into_iter().map(|p| p.verdict).collect();
-        let statuses: Vec<_> = verdicts
+        let settled = plan::settle(planned, &decisions);
+        self.record(&settled);
+        let statuses: Vec<_> = settled
             .iter()
-            .map(|verdict| {
-                let decision = match verdict {
-                    Verdict::Limited(_) => decisions.next(),
-                    _ => None,
-                };
-                response::status(verdict, decision)
-            })
+            .map(|s| response::status(&s.verdict, s.decision.as_ref()))
             .collect();
+        let verdicts: Vec<Verdict<'_>> = settled.into_iter().map(|s| s.verdict).collect();
         let overall = response::overall_code(&verdicts, &statuses, self.options.shadow_mode);
         let response_headers_to_add = match &self.options.response_headers {
             Some(names) => extras::headers(names, &verdicts, &statuses, overall),
@@ -155,19 +147,19 @@ impl<S: Store> RateLimiter<S> {
         }
     }
 
-    /// Counts every charged descriptor's hits under its limit's labels.
-    fn record(&self, planned: &[Planned<'_>], hits: &[Hit], decisions: &[Decision]) {
-        let limited = planned.iter().filter_map(|p| match &p.verdict {
-            Verdict::Limited(applied) => Some((applied, p.labels.as_deref())),
-            _ => None,
-        });
-        for (((applied, labels), hit), decision) in limited.zip(hits).zip(decisions) {
-            let Some(labels) = labels else { continue };
+    /// Counts every charged descriptor's hits under its labels, as its binding limit decided.
+    fn record(&self, settled: &[plan::Settled<'_>]) {
+        for s in settled {
+            let (Verdict::Limited(applied), Some(decision), Some(labels)) =
+                (&s.verdict, s.decision, s.labels.as_deref())
+            else {
+                continue;
+            };
             let outcome = LimitOutcome {
                 algorithm: applied.limit.algorithm,
                 capacity: applied.limit.capacity(),
-                cost: hit.cost,
-                decision: *decision,
+                cost: s.cost,
+                decision,
                 shadow_mode: applied.shadow_mode,
             };
             self.metrics.record_limit(labels, &outcome);
@@ -206,126 +198,5 @@ impl<S: Store> RateLimitService for RateLimiter<S> {
         let response = self.decide(request.get_ref()).await;
         self.metrics.record_request(started.elapsed().as_secs_f64());
         response.map(Response::new).map_err(Status::from)
-    }
-}
-
-/// One descriptor after matching: its verdict, its hit when charged, and the limit names its
-/// rule replaces.
-struct Planned<'a> {
-    verdict: Verdict<'a>,
-    hit: Option<Hit>,
-    replaces: &'a [String],
-    /// The metric labels of the limit, when one is charged: the rule's own when fixed.
-    labels: Option<Cow<'a, LimitLabels>>,
-}
-
-impl Planned<'_> {
-    fn without_limit(verdict: Verdict<'_>) -> Planned<'_> {
-        Planned {
-            verdict,
-            hit: None,
-            replaces: &[],
-            labels: None,
-        }
-    }
-}
-
-/// Matches one descriptor: the client's limit override if any, else the config's rule.
-fn plan<'a>(
-    domain: Option<&'a Domain>,
-    domain_name: &str,
-    descriptor: &'a RateLimitDescriptor,
-    default_cost: u64,
-) -> Planned<'a> {
-    let Some(domain) = domain else {
-        return Planned::without_limit(Verdict::NoLimit);
-    };
-    let cost = descriptor.hits_addend.unwrap_or(default_cost);
-    let entries = descriptor
-        .entries
-        .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()));
-    if let Some(limit) = descriptor.limit {
-        // Validated: the unit is a known one.
-        let unit = Unit::from_proto_number(limit.unit).unwrap_or(Unit::Second);
-        let applied = Applied {
-            limit: Limit::fixed_window(limit.requests_per_unit, unit),
-            name: "",
-            shadow_mode: false,
-            quota_mode: false,
-            metadata: None,
-        };
-        let key = key::descriptor_key(domain_name, entries);
-        let keys = descriptor.entries.iter().map(|e| e.key.as_str());
-        let labels = LimitLabels::of_override(domain_name, keys);
-        return Planned::charged(applied, key, cost, &[], Cow::Owned(labels));
-    }
-    let Some(matched) = domain.resolve(entries) else {
-        return Planned::without_limit(Verdict::NoLimit);
-    };
-    let rule = matched.rule;
-    let Some(limit) = rule.limit else {
-        return Planned::without_limit(Verdict::Unlimited);
-    };
-    let applied = Applied {
-        limit,
-        name: rule.name.as_deref().unwrap_or_default(),
-        shadow_mode: rule.shadow_mode,
-        quota_mode: rule.quota_mode,
-        metadata: rule.metadata.as_ref(),
-    };
-    let key = key::descriptor_key(domain_name, matched.counted_entries());
-    let labels = match &rule.metric_labels {
-        Some(labels) => Cow::Borrowed(labels),
-        None => Cow::Owned(LimitLabels::of_match(
-            domain_name,
-            &matched.levels,
-            rule.detailed_metric,
-        )),
-    };
-    Planned::charged(applied, key, cost, &rule.replaces, labels)
-}
-
-impl<'a> Planned<'a> {
-    fn charged(
-        applied: Applied<'a>,
-        key: String,
-        cost: u64,
-        replaces: &'a [String],
-        labels: Cow<'a, LimitLabels>,
-    ) -> Self {
-        let hit = Hit {
-            key,
-            limit: applied.limit,
-            cost,
-            role: applied.role(),
-            joins_previous: false,
-        };
-        Planned {
-            verdict: Verdict::Limited(applied),
-            hit: Some(hit),
-            replaces,
-            labels: Some(labels),
-        }
-    }
-}
-
-/// A matched limit whose name another matched limit of the request replaces is skipped.
-fn apply_replaces(planned: &mut [Planned<'_>]) {
-    let replaced: HashSet<&str> = planned
-        .iter()
-        .flat_map(|p| p.replaces.iter().map(String::as_str))
-        .collect();
-    if replaced.is_empty() {
-        return;
-    }
-    for p in planned.iter_mut() {
-        if let Verdict::Limited(applied) = &p.verdict {
-            if !applied.name.is_empty() && replaced.contains(applied.name) {
-                p.verdict = Verdict::NoLimit;
-                p.hit = None;
-                p.labels = None;
-            }
-        }
     }
 }

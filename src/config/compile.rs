@@ -9,7 +9,7 @@ use crate::config::file::{DescriptorDoc, RateLimitDoc};
 use crate::config::metadata;
 use crate::config::pattern::Pattern;
 use crate::config::position::Positions;
-use crate::config::tree::{Level, Node, Rule};
+use crate::config::tree::{Level, NamedLimit, Node, Rule};
 use crate::config::LoadOptions;
 use crate::limit::{Algorithm, Limit, Unit};
 
@@ -77,10 +77,7 @@ impl<'a> FileCompiler<'a> {
             let mut node = Node {
                 share_threshold: doc.share_threshold,
                 value_to_metric: doc.value_to_metric,
-                rule: doc
-                    .rate_limit
-                    .as_ref()
-                    .and_then(|limit| self.rule(limit, doc, &path, &full_key)),
+                rule: self.rule(doc, &path, &full_key),
                 children: Level::default(),
             };
             if let Some(children) = &doc.descriptors {
@@ -95,26 +92,26 @@ impl<'a> FileCompiler<'a> {
         }
     }
 
-    fn rule(
-        &mut self,
-        doc: &RateLimitDoc,
-        node: &DescriptorDoc,
-        node_path: &str,
-        full_key: &str,
-    ) -> Option<Rule> {
-        let path = format!("{node_path}.rate_limit");
-        let name = doc.name.clone().filter(|name| !name.is_empty());
-        let replaces = self.replaces(doc, name.as_deref(), &path)?;
-        let limit = if doc.unlimited {
-            self.check_unlimited(doc, &path)?;
-            None
-        } else {
-            Some(self.limit(doc, &path)?)
+    /// The rule of a node: its `rate_limit`, or its `rate_limits`; `None` without either (or
+    /// when they are refused).
+    fn rule(&mut self, node: &DescriptorDoc, node_path: &str, full_key: &str) -> Option<Rule> {
+        let (limits, replaces) = match (&node.rate_limit, &node.rate_limits) {
+            (None, None) => return None,
+            (Some(_), Some(_)) => {
+                let reason = "rate_limit and rate_limits cannot both be set: list every limit in rate_limits";
+                self.error(&format!("{node_path}.rate_limits"), reason);
+                return None;
+            }
+            (Some(doc), None) => {
+                let path = format!("{node_path}.rate_limit");
+                let (limit, replaces) = self.named_limit(doc, &path, true)?;
+                (vec![limit], replaces)
+            }
+            (None, Some(docs)) => self.several_limits(docs, &format!("{node_path}.rate_limits"))?,
         };
         Some(Rule {
             full_key: full_key.to_string(),
-            name,
-            limit,
+            limits,
             replaces,
             shadow_mode: node.shadow_mode,
             quota_mode: node.quota_mode,
@@ -122,6 +119,52 @@ impl<'a> FileCompiler<'a> {
             metadata: node.metadata.as_ref().map(metadata::to_struct),
             metric_labels: None,
         })
+    }
+
+    /// The limits of `rate_limits`, and every name they replace.
+    fn several_limits(
+        &mut self,
+        docs: &[RateLimitDoc],
+        path: &str,
+    ) -> Option<(Vec<NamedLimit>, Vec<String>)> {
+        if docs.is_empty() {
+            self.error(path, "must hold at least one limit");
+            return None;
+        }
+        let (mut limits, mut replaces, mut valid) = (Vec::new(), Vec::new(), true);
+        for (index, doc) in docs.iter().enumerate() {
+            match self.named_limit(doc, &format!("{path}[{index}]"), false) {
+                Some((limit, names)) => {
+                    limits.push(limit);
+                    replaces.extend(names);
+                }
+                None => valid = false,
+            }
+        }
+        valid.then_some((limits, replaces))
+    }
+
+    /// One limit with its name, and the names it replaces; `unlimited` only where
+    /// `may_be_unlimited`.
+    fn named_limit(
+        &mut self,
+        doc: &RateLimitDoc,
+        path: &str,
+        may_be_unlimited: bool,
+    ) -> Option<(NamedLimit, Vec<String>)> {
+        let name = doc.name.clone().filter(|name| !name.is_empty());
+        let replaces = self.replaces(doc, name.as_deref(), path)?;
+        let limit = if doc.unlimited && !may_be_unlimited {
+            let reason = "a limit among several cannot be unlimited: use rate_limit";
+            self.error(&format!("{path}.unlimited"), reason);
+            return None;
+        } else if doc.unlimited {
+            self.check_unlimited(doc, path)?;
+            None
+        } else {
+            Some(self.limit(doc, path)?)
+        };
+        Some((NamedLimit { name, limit }, replaces))
     }
 
     fn replaces(

@@ -29,6 +29,9 @@ pub struct DescriptorDoc {
     pub value: Option<String>,
     #[serde(default)]
     pub rate_limit: Option<RateLimitDoc>,
+    /// Several limits on the node, all of which must admit a hit (sluice's extension).
+    #[serde(default)]
+    pub rate_limits: Option<Vec<RateLimitDoc>>,
     #[serde(default)]
     pub descriptors: Option<Vec<DescriptorDoc>>,
     #[serde(default)]

@@ -74,9 +74,10 @@ pub(crate) struct Node {
 pub struct Rule {
     /// The composite key of the node, `domain.key_value.subkey`, as the reference names it.
     pub full_key: String,
-    pub name: Option<String>,
-    /// `None` for `unlimited: true`.
-    pub limit: Option<Limit>,
+    /// What applies: one limit with `rate_limit`, several with `rate_limits` (all must admit a
+    /// hit); `unlimited: true` is one entry without a limit.
+    pub limits: Vec<NamedLimit>,
+    /// The names of limits that this rule's limits replace when both match in a request.
     pub replaces: Vec<String>,
     pub shadow_mode: bool,
     pub quota_mode: bool,
@@ -87,6 +88,20 @@ pub struct Rule {
     /// The metric labels of the rule when no request value stands in them (set once the
     /// domain is built): the request path then builds no labels.
     pub metric_labels: Option<LimitLabels>,
+}
+
+/// One limit of a rule, with its `name`; `limit` is `None` for `unlimited: true`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedLimit {
+    pub name: Option<String>,
+    pub limit: Option<Limit>,
+}
+
+impl Rule {
+    /// `unlimited: true`: always OK, never stored.
+    pub fn is_unlimited(&self) -> bool {
+        self.limits.iter().any(|named| named.limit.is_none())
+    }
 }
 
 /// The rule a descriptor falls under, and how each of its entries matched.

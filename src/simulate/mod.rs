@@ -173,10 +173,19 @@ fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
     let matched = domain.resolve(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     match matched.map(|m| m.rule) {
         None => "no limit matches: every request is admitted".to_string(),
-        Some(rule) => match rule.limit {
-            None => "unlimited".to_string(),
-            Some(limit) if rule.shadow_mode => format!("{limit} (shadow mode: never denies)"),
-            Some(limit) => limit.to_string(),
-        },
+        Some(rule) if rule.is_unlimited() => "unlimited".to_string(),
+        Some(rule) => {
+            let limits: Vec<String> = rule
+                .limits
+                .iter()
+                .filter_map(|named| named.limit.map(|limit| limit.to_string()))
+                .collect();
+            let limits = limits.join(" and ");
+            if rule.shadow_mode {
+                format!("{limits} (shadow mode: never denies)")
+            } else {
+                limits
+            }
+        }
     }
 }

@@ -26,6 +26,16 @@ where
     key
 }
 
+/// The key of the limit at `index` among a descriptor's several limits (`rate_limits`): the
+/// descriptor's key and `#<index>_`. A descriptor with one limit keeps its key as it is.
+pub fn limit_key(descriptor_key: &str, index: usize) -> String {
+    let mut key = String::with_capacity(descriptor_key.len() + 4);
+    key.push_str(descriptor_key);
+    // Writing to a String cannot fail.
+    let _ = write!(key, "#{index}_");
+    key
+}
+
 /// The Redis key of `hit` at `now_us`, after `prefix` (`CACHE_KEY_PREFIX`).
 /// - fixed_window: `prefix` + descriptor key + window start in seconds, byte-identical to
 ///   envoyproxy/ratelimit's, so both servers share counters during a migration;

@@ -62,7 +62,11 @@ fn limit_of(
 ) -> Option<Option<u32>> {
     let domain = config.domain(domain).expect("the domain is loaded");
     let matched = domain.resolve(entries.iter().copied())?;
-    Some(matched.rule.limit.map(|limit| limit.requests_per_unit))
+    Some(
+        matched.rule.limits[0]
+            .limit
+            .map(|limit| limit.requests_per_unit),
+    )
 }
 
 #[test]
@@ -96,7 +100,7 @@ fn nested_keys_defaults_values_and_unlimited_resolve_as_the_reference() {
         .resolve([("api_key", "k")].into_iter())
         .expect("api_key")
         .rule;
-    assert_eq!(rule.name.as_deref(), Some("per_api_key"));
+    assert_eq!(rule.limits[0].name.as_deref(), Some("per_api_key"));
     assert_eq!(rule.replaces, ["per_ip"]);
     let rule = domain
         .resolve([("user", "u")].into_iter())
@@ -108,7 +112,9 @@ fn nested_keys_defaults_values_and_unlimited_resolve_as_the_reference() {
         .expect("region and city")
         .rule;
     assert_eq!(
-        rule.limit.map(|l| (l.requests_per_unit, l.unit.as_str())),
+        rule.limits[0]
+            .limit
+            .map(|l| (l.requests_per_unit, l.unit.as_str())),
         Some((3, "day"))
     );
 }

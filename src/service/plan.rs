@@ -1,0 +1,232 @@
+//! Matching each descriptor of a request to what applies to it (`plan`): the client's limit
+//! override, or the configured rule's limits less those another limit `replaces`; the hits
+//! they make (`hits`); and, once the store has decided, the limit that binds each descriptor
+//! (`settle`): the one that denies, or else the one with the least remaining.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use smallvec::SmallVec;
+
+use crate::config::Domain;
+use crate::labels::LimitLabels;
+use crate::limit::{Decision, Hit, Limit, Unit};
+use crate::proto::RateLimitDescriptor;
+use crate::service::response::{Applied, Verdict};
+use crate::store::key;
+
+/// One descriptor after matching.
+pub struct Planned<'a> {
+    /// What applies when no limit does (no match, unlimited, all replaced).
+    unlimited: bool,
+    /// The limits to charge; all must admit a hit.
+    limits: SmallVec<[Applied<'a>; 1]>,
+    /// The descriptor's store key.
+    key: String,
+    cost: u64,
+    replaces: &'a [String],
+    /// The metric labels of the limits: the rule's own when fixed.
+    labels: Option<Cow<'a, LimitLabels>>,
+}
+
+/// Matches one descriptor: the client's limit override if any, else the config's rule.
+pub fn plan<'a>(
+    domain: Option<&'a Domain>,
+    domain_name: &str,
+    descriptor: &'a RateLimitDescriptor,
+    default_cost: u64,
+) -> Planned<'a> {
+    let mut planned = Planned {
+        unlimited: false,
+        limits: SmallVec::new(),
+        key: String::new(),
+        cost: descriptor.hits_addend.unwrap_or(default_cost),
+        replaces: &[],
+        labels: None,
+    };
+    let Some(domain) = domain else {
+        return planned;
+    };
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()));
+    if let Some(limit) = descriptor.limit {
+        // Validated: the unit is a known one.
+        let unit = Unit::from_proto_number(limit.unit).unwrap_or(Unit::Second);
+        planned.limits.push(Applied {
+            limit: Limit::fixed_window(limit.requests_per_unit, unit),
+            name: "",
+            shadow_mode: false,
+            quota_mode: false,
+            metadata: None,
+        });
+        planned.key = key::descriptor_key(domain_name, entries);
+        let keys = descriptor.entries.iter().map(|e| e.key.as_str());
+        planned.labels = Some(Cow::Owned(LimitLabels::of_override(domain_name, keys)));
+        return planned;
+    }
+    let Some(matched) = domain.resolve(entries) else {
+        return planned;
+    };
+    let rule = matched.rule;
+    if rule.is_unlimited() {
+        planned.unlimited = true;
+        return planned;
+    }
+    planned.limits = rule
+        .limits
+        .iter()
+        .filter_map(|named| {
+            Some(Applied {
+                limit: named.limit?,
+                name: named.name.as_deref().unwrap_or_default(),
+                shadow_mode: rule.shadow_mode,
+                quota_mode: rule.quota_mode,
+                metadata: rule.metadata.as_ref(),
+            })
+        })
+        .collect();
+    planned.key = key::descriptor_key(domain_name, matched.counted_entries());
+    planned.replaces = &rule.replaces;
+    planned.labels = Some(match &rule.metric_labels {
+        Some(labels) => Cow::Borrowed(labels),
+        None => Cow::Owned(LimitLabels::of_match(
+            domain_name,
+            &matched.levels,
+            rule.detailed_metric,
+        )),
+    });
+    planned
+}
+
+/// A matched limit whose name another matched limit of the request replaces is skipped; a
+/// descriptor whose every limit is skipped has none.
+pub fn apply_replaces(planned: &mut [Planned<'_>]) {
+    let replaced: HashSet<&str> = planned
+        .iter()
+        .flat_map(|p| p.replaces.iter().map(String::as_str))
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    for p in planned.iter_mut() {
+        p.limits
+            .retain(|applied| applied.name.is_empty() || !replaced.contains(applied.name));
+    }
+}
+
+/// The hits of the request: one per limit of each descriptor, a descriptor's limits after
+/// its first joining it, each under its own key (a descriptor with one limit keeps the key
+/// envoyproxy/ratelimit uses).
+pub fn hits(planned: &[Planned<'_>]) -> Vec<Hit> {
+    let mut hits = Vec::with_capacity(planned.len());
+    for p in planned {
+        let several = p.limits.len() > 1;
+        for (index, applied) in p.limits.iter().enumerate() {
+            let key = if several {
+                key::limit_key(&p.key, index)
+            } else {
+                p.key.clone()
+            };
+            hits.push(Hit {
+                key,
+                limit: applied.limit,
+                cost: p.cost,
+                role: applied.role(),
+                joins_previous: index > 0,
+            });
+        }
+    }
+    hits
+}
+
+/// What each descriptor got: its verdict, the binding limit's decision, the cost, and the
+/// metric labels.
+pub struct Settled<'a> {
+    pub verdict: Verdict<'a>,
+    pub decision: Option<Decision>,
+    pub cost: u64,
+    pub labels: Option<Cow<'a, LimitLabels>>,
+}
+
+/// Pairs each descriptor with its binding limit and that limit's decision, given the store's
+/// `decisions` for `hits(planned)`, in order.
+pub fn settle<'a>(planned: Vec<Planned<'a>>, decisions: &[Decision]) -> Vec<Settled<'a>> {
+    let mut decisions = decisions.iter();
+    planned
+        .into_iter()
+        .map(|p| {
+            let taken: SmallVec<[Decision; 1]> =
+                decisions.by_ref().take(p.limits.len()).copied().collect();
+            let binding = binding(&taken);
+            match (binding, p.limits.into_iter().nth(binding.unwrap_or(0))) {
+                (Some(index), Some(applied)) => Settled {
+                    verdict: Verdict::Limited(applied),
+                    decision: taken.get(index).copied(),
+                    cost: p.cost,
+                    labels: p.labels,
+                },
+                _ => Settled {
+                    verdict: if p.unlimited {
+                        Verdict::Unlimited
+                    } else {
+                        Verdict::NoLimit
+                    },
+                    decision: None,
+                    cost: p.cost,
+                    labels: None,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The decision that binds: of the denials, the one that waits longest; else the one with the
+/// least remaining (the first of equals). `None` for no decisions.
+fn binding(decisions: &[Decision]) -> Option<usize> {
+    let denied = decisions
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d.admitted)
+        .max_by_key(|(index, d)| (d.retry_after_us, std::cmp::Reverse(*index)));
+    if let Some((index, _)) = denied {
+        return Some(index);
+    }
+    decisions
+        .iter()
+        .enumerate()
+        .min_by_key(|(index, d)| (d.remaining, *index))
+        .map(|(index, _)| index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(admitted: bool, remaining: u32, retry_after_us: u64) -> Decision {
+        Decision {
+            admitted,
+            remaining,
+            reset_after_us: 0,
+            retry_after_us,
+        }
+    }
+
+    #[test]
+    fn the_denial_that_waits_longest_binds_else_the_least_remaining() {
+        assert_eq!(binding(&[]), None);
+        let admitted = [
+            decision(true, 5, 0),
+            decision(true, 2, 0),
+            decision(true, 2, 0),
+        ];
+        assert_eq!(binding(&admitted), Some(1));
+        let denied = [
+            decision(true, 0, 0),
+            decision(false, 0, 10),
+            decision(false, 0, 99),
+        ];
+        assert_eq!(binding(&denied), Some(2));
+    }
+}
