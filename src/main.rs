@@ -120,6 +120,11 @@ fn check_config(paths: &[PathBuf], options: LoadOptions) -> ExitCode {
                     domain.rules().len(),
                     files.join(", ")
                 );
+                for rule in domain.rules() {
+                    for line in explain(rule) {
+                        println!("  {line}");
+                    }
+                }
             }
             ExitCode::SUCCESS
         }
@@ -128,6 +133,35 @@ fn check_config(paths: &[PathBuf], options: LoadOptions) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What `check-config` says of a rule beyond the count: its several limits and its debt.
+fn explain(rule: &config::Rule) -> Vec<String> {
+    let limits: Vec<_> = rule.limits.iter().filter_map(|named| named.limit).collect();
+    let mut lines = Vec::new();
+    if limits.len() > 1 {
+        let each: Vec<String> = limits.iter().map(ToString::to_string).collect();
+        lines.push(format!(
+            "{}: {} limits, every one must admit a hit and a denial charges none: {}",
+            rule.full_key,
+            limits.len(),
+            each.join("; ")
+        ));
+    }
+    for limit in limits.iter().filter(|limit| limit.debt) {
+        lines.push(format!(
+            "{}: {limit}: a hit that does not fit is charged all the same (debt), and the \
+             limit denies until the debt is repaid at {} per {}",
+            rule.full_key,
+            limit.requests_per_unit,
+            if limit.unit_multiplier > 1 {
+                format!("{} {}s", limit.unit_multiplier, limit.unit)
+            } else {
+                limit.unit.to_string()
+            }
+        ));
+    }
+    lines
 }
 
 fn run_simulation(args: &SimulateArgs) -> ExitCode {

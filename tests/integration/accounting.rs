@@ -184,3 +184,120 @@ async fn with_one_descriptor_exhausted_the_other_is_charged_exactly_what_was_adm
         );
     }
 }
+
+const DEBT_CONFIG: &str = r#"
+domain: ai
+descriptors:
+  - key: tokens
+    rate_limit: {unit: hour, requests_per_unit: 1000, debt: true}
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: opted_out
+    rate_limit: {unit: hour, requests_per_unit: 1000, debt: false}
+  - key: api_key
+    rate_limits:
+      - {unit: hour, requests_per_unit: 3, name: hourly}
+      - {unit: day, requests_per_unit: 5, name: daily}
+"#;
+
+/// A request of one descriptor of `cost`.
+fn costing(key: &str, cost: u64) -> RateLimitRequest {
+    request("ai", vec![descriptor_with_hits(&[(key, "k")], cost)])
+}
+
+#[tokio::test]
+async fn costs_reported_after_the_response_land_in_debt_on_every_store() {
+    let redis = RedisServer::start(&[]);
+    let args = redis_args(&redis);
+    let on_redis: Vec<&str> = args.iter().map(String::as_str).collect();
+    for store_args in [&[][..], &on_redis[..]] {
+        let sluice = Sluice::start(DEBT_CONFIG, store_args);
+        let mut client = sluice.client().await;
+        assert_eq!(
+            overall(&call(&mut client, costing("tokens", 900)).await),
+            Code::Ok
+        );
+        let over = call(&mut client, costing("tokens", 300)).await;
+        assert_eq!(overall(&over), Code::OverLimit, "{store_args:?}");
+        assert_eq!(over.statuses[0].limit_remaining, 0);
+        let wait = over.statuses[0]
+            .duration_until_reset
+            .map_or(0, |d| d.seconds);
+        assert!(
+            wait > 0 && wait <= 3600,
+            "{store_args:?}: told when cost 1 fits: {wait}"
+        );
+        let check = call(&mut client, costing("tokens", 0)).await;
+        assert_eq!(
+            overall(&check),
+            Code::OverLimit,
+            "{store_args:?}: 1200 of 1000 used"
+        );
+        // Without debt the report that does not fit is not counted.
+        call(&mut client, costing("plain", 900)).await;
+        call(&mut client, costing("plain", 300)).await;
+        let check = call(&mut client, costing("plain", 0)).await;
+        assert_eq!(overall(&check), Code::Ok, "{store_args:?}");
+        assert_eq!(check.statuses[0].limit_remaining, 100);
+    }
+}
+
+#[tokio::test]
+async fn debt_for_every_limit_with_a_setting_unless_a_limit_says_otherwise() {
+    let sluice = Sluice::start(DEBT_CONFIG, &["--debt"]);
+    let mut client = sluice.client().await;
+    call(&mut client, costing("plain", 1200)).await;
+    call(&mut client, costing("opted_out", 1200)).await;
+    let plain = call(&mut client, costing("plain", 0)).await;
+    assert_eq!(
+        overall(&plain),
+        Code::OverLimit,
+        "--debt: the report of 1200 landed"
+    );
+    let opted_out = call(&mut client, costing("opted_out", 0)).await;
+    assert_eq!(
+        overall(&opted_out),
+        Code::Ok,
+        "debt: false in the file wins"
+    );
+}
+
+#[tokio::test]
+async fn several_limits_on_one_descriptor_bind_and_charge_together_on_every_store() {
+    let redis = RedisServer::start(&[]);
+    let args = redis_args(&redis);
+    let on_redis: Vec<&str> = args.iter().map(String::as_str).collect();
+    for store_args in [&[][..], &on_redis[..]] {
+        let sluice = Sluice::start(DEBT_CONFIG, store_args);
+        let mut client = sluice.client().await;
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let response = call(&mut client, costing("api_key", 1)).await;
+            let status = &response.statuses[0];
+            let limit = status.current_limit.as_ref().expect("a limit");
+            seen.push((code(status), status.limit_remaining, limit.name.clone()));
+        }
+        let hourly = |code, remaining| (code, remaining, "hourly".to_string());
+        assert_eq!(
+            seen,
+            [
+                hourly(Code::Ok, 2),
+                hourly(Code::Ok, 1),
+                hourly(Code::Ok, 0),
+                hourly(Code::OverLimit, 0),
+                hourly(Code::OverLimit, 0),
+            ],
+            "{store_args:?}: the hourly limit binds"
+        );
+        // The denials charged neither limit: the daily one took 3 of its 5.
+        if !store_args.is_empty() {
+            let keys = redis.cli(&["--scan", "--pattern", "ai_api_key_k_#1_*"]);
+            let key = keys
+                .lines()
+                .next()
+                .expect("the daily limit's key")
+                .to_string();
+            assert_eq!(redis.cli(&["GET", &key]).trim(), "3");
+        }
+    }
+}

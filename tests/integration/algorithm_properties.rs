@@ -1,6 +1,7 @@
 //! Properties of every algorithm over random sequences of (time step, cost): the documented
 //! bound on what is admitted, no state change on denial or cost 0, remaining never growing
-//! without time passing, and a clock going back never admitting more than a clock standing.
+//! without time passing, a clock going back never admitting more than a clock standing, and,
+//! for limits taking debt, every cost charged and the retry time exact.
 
 use proptest::prelude::*;
 use sluice::algorithm::State;
@@ -196,5 +197,55 @@ proptest! {
                 }
             }
         }
+    }
+
+    #[test]
+    fn in_debt_every_cost_is_charged_and_a_hit_of_cost_1_waits_exactly_its_retry_time(
+        (l, m, b, steps) in scenario(60),
+        report in 0u64..=30,
+    ) {
+        // A limit taking debt: every hit of cost > 0 changes the state (admitted or not); a
+        // denied one is told when a hit of cost 1 fits, exactly.
+        for &algorithm in Algorithm::ALL {
+            let limit = Limit { debt: true, ..limit(algorithm, l.max(1), m, Some(b)) };
+            let mut state: Option<State> = None;
+            let mut now = START_US;
+            let hits = steps.iter().copied().chain(std::iter::once((0, report)));
+            for (step, cost) in hits {
+                now += step;
+                let outcome = limit.decide(state.as_ref(), cost, now);
+                prop_assert_eq!(outcome.new_state.is_some(), cost > 0, "{}: {:?}", algorithm, outcome);
+                if let Some((s, _)) = outcome.new_state {
+                    state = Some(s);
+                }
+                let d = outcome.decision;
+                if !d.admitted && cost > 0 {
+                    let at = limit.decide(state.as_ref(), 1, now + d.retry_after_us).decision;
+                    prop_assert!(at.admitted, "{}: cost 1 not admitted after retry {:?}", algorithm, d);
+                    if d.retry_after_us > 0 {
+                        let before = limit.decide(state.as_ref(), 1, now + d.retry_after_us - 1).decision;
+                        prop_assert!(!before.admitted, "{}: cost 1 admitted before retry {:?}", algorithm, d);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn in_debt_the_total_charged_is_the_total_reported((l, _m, b, steps) in scenario(60)) {
+        // A fixed window taking debt, over one window: its count is every cost, admitted or not.
+        let limit = Limit { debt: true, ..limit(Algorithm::FixedWindow, l, 100, Some(b)) };
+        let mut state: Option<State> = None;
+        let mut now = START_US - START_US % limit.period_us();
+        let mut reported = 0;
+        for &(step, cost) in steps.iter().take(10) {
+            now += step / 100;
+            reported += cost;
+            if let Some((s, _)) = limit.decide(state.as_ref(), cost, now).new_state {
+                state = Some(s);
+            }
+        }
+        let left = limit.decide(state.as_ref(), 0, now).decision.remaining;
+        prop_assert_eq!(u64::from(left), u64::from(l).saturating_sub(reported));
     }
 }

@@ -423,3 +423,49 @@ fn every_error_of_a_file_is_reported() {
         "{message}"
     );
 }
+
+#[test]
+fn several_limits_and_debt_are_validated() {
+    let node = |body: &str| format!("domain: d\ndescriptors:\n  - key: k\n{body}");
+    let refused = |body: &str| match load_str("x.yaml", &node(body), NO_MERGE) {
+        Ok(_) => panic!("{body} loaded but must be refused"),
+        Err(errors) => errors.to_string(),
+    };
+    let both = refused("    rate_limit: {unit: second, requests_per_unit: 1}\n    rate_limits:\n      - {unit: day, requests_per_unit: 9}\n");
+    assert!(
+        both.contains("descriptors[0].rate_limits: rate_limit and rate_limits cannot both be set"),
+        "{both}"
+    );
+    let empty = refused("    rate_limits: []\n");
+    assert!(
+        empty.contains("descriptors[0].rate_limits: must hold at least one limit"),
+        "{empty}"
+    );
+    let unlimited = refused(
+        "    rate_limits:\n      - {unit: day, requests_per_unit: 9}\n      - {unlimited: true}\n",
+    );
+    assert!(unlimited.contains(":6:10: descriptors[0].rate_limits[1].unlimited: a limit among several cannot be unlimited"), "{unlimited}");
+    let bad_unit = refused("    rate_limits:\n      - {unit: fortnight, requests_per_unit: 9}\n");
+    assert!(
+        bad_unit
+            .contains("descriptors[0].rate_limits[0].unit: invalid rate limit unit 'fortnight'"),
+        "{bad_unit}"
+    );
+    let unlimited_debt = refused("    rate_limit: {unlimited: true, debt: true}\n");
+    assert!(
+        unlimited_debt.contains("unlimited takes no algorithm, unit_multiplier, burst or debt"),
+        "{unlimited_debt}"
+    );
+    let config = load_str(
+        "x.yaml",
+        &node("    rate_limits:\n      - {unit: second, requests_per_unit: 10}\n      - {unit: day, requests_per_unit: 10000, algorithm: token_bucket, debt: true}\n"),
+        NO_MERGE,
+    )
+    .expect("two limits load");
+    let domain = config.domain("d").expect("domain");
+    let rule = domain.resolve([("k", "v")].into_iter()).expect("k").rule;
+    let limits: Vec<_> = rule.limits.iter().filter_map(|named| named.limit).collect();
+    assert_eq!(limits.len(), 2);
+    assert!(!limits[0].debt && limits[1].debt);
+    assert_eq!(limits[1].algorithm, Algorithm::TokenBucket);
+}

@@ -280,3 +280,50 @@ fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
         );
     }
 }
+
+/// 1000 per minute taking debt, with a burst of 1000 for the buckets.
+fn in_debt(algorithm: Algorithm) -> Limit {
+    Limit {
+        debt: true,
+        unit: sluice::limit::Unit::Minute,
+        ..limit(algorithm, 1000, 1, Some(1000))
+    }
+}
+
+#[test]
+fn reported_costs_land_and_the_debt_blocks_until_repaid_not_a_microsecond_earlier() {
+    let fixture = Fixture::new();
+    let report = |cost| (0, vec![(0, cost, Role::Enforced, false)]);
+    for &algorithm in Algorithm::ALL {
+        // Reports of 900 then 300: the second is denied but charged; a check of cost 0 is then
+        // over the limit.
+        let limits = [in_debt(algorithm)];
+        let requests = [report(900), report(300), report(0)];
+        let (memory, redis) = both_requests(&fixture, &limits, &requests, Charging::AllOrNothing);
+        assert_eq!(memory, redis, "{algorithm}");
+        assert!(
+            memory[0].admitted && !memory[1].admitted,
+            "{algorithm}: {memory:?}"
+        );
+        assert!(
+            !memory[2].admitted,
+            "{algorithm}: 1200 of 1000 used, cost 0 is over"
+        );
+        assert_eq!(memory[1].remaining, 0, "{algorithm}");
+
+        // A lone report of 1200 blocks a hit of cost 1 until exactly when it said.
+        let (first, _) = both_requests(&fixture, &limits, &[report(1200)], Charging::AllOrNothing);
+        let wait = first[0].retry_after_us;
+        assert!(!first[0].admitted && wait > 0, "{algorithm}: {first:?}");
+        for (after, admitted) in [(wait - 1, false), (wait, true)] {
+            let requests = [report(1200), (after, vec![(0, 1, Role::Enforced, false)])];
+            let (memory, redis) =
+                both_requests(&fixture, &limits, &requests, Charging::AllOrNothing);
+            assert_eq!(memory, redis, "{algorithm} {after}");
+            assert_eq!(
+                memory[1].admitted, admitted,
+                "{algorithm}: {after} µs after the report"
+            );
+        }
+    }
+}
