@@ -68,6 +68,15 @@ struct SimulateArgs {
     /// A descriptor, `key=value[,key=value...]`; repeatable, each simulated on its own.
     #[arg(long, required = true)]
     descriptor: Vec<String>,
+    /// Every request carries every descriptor, as a request of several descriptors.
+    #[arg(long)]
+    together: bool,
+    /// The cost (hits_addend) of each request of the traffic.
+    #[arg(long, default_value_t = 1)]
+    cost: u64,
+    /// A cost reported after the response, `TIME:COST` (e.g. `5s:1200`); repeatable.
+    #[arg(long)]
+    report_at: Vec<String>,
     /// Steady traffic, evenly spaced: `20/s`, `100/m`, `5/10s`.
     #[arg(long, default_value = "0/s")]
     rate: String,
@@ -202,6 +211,14 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
         },
         domain: args.domain.clone(),
         descriptors,
+        together: args.together,
+        cost: args.cost,
+        reports: args
+            .report_at
+            .iter()
+            .map(|r| traffic::parse_burst(r))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
         traffic: Traffic {
             rate: traffic::parse_rate(&args.rate).map_err(|e| e.to_string())?,
             bursts,

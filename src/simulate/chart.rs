@@ -9,19 +9,30 @@ use crate::simulate::{DescriptorRun, Report};
 /// Width of the longest bar, in characters.
 const BAR_WIDTH: u64 = 50;
 
-/// The report as text: per descriptor, a summary and one chart row per bucket.
+/// The report as text: per descriptor, a summary and one chart row per bucket; with requests
+/// of several descriptors, first how many requests were admitted as a whole.
 pub fn text(report: &Report) -> String {
     let mut out = String::new();
+    if let Some(admitted) = report.requests_admitted {
+        let total = report.runs.first().map_or(0, |run| run.decisions.len());
+        let _ = writeln!(
+            out,
+            "requests of every descriptor together: {total} requests, {admitted} admitted \
+             (a denied request charges none of its descriptors)\n"
+        );
+    }
     for run in &report.runs {
         let admitted = run.decisions.iter().filter(|d| d.admitted).count();
         let total = run.decisions.len();
         let _ = writeln!(out, "{}: {}", run.descriptor, run.limit);
+        let left = run.decisions.last().map_or(0, |d| d.remaining);
         let _ = writeln!(
             out,
-            "  {} requests, {} admitted, {} rejected",
+            "  {} requests, {} admitted, {} rejected, {} remaining at the end",
             total,
             admitted,
-            total - admitted
+            total - admitted,
+            left
         );
         let _ = writeln!(out, "  {:>8}  {:>8}  {:>8}", "time", "admitted", "rejected");
         let rows = buckets(run, report.bucket_us, report.duration_us);

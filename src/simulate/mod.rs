@@ -27,9 +27,17 @@ pub struct Simulation {
     pub config_paths: Vec<PathBuf>,
     pub load_options: LoadOptions,
     pub domain: String,
-    /// Each descriptor as (key, value) entries; each is simulated on its own.
+    /// Each descriptor as (key, value) entries; each is simulated on its own, or, with
+    /// `together`, all in each request.
     pub descriptors: Vec<Vec<(String, String)>>,
+    /// Every request carries every descriptor (a request of several descriptors).
+    pub together: bool,
     pub traffic: Traffic,
+    /// The cost of each request of `traffic`.
+    pub cost: u64,
+    /// Costs reported after the response (Envoy's `apply_on_stream_done`): one request of
+    /// cost `count` at `at_us` each.
+    pub reports: Vec<traffic::Burst>,
     /// Chart bucket; `None` picks whole seconds, at most about 60 rows.
     pub bucket_us: Option<u64>,
 }
@@ -38,6 +46,8 @@ pub struct Simulation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     pub runs: Vec<DescriptorRun>,
+    /// With requests of several descriptors: how many requests were admitted as a whole.
+    pub requests_admitted: Option<usize>,
     pub bucket_us: u64,
     pub duration_us: u64,
 }
@@ -99,24 +109,45 @@ pub fn run(simulation: &Simulation) -> Result<Report, SimulateError> {
         .collect();
     let config = Arc::new(ArcSwap::from_pointee(config));
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    let times = simulation.traffic.times_us();
-    let mut runs = Vec::new();
-    for (entries, limit) in simulation.descriptors.iter().zip(limits) {
-        let decisions = runtime.block_on(replay(&config, &simulation.domain, entries, &times))?;
-        runs.push(DescriptorRun {
-            descriptor: entries
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(","),
-            limit,
-            decisions,
-        });
+    let requests = requests(simulation);
+    let groups: Vec<Vec<usize>> = if simulation.together {
+        vec![(0..simulation.descriptors.len()).collect()]
+    } else {
+        (0..simulation.descriptors.len()).map(|i| vec![i]).collect()
+    };
+    let mut runs: Vec<Option<DescriptorRun>> =
+        simulation.descriptors.iter().map(|_| None).collect();
+    for group in groups {
+        let descriptors: Vec<&[(String, String)]> = group
+            .iter()
+            .map(|&i| simulation.descriptors[i].as_slice())
+            .collect();
+        let replayed =
+            runtime.block_on(replay(&config, &simulation.domain, &descriptors, &requests))?;
+        for (position, &index) in group.iter().enumerate() {
+            let entries = &simulation.descriptors[index];
+            runs[index] = Some(DescriptorRun {
+                descriptor: entries
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                limit: limits[index].clone(),
+                decisions: replayed.iter().map(|statuses| statuses[position]).collect(),
+            });
+        }
     }
+    let runs: Vec<DescriptorRun> = runs.into_iter().flatten().collect();
+    let requests_admitted = simulation.together.then(|| {
+        (0..requests.len())
+            .filter(|&i| runs.iter().all(|run| run.decisions[i].admitted))
+            .count()
+    });
     let duration_us = simulation.traffic.duration_us;
     let default_bucket = ceil_seconds(duration_us.div_ceil(60)).max(1) * 1_000_000;
     Ok(Report {
         runs,
+        requests_admitted,
         bucket_us: simulation
             .bucket_us
             .filter(|b| *b > 0)
@@ -125,45 +156,75 @@ pub fn run(simulation: &Simulation) -> Result<Report, SimulateError> {
     })
 }
 
-/// One descriptor's requests at `times`, on a fresh store whose clock follows them.
+/// The requests of the simulation as (time, cost), in time order: the traffic at its cost,
+/// and the reports.
+fn requests(simulation: &Simulation) -> Vec<(u64, u64)> {
+    let mut requests: Vec<(u64, u64)> = simulation
+        .traffic
+        .times_us()
+        .into_iter()
+        .map(|time_us| (time_us, simulation.cost))
+        .collect();
+    let duration_us = simulation.traffic.duration_us;
+    requests.extend(
+        simulation
+            .reports
+            .iter()
+            .filter(|report| report.at_us < duration_us)
+            .map(|report| (report.at_us, report.count)),
+    );
+    requests.sort_by_key(|&(time_us, _)| time_us);
+    requests
+}
+
+/// Requests of `descriptors` at (time, cost) on a fresh store whose clock follows them; per
+/// request, each descriptor's decision.
 async fn replay(
     config: &Arc<ArcSwap<config::Config>>,
     domain: &str,
-    entries: &[(String, String)],
-    times: &[u64],
-) -> Result<Vec<SimulatedDecision>, SimulateError> {
+    descriptors: &[&[(String, String)]],
+    requests: &[(u64, u64)],
+) -> Result<Vec<Vec<SimulatedDecision>>, SimulateError> {
     let clock = Arc::new(ManualClock::default());
     let store = Arc::new(MemoryStore::new(1024, clock.clone()));
     let metrics = Arc::new(Metrics::new(0.8, 0));
     let limiter = RateLimiter::new(config.clone(), store, ServiceOptions::default(), metrics);
-    let request = RateLimitRequest {
-        domain: domain.to_string(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: entries
+    let mut decisions = Vec::with_capacity(requests.len());
+    for &(time_us, cost) in requests {
+        clock.set(time_us);
+        let request = RateLimitRequest {
+            domain: domain.to_string(),
+            descriptors: descriptors
                 .iter()
-                .map(|(key, value)| Entry {
-                    key: key.clone(),
-                    value: value.clone(),
+                .map(|entries| RateLimitDescriptor {
+                    entries: entries
+                        .iter()
+                        .map(|(key, value)| Entry {
+                            key: key.clone(),
+                            value: value.clone(),
+                        })
+                        .collect(),
+                    hits_addend: Some(cost),
+                    ..Default::default()
                 })
                 .collect(),
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    };
-    let mut decisions = Vec::with_capacity(times.len());
-    for &time_us in times {
-        clock.set(time_us);
+            hits_addend: 0,
+        };
         let response = limiter
             .decide(&request)
             .await
             .map_err(SimulateError::Refused)?;
-        let status = response.statuses.first().cloned().unwrap_or_default();
-        decisions.push(SimulatedDecision {
-            time_us,
-            admitted: status.code != Code::OverLimit as i32,
-            remaining: status.limit_remaining,
-            reset_s: status.duration_until_reset.map_or(0, |d| d.seconds),
-        });
+        let statuses = response
+            .statuses
+            .iter()
+            .map(|status| SimulatedDecision {
+                time_us,
+                admitted: status.code != Code::OverLimit as i32,
+                remaining: status.limit_remaining,
+                reset_s: status.duration_until_reset.map_or(0, |d| d.seconds),
+            })
+            .collect();
+        decisions.push(statuses);
     }
     Ok(decisions)
 }

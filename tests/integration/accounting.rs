@@ -19,6 +19,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1000}
   - key: scarce
     rate_limit: {unit: day, requests_per_unit: 10}
+  - key: metered
+    rate_limit: {unit: day, requests_per_unit: 1000, algorithm: token_bucket, debt: true}
 "#;
 
 fn both() -> RateLimitRequest {
@@ -150,6 +152,36 @@ async fn sixty_four_clients(sluice: &Sluice) -> (u32, u32) {
     let read = request("acct", vec![descriptor_with_hits(&[("open", "o")], 0)]);
     let remaining = call(&mut client, read).await.statuses[0].limit_remaining;
     (admitted, 1000 - remaining)
+}
+
+/// 64 clients send requests of `metered` (cost 7, taking debt) and `scarce` at once; returns
+/// the seconds until `metered` admits again, and how many seconds the total of 2240 reported
+/// (1240 in debt, at 1000 a day: 86.4 s a token) says.
+async fn sixty_four_clients_reporting(sluice: &Sluice) -> (i64, i64) {
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let mut client = sluice.client().await;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let pair = request(
+                    "acct",
+                    vec![
+                        descriptor_with_hits(&[("metered", "m")], 7),
+                        descriptor_with_hits(&[("scarce", "r")], 1),
+                    ],
+                );
+                call(&mut client, pair).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client task");
+    }
+    let mut client = sluice.client().await;
+    let read = request("acct", vec![descriptor_with_hits(&[("metered", "m")], 0)]);
+    let status = call(&mut client, read).await.statuses[0].clone();
+    let wait = status.duration_until_reset.map_or(0, |d| d.seconds);
+    (wait, 1240 * 864 / 10)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

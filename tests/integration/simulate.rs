@@ -95,3 +95,99 @@ fn a_bad_pattern_is_refused_clearly() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("'fast' is not a rate"));
 }
+
+/// The summary line of `descriptor`'s run in `text`.
+fn summary_of<'a>(text: &'a str, descriptor: &str) -> &'a str {
+    let mut lines = text.lines();
+    lines
+        .find(|line| line.starts_with(&format!("{descriptor}:")))
+        .and_then(|_| lines.next())
+        .unwrap_or_else(|| panic!("no run of {descriptor} in {text}"))
+}
+
+#[test]
+fn a_request_of_several_descriptors_charges_none_when_one_denies() {
+    // 4/s for 10 s: burst=tight admits 2 a second, so 20 of the 40 requests pass, and only
+    // those are charged to plan=free (30 a minute): 10 remain.
+    let text = simulate(&[
+        "--descriptor",
+        "plan=free",
+        "--descriptor",
+        "burst=tight",
+        "--together",
+        "--rate",
+        "4/s",
+        "--duration",
+        "10s",
+    ]);
+    assert!(
+        text.starts_with("requests of every descriptor together: 40 requests, 20 admitted"),
+        "{text}"
+    );
+    assert!(
+        summary_of(&text, "plan=free").contains("40 admitted, 0 rejected, 10 remaining at the end"),
+        "{text}"
+    );
+    assert!(
+        summary_of(&text, "burst=tight").contains("20 admitted, 20 rejected"),
+        "{text}"
+    );
+}
+
+#[test]
+fn costs_reported_after_the_response_put_the_limit_in_debt() {
+    // Checks of cost 0 every second; 700 reported at 2 s, 500 at 4 s, on a token bucket of
+    // 1000 a minute: the second report is denied but charged, leaving 333 - 500 = -167
+    // tokens, refilled at 1000/60 a second: exactly 0 again at 14 s. Admitted: the checks of
+    // 0-4 s, the first report, and the checks of 14-19 s.
+    let text = simulate(&[
+        "--descriptor",
+        "tokens=gpt",
+        "--cost",
+        "0",
+        "--rate",
+        "1/s",
+        "--report-at",
+        "2s:700",
+        "--report-at",
+        "4s:500",
+        "--duration",
+        "20s",
+    ]);
+    assert!(
+        summary_of(&text, "tokens=gpt").contains("22 requests, 12 admitted, 10 rejected"),
+        "{text}"
+    );
+    let row = |second: &str| {
+        text.lines()
+            .find(|line| line.trim_start().starts_with(&format!("{second} ")))
+            .unwrap_or_else(|| panic!("no row {second} in {text}"))
+            .split_whitespace()
+            .skip(1)
+            .take(2)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("13s"), ["0", "1"], "still in debt at 13 s");
+    assert_eq!(row("14s"), ["1", "0"], "repaid at 14 s");
+}
+
+#[test]
+fn two_limits_on_one_descriptor_bind_on_the_tighter() {
+    // 4/s never reaches 5 a second, but 20 a minute is spent in 5 s.
+    let text = simulate(&[
+        "--descriptor",
+        "api_key=demo",
+        "--rate",
+        "4/s",
+        "--duration",
+        "20s",
+    ]);
+    assert!(
+        text.contains("api_key=demo: fixed_window: 5 per second and fixed_window: 20 per minute"),
+        "{text}"
+    );
+    assert!(
+        summary_of(&text, "api_key=demo").contains("80 requests, 20 admitted, 60 rejected"),
+        "{text}"
+    );
+}
