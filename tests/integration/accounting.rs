@@ -214,6 +214,14 @@ async fn with_one_descriptor_exhausted_the_other_is_charged_exactly_what_was_adm
             charged, admitted,
             "{store}: open charged once per admitted request"
         );
+        // Debt is charged even by the requests scarce denies: every report lands. One report
+        // lost or doubled would move the wait by 7 x 86.4 = 605 s; the test's own seconds
+        // refill a few.
+        let (wait, expected) = sixty_four_clients_reporting(sluice).await;
+        assert!(
+            (expected - 60..=expected).contains(&wait),
+            "{store}: waits {wait} s, the total reported says {expected} s"
+        );
     }
 }
 
