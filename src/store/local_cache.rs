@@ -1,5 +1,6 @@
-//! The local over-limit cache: a key known to be over its limit until time T is answered here
-//! until T, with no round trip to the store. Exact, because consumption (here or on any other
+//! The local over-limit cache: a request whose every key is known to be over its limit until
+//! time T is answered here until T, with no round trip to the store (limits taking debt never
+//! are: their hits must be charged). Exact, because consumption (here or on any other
 //! replica) only ever pushes T later: when a hit of cost 1 is denied with a wait of R, no hit
 //! of cost 1 or more fits before now + R. Bounded in bytes; `clear` drops it on config reload.
 
@@ -72,43 +73,22 @@ impl<S: Store> WithLocalCache<S> {
 }
 
 impl<S: Store> Store for WithLocalCache<S> {
-    /// Answers locally the hits known to be over. Under `AllOrNothing`, a request that is not
-    /// answered whole goes to the store whole: the store must see the denials that veto it.
+    /// Answers a request locally when every hit of it is known to be over; otherwise the
+    /// request goes to the store whole, which must see every hit: a denial vetoes the others
+    /// (`AllOrNothing`) or the other limits of its descriptor.
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.cache.clock.now_us();
-        let mut local: Vec<Option<Decision>> = hits
+        let local: Option<Vec<Decision>> = hits
             .iter()
             .map(|hit| self.cache.answer(hit, now_us))
             .collect();
-        if local.iter().all(Option::is_some) {
+        if let Some(local) = local {
             self.cache.count_hits(local.len());
-            return Ok(local.into_iter().flatten().collect());
+            return Ok(local);
         }
-        if charging == Charging::AllOrNothing {
-            local.iter_mut().for_each(|answer| *answer = None);
-        }
-        self.cache.count_hits(local.iter().flatten().count());
-        let remote_hits: Vec<Hit> = hits
-            .iter()
-            .zip(&local)
-            .filter(|(_, answer)| answer.is_none())
-            .map(|(hit, _)| hit.clone())
-            .collect();
-        let mut remote = self.inner.charge(&remote_hits, charging).await?.into_iter();
-        let mut decisions = Vec::with_capacity(hits.len());
-        for (hit, answer) in hits.iter().zip(local) {
-            let decision = match answer {
-                Some(decision) => decision,
-                None => {
-                    let decision = remote.next().ok_or_else(|| StoreError::Protocol {
-                        store: "the store behind the local cache",
-                        source: "fewer decisions than hits".into(),
-                    })?;
-                    self.cache.remember(hit, &decision, now_us);
-                    decision
-                }
-            };
-            decisions.push(decision);
+        let decisions = self.inner.charge(hits, charging).await?;
+        for (hit, decision) in hits.iter().zip(&decisions) {
+            self.cache.remember(hit, decision, now_us);
         }
         Ok(decisions)
     }
@@ -146,9 +126,10 @@ impl OverLimitCache {
         self.hits.fetch_add(count as u64, Ordering::Relaxed);
     }
 
-    /// The local answer for `hit`, when its key is known to be over at `now_us`.
+    /// The local answer for `hit`, when its key is known to be over at `now_us`. A limit that
+    /// takes debt is never answered here: every hit of it must be charged.
     fn answer(&self, hit: &Hit, now_us: u64) -> Option<Decision> {
-        if hit.cost == 0 {
+        if hit.cost == 0 || hit.limit.debt {
             return None;
         }
         let shard = self.lock(self.shard_of(hit));
@@ -165,7 +146,7 @@ impl OverLimitCache {
 
     /// Remembers a denial of cost 1: nothing of cost 1 or more fits until its wait is over.
     fn remember(&self, hit: &Hit, decision: &Decision, now_us: u64) {
-        if decision.admitted || hit.cost != 1 || decision.retry_after_us == 0 {
+        if decision.admitted || hit.cost != 1 || decision.retry_after_us == 0 || hit.limit.debt {
             return;
         }
         let index = self.shard_of(hit);
@@ -259,6 +240,33 @@ mod tests {
                 .admitted
         );
         assert_eq!(store.cache_hits(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_limit_taking_debt_is_never_answered_here() {
+        let clock = Arc::new(ManualClock::at(10_000_000));
+        let store =
+            WithLocalCache::new(MemoryStore::new(100, clock.clone()), 1 << 20, clock.clone());
+        let mut report = hit(1);
+        report.limit.debt = true;
+        for _ in 0..5 {
+            store
+                .charge(std::slice::from_ref(&report), Charging::AllOrNothing)
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.cache_hits(), 0, "every report reaches the store");
+        // 5 charged in a window of 2: 3 in debt, so the next two windows are spent too.
+        clock.set(11_000_000);
+        let check = Hit { cost: 0, ..report };
+        let next = store
+            .charge(&[check], Charging::AllOrNothing)
+            .await
+            .unwrap();
+        assert!(
+            !next[0].admitted,
+            "the debt carries into the next window: {next:?}"
+        );
     }
 
     #[tokio::test]
