@@ -7,75 +7,80 @@
 --      s = window start (µs), c = count.
 -- State: {s, c} as of the window holding hit.now. Admits when c + h <= L.
 
-local function start_of(hit)
-  return hit.now - hit.now % hit.period
-end
-
--- Windows (1: the next) until `count` has drained at L per window; at least one.
-local function windows_to_drain(hit, count)
-  if hit.limit == 0 then
-    return 1
+-- Made once per call that uses it (the driver asks `algorithm(name)`): a script's top level
+-- runs on every call, so what it defines there costs every call.
+algorithms.fixed_window = function()
+  local function start_of(hit)
+    return hit.now - hit.now % hit.period
   end
-  return math.max(1, div_ceil(count, hit.limit))
-end
 
-algorithms.fixed_window = {
-  blocks_zero_itself = true,
-  read = function(hit)
-    local start = start_of(hit)
-    if not hit.debt then
-      return {s = start, c = tonumber(redis.call('GET', hit.key) or '0')}
+  -- Windows (1: the next) until `count` has drained at L per window; at least one.
+  local function windows_to_drain(hit, count)
+    if hit.limit == 0 then
+      return 1
     end
-    local stored = redis.call('HMGET', hit.key, 's', 'c')
-    if not stored[1] then
-      return {s = start, c = 0}
-    end
-    local s, c = tonumber(stored[1]), tonumber(stored[2])
-    if s >= start then
-      -- The current window, or one ahead of the clock (it went back): never admit more.
-      return {s = s, c = c}
-    end
-    local passed = div_floor(start - s, hit.period)
-    return {s = start, c = math.max(0, c - hit.limit * passed)}
-  end,
-  decide = function(hit, window)
-    local after = window.c
-    local admitted = window.c + hit.cost <= hit.limit
-    if admitted then
-      after = window.c + hit.cost
-    end
-    local reset = window.s + windows_to_drain(hit, after) * hit.period - hit.now
-    if not admitted then
-      local fits = 1
-      if hit.cost <= hit.limit and hit.limit > 0 then
-        fits = math.max(1, div_ceil(window.c + hit.cost - hit.limit, hit.limit))
+    return math.max(1, div_ceil(count, hit.limit))
+  end
+
+  return {
+    blocks_zero_itself = true,
+    read = function(hit)
+      local start = start_of(hit)
+      if not hit.debt then
+        return {s = start, c = tonumber(redis.call('GET', hit.key) or '0')}
       end
-      return decision(false, hit.limit - window.c, reset, window.s + fits * hit.period - hit.now), nil
-    end
-    local changed = nil
-    if hit.cost > 0 then
-      changed = {s = window.s, c = after}
-    end
-    return decision(true, hit.limit - after, reset, 0), changed
-  end,
-  force = function(hit, window)
-    return {s = window.s, c = window.c + hit.cost}
-  end,
-  write = function(hit, window)
-    local expires = window.s + windows_to_drain(hit, window.c) * hit.period - hit.now
-    if hit.debt then
-      redis.call('HSET', hit.key, 's', fmt(window.s), 'c', fmt(window.c))
-    else
-      redis.call('SET', hit.key, fmt(window.c))
-    end
-    expire_after(hit.key, expires)
-  end,
-  refund = function(hit)
-    if redis.call('EXISTS', hit.key) == 1 then
-      local left = redis.call('DECRBY', hit.key, fmt(hit.cost))
-      if left < 0 then
-        redis.call('INCRBY', hit.key, fmt(-left))
+      local stored = redis.call('HMGET', hit.key, 's', 'c')
+      if not stored[1] then
+        return {s = start, c = 0}
       end
-    end
-  end,
-}
+      local s, c = tonumber(stored[1]), tonumber(stored[2])
+      if s >= start then
+        -- The current window, or one ahead of the clock (it went back): never admit more.
+        return {s = s, c = c}
+      end
+      local passed = div_floor(start - s, hit.period)
+      return {s = start, c = math.max(0, c - hit.limit * passed)}
+    end,
+    decide = function(hit, window)
+      local after = window.c
+      local admitted = window.c + hit.cost <= hit.limit
+      if admitted then
+        after = window.c + hit.cost
+      end
+      local reset = window.s + windows_to_drain(hit, after) * hit.period - hit.now
+      if not admitted then
+        local fits = 1
+        if hit.cost <= hit.limit and hit.limit > 0 then
+          fits = math.max(1, div_ceil(window.c + hit.cost - hit.limit, hit.limit))
+        end
+        return decision(false, hit.limit - window.c, reset, window.s + fits * hit.period - hit.now), nil
+      end
+      local changed = nil
+      if hit.cost > 0 then
+        changed = {s = window.s, c = after}
+      end
+      return decision(true, hit.limit - after, reset, 0), changed
+    end,
+    force = function(hit, window)
+      return {s = window.s, c = window.c + hit.cost}
+    end,
+    write = function(hit, window)
+      local expires = window.s + windows_to_drain(hit, window.c) * hit.period - hit.now
+      if hit.debt then
+        redis.call('HSET', hit.key, 's', fmt(window.s), 'c', fmt(window.c))
+        expire_after(hit.key, expires)
+      else
+        -- The count and its expiry in one command.
+        redis.call('SET', hit.key, fmt(window.c), 'PX', fmt(div_ceil(expires, 1000) + 1))
+      end
+    end,
+    refund = function(hit)
+      if redis.call('EXISTS', hit.key) == 1 then
+        local left = redis.call('DECRBY', hit.key, fmt(hit.cost))
+        if left < 0 then
+          redis.call('INCRBY', hit.key, fmt(-left))
+        end
+      end
+    end,
+  }
+end

@@ -12,6 +12,18 @@ local PER_HIT = 10
 local REPLY_FIELDS = 5
 local mode = ARGV[1]
 
+-- Redis TIME, read once per call when some hit needs it.
+local redis_now = nil
+local function now_of(given)
+  if given ~= '' then
+    return tonumber(given)
+  end
+  if redis_now == nil then
+    redis_now = now_us('')
+  end
+  return redis_now
+end
+
 local hits = {}
 for i, key in ipairs(KEYS) do
   local at = 2 + PER_HIT * (i - 1)
@@ -22,12 +34,23 @@ for i, key in ipairs(KEYS) do
     period = tonumber(ARGV[at + 2]),
     cost = tonumber(ARGV[at + 3]),
     capacity = tonumber(ARGV[at + 4]),
-    now = now_us(ARGV[at + 5]),
+    now = now_of(ARGV[at + 5]),
     nonce = ARGV[at + 6],
     role = ARGV[at + 7],
     debt = ARGV[at + 8] == '1',
     group = ARGV[at + 9],
   }
+end
+
+-- Each algorithm the call uses, made once.
+local made = {}
+local function algorithm(name)
+  local made_one = made[name]
+  if not made_one then
+    made_one = algorithms[name]()
+    made[name] = made_one
+  end
+  return made_one
 end
 
 local function with_cost(hit, cost)
@@ -41,16 +64,16 @@ end
 
 -- The decision for `hit` on `state`, and the state after it (nil when unchanged).
 local function decide(hit, state)
-  local algorithm = algorithms[hit.algorithm]
-  if hit.limit == 0 and not algorithm.blocks_zero_itself then
+  local rules = algorithm(hit.algorithm)
+  if hit.limit == 0 and not rules.blocks_zero_itself then
     return blocked(hit), nil
   end
-  local d, changed = algorithm.decide(hit, state)
+  local d, changed = rules.decide(hit, state)
   if d[1] == 1 or not hit.debt or hit.cost == 0 or hit.limit == 0 then
     return d, changed
   end
-  local in_debt = algorithm.force(hit, state)
-  local next = algorithm.decide(with_cost(hit, 1), in_debt)
+  local in_debt = rules.force(hit, state)
+  local next = rules.decide(with_cost(hit, 1), in_debt)
   return decision(false, next[2], next[3], next[4]), in_debt
 end
 
@@ -66,96 +89,121 @@ if mode == 'refund' then
   -- the charge was decided.
   local replies = {}
   for _, hit in ipairs(hits) do
-    local algorithm = algorithms[hit.algorithm]
-    algorithm.refund(hit)
-    append(replies, (decide(with_cost(hit, 0), algorithm.read(hit))), hit.now)
+    local rules = algorithm(hit.algorithm)
+    rules.refund(hit)
+    append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
   end
   return replies
 end
 
--- Per key: the state read, the charged states (in order) and the hit of each.
-local original = {}
-local charged = {}
-local function state_of(hit, overlay)
-  if overlay[hit.key] ~= nil then
-    return overlay[hit.key].state
+-- One hit (most requests): every mode charges it alike. It is charged when its decision
+-- changed the state, which a denial does only in debt.
+if #hits == 1 then
+  local hit = hits[1]
+  local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
+  if changed ~= nil then
+    algorithm(hit.algorithm).write(hit, changed)
   end
-  local list = charged[hit.key]
-  if list and #list > 0 then
-    return list[#list].state
-  end
-  if original[hit.key] == nil then
-    original[hit.key] = {state = algorithms[hit.algorithm].read(hit)}
-  end
-  return original[hit.key].state
+  d[5] = hit.now
+  return d
 end
 
-local decisions = {}
-local changes = {}
+-- Several hits. Per key: the state read (boxed: a state may be absent), and the state the
+-- standing charges so far left.
+local original = {}
+local latest = {}
+local decisions, changes, stands = {}, {}, {}
+local n = #hits
 local i = 1
-while i <= #hits do
-  local group = hits[i].group
+while i <= n do
+  local group, first = hits[i].group, i
   local overlay = {}
-  local first = i
-  local group_denied = false
-  while i <= #hits and hits[i].group == group do
+  local denied = false
+  while i <= n and hits[i].group == group do
     local hit = hits[i]
-    local d, changed = decide(hit, state_of(hit, overlay))
+    local key = hit.key
+    local state = overlay[key]
+    if state == nil then
+      state = latest[key]
+    end
+    if state == nil then
+      local boxed = original[key]
+      if boxed == nil then
+        boxed = {algorithm(hit.algorithm).read(hit)}
+        original[key] = boxed
+      end
+      state = boxed[1]
+    end
+    local d, changed = decide(hit, state)
     decisions[i] = d
     if changed ~= nil then
-      overlay[hit.key] = {state = changed}
       changes[i] = changed
+      overlay[key] = changed
     end
-    group_denied = group_denied or d[1] == 0
+    denied = denied or d[1] == 0
     i = i + 1
   end
+  -- A group stands whole or not at all; debt always stands. "any" (one Cluster slot's share
+  -- of a request) leaves the groups to sluice.
   for j = first, i - 1 do
-    local hit = hits[j]
-    -- "any" (one Cluster slot's share of a request) leaves the groups to sluice.
-    if changes[j] ~= nil and (hit.debt or not group_denied or mode == 'any') then
-      charged[hit.key] = charged[hit.key] or {}
-      table.insert(charged[hit.key], {state = changes[j], hit = hit, index = j})
-    elseif changes[j] ~= nil then
-      changes[j] = nil
+    local change = changes[j]
+    if change ~= nil and (hits[j].debt or not denied or mode == 'any') then
+      stands[j] = true
+      latest[hits[j].key] = change
     end
   end
 end
 
-local enforced_denied, quota_hits, quota_denied = false, 0, 0
-for j, hit in ipairs(hits) do
-  if hit.role == 'enforced' and decisions[j][1] == 0 then
-    enforced_denied = true
-  elseif hit.role == 'quota' then
-    quota_hits = quota_hits + 1
-    if decisions[j][1] == 0 then
-      quota_denied = quota_denied + 1
+local vetoed = false
+if mode == 'all' then
+  local enforced_denied, quota_hits, quota_denied = false, 0, 0
+  for j = 1, n do
+    local role, admitted = hits[j].role, decisions[j][1] == 1
+    if role == 'enforced' and not admitted then
+      enforced_denied = true
+    elseif role == 'quota' then
+      quota_hits = quota_hits + 1
+      if not admitted then
+        quota_denied = quota_denied + 1
+      end
     end
   end
+  vetoed = enforced_denied or (quota_hits > 0 and quota_denied == quota_hits)
 end
-local vetoed = mode == 'all' and (enforced_denied or (quota_hits > 0 and quota_denied == quota_hits))
 
--- The charges that stand, and each key's final state.
-local written = {}
-local final = {}
-for key, list in pairs(charged) do
-  for _, change in ipairs(list) do
-    if change.hit.debt or not vetoed then
-      written[change.index] = true
-      final[key] = change
-    end
+-- The charges that stand (a vetoed request keeps only its debt), and each key's last.
+local last = {}
+for j = 1, n do
+  if stands[j] and (hits[j].debt or not vetoed) then
+    last[hits[j].key] = j
+  else
+    stands[j] = nil
   end
 end
-for key, change in pairs(final) do
-  algorithms[change.hit.algorithm].write(change.hit, change.state)
+for j = 1, n do
+  local hit = hits[j]
+  if last[hit.key] == j then
+    algorithm(hit.algorithm).write(hit, changes[j])
+  end
 end
 
 local replies = {}
-for j, hit in ipairs(hits) do
+for j = 1, n do
+  local hit = hits[j]
   local d = decisions[j]
-  if d[1] == 1 and hit.cost > 0 and not written[j] then
-    local state = (final[hit.key] or original[hit.key]).state
+  if d[1] == 1 and hit.cost > 0 and not stands[j] then
+    -- Admitted but not charged: what remains, as the key stays.
+    local final = last[hit.key]
+    local state
+    if final then
+      state = changes[final]
+    else
+      state = original[hit.key][1]
+    end
     d = decide(with_cost(hit, 0), state)
   end
-  append(replies, d, hit.now)
+  local at = REPLY_FIELDS * (j - 1)
+  replies[at + 1], replies[at + 2], replies[at + 3], replies[at + 4] = d[1], d[2], d[3], d[4]
+  replies[at + 5] = hit.now
 end
 return replies

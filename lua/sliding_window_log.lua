@@ -7,100 +7,105 @@
 -- L + 1 - h (a hit in debt adds at most L + 1).
 
 -- The time of the entry of rank `rank` (0 = oldest) among the stored and the added ones.
-local function entry_at(hit, state, rank)
-  if rank < state.count then
-    local entry = redis.call('ZRANGE', hit.key, rank, rank, 'WITHSCORES')
-    return tonumber(entry[2])
-  end
-  rank = rank - state.count
-  for _, added in ipairs(state.added) do
-    if rank < added.cost then
-      return added.now
+
+-- Made once per call that uses it (the driver asks `algorithm(name)`): a script's top level
+-- runs on every call, so what it defines there costs every call.
+algorithms.sliding_window_log = function()
+  local function entry_at(hit, state, rank)
+    if rank < state.count then
+      local entry = redis.call('ZRANGE', hit.key, rank, rank, 'WITHSCORES')
+      return tonumber(entry[2])
     end
-    rank = rank - added.cost
-  end
-  return hit.now
-end
-
-local function live(state)
-  local count = state.count
-  for _, added in ipairs(state.added) do
-    count = count + added.cost
-  end
-  return count
-end
-
-local function until_empty(hit, state)
-  local count = live(state)
-  if count == 0 then
-    return 0
-  end
-  return entry_at(hit, state, count - 1) + hit.period - hit.now
-end
-
-algorithms.sliding_window_log = {
-  read = function(hit)
-    -- Entries that left the window matter to no one: dropping them changes no decision.
-    redis.call('ZREMRANGEBYSCORE', hit.key, '-inf', fmt(hit.now - hit.period))
-    return {count = redis.call('ZCARD', hit.key), added = {}}
-  end,
-  decide = function(hit, state)
-    local count = live(state)
-    if count + hit.cost > hit.limit then
-      local retry = hit.period
-      if hit.cost <= hit.limit then
-        -- The oldest (count + cost - L) entries must leave first.
-        retry = entry_at(hit, state, count + hit.cost - hit.limit - 1) + hit.period - hit.now
+    rank = rank - state.count
+    for _, added in ipairs(state.added) do
+      if rank < added.cost then
+        return added.now
       end
-      return decision(false, hit.limit - count, until_empty(hit, state), retry), nil
+      rank = rank - added.cost
     end
-    local after = state
-    if hit.cost > 0 then
+    return hit.now
+  end
+
+  local function live(state)
+    local count = state.count
+    for _, added in ipairs(state.added) do
+      count = count + added.cost
+    end
+    return count
+  end
+
+  local function until_empty(hit, state)
+    local count = live(state)
+    if count == 0 then
+      return 0
+    end
+    return entry_at(hit, state, count - 1) + hit.period - hit.now
+  end
+
+  return {
+    read = function(hit)
+      -- Entries that left the window matter to no one: dropping them changes no decision.
+      redis.call('ZREMRANGEBYSCORE', hit.key, '-inf', fmt(hit.now - hit.period))
+      return {count = redis.call('ZCARD', hit.key), added = {}}
+    end,
+    decide = function(hit, state)
+      local count = live(state)
+      if count + hit.cost > hit.limit then
+        local retry = hit.period
+        if hit.cost <= hit.limit then
+          -- The oldest (count + cost - L) entries must leave first.
+          retry = entry_at(hit, state, count + hit.cost - hit.limit - 1) + hit.period - hit.now
+        end
+        return decision(false, hit.limit - count, until_empty(hit, state), retry), nil
+      end
+      local after = state
+      if hit.cost > 0 then
+        local added = {}
+        for i, earlier in ipairs(state.added) do
+          added[i] = earlier
+        end
+        added[#added + 1] = {cost = hit.cost, now = hit.now, nonce = hit.nonce}
+        after = {count = state.count, added = added}
+      end
+      local changed = nil
+      if hit.cost > 0 then
+        changed = after
+      end
+      return decision(true, hit.limit - count - hit.cost, until_empty(hit, after), 0), changed
+    end,
+    force = function(hit, state)
       local added = {}
       for i, earlier in ipairs(state.added) do
         added[i] = earlier
       end
-      added[#added + 1] = {cost = hit.cost, now = hit.now, nonce = hit.nonce}
-      after = {count = state.count, added = added}
-    end
-    local changed = nil
-    if hit.cost > 0 then
-      changed = after
-    end
-    return decision(true, hit.limit - count - hit.cost, until_empty(hit, after), 0), changed
-  end,
-  force = function(hit, state)
-    local added = {}
-    for i, earlier in ipairs(state.added) do
-      added[i] = earlier
-    end
-    added[#added + 1] = {cost = math.min(hit.cost, hit.limit + 1), now = hit.now, nonce = hit.nonce}
-    return {count = state.count, added = added}
-  end,
-  write = function(hit, state)
-    for _, added in ipairs(state.added) do
-      local stamp = fmt(added.now)
+      added[#added + 1] = {cost = math.min(hit.cost, hit.limit + 1), now = hit.now, nonce = hit.nonce}
+      return {count = state.count, added = added}
+    end,
+    write = function(hit, state)
+      for _, added in ipairs(state.added) do
+        local stamp = fmt(added.now)
+        local members = {}
+        for i = 1, added.cost do
+          members[#members + 1] = stamp
+          members[#members + 1] = added.nonce .. ':' .. fmt(i)
+          if #members >= 1000 or i == added.cost then
+            redis.call('ZADD', hit.key, unpack(members))
+            members = {}
+          end
+        end
+      end
+      redis.call('ZREMRANGEBYRANK', hit.key, 0, -(hit.limit + 2))
+      expire_after(hit.key, until_empty(hit, {count = redis.call('ZCARD', hit.key), added = {}}))
+    end,
+    refund = function(hit)
       local members = {}
-      for i = 1, added.cost do
-        members[#members + 1] = stamp
-        members[#members + 1] = added.nonce .. ':' .. fmt(i)
-        if #members >= 1000 or i == added.cost then
-          redis.call('ZADD', hit.key, unpack(members))
+      for i = 1, hit.cost do
+        members[#members + 1] = hit.nonce .. ':' .. fmt(i)
+        if #members >= 1000 or i == hit.cost then
+          redis.call('ZREM', hit.key, unpack(members))
           members = {}
         end
       end
-    end
-    redis.call('ZREMRANGEBYRANK', hit.key, 0, -(hit.limit + 2))
-    expire_after(hit.key, until_empty(hit, {count = redis.call('ZCARD', hit.key), added = {}}))
-  end,
-  refund = function(hit)
-    local members = {}
-    for i = 1, hit.cost do
-      members[#members + 1] = hit.nonce .. ':' .. fmt(i)
-      if #members >= 1000 or i == hit.cost then
-        redis.call('ZREM', hit.key, unpack(members))
-        members = {}
-      end
-    end
-  end,
-}
+    end,
+  }
+end

@@ -117,3 +117,56 @@ async fn dynamic_metadata_describes_the_request_and_the_matched_limits() {
     };
     assert_eq!(descriptors.values.len(), 1);
 }
+
+#[tokio::test]
+async fn headers_and_metrics_follow_the_binding_limit_of_a_descriptor() {
+    let config = r#"
+domain: m
+descriptors:
+  - key: api_key
+    rate_limits:
+      - {unit: hour, requests_per_unit: 3, name: hourly}
+      - {unit: day, requests_per_unit: 100, name: daily}
+"#;
+    let sluice = Sluice::start_with(
+        &[("config.yaml", config)],
+        &[],
+        &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
+    );
+    let mut client = sluice.client().await;
+    let ask = || request("m", vec![descriptor(&[("api_key", "k")])]);
+    let first = call(&mut client, ask()).await;
+    assert_eq!(
+        header(&first, "RateLimit-Limit"),
+        Some("3, 3;w=3600"),
+        "the hourly limit binds"
+    );
+    assert_eq!(header(&first, "RateLimit-Remaining"), Some("2"));
+    for _ in 0..3 {
+        call(&mut client, ask()).await;
+    }
+    let (_, metrics) = sluice.http_get("/metrics");
+    let count = |name: &str| {
+        series(&metrics, &format!(r#"{name}{{domain="m",key1="api_key"}}"#)).unwrap_or(0.0)
+    };
+    assert_eq!(
+        count("ratelimit_service_rate_limit_total_hits"),
+        4.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        count("ratelimit_service_rate_limit_over_limit"),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        count("ratelimit_service_rate_limit_near_limit"),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        count("ratelimit_service_rate_limit_within_limit"),
+        3.0,
+        "{metrics}"
+    );
+}
