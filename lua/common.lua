@@ -27,7 +27,7 @@
 -- fields of sluice's Decision, which src/algorithm/ specifies) and the time it was decided at.
 --
 -- An algorithm script registers {read, decide, force, write, refund} under its name:
---   read(hit) the key's state at hit.now; decide(hit, state) the decision and the state after
+--   read(hit) the key's state at hit.now (never nil); decide(hit, state) the decision and the state after
 --   the hit (nil when unchanged); force(hit, state) the state after a hit that does not fit
 --   (debt); write(hit, state) stores a state that decide or force returned; refund(hit)
 --   takes back a charge of hit.cost decided at hit.now.
@@ -70,9 +70,15 @@ local function fmt(x)
   return string.format('%d', x)
 end
 
--- Keeps `key` for `us` microseconds more (rounded up to milliseconds, plus one).
+-- `us` microseconds as a TTL in milliseconds: rounded up, plus one (a double's rounding can
+-- only add a millisecond here, which a TTL can spare).
+local function ttl_ms(us)
+  return fmt(math.ceil(us / 1000) + 1)
+end
+
+-- Keeps `key` for `us` microseconds more.
 local function expire_after(key, us)
-  redis.call('PEXPIRE', key, fmt(div_ceil(us, 1000) + 1))
+  redis.call('PEXPIRE', key, ttl_ms(us))
 end
 
 local function decision(admitted, remaining, reset_after_us, retry_after_us)

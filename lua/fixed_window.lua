@@ -16,10 +16,10 @@ algorithms.fixed_window = function()
 
   -- Windows (1: the next) until `count` has drained at L per window; at least one.
   local function windows_to_drain(hit, count)
-    if hit.limit == 0 then
+    if count <= hit.limit or hit.limit == 0 then
       return 1
     end
-    return math.max(1, div_ceil(count, hit.limit))
+    return div_ceil(count, hit.limit)
   end
 
   return {
@@ -71,7 +71,7 @@ algorithms.fixed_window = function()
         expire_after(hit.key, expires)
       else
         -- The count and its expiry in one command.
-        redis.call('SET', hit.key, fmt(window.c), 'PX', fmt(div_ceil(expires, 1000) + 1))
+        redis.call('SET', hit.key, fmt(window.c), 'PX', ttl_ms(expires))
       end
     end,
     refund = function(hit)

@@ -108,7 +108,7 @@ if #hits == 1 then
   return d
 end
 
--- Several hits. Per key: the state read (boxed: a state may be absent), and the state the
+-- Several hits. Per key: the state read (every algorithm's read gives one), and the state the
 -- standing charges so far left.
 local original = {}
 local latest = {}
@@ -117,28 +117,31 @@ local n = #hits
 local i = 1
 while i <= n do
   local group, first = hits[i].group, i
-  local overlay = {}
+  -- The states this group's hits changed so far (only a group of several limits has any).
+  local overlay = nil
   local denied = false
   while i <= n and hits[i].group == group do
     local hit = hits[i]
     local key = hit.key
-    local state = overlay[key]
+    local state = overlay and overlay[key]
     if state == nil then
       state = latest[key]
     end
     if state == nil then
-      local boxed = original[key]
-      if boxed == nil then
-        boxed = {algorithm(hit.algorithm).read(hit)}
-        original[key] = boxed
-      end
-      state = boxed[1]
+      state = original[key]
+    end
+    if state == nil then
+      state = algorithm(hit.algorithm).read(hit)
+      original[key] = state
     end
     local d, changed = decide(hit, state)
     decisions[i] = d
     if changed ~= nil then
       changes[i] = changed
-      overlay[key] = changed
+      if i < n and hits[i + 1].group == group then
+        overlay = overlay or {}
+        overlay[key] = changed
+      end
     end
     denied = denied or d[1] == 0
     i = i + 1
@@ -198,7 +201,7 @@ for j = 1, n do
     if final then
       state = changes[final]
     else
-      state = original[hit.key][1]
+      state = original[hit.key]
     end
     d = decide(with_cost(hit, 0), state)
   end

@@ -42,6 +42,14 @@ struct Entry {
     expires_at_us: u64,
 }
 
+/// The state of `id` in `shard`, if it is still live at `now_us`.
+fn live<'s>(shard: &'s Shard, id: &KeyId, now_us: u64) -> Option<&'s State> {
+    shard
+        .get(id)
+        .filter(|entry| entry.expires_at_us > now_us)
+        .map(|entry| &entry.state)
+}
+
 /// A charge a request makes: its hit (by index), the key and the state after it.
 struct Charge {
     hit: usize,
@@ -191,27 +199,24 @@ impl MemoryStore {
             indices.iter().map(|&index| self.lock(index)).collect();
         // Every index is in `indices`: the shards are locked in its order.
         let shard_of = |index: usize| indices.iter().position(|&i| i == index).unwrap_or(0);
-        let stored = |shards: &[MutexGuard<'_, Shard>], id: &KeyId, index: usize| {
-            shards[shard_of(index)]
-                .get(id)
-                .filter(|entry| entry.expires_at_us > now_us)
-                .map(|entry| entry.state.clone())
-        };
         let mut charged: Vec<Charge> = Vec::new();
         let mut decisions = Vec::with_capacity(hits.len());
         for group in descriptor_groups(hits) {
             let mut changes: SmallVec<[(usize, State, u64); 2]> = SmallVec::new();
             for i in group.clone() {
                 let (id, index) = located[i];
-                let in_group = changes.iter().rev().find(|c| located[c.0].0 == id);
-                let current = match in_group {
-                    Some(change) => Some(change.1.clone()),
-                    None => match charged.iter().rev().find(|c| c.id == id) {
-                        Some(charge) => Some(charge.state.clone()),
-                        None => stored(&shards, &id, index),
-                    },
+                // The state the hits before left: this group's, the request's, or the store's.
+                let outcome = {
+                    let in_group = changes.iter().rev().find(|c| located[c.0].0 == id);
+                    let current = match in_group {
+                        Some(change) => Some(&change.1),
+                        None => match charged.iter().rev().find(|c| c.id == id) {
+                            Some(charge) => Some(&charge.state),
+                            None => live(&shards[shard_of(index)], &id, now_us),
+                        },
+                    };
+                    hits[i].limit.decide(current, hits[i].cost, now_us)
                 };
-                let outcome = hits[i].limit.decide(current.as_ref(), hits[i].cost, now_us);
                 if let Some((state, expires_at_us)) = outcome.new_state {
                     changes.push((i, state, expires_at_us));
                 }
@@ -238,15 +243,20 @@ impl MemoryStore {
                     .map(|(h, d)| (h.role, d.admitted)),
             );
         charged.retain(|charge| hits[charge.hit].limit.debt || !vetoed);
+        let mut is_charged: SmallVec<[bool; 8]> = SmallVec::from_elem(false, hits.len());
+        for charge in &charged {
+            is_charged[charge.hit] = true;
+        }
+        // The last charge of each key is its new state.
         let mut written: SmallVec<[KeyId; 4]> = SmallVec::new();
-        for charge in charged.iter().rev() {
+        for charge in charged.into_iter().rev() {
             if written.contains(&charge.id) {
                 continue;
             }
             written.push(charge.id);
             let shard = &mut shards[shard_of(charge.index)];
             let entry = Entry {
-                state: charge.state.clone(),
+                state: charge.state,
                 expires_at_us: charge.expires_at_us,
             };
             if let Some(existing) = shard.get_mut(&charge.id) {
@@ -257,14 +267,10 @@ impl MemoryStore {
             }
         }
         for (i, decision) in decisions.iter_mut().enumerate() {
-            let uncharged = !charged.iter().any(|charge| charge.hit == i);
-            if decision.admitted && hits[i].cost > 0 && uncharged {
+            if decision.admitted && hits[i].cost > 0 && !is_charged[i] {
                 let (id, index) = located[i];
-                let now_stored = stored(&shards, &id, index);
-                *decision = hits[i]
-                    .limit
-                    .decide(now_stored.as_ref(), 0, now_us)
-                    .decision;
+                let now_stored = live(&shards[shard_of(index)], &id, now_us);
+                *decision = hits[i].limit.decide(now_stored, 0, now_us).decision;
             }
         }
         decisions
