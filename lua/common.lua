@@ -81,8 +81,19 @@ local function expire_after(key, us)
   redis.call('PEXPIRE', key, ttl_ms(us))
 end
 
+-- A decision as the script replies it: admitted (1 or 0), remaining, reset_after_us,
+-- retry_after_us; negative values are 0.
 local function decision(admitted, remaining, reset_after_us, retry_after_us)
-  return {admitted and 1 or 0, math.max(0, remaining), math.max(0, reset_after_us), math.max(0, retry_after_us)}
+  if remaining < 0 then
+    remaining = 0
+  end
+  if reset_after_us < 0 then
+    reset_after_us = 0
+  end
+  if retry_after_us < 0 then
+    retry_after_us = 0
+  end
+  return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us}
 end
 
 -- requests_per_unit 0 blocks everything, whatever the burst (src/algorithm/mod.rs).

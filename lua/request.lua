@@ -10,39 +10,8 @@
 
 local PER_HIT = 10
 local REPLY_FIELDS = 5
-local mode = ARGV[1]
-
--- Redis TIME, read once per call when some hit needs it.
-local redis_now = nil
-local function now_of(given)
-  if given ~= '' then
-    return tonumber(given)
-  end
-  if redis_now == nil then
-    redis_now = now_us('')
-  end
-  return redis_now
-end
-
-local hits = {}
-for i, key in ipairs(KEYS) do
-  local at = 2 + PER_HIT * (i - 1)
-  hits[i] = {
-    key = key,
-    algorithm = ARGV[at],
-    limit = tonumber(ARGV[at + 1]),
-    period = tonumber(ARGV[at + 2]),
-    cost = tonumber(ARGV[at + 3]),
-    capacity = tonumber(ARGV[at + 4]),
-    now = now_of(ARGV[at + 5]),
-    nonce = ARGV[at + 6],
-    role = ARGV[at + 7],
-    debt = ARGV[at + 8] == '1',
-    group = ARGV[at + 9],
-  }
-end
-
--- Each algorithm the call uses, made once.
+-- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
+-- a function library, whose top level runs only when it is loaded.
 local made = {}
 local function algorithm(name)
   local made_one = made[name]
@@ -84,129 +53,165 @@ local function append(replies, d, now)
   replies[#replies + 1] = now
 end
 
-if mode == 'refund' then
-  -- Each hit's charge taken back, then what remains: the decision of cost 0 at the time
-  -- the charge was decided.
+-- One call: decides the hits of KEYS and ARGV (see common.lua). scripts.rs ends the script
+-- with `return request(KEYS, ARGV)`, or registers `request` as a function of a library.
+local function request(KEYS, ARGV)
+  local mode = ARGV[1]
+
+  -- Redis TIME, read once per call when some hit needs it.
+  local redis_now = nil
+  local function now_of(given)
+    if given ~= '' then
+      return tonumber(given)
+    end
+    if redis_now == nil then
+      redis_now = now_us('')
+    end
+    return redis_now
+  end
+
+  local hits = {}
+  for i, key in ipairs(KEYS) do
+    local at = 2 + PER_HIT * (i - 1)
+    hits[i] = {
+      key = key,
+      algorithm = ARGV[at],
+      limit = tonumber(ARGV[at + 1]),
+      period = tonumber(ARGV[at + 2]),
+      cost = tonumber(ARGV[at + 3]),
+      capacity = tonumber(ARGV[at + 4]),
+      now = now_of(ARGV[at + 5]),
+      nonce = ARGV[at + 6],
+      role = ARGV[at + 7],
+      debt = ARGV[at + 8] == '1',
+      group = ARGV[at + 9],
+    }
+  end
+
+  if mode == 'refund' then
+    -- Each hit's charge taken back, then what remains: the decision of cost 0 at the time
+    -- the charge was decided.
+    local replies = {}
+    for _, hit in ipairs(hits) do
+      local rules = algorithm(hit.algorithm)
+      rules.refund(hit)
+      append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
+    end
+    return replies
+  end
+
+  -- One hit (most requests): every mode charges it alike. It is charged when its decision
+  -- changed the state, which a denial does only in debt.
+  if #hits == 1 then
+    local hit = hits[1]
+    local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
+    if changed ~= nil then
+      algorithm(hit.algorithm).write(hit, changed)
+    end
+    d[5] = hit.now
+    return d
+  end
+
+  -- Several hits. Per key: the state read (every algorithm's read gives one), and the state the
+  -- standing charges so far left.
+  local original = {}
+  local latest = {}
+  local decisions, changes, stands = {}, {}, {}
+  local n = #hits
+  local i = 1
+  while i <= n do
+    local group, first = hits[i].group, i
+    -- The states this group's hits changed so far (only a group of several limits has any).
+    local overlay = nil
+    local denied = false
+    while i <= n and hits[i].group == group do
+      local hit = hits[i]
+      local key = hit.key
+      local state = overlay and overlay[key]
+      if state == nil then
+        state = latest[key]
+      end
+      if state == nil then
+        state = original[key]
+      end
+      if state == nil then
+        state = algorithm(hit.algorithm).read(hit)
+        original[key] = state
+      end
+      local d, changed = decide(hit, state)
+      decisions[i] = d
+      if changed ~= nil then
+        changes[i] = changed
+        if i < n and hits[i + 1].group == group then
+          overlay = overlay or {}
+          overlay[key] = changed
+        end
+      end
+      denied = denied or d[1] == 0
+      i = i + 1
+    end
+    -- A group stands whole or not at all; debt always stands. "any" (one Cluster slot's share
+    -- of a request) leaves the groups to sluice.
+    for j = first, i - 1 do
+      local change = changes[j]
+      if change ~= nil and (hits[j].debt or not denied or mode == 'any') then
+        stands[j] = true
+        latest[hits[j].key] = change
+      end
+    end
+  end
+
+  local vetoed = false
+  if mode == 'all' then
+    local enforced_denied, quota_hits, quota_denied = false, 0, 0
+    for j = 1, n do
+      local role, admitted = hits[j].role, decisions[j][1] == 1
+      if role == 'enforced' and not admitted then
+        enforced_denied = true
+      elseif role == 'quota' then
+        quota_hits = quota_hits + 1
+        if not admitted then
+          quota_denied = quota_denied + 1
+        end
+      end
+    end
+    vetoed = enforced_denied or (quota_hits > 0 and quota_denied == quota_hits)
+  end
+
+  -- The charges that stand (a vetoed request keeps only its debt), and each key's last.
+  local last = {}
+  for j = 1, n do
+    if stands[j] and (hits[j].debt or not vetoed) then
+      last[hits[j].key] = j
+    else
+      stands[j] = nil
+    end
+  end
+  for j = 1, n do
+    local hit = hits[j]
+    if last[hit.key] == j then
+      algorithm(hit.algorithm).write(hit, changes[j])
+    end
+  end
+
   local replies = {}
-  for _, hit in ipairs(hits) do
-    local rules = algorithm(hit.algorithm)
-    rules.refund(hit)
-    append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
+  for j = 1, n do
+    local hit = hits[j]
+    local d = decisions[j]
+    if d[1] == 1 and hit.cost > 0 and not stands[j] then
+      -- Admitted but not charged: what remains, as the key stays.
+      local final = last[hit.key]
+      local state
+      if final then
+        state = changes[final]
+      else
+        state = original[hit.key]
+      end
+      d = decide(with_cost(hit, 0), state)
+    end
+    local at = REPLY_FIELDS * (j - 1)
+    replies[at + 1], replies[at + 2], replies[at + 3], replies[at + 4] = d[1], d[2], d[3], d[4]
+    replies[at + 5] = hit.now
   end
   return replies
 end
-
--- One hit (most requests): every mode charges it alike. It is charged when its decision
--- changed the state, which a denial does only in debt.
-if #hits == 1 then
-  local hit = hits[1]
-  local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
-  if changed ~= nil then
-    algorithm(hit.algorithm).write(hit, changed)
-  end
-  d[5] = hit.now
-  return d
-end
-
--- Several hits. Per key: the state read (every algorithm's read gives one), and the state the
--- standing charges so far left.
-local original = {}
-local latest = {}
-local decisions, changes, stands = {}, {}, {}
-local n = #hits
-local i = 1
-while i <= n do
-  local group, first = hits[i].group, i
-  -- The states this group's hits changed so far (only a group of several limits has any).
-  local overlay = nil
-  local denied = false
-  while i <= n and hits[i].group == group do
-    local hit = hits[i]
-    local key = hit.key
-    local state = overlay and overlay[key]
-    if state == nil then
-      state = latest[key]
-    end
-    if state == nil then
-      state = original[key]
-    end
-    if state == nil then
-      state = algorithm(hit.algorithm).read(hit)
-      original[key] = state
-    end
-    local d, changed = decide(hit, state)
-    decisions[i] = d
-    if changed ~= nil then
-      changes[i] = changed
-      if i < n and hits[i + 1].group == group then
-        overlay = overlay or {}
-        overlay[key] = changed
-      end
-    end
-    denied = denied or d[1] == 0
-    i = i + 1
-  end
-  -- A group stands whole or not at all; debt always stands. "any" (one Cluster slot's share
-  -- of a request) leaves the groups to sluice.
-  for j = first, i - 1 do
-    local change = changes[j]
-    if change ~= nil and (hits[j].debt or not denied or mode == 'any') then
-      stands[j] = true
-      latest[hits[j].key] = change
-    end
-  end
-end
-
-local vetoed = false
-if mode == 'all' then
-  local enforced_denied, quota_hits, quota_denied = false, 0, 0
-  for j = 1, n do
-    local role, admitted = hits[j].role, decisions[j][1] == 1
-    if role == 'enforced' and not admitted then
-      enforced_denied = true
-    elseif role == 'quota' then
-      quota_hits = quota_hits + 1
-      if not admitted then
-        quota_denied = quota_denied + 1
-      end
-    end
-  end
-  vetoed = enforced_denied or (quota_hits > 0 and quota_denied == quota_hits)
-end
-
--- The charges that stand (a vetoed request keeps only its debt), and each key's last.
-local last = {}
-for j = 1, n do
-  if stands[j] and (hits[j].debt or not vetoed) then
-    last[hits[j].key] = j
-  else
-    stands[j] = nil
-  end
-end
-for j = 1, n do
-  local hit = hits[j]
-  if last[hit.key] == j then
-    algorithm(hit.algorithm).write(hit, changes[j])
-  end
-end
-
-local replies = {}
-for j = 1, n do
-  local hit = hits[j]
-  local d = decisions[j]
-  if d[1] == 1 and hit.cost > 0 and not stands[j] then
-    -- Admitted but not charged: what remains, as the key stays.
-    local final = last[hit.key]
-    local state
-    if final then
-      state = changes[final]
-    else
-      state = original[hit.key]
-    end
-    d = decide(with_cost(hit, 0), state)
-  end
-  local at = REPLY_FIELDS * (j - 1)
-  replies[at + 1], replies[at + 2], replies[at + 3], replies[at + 4] = d[1], d[2], d[3], d[4]
-  replies[at + 5] = hit.now
-end
-return replies

@@ -135,14 +135,16 @@ async fn two_sluice_processes_sharing_redis_admit_exactly_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn script_flush_under_load_is_invisible_to_clients() {
+async fn script_and_function_flushes_under_load_are_invisible_to_clients() {
     let redis = RedisServer::start(&[]);
     let sluice = sluice_on(&redis, &[]);
+    assert!(sluice.wait_for_log("calls are FCALL"), "{}", sluice.log());
     let port = redis.port;
     let flusher = std::thread::spawn(move || {
-        for _ in 0..20 {
+        for _ in 0..10 {
+            crate::support::redis::cli(port, &["FUNCTION", "FLUSH"]);
             crate::support::redis::cli(port, &["SCRIPT", "FLUSH"]);
-            std::thread::sleep(Duration::from_millis(15));
+            std::thread::sleep(Duration::from_millis(30));
         }
     });
     let mut tasks = Vec::new();
@@ -169,7 +171,7 @@ async fn script_flush_under_load_is_invisible_to_clients() {
     flusher.join().expect("flusher");
     assert!(errors.is_empty(), "clients saw errors: {errors:?}");
     assert!(
-        sluice.wait_for_log("NOSCRIPT"),
+        sluice.wait_for_log("Redis lost the scripts"),
         "the flushes were noticed and healed"
     );
 }
@@ -198,6 +200,25 @@ fn failures(sluice: &Sluice, err_type: &str) -> f64 {
     let (_, metrics) = sluice.http_get("/metrics");
     let name = format!(r#"ratelimit_service_should_rate_limit_error{{err_type="{err_type}"}}"#);
     series(&metrics, &name).unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_redis_without_functions_is_called_with_evalsha() {
+    // Redis before 7 has no FUNCTION command; renaming it away makes one.
+    let redis = RedisServer::start(&["--rename-command", "FUNCTION", ""]);
+    let sluice = sluice_on(&redis, &[]);
+    assert!(sluice.wait_for_log("calls are EVALSHA"), "{}", sluice.log());
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("envoy", "old")])]);
+    let mut admitted = 0;
+    for round in 0..7 {
+        if round == 3 {
+            redis.cli(&["SCRIPT", "FLUSH"]);
+        }
+        admitted += usize::from(overall(&call(&mut client, ask()).await) == Code::Ok);
+    }
+    assert_eq!(admitted, 5, "5 a minute, across a flush");
+    assert!(script_calls(&redis) >= 7);
 }
 
 /// Calls until one is answered OK, within 10 s; until then only UNAVAILABLE is allowed.

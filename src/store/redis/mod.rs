@@ -36,6 +36,10 @@ pub enum TimeSource {
 pub struct RedisStore {
     connection: Connection,
     script: Script,
+    /// Whether Redis took the function library (Redis 7+): calls are FCALL, else EVALSHA.
+    functions: AtomicBool,
+    /// Whether the scripts were ever loaded (the first load is logged either way).
+    loaded_once: AtomicBool,
     key_prefix: String,
     clock: Arc<dyn Clock>,
     time_source: TimeSource,
@@ -66,6 +70,8 @@ impl RedisStore {
         let store = RedisStore {
             connection,
             script: Script::new(),
+            functions: AtomicBool::new(false),
+            loaded_once: AtomicBool::new(false),
             key_prefix,
             clock,
             time_source,
@@ -113,15 +119,32 @@ impl RedisStore {
         }
     }
 
-    /// SCRIPT LOAD of every script (on a Cluster, on every primary).
+    /// SCRIPT LOAD of the script, and FUNCTION LOAD of the library where Redis takes it (on
+    /// a Cluster, on every primary). A Redis without functions (before 7) is called with
+    /// EVALSHA.
     async fn load_scripts(&self) -> RedisResult<()> {
-        let load = self.script.load_command();
-        let _: redis::Value = match &self.connection {
-            Connection::Single(manager) => load.query_async(&mut manager.clone()).await?,
-            Connection::Cluster(cluster) => load.query_async(&mut cluster.clone()).await?,
-            Connection::Sentinel(sentinel) => load.query_async(&mut sentinel.primary()).await?,
-        };
+        let _: redis::Value = self.on_every_primary(&self.script.load_command()).await?;
+        let loaded: RedisResult<redis::Value> = self
+            .on_every_primary(&self.script.load_library_command())
+            .await;
+        let functions = loaded.is_ok();
+        let first = !self.loaded_once.swap(true, Ordering::Relaxed);
+        if self.functions.swap(functions, Ordering::Relaxed) != functions || first {
+            match loaded {
+                Ok(_) => tracing::info!("Redis takes functions: calls are FCALL"),
+                Err(error) => tracing::info!(%error, "Redis takes no functions: calls are EVALSHA"),
+            }
+        }
         Ok(())
+    }
+
+    /// Runs `command` where every primary sees it.
+    async fn on_every_primary(&self, command: &Cmd) -> RedisResult<redis::Value> {
+        match &self.connection {
+            Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+            Connection::Sentinel(sentinel) => command.query_async(&mut sentinel.primary()).await,
+        }
     }
 
     /// The script arguments of `hit` at `now_us`, in the group starting at hit `group`.
@@ -147,17 +170,25 @@ impl RedisStore {
         }
     }
 
-    /// Runs one script call of `calls` (a request's hits, or one slot's) as `mode` says; after
-    /// NOSCRIPT, loads the script again for the calls to come and sends its code itself
-    /// (EVAL), which cannot meet NOSCRIPT even if the scripts are flushed again meanwhile.
+    /// Runs one script call of `calls` (a request's hits, or one slot's) as `mode` says: FCALL
+    /// of the library, or EVALSHA of the script. When Redis lost them (a flush, a restart, a
+    /// failover: "Function not found", NOSCRIPT), loads them again for the calls to come and
+    /// sends the code itself (EVAL), which cannot be lost even if flushed again meanwhile.
     async fn call(&self, calls: &[HitCall], mode: Mode) -> RedisResult<Vec<i64>> {
-        let sha1 = self.script.sha1();
-        let result = self.send(&script_call("EVALSHA", sha1, calls, mode)).await;
-        if !matches!(&result, Err(e) if e.code() == Some("NOSCRIPT")) {
+        let first = if self.functions.load(Ordering::Relaxed) {
+            script_call("FCALL", self.script.function(), calls, mode)
+        } else {
+            script_call("EVALSHA", self.script.sha1(), calls, mode)
+        };
+        let result = self.send(&first).await;
+        let lost = |e: &RedisError| {
+            e.code() == Some("NOSCRIPT") || e.to_string().contains("Function not found")
+        };
+        if !matches!(&result, Err(e) if lost(e)) {
             return result;
         }
         self.script_reloads.fetch_add(1, Ordering::Relaxed);
-        tracing::info!("Redis lost the scripts (NOSCRIPT): loading them again");
+        tracing::info!("Redis lost the scripts: loading them again");
         if let Err(error) = self.load_scripts_in_time().await {
             // The retry below sends the code itself; the next calls will try again.
             tracing::warn!(%error, "cannot load the scripts into Redis");
@@ -343,7 +374,8 @@ struct HitCall {
     args: ScriptArgs,
 }
 
-/// `command` (EVALSHA or EVAL) of `script` (its SHA1 or its code) on `calls`, as `mode` says.
+/// `command` (FCALL, EVALSHA or EVAL) of `script` (the function's name, the script's SHA1 or
+/// its code) on `calls`, as `mode` says.
 fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cmd {
     let keys_len: usize = calls.iter().map(|c| c.key.len()).sum();
     let mut cmd = Cmd::with_capacity(

@@ -45,12 +45,16 @@ pub fn start_cluster() -> Vec<RedisServer> {
     nodes
 }
 
-/// How many EVALSHA and EVAL calls Redis has run.
+/// How many script calls (FCALL, EVALSHA, EVAL) Redis has run.
 pub fn script_calls(redis: &RedisServer) -> u64 {
     redis
         .cli(&["INFO", "commandstats"])
         .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|name| l.starts_with(name))
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
