@@ -24,7 +24,8 @@
 --   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
 --                    charged together or not at all
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us (the
--- fields of sluice's Decision, which src/algorithm/ specifies) and the time it was decided at.
+-- fields of sluice's Decision, which src/algorithm/ specifies), and, for "any" and "refund",
+-- the time it was decided at.
 --
 -- An algorithm script registers {read, decide, force, write, refund} under its name:
 --   read(hit) the key's state at hit.now (never nil); decide(hit, state) the decision and the state after

@@ -9,7 +9,6 @@
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 
 local PER_HIT = 10
-local REPLY_FIELDS = 5
 -- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
 -- a function library, whose top level runs only when it is loaded.
 local made = {}
@@ -57,6 +56,9 @@ end
 -- with `return request(KEYS, ARGV)`, or registers `request` as a function of a library.
 local function request(KEYS, ARGV)
   local mode = ARGV[1]
+  -- The calls of a Cluster ("any", "refund") also reply the time each hit was decided at.
+  local with_time = mode == 'any' or mode == 'refund'
+  local fields = with_time and 5 or 4
 
   -- Redis TIME, read once per call when some hit needs it.
   local redis_now = nil
@@ -108,7 +110,9 @@ local function request(KEYS, ARGV)
     if changed ~= nil then
       algorithm(hit.algorithm).write(hit, changed)
     end
-    d[5] = hit.now
+    if with_time then
+      d[5] = hit.now
+    end
     return d
   end
 
@@ -209,9 +213,11 @@ local function request(KEYS, ARGV)
       end
       d = decide(with_cost(hit, 0), state)
     end
-    local at = REPLY_FIELDS * (j - 1)
+    local at = fields * (j - 1)
     replies[at + 1], replies[at + 2], replies[at + 3], replies[at + 4] = d[1], d[2], d[3], d[4]
-    replies[at + 5] = hit.now
+    if with_time then
+      replies[at + 5] = hit.now
+    end
   end
   return replies
 end

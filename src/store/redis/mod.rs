@@ -243,7 +243,7 @@ impl RedisStore {
             Charging::EachAdmitted => Mode::Each,
         };
         let reply = self.call(&calls, mode).await.map_err(store_error)?;
-        Ok(decisions(&reply, calls.len())?
+        Ok(decisions(&reply, calls.len(), mode)?
             .into_iter()
             .map(|(decision, _)| decision)
             .collect())
@@ -279,7 +279,7 @@ impl RedisStore {
         for ((_, members), reply) in slots.iter().zip(replies) {
             match reply
                 .map_err(store_error)
-                .and_then(|r| decisions(&r, members.len()))
+                .and_then(|r| decisions(&r, members.len(), Mode::Any))
             {
                 Ok(found) => {
                     for (&index, decision) in members.iter().zip(found) {
@@ -355,7 +355,7 @@ impl RedisStore {
         for ((_, indices, _), result) in slots.iter().zip(join_all(refunds).await) {
             match result
                 .map_err(store_error)
-                .and_then(|r| decisions(&r, indices.len()))
+                .and_then(|r| decisions(&r, indices.len(), Mode::Refund))
             {
                 Ok(found) => refunded.extend(indices.iter().copied().zip(found)),
                 Err(error) => {
@@ -461,12 +461,16 @@ impl Store for RedisStore {
     }
 }
 
-/// The fields the script replies per hit: a decision and the time it was decided at.
-const REPLY_FIELDS: usize = 5;
-
-/// A script's reply for `count` hits: each hit's decision and the time it was decided at.
-fn decisions(reply: &[i64], count: usize) -> Result<Vec<(Decision, u64)>, StoreError> {
-    if reply.len() != count * REPLY_FIELDS {
+/// A script's reply for `count` hits called as `mode` says: each hit's decision, and the
+/// time it was decided at (0 where the mode does not reply it).
+fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u64)>, StoreError> {
+    // A decision's four fields, and the time for the calls of a Cluster.
+    let fields = if matches!(mode, Mode::Any | Mode::Refund) {
+        5
+    } else {
+        4
+    };
+    if reply.len() != count * fields {
         return Err(protocol(&format!(
             "{} numbers in a script reply for {count} hits",
             reply.len()
@@ -474,7 +478,7 @@ fn decisions(reply: &[i64], count: usize) -> Result<Vec<(Decision, u64)>, StoreE
     }
     let non_negative = |v: i64| u64::try_from(v).unwrap_or(0);
     Ok(reply
-        .chunks_exact(REPLY_FIELDS)
+        .chunks_exact(fields)
         .map(|fields| {
             let decision = Decision {
                 admitted: fields[0] == 1,
@@ -482,7 +486,7 @@ fn decisions(reply: &[i64], count: usize) -> Result<Vec<(Decision, u64)>, StoreE
                 reset_after_us: non_negative(fields[2]),
                 retry_after_us: non_negative(fields[3]),
             };
-            (decision, non_negative(fields[4]))
+            (decision, fields.get(4).map_or(0, |&at| non_negative(at)))
         })
         .collect())
 }
