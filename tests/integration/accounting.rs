@@ -341,3 +341,36 @@ async fn several_limits_on_one_descriptor_bind_and_charge_together_on_every_stor
         }
     }
 }
+
+#[tokio::test]
+async fn several_limits_in_different_slots_of_a_cluster_charge_together() {
+    let nodes = start_cluster();
+    let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
+    let urls = urls.join(",");
+    let args = [
+        "--store",
+        "redis",
+        "--redis-type",
+        "cluster",
+        "--redis-url",
+        &urls,
+    ];
+    let sluice = Sluice::start(DEBT_CONFIG, &args);
+    let mut client = sluice.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..5 {
+        codes.push(overall(&call(&mut client, costing("api_key", 1)).await));
+    }
+    assert_eq!(codes.iter().filter(|&&c| c == Code::Ok).count(), 3);
+    // The daily limit's key, wherever its slot is: charged by the 3 admitted calls only.
+    let daily: Vec<String> = nodes
+        .iter()
+        .flat_map(|node| {
+            let keys = node.cli(&["--scan", "--pattern", "ai_api_key_k_#1_*"]);
+            keys.lines()
+                .map(|key| node.cli(&["GET", key]).trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(daily, ["3"], "the denied calls charged neither limit");
+}

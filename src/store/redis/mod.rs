@@ -273,7 +273,7 @@ impl RedisStore {
             .iter()
             .map(|(_, members)| members.iter().map(|&i| calls[i].clone()).collect())
             .collect();
-        let replies = join_all(groups.iter().map(|group| self.call(group, Mode::Each))).await;
+        let replies = join_all(groups.iter().map(|group| self.call(group, Mode::Any))).await;
         let mut decided: Vec<Option<(Decision, u64)>> = vec![None; calls.len()];
         let mut failure = None;
         for ((_, members), reply) in slots.iter().zip(replies) {
