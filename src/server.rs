@@ -181,17 +181,19 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             grpc: grpc_listener,
             http: http_listener,
         } = self.listeners;
+        let (domains, limits) = (config.domains().len(), config.rule_count());
+        let config = Arc::new(ArcSwap::from_pointee(config));
+        // Watching starts before the ports are announced: no change after that is missed.
+        let reloader = reloader(settings, &config, &store, &self.metrics);
+        let reloading = tokio::spawn(reloader.start(self.reload, settings.watch_config));
         tracing::info!(
             grpc = %local_addr(&grpc_listener)?,
             http = %local_addr(&http_listener)?,
             store = store_name,
-            domains = config.domains().len(),
-            limits = config.rule_count(),
+            domains,
+            limits,
             "sluice listening"
         );
-        let config = Arc::new(ArcSwap::from_pointee(config));
-        let reloader = reloader(settings, &config, &store, &self.metrics);
-        let reloading = tokio::spawn(reloader.run(self.reload, settings.watch_config));
         let limiter = Arc::new(RateLimiter::new(
             config.clone(),
             store.clone(),

@@ -67,24 +67,47 @@ impl Reloader {
         }
     }
 
-    /// Reloads whenever `requested` is notified and, with `watch_files`, whenever a watched
-    /// file changes; until dropped.
-    pub async fn run(self, requested: Arc<Notify>, watch_files: bool) {
+    /// Starts watching now (with `watch_files`), so that no change made after this returns
+    /// is missed; the future reloads whenever `requested` is notified and whenever a watched
+    /// file changes, until dropped.
+    pub fn start(
+        self,
+        requested: Arc<Notify>,
+        watch_files: bool,
+    ) -> impl std::future::Future<Output = ()> + Send {
         let (changed_tx, mut changed) = mpsc::unbounded_channel();
-        if !watch_files {
+        let watcher = watch_files.then(|| self.watcher(changed_tx)).flatten();
+        async move {
+            // Held for as long as the reloads run; without one, reloads come from SIGHUP.
+            let mut watching = watcher.is_some();
+            let _watcher = watcher;
             loop {
-                requested.notified().await;
-                tracing::info!("reload requested (SIGHUP)");
+                tokio::select! {
+                    event = changed.recv(), if watching => {
+                        if event.is_none() {
+                            watching = false;
+                            continue;
+                        }
+                        // Let a burst of events (an editor's save, a ConfigMap swap) settle.
+                        tokio::time::sleep(SETTLE).await;
+                        while changed.try_recv().is_ok() {}
+                        tracing::info!("config files changed: reloading");
+                    }
+                    () = requested.notified() => tracing::info!("reload requested (SIGHUP)"),
+                }
                 self.reload().await;
             }
         }
+    }
+
+    /// A watcher of the config paths that tells `changed` of every change.
+    fn watcher(&self, changed: mpsc::UnboundedSender<()>) -> Option<notify::RecommendedWatcher> {
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             if event.is_ok_and(|e| !e.kind.is_access()) {
-                let _ = changed_tx.send(());
+                let _ = changed.send(());
             }
         });
-        // Without a watcher, reloads still come from SIGHUP.
-        let _watcher = match watcher {
+        match watcher {
             Ok(mut watcher) => {
                 for path in &self.paths {
                     watch(&mut watcher, path);
@@ -95,21 +118,6 @@ impl Reloader {
                 tracing::warn!(%error, "cannot watch the config files; reload with SIGHUP");
                 None
             }
-        };
-        loop {
-            tokio::select! {
-                event = changed.recv() => {
-                    if event.is_none() {
-                        return;
-                    }
-                    // Let a burst of events (an editor's save, a ConfigMap swap) settle.
-                    tokio::time::sleep(SETTLE).await;
-                    while changed.try_recv().is_ok() {}
-                    tracing::info!("config files changed: reloading");
-                }
-                () = requested.notified() => tracing::info!("reload requested (SIGHUP)"),
-            }
-            self.reload().await;
         }
     }
 }

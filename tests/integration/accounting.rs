@@ -2,7 +2,7 @@
 //! a denied request charges none of its descriptors (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
 //! true by default), or, set to false, every descriptor that admits it, as the reference does.
 
-use crate::support::redis::{script_calls, start_cluster, RedisServer};
+use crate::support::redis::{cluster_flags, script_calls, start_cluster, RedisServer};
 use crate::support::*;
 
 const CONFIG: &str = r#"
@@ -192,17 +192,9 @@ async fn with_one_descriptor_exhausted_the_other_is_charged_exactly_what_was_adm
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let single = Sluice::start(CONFIG, &args);
     let nodes = start_cluster();
-    let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
-    let urls = urls.join(",");
-    let cluster_args = [
-        "--store",
-        "redis",
-        "--redis-type",
-        "cluster",
-        "--redis-url",
-        &urls,
-    ];
-    let cluster = Sluice::start(CONFIG, &cluster_args);
+    let flags = cluster_flags(&nodes);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let cluster = Sluice::start(CONFIG, &flags);
     for (store, sluice) in [
         ("memory", &memory),
         ("redis", &single),
@@ -345,17 +337,9 @@ async fn several_limits_on_one_descriptor_bind_and_charge_together_on_every_stor
 #[tokio::test]
 async fn several_limits_in_different_slots_of_a_cluster_charge_together() {
     let nodes = start_cluster();
-    let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
-    let urls = urls.join(",");
-    let args = [
-        "--store",
-        "redis",
-        "--redis-type",
-        "cluster",
-        "--redis-url",
-        &urls,
-    ];
-    let sluice = Sluice::start(DEBT_CONFIG, &args);
+    let flags = cluster_flags(&nodes);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let sluice = Sluice::start(DEBT_CONFIG, &flags);
     let mut client = sluice.client().await;
     let mut codes = Vec::new();
     for _ in 0..5 {

@@ -207,7 +207,8 @@ fn rlconfig_lists_every_limit_sorted() {
 }
 
 /// Polls `check` every 50 ms for up to 10 s.
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+/// Polls `check` every 50 ms for up to 10 s; the server's log tells why when it fails.
+async fn eventually(sluice: &Sluice, what: &str, mut check: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if check().await {
@@ -215,7 +216,10 @@ async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("not within 10 s: {what}");
+    panic!(
+        "not within 10 s: {what}; the server's log:\n{}",
+        sluice.log()
+    );
 }
 
 async fn limit_of(client: &mut Client, key: &str) -> Option<u32> {
@@ -241,7 +245,7 @@ async fn a_changed_file_reloads_and_a_broken_one_keeps_the_old_limits() {
         CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 7"),
     )
     .unwrap();
-    eventually("the new limit", async || {
+    eventually(&sluice, "the new limit", async || {
         limit_of(&mut client, "api").await == Some(7)
     })
     .await;
@@ -250,7 +254,7 @@ async fn a_changed_file_reloads_and_a_broken_one_keeps_the_old_limits() {
         "domain: m\ndescriptors:\n  - key: api\n    ratelimit: {}\n",
     )
     .unwrap();
-    eventually("the refusal logged", async || {
+    eventually(&sluice, "the refusal logged", async || {
         sluice.log().contains("config refused")
     })
     .await;
@@ -304,7 +308,7 @@ async fn a_configmap_symlink_swap_reloads() {
     std::os::unix::fs::symlink("..2026_11_29_00_01_00.2", mount.path().join("..data_tmp")).unwrap();
     std::fs::rename(mount.path().join("..data_tmp"), mount.path().join("..data")).unwrap();
     std::fs::remove_dir_all(mount.path().join("..2026_11_29_00_00_00.1")).unwrap();
-    eventually("the swapped limit", async || {
+    eventually(&sluice, "the swapped limit", async || {
         limit_of(&mut client, "api").await == Some(9)
     })
     .await;
@@ -327,7 +331,7 @@ async fn sighup_reloads() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(limit_of(&mut client, "api").await, Some(5), "not watched");
     signal(&sluice, "HUP");
-    eventually("the SIGHUP reload", async || {
+    eventually(&sluice, "the SIGHUP reload", async || {
         limit_of(&mut client, "api").await == Some(11)
     })
     .await;

@@ -36,19 +36,9 @@ async fn admitted_per_value(
 #[tokio::test]
 async fn a_three_primary_cluster_enforces_limits_on_every_slot() {
     let nodes = crate::support::redis::start_cluster();
-    let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
-    let sluice = Sluice::start_with(
-        &[("config.yaml", CONFIG)],
-        &[
-            "--store",
-            "redis",
-            "--redis-type",
-            "cluster",
-            "--redis-url",
-            &urls.join(","),
-        ],
-        &[],
-    );
+    let flags = crate::support::redis::cluster_flags(&nodes);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let sluice = Sluice::start(CONFIG, &flags);
     for node in &nodes {
         let info = node.cli(&["INFO", "memory"]);
         assert!(

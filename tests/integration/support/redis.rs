@@ -66,6 +66,16 @@ pub fn script_calls(redis: &RedisServer) -> u64 {
         .sum()
 }
 
+/// The flags of a sluice on the Cluster of `nodes`.
+pub fn cluster_flags(nodes: &[RedisServer]) -> Vec<String> {
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    ["--store", "redis", "--redis-type", "cluster", "--redis-url"]
+        .into_iter()
+        .map(str::to_string)
+        .chain(std::iter::once(urls.join(",")))
+        .collect()
+}
+
 /// A port no one listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
