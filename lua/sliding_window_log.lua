@@ -11,6 +11,22 @@
 -- Made once per call that uses it (the driver asks `algorithm(name)`): a script's top level
 -- runs on every call, so what it defines there costs every call.
 algorithms.sliding_window_log = function()
+  -- Runs `command` (ZADD with `stamp` as each score, or ZREM without) on the members
+  -- `<nonce>:1` .. `<nonce>:<count>` of `key`, at most 500 members a call.
+  local function each_member(key, command, nonce, count, stamp)
+    local arguments = {}
+    for i = 1, count do
+      if stamp then
+        arguments[#arguments + 1] = stamp
+      end
+      arguments[#arguments + 1] = nonce .. ':' .. fmt(i)
+      if #arguments >= 1000 or i == count then
+        redis.call(command, key, unpack(arguments))
+        arguments = {}
+      end
+    end
+  end
+
   local function entry_at(hit, state, rank)
     if rank < state.count then
       local entry = redis.call('ZRANGE', hit.key, rank, rank, 'WITHSCORES')
@@ -83,29 +99,13 @@ algorithms.sliding_window_log = function()
     end,
     write = function(hit, state)
       for _, added in ipairs(state.added) do
-        local stamp = fmt(added.now)
-        local members = {}
-        for i = 1, added.cost do
-          members[#members + 1] = stamp
-          members[#members + 1] = added.nonce .. ':' .. fmt(i)
-          if #members >= 1000 or i == added.cost then
-            redis.call('ZADD', hit.key, unpack(members))
-            members = {}
-          end
-        end
+        each_member(hit.key, 'ZADD', added.nonce, added.cost, fmt(added.now))
       end
       redis.call('ZREMRANGEBYRANK', hit.key, 0, -(hit.limit + 2))
       expire_after(hit.key, until_empty(hit, {count = redis.call('ZCARD', hit.key), added = {}}))
     end,
     refund = function(hit)
-      local members = {}
-      for i = 1, hit.cost do
-        members[#members + 1] = hit.nonce .. ':' .. fmt(i)
-        if #members >= 1000 or i == hit.cost then
-          redis.call('ZREM', hit.key, unpack(members))
-          members = {}
-        end
-      end
+      each_member(hit.key, 'ZREM', hit.nonce, hit.cost, nil)
     end,
   }
 end

@@ -159,15 +159,18 @@ pub fn settle<'a>(planned: Vec<Planned<'a>>, decisions: &[Decision]) -> Vec<Sett
         .map(|p| {
             let taken: SmallVec<[Decision; 1]> =
                 decisions.by_ref().take(p.limits.len()).copied().collect();
-            let binding = binding(&taken);
-            match (binding, p.limits.into_iter().nth(binding.unwrap_or(0))) {
-                (Some(index), Some(applied)) => Settled {
+            let bound = binding(&taken).and_then(|index| {
+                let applied = p.limits.into_iter().nth(index)?;
+                Some((applied, *taken.get(index)?))
+            });
+            match bound {
+                Some((applied, decision)) => Settled {
                     verdict: Verdict::Limited(applied),
-                    decision: taken.get(index).copied(),
+                    decision: Some(decision),
                     cost: p.cost,
                     labels: p.labels,
                 },
-                _ => Settled {
+                None => Settled {
                     verdict: if p.unlimited {
                         Verdict::Unlimited
                     } else {

@@ -45,19 +45,15 @@ pub fn limit_key(descriptor_key: &str, index: usize) -> String {
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 24);
     key.push_str(prefix);
-    match hit.limit.algorithm {
-        _ if hit.limit.key_holds_window() => {
-            key.push_str(&hit.key);
-            let start_s =
-                fixed_window::window_start_us(&hit.limit.rate(), now_us) / MICROS_PER_SECOND;
-            // Writing to a String cannot fail.
-            let _ = write!(key, "{start_s}");
-        }
-        algorithm => {
-            key.push_str(algorithm.as_str());
-            key.push('_');
-            key.push_str(&hit.key);
-        }
+    if hit.limit.key_holds_window() {
+        key.push_str(&hit.key);
+        let start_s = fixed_window::window_start_us(&hit.limit.rate(), now_us) / MICROS_PER_SECOND;
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{start_s}");
+    } else {
+        key.push_str(hit.limit.algorithm.as_str());
+        key.push('_');
+        key.push_str(&hit.key);
     }
     key
 }
