@@ -120,6 +120,21 @@ local function request(KEYS, ARGV)
   -- standing charges so far left.
   local original = {}
   local latest = {}
+  -- The values of the keys whose state is a plain value, read with one MGET.
+  local fetched = {}
+  local plain_keys = {}
+  for _, hit in ipairs(hits) do
+    local rules = algorithm(hit.algorithm)
+    if rules.plain and rules.plain(hit) then
+      plain_keys[#plain_keys + 1] = hit.key
+    end
+  end
+  if #plain_keys > 1 then
+    local values = redis.call('MGET', unpack(plain_keys))
+    for k, key in ipairs(plain_keys) do
+      fetched[key] = values[k]
+    end
+  end
   local decisions, changes, stands = {}, {}, {}
   local n = #hits
   local i = 1
@@ -139,7 +154,7 @@ local function request(KEYS, ARGV)
         state = original[key]
       end
       if state == nil then
-        state = algorithm(hit.algorithm).read(hit)
+        state = algorithm(hit.algorithm).read(hit, fetched[key])
         original[key] = state
       end
       local d, changed = decide(hit, state)
