@@ -76,6 +76,19 @@ impl Unit {
         }
     }
 
+    /// The name of this unit in Envoy's enums (`MINUTE`).
+    pub fn proto_name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+
     /// The unit for an Envoy enum number; `None` for UNKNOWN (0) and numbers Envoy does not define.
     pub fn from_proto_number(number: i32) -> Option<Unit> {
         Unit::ALL

@@ -117,6 +117,9 @@ fn main() -> ExitCode {
 fn check_config(paths: &[PathBuf], options: LoadOptions) -> ExitCode {
     match config::load(paths, options) {
         Ok(config) => {
+            for warning in config.warnings() {
+                eprintln!("warning: {warning}");
+            }
             for domain in config.domains() {
                 let files: Vec<String> = domain
                     .files

@@ -109,6 +109,7 @@ pub async fn run(
         .map_err(ServerError::ConfigTask)?;
     metrics.record_config_load(config.is_ok());
     let config = config?;
+    config.log_warnings();
     let paths: Vec<String> = settings
         .config_paths
         .iter()
@@ -280,6 +281,7 @@ fn reloader<S: Store>(
             match result {
                 Ok(config) => {
                     store.config_changed();
+                    config.log_warnings();
                     tracing::info!(
                         domains = config.domains().len(),
                         limits = config.rule_count(),

@@ -21,7 +21,7 @@ use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::{Store, StoreError};
 pub use error::DecisionError;
-pub use extras::HeaderNames;
+pub use extras::{HeaderForm, HeaderNames};
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;
 
@@ -31,6 +31,8 @@ pub struct ServiceOptions {
     pub bounds: RequestBounds,
     /// `SHADOW_MODE`: the overall code is always OK; descriptor statuses stay truthful.
     pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every limit is in quota mode.
+    pub quota_mode: bool,
     pub failure_mode: FailureMode,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`: the header names, or `None` for no headers.
     pub response_headers: Option<HeaderNames>,
@@ -102,6 +104,11 @@ impl<S: Store> RateLimiter<S> {
             .map(|descriptor| plan::plan(domain, &request.domain, descriptor, default_cost))
             .collect();
         plan::apply_replaces(&mut planned);
+        if self.options.quota_mode {
+            planned
+                .iter_mut()
+                .for_each(plan::Planned::all_in_quota_mode);
+        }
         let hits = plan::hits(&planned);
         let decisions = self.charge(&hits).await?;
         let settled = plan::settle(planned, &decisions);
@@ -119,7 +126,7 @@ impl<S: Store> RateLimiter<S> {
         let dynamic_metadata = self
             .options
             .response_dynamic_metadata
-            .then(|| extras::dynamic_metadata(request, &verdicts));
+            .then(|| extras::dynamic_metadata(request, &verdicts, &statuses));
         Ok(RateLimitResponse {
             overall_code: overall as i32,
             statuses,

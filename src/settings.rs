@@ -15,7 +15,7 @@ mod redis;
 use crate::config::LoadOptions;
 use crate::duration;
 use crate::limit::Charging;
-use crate::service::{FailureMode, HeaderNames, RequestBounds, ServiceOptions};
+use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
 pub use redis::{RedisArgs, RedisSettings};
 
 /// Which store keeps the limit state (`--store`).
@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// Answer OK overall even when a limit is exceeded (descriptor statuses stay truthful).
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub shadow_mode: bool,
+    /// Every limit is in quota mode (envoyproxy/ratelimit's `QUOTA_MODE`): a request is over
+    /// limit only when every limit it meets is.
+    #[arg(long, env = "QUOTA_MODE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub quota_mode: bool,
     /// Most descriptors one request may carry.
     #[arg(long, env = "SLUICE_MAX_DESCRIPTORS", default_value_t = RequestBounds::default().max_descriptors)]
     pub max_descriptors: usize,
@@ -101,6 +105,10 @@ pub struct ServeArgs {
     /// Add RateLimit-Limit, -Remaining, -Reset (and Retry-After when over) to responses.
     #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub response_headers: bool,
+    /// How RateLimit-Limit is written: `reference` (`10`, as envoyproxy/ratelimit) or
+    /// `quota-policy` (`10, 10;w=60`: the window in seconds, as the IETF draft).
+    #[arg(long, env = "SLUICE_RESPONSE_HEADERS_FORM", value_enum, default_value_t = HeaderForm::Reference)]
+    pub response_headers_form: HeaderForm,
     #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit")]
     pub limit_limit_header: String,
     #[arg(
@@ -256,7 +264,9 @@ impl ServeArgs {
                     limit: self.limit_limit_header.clone(),
                     remaining: self.limit_remaining_header.clone(),
                     reset: self.limit_reset_header.clone(),
+                    form: self.response_headers_form,
                 }),
+                quota_mode: self.quota_mode,
                 response_dynamic_metadata: self.response_dynamic_metadata,
                 charging: if self.stop_cache_key_increment_when_overlimit {
                     Charging::AllOrNothing

@@ -23,6 +23,7 @@ pub(crate) struct FileCompiler<'a> {
     options: LoadOptions,
     positions: OnceCell<Positions>,
     pub(crate) errors: Vec<FileError>,
+    pub(crate) warnings: Vec<FileError>,
 }
 
 impl<'a> FileCompiler<'a> {
@@ -33,12 +34,24 @@ impl<'a> FileCompiler<'a> {
             options,
             positions: OnceCell::new(),
             errors: Vec::new(),
+            warnings: Vec::new(),
         }
     }
 
     /// Records an error at `key_path` (`descriptors[0].rate_limit.unit`; empty for the file).
     pub(crate) fn error(&mut self, key_path: &str, reason: impl Into<String>) {
-        let reason = reason.into();
+        let error = self.at(key_path, reason.into());
+        self.errors.push(error);
+    }
+
+    /// Records a warning at `key_path`: the file loads, but something in it has no effect.
+    pub(crate) fn warning(&mut self, key_path: &str, reason: impl Into<String>) {
+        let warning = self.at(key_path, reason.into());
+        self.warnings.push(warning);
+    }
+
+    /// `reason`, placed at `key_path` in this file.
+    fn at(&self, key_path: &str, reason: String) -> FileError {
         let positions = self.positions.get_or_init(|| Positions::of(self.text));
         let position = positions.find(key_path).or(Some((1, 1)));
         let reason = if key_path.is_empty() {
@@ -46,11 +59,11 @@ impl<'a> FileCompiler<'a> {
         } else {
             format!("{key_path}: {reason}")
         };
-        self.errors.push(FileError {
+        FileError {
             path: self.path.to_path_buf(),
             position,
             reason,
-        });
+        }
     }
 
     /// Adds `docs` below `level`. `yaml_prefix` is the key path of the parent node plus `.`
@@ -74,6 +87,10 @@ impl<'a> FileCompiler<'a> {
             } else {
                 format!("{parent_key}{key}_{value}")
             };
+            if doc.share_threshold && !full_key.contains('*') {
+                let reason = format!("share_threshold can only be used with wildcard values (containing '*'), but found key '{full_key}'");
+                self.error(&format!("{path}.share_threshold"), reason);
+            }
             let mut node = Node {
                 share_threshold: doc.share_threshold,
                 value_to_metric: doc.value_to_metric,

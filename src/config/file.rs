@@ -83,16 +83,152 @@ pub struct ReplacesDoc {
     pub name: Option<String>,
 }
 
+/// One file's document and what the flat key check of the reference lets through.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub doc: FileDoc,
+    /// Key paths (`descriptors[0].rate_limit.shadow_mode`) of keys the reference knows, found
+    /// where they have no effect: the reference accepts and ignores them, so sluice does too,
+    /// with a warning.
+    pub misplaced: Vec<String>,
+    /// Key paths of values that are numbers with a fraction or an exponent, which the
+    /// reference refuses ("error checking config") outside `metadata`.
+    pub fractions: Vec<String>,
+}
+
+/// Every key envoyproxy/ratelimit's YAML knows, at any level: its check of a file's keys is
+/// flat, and its decoder drops a known key where the level's type has no such field.
+const REFERENCE_KEYS: &[&str] = &[
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "quota_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+];
+
+/// The levels of a file, each with the keys its type has.
+#[derive(Debug, Clone, Copy)]
+enum Level {
+    File,
+    Descriptor,
+    RateLimit,
+    Replaces,
+}
+
+impl Level {
+    fn keys(self) -> &'static [&'static str] {
+        match self {
+            Level::File => &["domain", "descriptors"],
+            Level::Descriptor => &[
+                "key",
+                "value",
+                "rate_limit",
+                "rate_limits",
+                "descriptors",
+                "shadow_mode",
+                "quota_mode",
+                "detailed_metric",
+                "value_to_metric",
+                "share_threshold",
+                "metadata",
+            ],
+            Level::RateLimit => &[
+                "unit",
+                "requests_per_unit",
+                "unlimited",
+                "name",
+                "replaces",
+                "algorithm",
+                "unit_multiplier",
+                "burst",
+                "debt",
+            ],
+            Level::Replaces => &["name"],
+        }
+    }
+
+    /// The level of the value under `key`, and whether that value is a list of them.
+    fn below(key: &str) -> Option<(Level, bool)> {
+        match key {
+            "descriptors" => Some((Level::Descriptor, true)),
+            "rate_limit" => Some((Level::RateLimit, false)),
+            "rate_limits" => Some((Level::RateLimit, true)),
+            "replaces" => Some((Level::Replaces, true)),
+            _ => None,
+        }
+    }
+}
+
 /// Parses one file's text.
-pub fn parse(text: &str) -> Result<FileDoc, serde_yaml::Error> {
+pub fn parse(text: &str) -> Result<Parsed, serde_yaml::Error> {
     // An empty file (or one holding only comments) is an empty document, as in the reference.
     if text.lines().all(|line| {
         let line = line.trim();
         line.is_empty() || line.starts_with('#') || line == "---"
     }) {
-        return Ok(FileDoc::default());
+        return Ok(Parsed::default());
     }
-    serde_yaml::from_str(text)
+    let mut value: serde_yaml::Value = serde_yaml::from_str(text)?;
+    let mut parsed = Parsed::default();
+    scan(&mut value, Level::File, "", &mut parsed);
+    // Without misplaced keys the text itself is decoded, so that errors keep their position.
+    parsed.doc = if parsed.misplaced.is_empty() {
+        serde_yaml::from_str(text)?
+    } else {
+        serde_yaml::from_value(value)?
+    };
+    Ok(parsed)
+}
+
+/// Removes the misplaced keys of `value` (a node at `level`, at key path `path`) and notes
+/// them and the fractional numbers in `parsed`. `metadata` is free-form and not looked into.
+fn scan(value: &mut serde_yaml::Value, level: Level, path: &str, parsed: &mut Parsed) {
+    let serde_yaml::Value::Mapping(map) = value else {
+        return;
+    };
+    let mut misplaced = Vec::new();
+    for (key, child) in map.iter_mut() {
+        let Some(key) = key.as_str() else { continue };
+        let child_path = if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        };
+        if !level.keys().contains(&key) && REFERENCE_KEYS.contains(&key) {
+            parsed.misplaced.push(child_path);
+            misplaced.push(key.to_string());
+            continue;
+        }
+        if key == "metadata" {
+            continue;
+        }
+        match (Level::below(key), child) {
+            (Some((below, true)), serde_yaml::Value::Sequence(items)) => {
+                for (index, item) in items.iter_mut().enumerate() {
+                    scan(item, below, &format!("{child_path}[{index}]"), parsed);
+                }
+            }
+            (Some((below, false)), child) => scan(child, below, &child_path, parsed),
+            (None, serde_yaml::Value::Number(number)) if number.is_f64() => {
+                parsed.fractions.push(child_path);
+            }
+            _ => {}
+        }
+    }
+    for key in misplaced {
+        map.remove(key.as_str());
+    }
 }
 
 /// Reads any YAML scalar as a string, as the reference server's Go decoder does for string
@@ -141,8 +277,8 @@ mod tests {
 
     #[test]
     fn numbers_are_read_as_strings() {
-        let doc = parse("domain: d\ndescriptors:\n  - key: status\n    value: 200\n").unwrap();
-        let descriptors = doc.descriptors.unwrap();
+        let parsed = parse("domain: d\ndescriptors:\n  - key: status\n    value: 200\n").unwrap();
+        let descriptors = parsed.doc.descriptors.unwrap();
         assert_eq!(descriptors[0].value.as_deref(), Some("200"));
     }
 

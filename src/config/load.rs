@@ -1,5 +1,6 @@
 //! Loading: paths (files or directories) -> files -> one validated `Config`, all or nothing.
-//! Directories are read recursively for `*.yaml`/`*.yml`, skipping names that start with `.`
+//! Directories are read recursively, every file whatever its name as in envoyproxy/ratelimit,
+//! skipping names that start with `.`
 //! (a Kubernetes ConfigMap mount keeps its real files in `..data/` and timestamped `..2026_*`
 //! folders, linked from the top level: they must not load twice).
 
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::config::compile::FileCompiler;
 use crate::config::error::{ConfigError, ConfigErrors, FileError};
 use crate::config::file;
+use crate::config::position::Positions;
 use crate::config::tree::{Config, Domain, Level};
 
 /// How files combine.
@@ -26,30 +28,33 @@ pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErr
     let mut errors = Vec::new();
     let files = config_files(paths, &mut errors);
     let mut domains = HashMap::new();
+    let mut warnings = Vec::new();
     for path in &files {
         match fs::read_to_string(path) {
-            Ok(text) => errors.extend(add_file(&mut domains, path, &text, options)),
+            Ok(text) => errors.extend(add_file(&mut domains, path, &text, options, &mut warnings)),
             Err(source) => errors.push(ConfigError::Io {
                 path: path.clone(),
                 source,
             }),
         }
     }
-    finish(domains, errors)
+    finish(domains, errors, warnings)
 }
 
 /// Compiles `text` as one configuration file named `name` (errors name it as its path): for
 /// tests and tools that hold a configuration in memory.
 pub fn load_str(name: &str, text: &str, options: LoadOptions) -> Result<Config, ConfigErrors> {
     let mut domains: HashMap<String, Domain> = HashMap::new();
-    let errors = add_file(&mut domains, Path::new(name), text, options);
-    finish(domains, errors)
+    let mut warnings = Vec::new();
+    let errors = add_file(&mut domains, Path::new(name), text, options, &mut warnings);
+    finish(domains, errors, warnings)
 }
 
 /// The config of `domains`, or every error.
 fn finish(
     mut domains: HashMap<String, Domain>,
     errors: Vec<ConfigError>,
+    warnings: Vec<FileError>,
 ) -> Result<Config, ConfigErrors> {
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
@@ -57,24 +62,50 @@ fn finish(
     for domain in domains.values_mut() {
         domain.label_rules();
     }
-    Ok(Config { domains })
+    Ok(Config { domains, warnings })
 }
 
-/// Parses and compiles one file into `domains`, returning its errors.
+/// Parses and compiles one file into `domains`, returning its errors; its warnings go to
+/// `warnings`.
 fn add_file(
     domains: &mut HashMap<String, Domain>,
     path: &Path,
     text: &str,
     options: LoadOptions,
+    warnings: &mut Vec<FileError>,
 ) -> Vec<ConfigError> {
-    let doc = match file::parse(text) {
-        Ok(doc) => doc,
-        Err(error) => return vec![syntax_error(path, &error).into()],
+    let parsed = match file::parse(text) {
+        Ok(parsed) => parsed,
+        Err(error) => return vec![syntax_error(path, text, &error).into()],
     };
     let mut compiler = FileCompiler::new(path, text, options);
+    for key_path in &parsed.misplaced {
+        let key = key_path.rsplit('.').next().unwrap_or(key_path);
+        let reason = format!(
+            "'{key}' has no effect here and is ignored (envoyproxy/ratelimit ignores it too)"
+        );
+        compiler.warning(key_path, reason);
+    }
+    for key_path in &parsed.fractions {
+        let reason = "a number with a fraction or an exponent is not a valid value (quote it to make it a string)";
+        compiler.error(key_path, reason);
+    }
+    compile_doc(&mut compiler, domains, path, parsed.doc, options);
+    warnings.append(&mut compiler.warnings);
+    compiler.errors.into_iter().map(Into::into).collect()
+}
+
+/// Compiles one file's document into `domains`; errors stay in `compiler`.
+fn compile_doc(
+    compiler: &mut FileCompiler<'_>,
+    domains: &mut HashMap<String, Domain>,
+    path: &Path,
+    doc: file::FileDoc,
+    options: LoadOptions,
+) {
     let Some(name) = doc.domain.filter(|name| !name.is_empty()) else {
         compiler.error("", "config file cannot have empty domain");
-        return compiler.errors.into_iter().map(Into::into).collect();
+        return;
     };
     let descriptors = doc.descriptors.unwrap_or_default();
     let parent_key = format!("{name}.");
@@ -85,7 +116,7 @@ fn add_file(
         );
         // Still check the rest of the file, so every error is reported at once.
         compiler.add_descriptors(&mut Level::default(), &descriptors, "", &parent_key);
-        return compiler.errors.into_iter().map(Into::into).collect();
+        return;
     }
     let domain = domains.entry(name.clone()).or_insert_with(|| Domain {
         name: name.clone(),
@@ -94,19 +125,29 @@ fn add_file(
     });
     domain.files.push(path.to_path_buf());
     compiler.add_descriptors(&mut domain.root, &descriptors, "", &parent_key);
-    compiler.errors.into_iter().map(Into::into).collect()
 }
 
-/// A serde_yaml error as `FileError`, its position moved out of the message.
-fn syntax_error(path: &Path, error: &serde_yaml::Error) -> FileError {
+/// A serde_yaml error as `FileError`, its position moved out of the message (an error of a
+/// document decoded after misplaced keys were taken out has none: its key path places it).
+fn syntax_error(path: &Path, text: &str, error: &serde_yaml::Error) -> FileError {
     let message = error.to_string();
-    let reason = match message.rfind(" at line ") {
-        Some(at) if error.location().is_some() => message[..at].to_string(),
-        _ => message,
+    let (reason, position) = match error.location() {
+        Some(location) => {
+            let reason = match message.rfind(" at line ") {
+                Some(at) => message[..at].to_string(),
+                None => message,
+            };
+            (reason, Some((location.line(), location.column())))
+        }
+        None => {
+            let key_path = message.split(": ").next().unwrap_or_default();
+            let position = Positions::of(text).find(key_path).or(Some((1, 1)));
+            (message, position)
+        }
     };
     FileError {
         path: path.to_path_buf(),
-        position: error.location().map(|l| (l.line(), l.column())),
+        position,
         reason,
     }
 }
@@ -163,17 +204,9 @@ fn walk(
         }
         match fs::metadata(&path) {
             Ok(meta) if meta.is_dir() => walk(&path, files, seen_dirs, errors),
-            Ok(_) if is_yaml(&path) => files.push(path),
-            Ok(_) => {}
+            Ok(_) => files.push(path),
             // A dangling link mid-swap is not a config file.
             Err(_) => {}
         }
     }
-}
-
-fn is_yaml(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    )
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use smallvec::SmallVec;
 
+use crate::config::error::FileError;
 use crate::config::pattern::Pattern;
 use crate::labels::{LimitLabels, MatchedLevel};
 use crate::limit::Limit;
@@ -14,9 +15,23 @@ use crate::limit::Limit;
 #[derive(Debug, Default)]
 pub struct Config {
     pub(crate) domains: HashMap<String, Domain>,
+    /// What loaded but has no effect (keys in the wrong place), to be logged.
+    pub(crate) warnings: Vec<FileError>,
 }
 
 impl Config {
+    /// What loaded but has no effect, each with its file, line and reason.
+    pub fn warnings(&self) -> &[FileError] {
+        &self.warnings
+    }
+
+    /// Logs each warning.
+    pub fn log_warnings(&self) {
+        for warning in &self.warnings {
+            tracing::warn!("config: {warning}");
+        }
+    }
+
     /// The domain named `name`, if configured.
     pub fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)

@@ -117,11 +117,14 @@ pub fn response(response: &RateLimitResponse) -> Value {
                     current.insert("name".into(), json!(limit.name));
                 }
                 current.insert("requestsPerUnit".into(), json!(limit.requests_per_unit));
-                let unit = Unit::from_proto_number(limit.unit).map_or("UNKNOWN", |u| unit_name(u));
+                let unit = Unit::from_proto_number(limit.unit).map_or("UNKNOWN", Unit::proto_name);
                 current.insert("unit".into(), json!(unit));
                 out.insert("currentLimit".into(), Value::Object(current));
             }
-            out.insert("limitRemaining".into(), json!(status.limit_remaining));
+            // protojson leaves out a field at its zero value, as the reference's /json does.
+            if status.limit_remaining != 0 {
+                out.insert("limitRemaining".into(), json!(status.limit_remaining));
+            }
             if let Some(duration) = &status.duration_until_reset {
                 out.insert(
                     "durationUntilReset".into(),
@@ -145,6 +148,9 @@ pub fn response(response: &RateLimitResponse) -> Value {
             .collect();
         out.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
+    if let Some(metadata) = &response.dynamic_metadata {
+        out.insert("dynamicMetadata".into(), struct_json(metadata));
+    }
     Value::Object(out)
 }
 
@@ -152,14 +158,25 @@ fn code_name(code: i32) -> &'static str {
     Code::try_from(code).map_or("UNKNOWN", |c| c.as_str_name())
 }
 
-fn unit_name(unit: Unit) -> &'static str {
-    match unit {
-        Unit::Second => "SECOND",
-        Unit::Minute => "MINUTE",
-        Unit::Hour => "HOUR",
-        Unit::Day => "DAY",
-        Unit::Week => "WEEK",
-        Unit::Month => "MONTH",
-        Unit::Year => "YEAR",
+/// A protobuf Struct as the JSON object it stands for.
+fn struct_json(fields: &prost_types::Struct) -> Value {
+    Value::Object(
+        fields
+            .fields
+            .iter()
+            .map(|(name, value)| (name.clone(), value_json(value)))
+            .collect(),
+    )
+}
+
+fn value_json(value: &prost_types::Value) -> Value {
+    use prost_types::value::Kind;
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::NumberValue(n)) => json!(n),
+        Some(Kind::StringValue(s)) => json!(s),
+        Some(Kind::BoolValue(b)) => json!(b),
+        Some(Kind::StructValue(fields)) => struct_json(fields),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(value_json).collect()),
     }
 }

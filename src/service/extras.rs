@@ -1,23 +1,23 @@
 //! What a response carries beside the statuses, each behind a setting as in
-//! envoyproxy/ratelimit: `RateLimit-*` headers (and `Retry-After`) from the most constrained
-//! descriptor, and dynamic metadata describing the request and the matched limits.
-
-use std::collections::BTreeMap;
+//! envoyproxy/ratelimit: `RateLimit-*` headers (and `Retry-After`) of one descriptor, and
+//! dynamic metadata describing the request and the limits it passed.
 
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
+use crate::limit::Unit;
 use crate::proto::envoy::config::core::v3::HeaderValue;
 use crate::proto::rate_limit_response::{Code, DescriptorStatus};
-use crate::proto::RateLimitRequest;
+use crate::proto::{RateLimitDescriptor, RateLimitRequest};
 use crate::service::response::Verdict;
 
-/// Names of the rate limit headers (`LIMIT_LIMIT_HEADER`, ...).
+/// The rate limit headers: their names (`LIMIT_LIMIT_HEADER`, ...) and their form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderNames {
     pub limit: String,
     pub remaining: String,
     pub reset: String,
+    pub form: HeaderForm,
 }
 
 impl Default for HeaderNames {
@@ -26,40 +26,71 @@ impl Default for HeaderNames {
             limit: "RateLimit-Limit".into(),
             remaining: "RateLimit-Remaining".into(),
             reset: "RateLimit-Reset".into(),
+            form: HeaderForm::default(),
         }
     }
 }
 
-/// `RateLimit-Limit: L, L;w=W`, `RateLimit-Remaining`, `RateLimit-Reset` of the most
-/// constrained descriptor (over limit first, then the least remaining), and `Retry-After` when
-/// the response is over limit. No headers when no descriptor has a limit.
+/// How `RateLimit-Limit` is written (`--response-headers-form`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HeaderForm {
+    /// `RateLimit-Limit: 10`, as envoyproxy/ratelimit writes it.
+    #[default]
+    Reference,
+    /// `RateLimit-Limit: 10, 10;w=60`: the limit and its quota policy (the window in seconds),
+    /// as the IETF RateLimit header fields draft describes.
+    QuotaPolicy,
+}
+
+/// The descriptor whose limit the headers describe, chosen as envoyproxy/ratelimit chooses:
+/// the last one denied by a limit in neither shadow nor quota mode, else the first with the
+/// least remaining among those a limit was applied to.
+fn described<'a>(
+    verdicts: &[Verdict<'_>],
+    statuses: &'a [DescriptorStatus],
+) -> Option<&'a DescriptorStatus> {
+    let denied = verdicts
+        .iter()
+        .zip(statuses)
+        .rev()
+        .find(|(verdict, status)| {
+            matches!(verdict, Verdict::Limited(applied) if !applied.quota_mode)
+                && status.code == Code::OverLimit as i32
+        })
+        .map(|(_, status)| status);
+    denied.or_else(|| {
+        statuses
+            .iter()
+            .filter(|status| status.current_limit.is_some())
+            .min_by_key(|status| status.limit_remaining)
+    })
+}
+
+/// The headers of the described descriptor, and `Retry-After` (a sluice addition) when the
+/// response is over limit. No headers when no descriptor has a limit.
 pub fn headers(
     names: &HeaderNames,
     verdicts: &[Verdict<'_>],
     statuses: &[DescriptorStatus],
     overall: Code,
 ) -> Vec<HeaderValue> {
-    let constrained = verdicts
-        .iter()
-        .zip(statuses)
-        .filter_map(|(verdict, status)| match verdict {
-            Verdict::Limited(applied) => Some((applied, status)),
-            _ => None,
-        })
-        .min_by_key(|(_, status)| {
-            (
-                status.code != Code::OverLimit as i32,
-                status.limit_remaining,
-            )
-        });
-    let Some((applied, status)) = constrained else {
+    let Some(status) = described(verdicts, statuses) else {
+        return Vec::new();
+    };
+    let Some(limit) = &status.current_limit else {
         return Vec::new();
     };
     let reset = status.duration_until_reset.map_or(0, |d| d.seconds);
-    let window = applied.limit.period_us() / 1_000_000;
-    let limit = applied.limit.requests_per_unit;
+    let requests = limit.requests_per_unit;
+    let limit_value = match names.form {
+        HeaderForm::Reference => requests.to_string(),
+        HeaderForm::QuotaPolicy => {
+            let window = window_seconds(verdicts, statuses, status);
+            format!("{requests}, {requests};w={window}")
+        }
+    };
     let mut headers = vec![
-        header(&names.limit, format!("{limit}, {limit};w={window}")),
+        header(&names.limit, limit_value),
         header(&names.remaining, status.limit_remaining.to_string()),
         header(&names.reset, reset.to_string()),
     ];
@@ -67,6 +98,24 @@ pub fn headers(
         headers.push(header("Retry-After", reset.to_string()));
     }
     headers
+}
+
+/// The period, in seconds, of the limit behind `status`.
+fn window_seconds(
+    verdicts: &[Verdict<'_>],
+    statuses: &[DescriptorStatus],
+    status: &DescriptorStatus,
+) -> u64 {
+    verdicts
+        .iter()
+        .zip(statuses)
+        .find_map(|(verdict, s)| match verdict {
+            Verdict::Limited(applied) if std::ptr::eq(s, status) => {
+                Some(applied.limit.period_us() / 1_000_000)
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 fn header(key: &str, value: String) -> HeaderValue {
@@ -77,41 +126,89 @@ fn header(key: &str, value: String) -> HeaderValue {
     }
 }
 
-/// The request (`domain`, `descriptors`, `hitsAddend`) and the `metadata` of every matched
-/// limit, merged, as a protobuf Struct.
-pub fn dynamic_metadata(request: &RateLimitRequest, verdicts: &[Verdict<'_>]) -> Struct {
-    let mut fields = BTreeMap::new();
-    for verdict in verdicts {
+/// envoyproxy/ratelimit's dynamic metadata: `domain`; `descriptors`, one per descriptor of
+/// the request, its entries written `key=value` (with the client's `limit` override and
+/// `hitsAddend` when it carries them); the request's `hitsAddend` when set; and `metadata`,
+/// the rules' metadata of the descriptors that passed (not denied, not unlimited), merged
+/// with the first value of a name winning (maps merged name by name).
+pub fn dynamic_metadata(
+    request: &RateLimitRequest,
+    verdicts: &[Verdict<'_>],
+    statuses: &[DescriptorStatus],
+) -> Struct {
+    let mut fields = std::collections::BTreeMap::new();
+    fields.insert("domain".into(), string(request.domain.clone()));
+    let descriptors = request.descriptors.iter().map(descriptor_value).collect();
+    fields.insert("descriptors".into(), list(descriptors));
+    if request.hits_addend != 0 {
+        fields.insert("hitsAddend".into(), number(request.hits_addend.into()));
+    }
+    let mut passed = Struct::default();
+    for (verdict, status) in verdicts.iter().zip(statuses) {
         if let Verdict::Limited(applied) = verdict {
-            if let Some(metadata) = applied.metadata {
-                fields.extend(metadata.fields.clone());
+            if status.code != Code::OverLimit as i32 {
+                if let Some(metadata) = applied.metadata {
+                    merge_first_wins(&mut passed, metadata);
+                }
             }
         }
     }
-    let descriptors = request
-        .descriptors
-        .iter()
-        .map(|descriptor| {
-            let entries = descriptor
-                .entries
-                .iter()
-                .map(|e| structure([("key", string(&e.key)), ("value", string(&e.value))]))
-                .collect();
-            structure([("entries", list(entries))])
-        })
-        .collect();
-    fields.insert("domain".into(), string(&request.domain));
-    fields.insert("descriptors".into(), list(descriptors));
-    fields.insert(
-        "hitsAddend".into(),
-        number(f64::from(request.hits_addend.max(1))),
-    );
+    if !passed.fields.is_empty() {
+        fields.insert("metadata".into(), structure(passed));
+    }
     Struct { fields }
 }
 
-fn string(s: &str) -> Value {
+fn descriptor_value(descriptor: &RateLimitDescriptor) -> Value {
+    let mut fields = std::collections::BTreeMap::new();
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|e| string(format!("{}={}", e.key, e.value)))
+        .collect();
+    fields.insert("entries".into(), list(entries));
+    if let Some(limit) = &descriptor.limit {
+        // Go's text form of the override, as the reference writes it.
+        let unit = Unit::from_proto_number(limit.unit).map_or("UNKNOWN", Unit::proto_name);
+        fields.insert(
+            "limit".into(),
+            string(format!(
+                "requests_per_unit:{} unit:{unit}",
+                limit.requests_per_unit
+            )),
+        );
+    }
+    if let Some(hits) = descriptor.hits_addend {
+        // The reference reports it as a number (a double): exact below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        fields.insert("hitsAddend".into(), number(hits as f64));
+    }
+    structure(Struct { fields })
+}
+
+/// Adds `from`'s fields to `into`, keeping a value `into` already has; two maps of the same
+/// name merge in turn.
+fn merge_first_wins(into: &mut Struct, from: &Struct) {
+    for (name, value) in &from.fields {
+        match into.fields.get_mut(name) {
+            None => {
+                into.fields.insert(name.clone(), value.clone());
+            }
+            Some(Value {
+                kind: Some(Kind::StructValue(existing)),
+            }) => {
+                if let Some(Kind::StructValue(more)) = &value.kind {
+                    merge_first_wins(existing, more);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+fn string(s: String) -> Value {
     Value {
-        kind: Some(Kind::StringValue(s.to_string())),
+        kind: Some(Kind::StringValue(s)),
     }
 }
 
@@ -127,13 +224,8 @@ fn list(values: Vec<Value>) -> Value {
     }
 }
 
-fn structure<const N: usize>(fields: [(&str, Value); N]) -> Value {
+fn structure(fields: Struct) -> Value {
     Value {
-        kind: Some(Kind::StructValue(Struct {
-            fields: fields
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-        })),
+        kind: Some(Kind::StructValue(fields)),
     }
 }

@@ -70,6 +70,8 @@ pub fn plan<'a>(
         return planned;
     };
     let rule = matched.rule;
+    // An unlimited rule's `replaces` still applies, as in the reference.
+    planned.replaces = &rule.replaces;
     if rule.is_unlimited() {
         planned.unlimited = true;
         return planned;
@@ -88,7 +90,6 @@ pub fn plan<'a>(
         })
         .collect();
     planned.key = key::descriptor_key(domain_name, matched.counted_entries());
-    planned.replaces = &rule.replaces;
     planned.labels = Some(match &rule.metric_labels {
         Some(labels) => Cow::Borrowed(labels),
         None => Cow::Owned(LimitLabels::of_match(
@@ -98,6 +99,15 @@ pub fn plan<'a>(
         )),
     });
     planned
+}
+
+impl Planned<'_> {
+    /// Puts every limit of the descriptor in quota mode (`QUOTA_MODE`).
+    pub fn all_in_quota_mode(&mut self) {
+        for applied in &mut self.limits {
+            applied.quota_mode = true;
+        }
+    }
 }
 
 /// A matched limit whose name another matched limit of the request replaces is skipped; a

@@ -50,7 +50,7 @@ fn every_valid_fixture_loads_on_its_own() {
         assert_eq!(config.domains().len(), 1, "{}", path.display());
         count += 1;
     }
-    assert_eq!(count, 9, "valid fixtures in {}", dir.display());
+    assert_eq!(count, 10, "valid fixtures in {}", dir.display());
 }
 
 /// The limit (requests per unit) a descriptor of `entries` falls under in `domain`;
@@ -134,6 +134,41 @@ fn shadow_mode_sits_on_the_rule_it_is_written_on() {
     assert!(!shadow(&[("route", "search"), ("method", "GET")]));
     assert!(shadow(&[("country", "fr")]));
     assert!(!shadow(&[("country", "nz")]));
+}
+
+#[test]
+fn known_keys_in_the_wrong_place_load_with_a_warning_and_no_effect() {
+    let config = load(&[valid("misplaced_keys.yaml")], NO_MERGE).expect("loads");
+    let warnings: Vec<String> = config.warnings().iter().map(ToString::to_string).collect();
+    let file = valid("misplaced_keys.yaml").display().to_string();
+    assert_eq!(
+        warnings,
+        [
+            format!("{file}:6:5: descriptors[0].unit: 'unit' has no effect here and is ignored (envoyproxy/ratelimit ignores it too)"),
+            format!("{file}:10:7: descriptors[0].rate_limit.shadow_mode: 'shadow_mode' has no effect here and is ignored (envoyproxy/ratelimit ignores it too)"),
+            format!("{file}:17:11: descriptors[1].rate_limit.replaces[0].key: 'key' has no effect here and is ignored (envoyproxy/ratelimit ignores it too)"),
+        ]
+    );
+    let domain = config.domain("misplaced").expect("domain");
+    let api = domain
+        .resolve([("api", "a")].into_iter())
+        .expect("a rule")
+        .rule;
+    assert!(
+        !api.shadow_mode,
+        "shadow_mode inside rate_limit has no effect"
+    );
+    assert_eq!(
+        limit_of(&config, "misplaced", &[("api", "a")]),
+        Some(Some(10))
+    );
+    // A well-placed file has none; a key nobody knows is still refused.
+    assert!(load(&[valid("nested.yaml")], NO_MERGE)
+        .expect("loads")
+        .warnings()
+        .is_empty());
+    let message = refused(&[invalid("misspelled_rate_limit.yaml")], NO_MERGE);
+    assert!(message.contains("unknown field `ratelimit`"), "{message}");
 }
 
 #[test]
@@ -311,6 +346,16 @@ const INVALID: &[(&str, &str, &str)] = &[
     ("scalar_descriptors.yaml", ":3:5:", "expected a descriptor"),
     ("number_as_key.yaml", ":1:1:", "unknown field `42`"),
     (
+        "fraction_value.yaml",
+        ":6:5:",
+        "descriptors[0].value: a number with a fraction or an exponent is not a valid value",
+    ),
+    (
+        "share_threshold_without_wildcard.yaml",
+        ":7:5:",
+        "share_threshold can only be used with wildcard values (containing '*'), but found key 'shared.path_/api'",
+    ),
+    (
         "replaces_empty.yaml",
         ":10:15:",
         "should not have an empty replaces entry",
@@ -347,7 +392,7 @@ fn every_invalid_fixture_is_refused_with_file_position_and_reason() {
 }
 
 #[test]
-fn a_directory_loads_every_yaml_below_it_but_not_hidden_ones() {
+fn a_directory_loads_every_file_below_it_whatever_its_name_but_not_hidden_ones() {
     let dir = tempfile::tempdir().unwrap();
     let write = |relative: &str, domain: &str| {
         let path = dir.path().join(relative);
@@ -356,7 +401,9 @@ fn a_directory_loads_every_yaml_below_it_but_not_hidden_ones() {
     };
     write("a.yaml", "a");
     write("nested/b.yml", "b");
-    write("notes.txt", "ignored");
+    // The reference loads every file of its directory (its own `another-limits` has no
+    // extension): limits in such a file must not vanish.
+    write("another-limits", "another");
     // A ConfigMap mount: real files under ..data, linked from the top level.
     write("..data/c.yaml", "c");
     write("..2026_11_29_00_00_00.1/c.yaml", "c");
@@ -364,7 +411,7 @@ fn a_directory_loads_every_yaml_below_it_but_not_hidden_ones() {
     std::os::unix::fs::symlink("..data/c.yaml", dir.path().join("c.yaml")).unwrap();
     let config = load(&[dir.path().to_path_buf()], NO_MERGE).expect("loads");
     let names: Vec<&str> = config.domains().iter().map(|d| d.name.as_str()).collect();
-    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(names, ["a", "another", "b", "c"]);
 }
 
 #[test]
