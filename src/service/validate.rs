@@ -1,4 +1,6 @@
 //! Request checks before any matching: every violation is INVALID_ARGUMENT naming the field.
+//! Only what no limit could answer is refused: an empty domain or descriptor list, an unknown
+//! unit in a limit override, and sizes beyond the bounds.
 
 use crate::limit::Unit;
 use crate::proto::RateLimitRequest;
@@ -13,13 +15,16 @@ pub struct RequestBounds {
     pub max_value_bytes: usize,
 }
 
+/// The defaults cover anything Envoy sends: a header-valued entry carries up to the 60 KiB
+/// of Envoy's default `max_request_headers_kb`, and the reference answers requests of 100
+/// descriptors of 20 entries. They bound abuse (a gRPC message is at most 4 MiB), not traffic.
 impl Default for RequestBounds {
     fn default() -> Self {
         RequestBounds {
-            max_descriptors: 64,
-            max_entries: 16,
-            max_key_bytes: 256,
-            max_value_bytes: 4096,
+            max_descriptors: 1024,
+            max_entries: 256,
+            max_key_bytes: 65_536,
+            max_value_bytes: 65_536,
         }
     }
 }
@@ -50,10 +55,9 @@ pub fn validate_request(
         "descriptors",
     )?;
     for (index, descriptor) in request.descriptors.iter().enumerate() {
+        // A descriptor without entries, or an entry with an empty key, matches no limit and
+        // is answered OK, as the reference answers it.
         let entries = || format!("descriptors[{index}].entries");
-        if descriptor.entries.is_empty() {
-            return invalid(&entries(), "must not be empty");
-        }
         check_size(
             entries,
             descriptor.entries.len(),
@@ -62,9 +66,6 @@ pub fn validate_request(
         )?;
         for (entry_index, entry) in descriptor.entries.iter().enumerate() {
             let field = |name: &str| format!("descriptors[{index}].entries[{entry_index}].{name}");
-            if entry.key.is_empty() {
-                return invalid(&field("key"), "must not be empty");
-            }
             check_size(
                 || field("key"),
                 entry.key.len(),
