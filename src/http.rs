@@ -20,17 +20,41 @@ use crate::proto::rate_limit_response::Code;
 use crate::service::{DecisionError, RateLimiter};
 use crate::store::Store;
 
-/// Whether the server takes traffic: false while draining.
-#[derive(Debug, Default)]
-pub struct Readiness(AtomicBool);
+/// Whether the server takes traffic: not while draining, nor while a config is required but
+/// has no domain (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+#[derive(Debug)]
+pub struct Readiness {
+    draining: AtomicBool,
+    config_ready: AtomicBool,
+    changed: tokio::sync::watch::Sender<bool>,
+}
 
 impl Readiness {
-    pub fn set(&self, serving: bool) {
-        self.0.store(serving, Ordering::SeqCst);
+    pub fn new(config_ready: bool) -> Readiness {
+        Readiness {
+            draining: AtomicBool::new(false),
+            config_ready: AtomicBool::new(config_ready),
+            changed: tokio::sync::watch::Sender::new(config_ready),
+        }
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.changed.send_replace(self.serving());
+    }
+
+    pub fn set_config_ready(&self, ready: bool) {
+        self.config_ready.store(ready, Ordering::SeqCst);
+        self.changed.send_replace(self.serving());
     }
 
     pub fn serving(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        !self.draining.load(Ordering::SeqCst) && self.config_ready.load(Ordering::SeqCst)
+    }
+
+    /// Whether serving, each time it may have changed.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.changed.subscribe()
     }
 }
 
@@ -57,7 +81,7 @@ pub fn router<S: Store>(endpoints: Arc<Endpoints<S>>) -> Router {
 
 async fn healthcheck<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {
     if !endpoints.readiness.serving() {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "draining\n").into_response();
+        return (StatusCode::INTERNAL_SERVER_ERROR, "not serving\n").into_response();
     }
     if endpoints.check_store && !endpoints.store.healthy().await {
         return (StatusCode::INTERNAL_SERVER_ERROR, "store unreachable\n").into_response();

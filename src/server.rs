@@ -108,7 +108,18 @@ pub async fn run(
         .await
         .map_err(ServerError::ConfigTask)?;
     metrics.record_config_load(config.is_ok());
-    let config = config?;
+    let config = match config {
+        Ok(config) => config,
+        Err(errors) if settings.force_start_without_initial_config => {
+            for error in &errors.0 {
+                tracing::error!(
+                    "config refused, starting without limits until a reload loads one: {error}"
+                );
+            }
+            Config::default()
+        }
+        Err(errors) => return Err(errors.into()),
+    };
     config.log_warnings();
     let paths: Vec<String> = settings
         .config_paths
@@ -183,9 +194,13 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             http: http_listener,
         } = self.listeners;
         let (domains, limits) = (config.domains().len(), config.rule_count());
+        let readiness = Arc::new(Readiness::new(config_ready(
+            settings.healthy_with_at_least_one_config_loaded,
+            &config,
+        )));
         let config = Arc::new(ArcSwap::from_pointee(config));
         // Watching starts before the ports are announced: no change after that is missed.
-        let reloader = reloader(settings, &config, &store, &self.metrics);
+        let reloader = reloader(settings, &config, &store, &self.metrics, &readiness);
         let reloading = tokio::spawn(reloader.start(self.reload, settings.watch_config));
         tracing::info!(
             grpc = %local_addr(&grpc_listener)?,
@@ -201,10 +216,8 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             settings.service.clone(),
             self.metrics.clone(),
         ));
-        let readiness = Arc::new(Readiness::default());
-        readiness.set(true);
         let (health, health_service) = tonic_health::server::health_reporter();
-        set_health(&health, ServingStatus::Serving).await;
+        tokio::spawn(mirror_health(readiness.subscribe(), health.clone()));
         let (stop, stopped) = watch::channel(false);
         let reflection = || {
             tonic_reflection::server::Builder::configure()
@@ -245,7 +258,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             drain_delay_ms = settings.shutdown_drain_delay.as_millis() as u64,
             "shutting down: reporting NOT_SERVING, then draining"
         );
-        readiness.set(false);
+        readiness.start_draining();
         set_health(&health, ServingStatus::NotServing).await;
         tokio::time::sleep(settings.shutdown_drain_delay).await;
         let _ = stop.send(true);
@@ -270,8 +283,10 @@ fn reloader<S: Store>(
     config: &Arc<ArcSwap<Config>>,
     store: &Arc<S>,
     metrics: &Arc<Metrics>,
+    readiness: &Arc<Readiness>,
 ) -> Reloader {
-    let (store, metrics) = (store.clone(), metrics.clone());
+    let (store, metrics, readiness) = (store.clone(), metrics.clone(), readiness.clone());
+    let require_domain = settings.healthy_with_at_least_one_config_loaded;
     Reloader::new(
         settings.config_paths.clone(),
         settings.load_options,
@@ -282,6 +297,7 @@ fn reloader<S: Store>(
                 Ok(config) => {
                     store.config_changed();
                     config.log_warnings();
+                    readiness.set_config_ready(config_ready(require_domain, config));
                     tracing::info!(
                         domains = config.domains().len(),
                         limits = config.rule_count(),
@@ -306,6 +322,27 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
 
 fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
     listener.local_addr().map_err(ServerError::LocalAddr)
+}
+
+/// Whether `config` lets the server report SERVING: any config does, unless
+/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` asks for a domain.
+fn config_ready(require_domain: bool, config: &Config) -> bool {
+    !require_domain || !config.domains().is_empty()
+}
+
+/// Keeps the gRPC health status in step with `serving`, until the server is gone.
+async fn mirror_health(mut serving: watch::Receiver<bool>, health: HealthReporter) {
+    loop {
+        let status = if *serving.borrow_and_update() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        set_health(&health, status).await;
+        if serving.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 async fn set_health(health: &HealthReporter, status: ServingStatus) {

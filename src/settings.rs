@@ -140,6 +140,14 @@ pub struct ServeArgs {
     /// `/healthcheck` answers 500 while the store does not answer.
     #[arg(long, env = "SLUICE_HEALTHCHECK_STORE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub healthcheck_store: bool,
+    /// Report NOT_SERVING (gRPC health, and 500 on /healthcheck) while the loaded config has
+    /// no domain, as envoyproxy/ratelimit does.
+    #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub healthy_with_at_least_one_config_loaded: bool,
+    /// Start even when the config fails to load (its errors are logged): serve with no limits
+    /// until a reload succeeds. Without it, a config that fails at startup stops sluice.
+    #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub force_start_without_initial_config: bool,
     /// On SIGTERM, time between reporting NOT_SERVING and closing the ports (so load
     /// balancers stop sending traffic first).
     #[arg(long, env = "SLUICE_SHUTDOWN_DRAIN_DELAY", default_value = "0s", value_parser = duration::parse)]
@@ -186,6 +194,8 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     pub max_metric_series: usize,
     pub healthcheck_store: bool,
+    pub healthy_with_at_least_one_config_loaded: bool,
+    pub force_start_without_initial_config: bool,
     pub watch_config: bool,
     pub shutdown_drain_delay: Duration,
     pub shutdown_grace: Duration,
@@ -280,6 +290,8 @@ impl ServeArgs {
             )?,
             max_metric_series: self.max_metric_series,
             healthcheck_store: self.healthcheck_store,
+            healthy_with_at_least_one_config_loaded: self.healthy_with_at_least_one_config_loaded,
+            force_start_without_initial_config: self.force_start_without_initial_config,
             watch_config: self.watch_config,
             shutdown_drain_delay: self.shutdown_drain_delay,
             shutdown_grace: self.shutdown_grace,

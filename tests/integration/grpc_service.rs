@@ -495,7 +495,9 @@ async fn request_shapes_the_reference_answers_are_answered_not_refused() {
     let mut client = sluice.client().await;
     let big_value = "v".repeat(60 * 1024);
     let long_key = "k".repeat(300);
-    let many: Vec<(String, String)> = (0..20).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+    let many: Vec<(String, String)> = (0..20)
+        .map(|i| (format!("k{i}"), format!("v{i}")))
+        .collect();
     let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut descriptors = vec![
         descriptor(&[]),
@@ -511,7 +513,11 @@ async fn request_shapes_the_reference_answers_are_answered_not_refused() {
     for (index, status) in response.statuses.iter().enumerate() {
         assert_eq!(code(status), Code::Ok, "descriptor {index}");
         // Only the 60 KiB value falls under a limit, and it is counted.
-        assert_eq!(status.current_limit.is_some(), index == 3, "descriptor {index}");
+        assert_eq!(
+            status.current_limit.is_some(),
+            index == 3,
+            "descriptor {index}"
+        );
     }
     let again = call(&mut client, request("test", descriptors)).await;
     assert_eq!(
