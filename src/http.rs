@@ -21,11 +21,14 @@ use crate::service::{DecisionError, RateLimiter};
 use crate::store::Store;
 
 /// Whether the server takes traffic: not while draining, nor while a config is required but
-/// has no domain (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`).
+/// has no domain (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`), nor, when asked
+/// (`--healthcheck-store`), while the store does not answer.
 #[derive(Debug)]
 pub struct Readiness {
     draining: AtomicBool,
     config_ready: AtomicBool,
+    /// False while the store does not answer (watched only with `--healthcheck-store`).
+    store_ready: AtomicBool,
     changed: tokio::sync::watch::Sender<bool>,
 }
 
@@ -34,6 +37,7 @@ impl Readiness {
         Readiness {
             draining: AtomicBool::new(false),
             config_ready: AtomicBool::new(config_ready),
+            store_ready: AtomicBool::new(true),
             changed: tokio::sync::watch::Sender::new(config_ready),
         }
     }
@@ -48,8 +52,18 @@ impl Readiness {
         self.changed.send_replace(self.serving());
     }
 
+    pub fn set_store_ready(&self, ready: bool) {
+        self.store_ready.store(ready, Ordering::SeqCst);
+        self.changed.send_if_modified(|serving| {
+            let now = self.serving();
+            std::mem::replace(serving, now) != now
+        });
+    }
+
     pub fn serving(&self) -> bool {
-        !self.draining.load(Ordering::SeqCst) && self.config_ready.load(Ordering::SeqCst)
+        !self.draining.load(Ordering::SeqCst)
+            && self.config_ready.load(Ordering::SeqCst)
+            && self.store_ready.load(Ordering::SeqCst)
     }
 
     /// Whether serving, each time it may have changed.

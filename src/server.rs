@@ -26,7 +26,7 @@ use crate::service::RateLimiter;
 use crate::settings::{Settings, StoreSettings};
 use crate::store::local_cache::WithLocalCache;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
+use crate::store::redis::{RedisStore, RedisTargets};
 use crate::store::{Store, StoreError, SystemClock};
 
 /// Health service names reported: the server as a whole, the name envoyproxy/ratelimit uses,
@@ -147,8 +147,15 @@ pub async fn run(
         }
         StoreSettings::Redis(redis) => {
             tracing::info!(redis = %redis.target.describe(), "connecting to Redis");
+            if let Some(per_second) = &redis.per_second {
+                tracing::info!(redis = %per_second.describe(), "per-second limits in their own Redis");
+            }
+            let targets = RedisTargets {
+                main: &redis.target,
+                per_second: redis.per_second.as_ref(),
+            };
             let store = RedisStore::connect(
-                &redis.target,
+                targets,
                 redis.redis_startup_wait,
                 redis.cache_key_prefix.clone(),
                 redis.redis_time,
@@ -218,6 +225,9 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         ));
         let (health, health_service) = tonic_health::server::health_reporter();
         tokio::spawn(mirror_health(readiness.subscribe(), health.clone()));
+        if settings.healthcheck_store {
+            tokio::spawn(watch_store(Arc::downgrade(&store), readiness.clone()));
+        }
         let (stop, stopped) = watch::channel(false);
         let reflection = || {
             tonic_reflection::server::Builder::configure()
@@ -328,6 +338,17 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
 /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` asks for a domain.
 fn config_ready(require_domain: bool, config: &Config) -> bool {
     !require_domain || !config.domains().is_empty()
+}
+
+/// With `--healthcheck-store`, asks the store every second whether it answers, so that the
+/// gRPC health follows it too (as envoyproxy/ratelimit's `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
+async fn watch_store<S: Store>(store: std::sync::Weak<S>, readiness: Arc<Readiness>) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let Some(store) = store.upgrade() else { return };
+        readiness.set_store_ready(store.healthy().await);
+    }
 }
 
 /// Keeps the gRPC health status in step with `serving`, until the server is gone.

@@ -34,7 +34,7 @@ pub enum StoreSettings {
         /// `--memory-max-keys`.
         memory_max_keys: usize,
     },
-    Redis(RedisSettings),
+    Redis(Box<RedisSettings>),
 }
 
 /// `--log-format`.
@@ -140,6 +140,9 @@ pub struct ServeArgs {
     /// `/healthcheck` answers 500 while the store does not answer.
     #[arg(long, env = "SLUICE_HEALTHCHECK_STORE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub healthcheck_store: bool,
+    /// envoyproxy/ratelimit's name of --healthcheck-store.
+    #[arg(long, env = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", hide = true, action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub redis_health_check_active_connection: bool,
     /// Report NOT_SERVING (gRPC health, and 500 on /healthcheck) while the loaded config has
     /// no domain, as envoyproxy/ratelimit does.
     #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
@@ -261,7 +264,7 @@ impl ServeArgs {
             grpc_addr,
             http_addr,
             store: match store {
-                StoreKind::Redis => StoreSettings::Redis(self.redis.into_settings()?),
+                StoreKind::Redis => StoreSettings::Redis(Box::new(self.redis.into_settings()?)),
                 StoreKind::Memory => StoreSettings::Memory {
                     memory_max_keys: at_least_one("--memory-max-keys", self.memory_max_keys)?,
                 },
@@ -289,7 +292,7 @@ impl ServeArgs {
                 self.near_limit_ratio,
             )?,
             max_metric_series: self.max_metric_series,
-            healthcheck_store: self.healthcheck_store,
+            healthcheck_store: self.healthcheck_store || self.redis_health_check_active_connection,
             healthy_with_at_least_one_config_loaded: self.healthy_with_at_least_one_config_loaded,
             force_start_without_initial_config: self.force_start_without_initial_config,
             watch_config: self.watch_config,

@@ -77,7 +77,14 @@ pub const IGNORED: &[(&str, &str)] = &[
         "REDIS_PIPELINE_LIMIT",
         "each request's descriptors go in one pipeline, sent at once",
     ),
-    ("REDIS_PERSECOND*", "one Redis serves every unit"),
+    (
+        "REDIS_PERSECOND_POOL_SIZE",
+        "one multiplexed connection serves every request",
+    ),
+    (
+        "REDIS_PERSECOND_PIPELINE_*",
+        "each request's descriptors go in one pipeline, sent at once",
+    ),
     (
         "REDIS_TLS_CLIENT_CERT",
         "client certificates (mTLS) are not supported",
@@ -89,10 +96,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     (
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
         "certificates are always verified",
-    ),
-    (
-        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
-        "use --healthcheck-store",
     ),
     (
         "MEMCACHE_*",

@@ -1,6 +1,8 @@
 //! The Redis flags, and envoyproxy/ratelimit's Redis variables translated to them:
 //! `REDIS_URL` (`host:port`; for Sentinel `master,host:port,...`; for Cluster `host:port,...`),
-//! `REDIS_TYPE`, `REDIS_AUTH` (`password` or `user:password`), `REDIS_TLS`, `REDIS_SOCKET_TYPE`.
+//! `REDIS_TYPE`, `REDIS_AUTH` (`password` or `user:password`), `REDIS_TLS`, `REDIS_SOCKET_TYPE`;
+//! and the same for a second Redis holding the per-second limits (`REDIS_PERSECOND=true`,
+//! `REDIS_PERSECOND_URL`, `REDIS_PERSECOND_TYPE`, ...), which shares the CA file and timeouts.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -56,6 +58,39 @@ pub struct RedisArgs {
     /// Prefix of every Redis key.
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "")]
     pub cache_key_prefix: String,
+    /// Keep limits of unit `second` in a Redis of their own (the flags below).
+    #[arg(long, env = "REDIS_PERSECOND", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub redis_persecond: bool,
+    /// The per-second Redis's URL(s), as --redis-url.
+    #[arg(long, env = "REDIS_PERSECOND_URL", value_delimiter = ',')]
+    pub redis_persecond_url: Vec<String>,
+    /// The per-second Redis's type, as --redis-type.
+    #[arg(long, env = "REDIS_PERSECOND_TYPE", default_value = "single", value_parser = parse_kind)]
+    pub redis_persecond_type: RedisKind,
+    /// The per-second Redis's Sentinel primary name, as --redis-sentinel-master.
+    #[arg(long, env = "SLUICE_REDIS_PERSECOND_SENTINEL_MASTER")]
+    pub redis_persecond_sentinel_master: Option<String>,
+    /// The per-second Redis's password, as --redis-auth.
+    #[arg(long, env = "REDIS_PERSECOND_AUTH", hide_env_values = true)]
+    pub redis_persecond_auth: Option<String>,
+    /// TLS to the per-second Redis, as --redis-tls.
+    #[arg(long, env = "REDIS_PERSECOND_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub redis_persecond_tls: bool,
+    /// The per-second Redis's socket type, as --redis-socket-type.
+    #[arg(long, env = "REDIS_PERSECOND_SOCKET_TYPE", default_value = "tcp")]
+    pub redis_persecond_socket_type: String,
+}
+
+/// One Redis deployment as the flags describe it.
+struct Endpoint<'a> {
+    /// The variable named in errors.
+    url_variable: &'a str,
+    urls: &'a [String],
+    kind: RedisKind,
+    sentinel_master: Option<String>,
+    auth: Option<&'a str>,
+    tls: bool,
+    socket_type: &'a str,
 }
 
 /// Validated Redis settings.
@@ -64,6 +99,8 @@ pub struct RedisSettings {
     pub target: RedisTarget,
     pub redis_startup_wait: Duration,
     pub cache_key_prefix: String,
+    /// With `REDIS_PERSECOND`: the Redis of the limits of unit `second`.
+    pub per_second: Option<RedisTarget>,
     pub redis_time: TimeSource,
     /// Bytes of the local over-limit cache; 0: none.
     pub local_cache_size_in_bytes: usize,
@@ -80,44 +117,38 @@ fn parse_kind(text: &str) -> Result<RedisKind, String> {
 impl RedisArgs {
     /// Resolves the reference's forms into URLs and validates.
     pub fn into_settings(self) -> Result<RedisSettings, SettingsError> {
-        let given = if self.redis_url.is_empty() {
-            vec![DEFAULT_URL.to_string()]
-        } else {
-            self.redis_url.clone()
+        let main = Endpoint {
+            url_variable: "--redis-url / REDIS_URL",
+            urls: &self.redis_url,
+            kind: self.redis_type,
+            sentinel_master: self.redis_sentinel_master.clone(),
+            auth: self.redis_auth.as_deref(),
+            tls: self.redis_tls,
+            socket_type: &self.redis_socket_type,
         };
-        let mut urls: Vec<String> = given.iter().map(|u| u.trim().to_string()).collect();
-        urls.retain(|u| !u.is_empty());
-        let mut master = self.redis_sentinel_master.clone();
-        if self.redis_type == RedisKind::Sentinel
-            && master.is_none()
-            && !urls.is_empty()
-            && !urls[0].contains(':')
-        {
-            master = Some(urls.remove(0));
-        }
-        if self.redis_type == RedisKind::Sentinel && master.is_none() {
-            return Err(SettingsError::Redis(
-                "Sentinel needs the primary's name: --redis-sentinel-master or REDIS_URL=name,host:port,...".into(),
-            ));
-        }
-        if urls.is_empty() {
-            return Err(SettingsError::Redis(
-                "--redis-url / REDIS_URL is empty".into(),
-            ));
-        }
-        let urls = urls
-            .iter()
-            .map(|url| self.full_url(url))
-            .collect::<Result<_, _>>()?;
+        let main = self.target(main)?;
+        let per_second = if self.redis_persecond {
+            if self.redis_persecond_url.is_empty() {
+                return Err(SettingsError::Redis(
+                    "REDIS_PERSECOND is on but REDIS_PERSECOND_URL is not set".into(),
+                ));
+            }
+            let endpoint = Endpoint {
+                url_variable: "--redis-persecond-url / REDIS_PERSECOND_URL",
+                urls: &self.redis_persecond_url,
+                kind: self.redis_persecond_type,
+                sentinel_master: self.redis_persecond_sentinel_master.clone(),
+                auth: self.redis_persecond_auth.as_deref(),
+                tls: self.redis_persecond_tls,
+                socket_type: &self.redis_persecond_socket_type,
+            };
+            Some(self.target(endpoint)?)
+        } else {
+            None
+        };
         Ok(RedisSettings {
-            target: RedisTarget {
-                kind: self.redis_type,
-                urls,
-                sentinel_master: master,
-                tls_ca_file: self.redis_tls_ca_file,
-                connect_timeout: self.redis_connect_timeout,
-                command_timeout: self.redis_command_timeout,
-            },
+            target: main,
+            per_second,
             redis_startup_wait: self.redis_startup_wait,
             cache_key_prefix: self.cache_key_prefix,
             local_cache_size_in_bytes: self.local_cache_size_in_bytes,
@@ -125,24 +156,69 @@ impl RedisArgs {
         })
     }
 
+    /// The target of `endpoint`, with the CA file and timeouts every Redis shares.
+    fn target(&self, endpoint: Endpoint<'_>) -> Result<RedisTarget, SettingsError> {
+        let given = if endpoint.urls.is_empty() {
+            vec![DEFAULT_URL.to_string()]
+        } else {
+            endpoint.urls.to_vec()
+        };
+        let mut urls: Vec<String> = given.iter().map(|u| u.trim().to_string()).collect();
+        urls.retain(|u| !u.is_empty());
+        let mut master = endpoint.sentinel_master.clone();
+        if endpoint.kind == RedisKind::Sentinel
+            && master.is_none()
+            && !urls.is_empty()
+            && !urls[0].contains(':')
+        {
+            master = Some(urls.remove(0));
+        }
+        if endpoint.kind == RedisKind::Sentinel && master.is_none() {
+            return Err(SettingsError::Redis(format!(
+                "Sentinel needs the primary's name: {} = name,host:port,...",
+                endpoint.url_variable
+            )));
+        }
+        if urls.is_empty() {
+            return Err(SettingsError::Redis(format!(
+                "{} is empty",
+                endpoint.url_variable
+            )));
+        }
+        let urls = urls
+            .iter()
+            .map(|url| endpoint.full_url(url))
+            .collect::<Result<_, _>>()?;
+        Ok(RedisTarget {
+            kind: endpoint.kind,
+            urls,
+            sentinel_master: master,
+            tls_ca_file: self.redis_tls_ca_file.clone(),
+            connect_timeout: self.redis_connect_timeout,
+            command_timeout: self.redis_command_timeout,
+        })
+    }
+}
+
+impl Endpoint<'_> {
     /// A URL with scheme and credentials: `host:port` becomes `redis[s]://[auth@]host:port`.
     fn full_url(&self, url: &str) -> Result<String, SettingsError> {
         if url.contains("://") {
             return Ok(url.to_string());
         }
-        let auth = match self.redis_auth.as_deref().filter(|a| !a.is_empty()) {
+        let auth = match self.auth.filter(|a| !a.is_empty()) {
             Some(auth) if auth.contains(':') => format!("{auth}@"),
             Some(password) => format!(":{password}@"),
             None => String::new(),
         };
-        match self.redis_socket_type.to_ascii_lowercase().as_str() {
+        match self.socket_type.to_ascii_lowercase().as_str() {
             "unix" => Ok(format!("redis+unix://{url}")),
             "tcp" | "" => {
-                let scheme = if self.redis_tls { "rediss" } else { "redis" };
+                let scheme = if self.tls { "rediss" } else { "redis" };
                 Ok(format!("{scheme}://{auth}{url}"))
             }
             other => Err(SettingsError::Redis(format!(
-                "REDIS_SOCKET_TYPE '{other}' is not tcp or unix"
+                "socket type '{other}' is not tcp or unix"
             ))),
         }
     }
@@ -200,5 +276,27 @@ mod tests {
         let err =
             settings(&["--redis-type", "sentinel", "--redis-url", "redis://h:26379"]).unwrap_err();
         assert!(err.to_string().contains("primary's name"), "{err}");
+    }
+
+    #[test]
+    fn per_second_limits_get_their_own_redis_with_the_same_forms() {
+        let s = settings(&["--redis-url", "main:6379"]).unwrap();
+        assert!(s.per_second.is_none());
+        let s = settings(&[
+            "--redis-url",
+            "main:6379",
+            "--redis-persecond",
+            "--redis-persecond-url",
+            "fast:6380",
+            "--redis-persecond-auth",
+            "pw",
+            "--redis-persecond-tls",
+        ])
+        .unwrap();
+        let per_second = s.per_second.expect("a per-second target");
+        assert_eq!(per_second.urls, ["rediss://:pw@fast:6380"]);
+        assert_eq!(s.target.urls, ["redis://main:6379"]);
+        let err = settings(&["--redis-persecond"]).unwrap_err();
+        assert!(err.to_string().contains("REDIS_PERSECOND_URL"), "{err}");
     }
 }

@@ -116,3 +116,68 @@ async fn tls_with_a_private_ca() {
     let keys = redis.cli(&["--scan", "--pattern", "token_bucket_d_bucket_t1_"]);
     assert_eq!(keys.trim(), "token_bucket_d_bucket_t1_");
 }
+
+#[tokio::test]
+async fn per_second_limits_live_in_their_own_redis_and_requests_spanning_both_stay_all_or_nothing()
+{
+    let main = RedisServer::start(&[]);
+    let fast = RedisServer::start(&[]);
+    let config = r#"
+domain: p
+descriptors:
+  - key: burst
+    rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: tight
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: daily
+    rate_limit: {unit: day, requests_per_unit: 50}
+"#;
+    // The reference's variables: the per-second Redis given as host:port.
+    let fast_address = fast.url().trim_start_matches("redis://").to_string();
+    let main_url = main.url();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", config)],
+        &["--store", "redis", "--redis-url", &main_url],
+        &[
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", &fast_address),
+        ],
+    );
+    let mut client = sluice.client().await;
+    let both = |second_key: &str| {
+        request(
+            "p",
+            vec![
+                descriptor(&[(second_key, "a")]),
+                descriptor(&[("daily", "a")]),
+            ],
+        )
+    };
+    let first = call(&mut client, both("burst")).await;
+    assert_eq!(overall(&first), Code::Ok);
+    let keys = |redis: &RedisServer| redis.cli(&["--scan"]);
+    assert!(keys(&fast).contains("p_burst_a_"), "{}", keys(&fast));
+    assert!(!keys(&fast).contains("daily"), "{}", keys(&fast));
+    assert!(keys(&main).contains("p_daily_a_"), "{}", keys(&main));
+    assert!(!keys(&main).contains("burst"), "{}", keys(&main));
+    // A request denied by its per-second limit charges nothing in the main Redis either.
+    let mut denied = 0;
+    for _ in 0..5 {
+        let response = call(&mut client, both("tight")).await;
+        denied += usize::from(overall(&response) == Code::OverLimit);
+    }
+    assert!(
+        denied >= 3,
+        "the 1-per-second limit denies within a second or two"
+    );
+    let daily = call(
+        &mut client,
+        request("p", vec![descriptor(&[("daily", "a")])]),
+    )
+    .await;
+    assert_eq!(
+        daily.statuses[0].limit_remaining,
+        50 - 1 - (5 - denied as u32) - 1,
+        "only admitted requests charged the daily limit"
+    );
+}

@@ -432,3 +432,56 @@ async fn healthcheck_follows_the_store_when_asked() {
     redis.stop();
     assert_eq!(plain.http_get("/healthcheck").0, 200);
 }
+
+#[tokio::test]
+async fn redis_health_check_active_connection_makes_grpc_health_follow_redis() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let mut redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &url,
+            "--redis-command-timeout",
+            "300ms",
+        ],
+        &[("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true")],
+    );
+    let channel = sluice.channel().await;
+    let grpc_health = || {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+        async move {
+            health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .expect("health answers")
+                .into_inner()
+                .status
+        }
+    };
+    let wait_for = |expected: ServingStatus| async move {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while grpc_health().await != expected as i32 {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        true
+    };
+    assert!(wait_for(ServingStatus::Serving).await);
+    redis.stop();
+    assert!(
+        wait_for(ServingStatus::NotServing).await,
+        "{}",
+        sluice.log()
+    );
+    assert_eq!(sluice.http_get("/healthcheck").0, 500);
+    redis.restart();
+    assert!(wait_for(ServingStatus::Serving).await, "{}", sluice.log());
+}

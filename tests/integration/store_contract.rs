@@ -11,7 +11,7 @@ use crate::support::scenario::{limit, scenario};
 use proptest::prelude::*;
 use sluice::limit::{Algorithm, Charging, Decision, Hit, Limit, Role};
 use sluice::store::memory::MemoryStore;
-use sluice::store::redis::{RedisKind, RedisStore, RedisTarget, TimeSource};
+use sluice::store::redis::{RedisKind, RedisStore, RedisTarget, RedisTargets, TimeSource};
 use sluice::store::{ManualClock, Store};
 
 const START_US: u64 = 1_700_000_000_123_456;
@@ -63,8 +63,12 @@ fn both_requests(
             connect_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(5),
         };
+        let targets = RedisTargets {
+            main: &target,
+            per_second: None,
+        };
         let redis = RedisStore::connect(
-            &target,
+            targets,
             Duration::from_secs(5),
             String::new(),
             TimeSource::Sluice,

@@ -2,7 +2,9 @@
 //! with SCRIPT LOAD and run with EVALSHA, one call per request (on a Cluster, one per slot,
 //! concurrently, and the charges of a denied request taken back). A NOSCRIPT reply (after
 //! SCRIPT FLUSH, a restart or a failover) reloads the script and retries the call, invisibly
-//! to the client. No algorithm logic lives here.
+//! to the client. Per-second limits may live in a Redis of their own (`REDIS_PERSECOND`): a
+//! request that spans both is decided like one that spans a Cluster's slots. No algorithm
+//! logic lives here.
 
 mod args;
 mod connect;
@@ -20,7 +22,7 @@ pub use args::ScriptArgs;
 pub use connect::{Connection, RedisKind, RedisTarget};
 use scripts::Script;
 
-use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit};
+use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit, Unit};
 use crate::store::{key, Clock, Store, StoreError, StoreStats};
 
 /// Which clock the scripts read (`--redis-time`).
@@ -32,14 +34,33 @@ pub enum TimeSource {
     Sluice,
 }
 
-/// The Redis store.
-pub struct RedisStore {
+/// One Redis deployment the scripts run on, and what sluice learnt of it.
+struct Backend {
     connection: Connection,
-    script: Script,
-    /// Whether Redis took the function library (Redis 7+): calls are FCALL, else EVALSHA.
+    /// Whether it took the function library (Redis 7+): calls are FCALL, else EVALSHA.
     functions: AtomicBool,
     /// Whether the scripts were ever loaded (the first load is logged either way).
     loaded_once: AtomicBool,
+    /// For logs: "main" or "per-second".
+    role: &'static str,
+}
+
+impl Backend {
+    fn new(connection: Connection, role: &'static str) -> Backend {
+        Backend {
+            connection,
+            functions: AtomicBool::new(false),
+            loaded_once: AtomicBool::new(false),
+            role,
+        }
+    }
+}
+
+/// The Redis store.
+pub struct RedisStore {
+    /// The main Redis, then, with `REDIS_PERSECOND`, the one of per-second limits.
+    backends: Vec<Backend>,
+    script: Script,
     key_prefix: String,
     clock: Arc<dyn Clock>,
     time_source: TimeSource,
@@ -51,38 +72,50 @@ pub struct RedisStore {
     reachable: AtomicBool,
 }
 
+/// Where a store's limits live: one Redis, or per-second limits in a second one.
+pub struct RedisTargets<'a> {
+    pub main: &'a RedisTarget,
+    pub per_second: Option<&'a RedisTarget>,
+}
+
 impl RedisStore {
-    /// Connects to `target` (waiting up to `startup_wait`) and loads the scripts.
+    /// Connects to the targets (waiting up to `startup_wait`) and loads the scripts.
     pub async fn connect(
-        target: &RedisTarget,
+        targets: RedisTargets<'_>,
         startup_wait: Duration,
         key_prefix: String,
         time_source: TimeSource,
         clock: Arc<dyn Clock>,
     ) -> Result<RedisStore, StoreError> {
-        let connection = target
-            .connect_waiting(startup_wait)
-            .await
-            .map_err(|error| StoreError::Unreachable {
-                store: STORE,
-                source: format!("{}: {error}", target.describe()).into(),
-            })?;
+        let mut backends = vec![Backend::new(
+            connect_to(targets.main, startup_wait).await?,
+            "main",
+        )];
+        if let Some(per_second) = targets.per_second {
+            let connection = connect_to(per_second, startup_wait).await?;
+            backends.push(Backend::new(connection, "per-second"));
+        }
         let store = RedisStore {
-            connection,
+            backends,
             script: Script::new(),
-            functions: AtomicBool::new(false),
-            loaded_once: AtomicBool::new(false),
             key_prefix,
             clock,
             time_source,
-            command_timeout: target.command_timeout,
+            command_timeout: targets.main.command_timeout,
             nonce_prefix: format!("{:x}", clock_seed() as u32),
             nonce: AtomicU64::new(0),
             script_reloads: AtomicU64::new(0),
             reachable: AtomicBool::new(true),
         };
-        store.load_scripts_in_time().await?;
+        for backend in &store.backends {
+            store.load_scripts_in_time(backend).await?;
+        }
         Ok(store)
+    }
+
+    /// The backend of `hit`: per-second limits go to the per-second Redis when there is one.
+    fn backend_of(&self, hit: &Hit) -> usize {
+        usize::from(self.backends.len() > 1 && hit.limit.unit == Unit::Second)
     }
 
     /// Logs when Redis becomes unreachable or reachable again: once per change.
@@ -104,8 +137,8 @@ impl RedisStore {
     }
 
     /// `load_scripts` within the command timeout.
-    async fn load_scripts_in_time(&self) -> Result<(), StoreError> {
-        match tokio::time::timeout(self.command_timeout, self.load_scripts()).await {
+    async fn load_scripts_in_time(&self, backend: &Backend) -> Result<(), StoreError> {
+        match tokio::time::timeout(self.command_timeout, self.load_scripts(backend)).await {
             Ok(loaded) => loaded.map_err(store_error),
             Err(_) => Err(self.timed_out()),
         }
@@ -122,29 +155,23 @@ impl RedisStore {
     /// SCRIPT LOAD of the script, and FUNCTION LOAD of the library where Redis takes it (on
     /// a Cluster, on every primary). A Redis without functions (before 7) is called with
     /// EVALSHA.
-    async fn load_scripts(&self) -> RedisResult<()> {
-        let _: redis::Value = self.on_every_primary(&self.script.load_command()).await?;
-        let loaded: RedisResult<redis::Value> = self
-            .on_every_primary(&self.script.load_library_command())
-            .await;
+    async fn load_scripts(&self, backend: &Backend) -> RedisResult<()> {
+        let connection = &backend.connection;
+        let _: redis::Value = on_every_primary(connection, &self.script.load_command()).await?;
+        let loaded: RedisResult<redis::Value> =
+            on_every_primary(connection, &self.script.load_library_command()).await;
         let functions = loaded.is_ok();
-        let first = !self.loaded_once.swap(true, Ordering::Relaxed);
-        if self.functions.swap(functions, Ordering::Relaxed) != functions || first {
+        let first = !backend.loaded_once.swap(true, Ordering::Relaxed);
+        if backend.functions.swap(functions, Ordering::Relaxed) != functions || first {
+            let redis = backend.role;
             match loaded {
-                Ok(_) => tracing::info!("Redis takes functions: calls are FCALL"),
-                Err(error) => tracing::info!(%error, "Redis takes no functions: calls are EVALSHA"),
+                Ok(_) => tracing::info!(redis, "Redis takes functions: calls are FCALL"),
+                Err(error) => {
+                    tracing::info!(redis, %error, "Redis takes no functions: calls are EVALSHA")
+                }
             }
         }
         Ok(())
-    }
-
-    /// Runs `command` where every primary sees it.
-    async fn on_every_primary(&self, command: &Cmd) -> RedisResult<redis::Value> {
-        match &self.connection {
-            Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
-            Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
-            Connection::Sentinel(sentinel) => command.query_async(&mut sentinel.primary()).await,
-        }
     }
 
     /// The script arguments of `hit` at `now_us`, in the group starting at hit `group`.
@@ -170,17 +197,23 @@ impl RedisStore {
         }
     }
 
-    /// Runs one script call of `calls` (a request's hits, or one slot's) as `mode` says: FCALL
-    /// of the library, or EVALSHA of the script. When Redis lost them (a flush, a restart, a
-    /// failover: "Function not found", NOSCRIPT), loads them again for the calls to come and
-    /// sends the code itself (EVAL), which cannot be lost even if flushed again meanwhile.
-    async fn call(&self, calls: &[HitCall], mode: Mode) -> RedisResult<Vec<i64>> {
-        let first = if self.functions.load(Ordering::Relaxed) {
+    /// Runs one script call of `calls` (a request's hits, or one shard's) on `backend` as
+    /// `mode` says: FCALL of the library, or EVALSHA of the script. When Redis lost them (a
+    /// flush, a restart, a failover: "Function not found", NOSCRIPT), loads them again for
+    /// the calls to come and sends the code itself (EVAL), which cannot be lost even if
+    /// flushed again meanwhile.
+    async fn call(
+        &self,
+        backend: &Backend,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> RedisResult<Vec<i64>> {
+        let first = if backend.functions.load(Ordering::Relaxed) {
             script_call("FCALL", self.script.function(), calls, mode)
         } else {
             script_call("EVALSHA", self.script.sha1(), calls, mode)
         };
-        let result = self.send(&first).await;
+        let result = send(&backend.connection, &first).await;
         let lost = |e: &RedisError| {
             e.code() == Some("NOSCRIPT") || e.to_string().contains("Function not found")
         };
@@ -188,38 +221,21 @@ impl RedisStore {
             return result;
         }
         self.script_reloads.fetch_add(1, Ordering::Relaxed);
-        tracing::info!("Redis lost the scripts: loading them again");
-        if let Err(error) = self.load_scripts_in_time().await {
+        tracing::info!(
+            redis = backend.role,
+            "Redis lost the scripts: loading them again"
+        );
+        if let Err(error) = self.load_scripts_in_time(backend).await {
             // The retry below sends the code itself; the next calls will try again.
             tracing::warn!(%error, "cannot load the scripts into Redis");
         }
-        self.send(&script_call("EVAL", self.script.code(), calls, mode))
-            .await
-    }
-
-    /// Sends one command to the node that serves its keys.
-    async fn send(&self, command: &Cmd) -> RedisResult<Vec<i64>> {
-        match &self.connection {
-            Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
-            Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
-            Connection::Sentinel(sentinel) => {
-                let result = command.query_async(&mut sentinel.primary()).await;
-                if result
-                    .as_ref()
-                    .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
-                {
-                    // The primary may have moved: ask the sentinels before the next call.
-                    if let Err(error) = sentinel.refresh().await {
-                        tracing::warn!(%error, "cannot find the Redis primary through Sentinel");
-                    }
-                }
-                result
-            }
-        }
+        let code = script_call("EVAL", self.script.code(), calls, mode);
+        send(&backend.connection, &code).await
     }
 
     /// Decides the hits: in one script call on a single node or Sentinel (atomic, as
-    /// `charging` says); on a Cluster, one call per slot, concurrently.
+    /// `charging` says); across a Cluster's slots or the two Redis of `REDIS_PERSECOND`, one
+    /// call per shard, concurrently.
     async fn decide(
         &self,
         hits: &[Hit],
@@ -232,51 +248,74 @@ impl RedisStore {
                 calls.push(HitCall {
                     key: key::redis_key(&self.key_prefix, hit, now_us),
                     args: self.script_args(hit, group.start, now_us),
+                    backend: self.backend_of(hit),
                 });
             }
         }
-        if let Connection::Cluster(_) = &self.connection {
-            return self.decide_across_slots(calls, charging).await;
+        let backend = calls.first().map_or(0, |call| call.backend);
+        let one_backend = calls.iter().all(|call| call.backend == backend);
+        let on_cluster = matches!(self.backends[backend].connection, Connection::Cluster(_));
+        if !one_backend || on_cluster {
+            return self.decide_across_shards(calls, charging).await;
         }
         let mode = match charging {
             Charging::AllOrNothing => Mode::All,
             Charging::EachAdmitted => Mode::Each,
         };
-        let reply = self.call(&calls, mode).await.map_err(store_error)?;
+        let reply = self
+            .call(&self.backends[backend], &calls, mode)
+            .await
+            .map_err(store_error)?;
         Ok(decisions(&reply, calls.len(), mode)?
             .into_iter()
             .map(|(decision, _)| decision)
             .collect())
     }
 
-    /// A Cluster's keys live in different slots, which no script can touch together: each
-    /// slot's admitted hits are charged (`Mode::Any`), then the charges that must not stand
-    /// (a descriptor with a denied limit, a vetoed request; never debt) are taken back
-    /// (`Mode::Refund`) before the answer goes out. Nothing is ever over-admitted (a charge
-    /// lands before the decision that could rely on it); meanwhile a concurrent request may
-    /// see charges that are then taken back. A hit whose charge is taken back reports what
-    /// remains without it.
-    async fn decide_across_slots(
+    /// The shard of `call`: its backend, and on a Cluster its slot.
+    fn shard_of(&self, call: &HitCall) -> Shard {
+        let on_cluster = matches!(
+            self.backends[call.backend].connection,
+            Connection::Cluster(_)
+        );
+        Shard {
+            backend: call.backend,
+            slot: on_cluster.then(|| Slot::for_key(&call.key)),
+        }
+    }
+
+    /// Keys in different shards (a Cluster's slots, or the two Redis of `REDIS_PERSECOND`)
+    /// cannot be touched by one script: each shard's admitted hits are charged (`Mode::Any`),
+    /// then the charges that must not stand (a descriptor with a denied limit, a vetoed
+    /// request; never debt) are taken back (`Mode::Refund`) before the answer goes out.
+    /// Nothing is ever over-admitted (a charge lands before the decision that could rely on
+    /// it); meanwhile a concurrent request may see charges that are then taken back. A hit
+    /// whose charge is taken back reports what remains without it.
+    async fn decide_across_shards(
         &self,
         calls: Vec<HitCall>,
         charging: Charging,
     ) -> Result<Vec<Decision>, StoreError> {
-        let mut slots: Vec<(Slot, Vec<usize>)> = Vec::new();
+        let mut shards: Vec<(Shard, Vec<usize>)> = Vec::new();
         for (index, call) in calls.iter().enumerate() {
-            let slot = Slot::for_key(&call.key);
-            match slots.iter_mut().find(|(s, _)| *s == slot) {
+            let shard = self.shard_of(call);
+            match shards.iter_mut().find(|(s, _)| *s == shard) {
                 Some((_, members)) => members.push(index),
-                None => slots.push((slot, vec![index])),
+                None => shards.push((shard, vec![index])),
             }
         }
-        let groups: Vec<Vec<HitCall>> = slots
+        let groups: Vec<Vec<HitCall>> = shards
             .iter()
             .map(|(_, members)| members.iter().map(|&i| calls[i].clone()).collect())
             .collect();
-        let replies = join_all(groups.iter().map(|group| self.call(group, Mode::Any))).await;
+        let replies =
+            join_all(shards.iter().zip(&groups).map(|((shard, _), group)| {
+                self.call(&self.backends[shard.backend], group, Mode::Any)
+            }))
+            .await;
         let mut decided: Vec<Option<(Decision, u64)>> = vec![None; calls.len()];
         let mut failure = None;
-        for ((_, members), reply) in slots.iter().zip(replies) {
+        for ((_, members), reply) in shards.iter().zip(replies) {
             match reply
                 .map_err(store_error)
                 .and_then(|r| decisions(&r, members.len(), Mode::Any))
@@ -322,14 +361,14 @@ impl RedisStore {
     }
 
     /// Takes back the charges `decided` made (admitted hits of cost > 0) of the hits `undo`
-    /// names, slot by slot; returns, by hit index, what each refunded hit reports then.
+    /// names, shard by shard; returns, by hit index, what each refunded hit reports then.
     async fn refund(
         &self,
         calls: &[HitCall],
         decided: &[Option<(Decision, u64)>],
         undo: &[bool],
     ) -> Vec<(usize, (Decision, u64))> {
-        let mut slots: Vec<(Slot, Vec<usize>, Vec<HitCall>)> = Vec::new();
+        let mut shards: Vec<(Shard, Vec<usize>, Vec<HitCall>)> = Vec::new();
         for (index, (call, decision)) in calls.iter().zip(decided).enumerate() {
             let Some((decision, decided_at_us)) = decision else {
                 continue;
@@ -339,20 +378,20 @@ impl RedisStore {
             }
             let mut charged = call.clone();
             charged.args.now_us = Some(*decided_at_us);
-            let slot = Slot::for_key(&charged.key);
-            match slots.iter_mut().find(|(s, _, _)| *s == slot) {
+            let shard = self.shard_of(&charged);
+            match shards.iter_mut().find(|(s, _, _)| *s == shard) {
                 Some((_, indices, members)) => {
                     indices.push(index);
                     members.push(charged);
                 }
-                None => slots.push((slot, vec![index], vec![charged])),
+                None => shards.push((shard, vec![index], vec![charged])),
             }
         }
-        let refunds = slots
+        let refunds = shards
             .iter()
-            .map(|(_, _, group)| self.call(group, Mode::Refund));
+            .map(|(shard, _, group)| self.call(&self.backends[shard.backend], group, Mode::Refund));
         let mut refunded = Vec::new();
-        for ((_, indices, _), result) in slots.iter().zip(join_all(refunds).await) {
+        for ((_, indices, _), result) in shards.iter().zip(join_all(refunds).await) {
             match result
                 .map_err(store_error)
                 .and_then(|r| decisions(&r, indices.len(), Mode::Refund))
@@ -367,11 +406,74 @@ impl RedisStore {
     }
 }
 
-/// One hit as a script call sees it: its key and its arguments.
+/// Where a script call runs: a backend, and on a Cluster one slot of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shard {
+    backend: usize,
+    slot: Option<Slot>,
+}
+
+/// Connects to `target`, waiting up to `startup_wait`.
+async fn connect_to(
+    target: &RedisTarget,
+    startup_wait: Duration,
+) -> Result<Connection, StoreError> {
+    target
+        .connect_waiting(startup_wait)
+        .await
+        .map_err(|error| StoreError::Unreachable {
+            store: STORE,
+            source: format!("{}: {error}", target.describe()).into(),
+        })
+}
+
+/// Runs `command` where every primary of `connection` sees it.
+async fn on_every_primary(connection: &Connection, command: &Cmd) -> RedisResult<redis::Value> {
+    match connection {
+        Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
+        Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+        Connection::Sentinel(sentinel) => command.query_async(&mut sentinel.primary()).await,
+    }
+}
+
+/// Sends one command to the node of `connection` that serves its keys.
+async fn send(connection: &Connection, command: &Cmd) -> RedisResult<Vec<i64>> {
+    match connection {
+        Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
+        Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+        Connection::Sentinel(sentinel) => {
+            let result = command.query_async(&mut sentinel.primary()).await;
+            if result
+                .as_ref()
+                .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
+            {
+                // The primary may have moved: ask the sentinels before the next call.
+                if let Err(error) = sentinel.refresh().await {
+                    tracing::warn!(%error, "cannot find the Redis primary through Sentinel");
+                }
+            }
+            result
+        }
+    }
+}
+
+/// PING of `connection`.
+async fn ping(connection: &Connection) -> bool {
+    let mut ping = redis::cmd("PING");
+    let reply: RedisResult<String> = match connection {
+        Connection::Single(manager) => ping.query_async(&mut manager.clone()).await,
+        Connection::Cluster(cluster) => ping.arg("sluice").query_async(&mut cluster.clone()).await,
+        Connection::Sentinel(sentinel) => ping.query_async(&mut sentinel.primary()).await,
+    };
+    reply.is_ok()
+}
+
+/// One hit as a script call sees it: its key, its arguments and its backend.
 #[derive(Debug, Clone)]
 struct HitCall {
     key: String,
     args: ScriptArgs,
+    backend: usize,
 }
 
 /// `command` (FCALL, EVALSHA or EVAL) of `script` (the function's name, the script's SHA1 or
@@ -418,21 +520,12 @@ impl Mode {
 }
 
 impl Store for RedisStore {
+    /// Every backend answers a PING in time.
     async fn healthy(&self) -> bool {
-        let ping = async {
-            let mut ping = redis::cmd("PING");
-            let reply: RedisResult<String> = match &self.connection {
-                Connection::Single(manager) => ping.query_async(&mut manager.clone()).await,
-                Connection::Cluster(cluster) => {
-                    ping.arg("sluice").query_async(&mut cluster.clone()).await
-                }
-                Connection::Sentinel(sentinel) => ping.query_async(&mut sentinel.primary()).await,
-            };
-            reply.is_ok()
-        };
-        tokio::time::timeout(self.command_timeout, ping)
+        let pings = join_all(self.backends.iter().map(|b| ping(&b.connection)));
+        tokio::time::timeout(self.command_timeout, pings)
             .await
-            .unwrap_or(false)
+            .is_ok_and(|answers| answers.into_iter().all(|answered| answered))
     }
 
     fn stats(&self) -> StoreStats {
