@@ -53,33 +53,93 @@ impl LimitLabels {
     /// path, request values with `detailed_metric` or `value_to_metric`, the pattern with
     /// `share_threshold`.
     pub fn of_match(domain: &str, levels: &[MatchedLevel<'_>], detailed: bool) -> LimitLabels {
-        let segment = |level: &MatchedLevel<'_>| match level.metric_value(detailed) {
-            Some(value) if !value.is_empty() => format!("{}_{value}", level.key),
-            _ => level.key.to_string(),
-        };
+        let mut stats_key = domain.to_string();
+        for level in levels {
+            stats_key.push('.');
+            stats_key.push_str(level.key);
+            if let Some(value) = level.metric_value(detailed).filter(|v| !v.is_empty()) {
+                stats_key.push('_');
+                stats_key.push_str(value);
+            }
+        }
         let from_request = levels.iter().any(|l| {
             let shared = l.share_threshold && l.configured.is_some();
             !shared && (detailed || l.value_to_metric)
         });
-        LimitLabels {
-            domain: domain.to_string(),
-            key1: levels.first().map(segment).unwrap_or_default(),
-            key2: levels.get(1).map(segment),
-            from_request,
-        }
+        LimitLabels::of_stats_key(&stats_key, from_request)
     }
 
     /// The labels of a client's limit override: entry keys only, never values, so overrides
     /// cannot create a series per value (the reference server's leak).
     pub fn of_override<'a>(domain: &str, keys: impl Iterator<Item = &'a str>) -> LimitLabels {
-        let mut keys = keys;
+        let mut stats_key = domain.to_string();
+        for key in keys.take(2) {
+            stats_key.push('.');
+            stats_key.push_str(key);
+        }
+        LimitLabels::of_stats_key(&stats_key, true)
+    }
+
+    /// The labels envoyproxy/ratelimit's Prometheus mapping gives the stats key
+    /// `domain.level1.level2...`: sanitised (`sanitize_stat_name`), then its first three
+    /// dot-separated parts are `domain`, `key1` and `key2` (so a value with a dot that is not
+    /// an IPv4 address's spreads over two labels, as in the reference).
+    fn of_stats_key(stats_key: &str, from_request: bool) -> LimitLabels {
+        let sanitized = sanitize_stat_name(stats_key);
+        let mut parts = sanitized.split('.');
         LimitLabels {
-            domain: domain.to_string(),
-            key1: keys.next().unwrap_or_default().to_string(),
-            key2: keys.next().map(str::to_string),
-            from_request: true,
+            domain: parts.next().unwrap_or_default().to_string(),
+            key1: parts.next().unwrap_or_default().to_string(),
+            key2: parts.next().map(str::to_string),
+            from_request,
         }
     }
+}
+
+/// envoyproxy/ratelimit's sanitising of a stats name: `:` and `|` become `_`, and so do the
+/// dots of every IPv4 address (`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`, leftmost first).
+pub fn sanitize_stat_name(name: &str) -> String {
+    let mut out: Vec<u8> = name
+        .bytes()
+        .map(|b| if b == b':' || b == b'|' { b'_' } else { b })
+        .collect();
+    let mut at = 0;
+    while at < out.len() {
+        match ipv4_at(&out, at) {
+            Some((dots, end)) => {
+                for dot in dots {
+                    out[dot] = b'_';
+                }
+                at = end;
+            }
+            None => at += 1,
+        }
+    }
+    // Only ASCII bytes were replaced by ASCII bytes: still UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// An IPv4-shaped match starting at `start`: the positions of its three dots and its end.
+fn ipv4_at(bytes: &[u8], start: usize) -> Option<([usize; 3], usize)> {
+    let digits_from = |at: usize| {
+        bytes[at.min(bytes.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut dots = [0; 3];
+    let mut at = start;
+    for dot in &mut dots {
+        // A group followed by a dot is its whole run of digits (at most 3).
+        let run = digits_from(at);
+        if run == 0 || run > 3 || bytes.get(at + run) != Some(&b'.') {
+            return None;
+        }
+        *dot = at + run;
+        at += run + 1;
+    }
+    let last = digits_from(at);
+    (last > 0).then_some((dots, at + last.min(3)))
 }
 
 #[cfg(test)]
@@ -119,6 +179,28 @@ mod tests {
         assert!(
             !labels.from_request,
             "a shared pattern is bounded by the config"
+        );
+    }
+
+    /// The reference's `SanitizeStatName` cases, and what its mapping makes of dots.
+    #[test]
+    fn labels_are_sanitised_and_split_as_the_reference_maps_them() {
+        assert_eq!(sanitize_stat_name("a:b|c"), "a_b_c");
+        assert_eq!(
+            sanitize_stat_name("d.remote_address_10.0.0.1.path"),
+            "d.remote_address_10_0_0_1.path"
+        );
+        assert_eq!(sanitize_stat_name("1234.5.6.7"), "1234_5_6_7");
+        assert_eq!(sanitize_stat_name("1.2.3.4.5.6.7.8"), "1_2_3_4.5_6_7_8");
+        assert_eq!(sanitize_stat_name("v1.2.3"), "v1.2.3");
+        let ip = level("remote_address", "192.168.0.1", None);
+        let labels = LimitLabels::of_match("d", &[ip], true);
+        assert_eq!(labels.key1, "remote_address_192_168_0_1");
+        let host = level("host", "api.example.com", None);
+        let labels = LimitLabels::of_match("d", &[host], true);
+        assert_eq!(
+            (labels.key1.as_str(), labels.key2.as_deref()),
+            ("host_api", Some("example"))
         );
     }
 }

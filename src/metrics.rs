@@ -61,7 +61,11 @@ pub struct Metrics {
     request_valued_series: AtomicUsize,
     /// By algorithm, then OK / OVER_LIMIT.
     decisions: Vec<[Counter; 2]>,
+    /// `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`.
+    requests: Counter,
     request_latency: Histogram,
+    /// Requests global shadow mode turned from OVER_LIMIT to OK.
+    global_shadow_mode: Counter,
     store_latency: Histogram,
     /// By `StoreError::KINDS`.
     store_errors: [Counter; 3],
@@ -96,8 +100,21 @@ impl Metrics {
             .collect();
         let histogram =
             |name: &'static str| recorder.register_histogram(&Key::from_name(name), &METADATA);
+        // The reference names its gRPC method metrics after the method (its interceptor).
+        let of_method = || vec![Label::new("grpc_method", "ShouldRateLimit")];
         Metrics {
-            request_latency: histogram("ratelimit_service_response_time_seconds"),
+            requests: recorder.register_counter(
+                &Key::from_parts("ratelimit_service_total_requests", of_method()),
+                &METADATA,
+            ),
+            request_latency: recorder.register_histogram(
+                &Key::from_parts("ratelimit_service_response_time_seconds", of_method()),
+                &METADATA,
+            ),
+            global_shadow_mode: recorder.register_counter(
+                &Key::from_name("ratelimit_service_global_shadow_mode"),
+                &METADATA,
+            ),
             store_latency: histogram("sluice_store_duration_seconds"),
             store_errors: StoreError::KINDS.map(|kind| {
                 let labels = vec![Label::new("kind", kind)];
@@ -147,8 +164,8 @@ impl Metrics {
         self.handle.render()
     }
 
-    /// Counts one limited descriptor's hits, as envoyproxy/ratelimit does: total, over (and
-    /// shadow when the limit is in shadow mode), or within (and near when past the ratio).
+    /// Counts one limited descriptor's hits, split as envoyproxy/ratelimit's base limiter
+    /// splits them (`split_hits`).
     pub fn record_limit(&self, labels: &LimitLabels, outcome: &LimitOutcome) {
         let known = self.limits.load();
         if let Some(counters) = known.get(labels) {
@@ -160,29 +177,25 @@ impl Metrics {
     }
 
     fn count(&self, counters: &LimitCounters, outcome: &LimitOutcome) {
-        let LimitOutcome { cost, decision, .. } = *outcome;
-        counters.total.increment(cost);
-        if decision.admitted {
-            counters.within.increment(cost);
-            let used = outcome
-                .capacity
-                .saturating_sub(u64::from(decision.remaining));
-            if used as f64 > outcome.capacity as f64 * self.near_limit_ratio {
-                counters.near.increment(cost);
-            }
-        } else {
-            counters.over.increment(cost);
-            if outcome.shadow_mode {
-                counters.shadow.increment(cost);
-            }
-        }
-        let over = !(decision.admitted || outcome.shadow_mode);
+        let split = split_hits(outcome, self.near_limit_ratio);
+        counters.total.increment(outcome.cost);
+        counters.within.increment(split.within);
+        counters.near.increment(split.near);
+        counters.over.increment(split.over);
+        counters.shadow.increment(split.shadow);
+        let over = !(outcome.decision.admitted || outcome.shadow_mode);
         self.decisions[outcome.algorithm.index()][usize::from(over)].increment(1);
     }
 
-    /// A ShouldRateLimit call's latency.
+    /// A ShouldRateLimit call, and its latency.
     pub fn record_request(&self, seconds: f64) {
+        self.requests.increment(1);
         self.request_latency.record(seconds);
+    }
+
+    /// A request global shadow mode answered OK though its limits denied it.
+    pub fn record_global_shadow_mode(&self) {
+        self.global_shadow_mode.increment(1);
     }
 
     /// A failed ShouldRateLimit call, by `DecisionError::metric_label`.
@@ -262,6 +275,56 @@ impl Metrics {
     }
 }
 
+/// How a descriptor's hits count in each counter besides `total_hits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct SplitHits {
+    within: u64,
+    near: u64,
+    over: u64,
+    shadow: u64,
+}
+
+/// envoyproxy/ratelimit's split of a descriptor's h hits, from what the limit had used before
+/// them (`before`) and would have after (`after` = before + h): admitted, all are within, and
+/// those past the near-limit threshold (floor(L x ratio), in single precision as the
+/// reference computes it) are near; denied, those past L are over (all of them when the limit
+/// was already reached), those between the threshold and L are near, and the over ones are
+/// also shadow when the limit is in shadow mode.
+fn split_hits(outcome: &LimitOutcome, near_limit_ratio: f64) -> SplitHits {
+    let hits = outcome.cost;
+    let limit = outcome.capacity;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let near_threshold = ((limit as f32) * (near_limit_ratio as f32)).floor() as u64;
+    let used = limit.saturating_sub(u64::from(outcome.decision.remaining));
+    if outcome.decision.admitted {
+        let (before, after) = (used.saturating_sub(hits), used);
+        let near = if after <= near_threshold {
+            0
+        } else if before >= near_threshold {
+            hits
+        } else {
+            after - near_threshold
+        };
+        return SplitHits {
+            within: hits,
+            near,
+            ..SplitHits::default()
+        };
+    }
+    let (before, after) = (used, used.saturating_add(hits));
+    let (over, near) = if before >= limit {
+        (hits, 0)
+    } else {
+        (after - limit, limit - near_threshold.max(before))
+    };
+    SplitHits {
+        over,
+        near,
+        shadow: if outcome.shadow_mode { over } else { 0 },
+        ..SplitHits::default()
+    }
+}
+
 fn limit_key(name: &'static str, labels: &LimitLabels) -> Key {
     let mut parts = vec![
         Label::new("domain", labels.domain.clone()),
@@ -276,6 +339,81 @@ fn limit_key(name: &'static str, labels: &LimitLabels) -> Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn outcome(capacity: u64, cost: u64, admitted: bool, remaining: u32) -> LimitOutcome {
+        LimitOutcome {
+            algorithm: Algorithm::FixedWindow,
+            capacity,
+            cost,
+            decision: Decision {
+                admitted,
+                remaining,
+                reset_after_us: 0,
+                retry_after_us: 0,
+            },
+            shadow_mode: false,
+        }
+    }
+
+    /// The reference's base limiter cases (test/limiter/base_limiter_test.go, and the
+    /// near-limit cases of its Redis tests): limit 10, threshold 8.
+    #[test]
+    fn hits_split_into_within_near_over_as_the_reference_splits_them() {
+        let split = |o: &LimitOutcome| split_hits(o, 0.8);
+        // 5 -> 6 of 10: within only.
+        assert_eq!(
+            split(&outcome(10, 1, true, 4)),
+            SplitHits {
+                within: 1,
+                ..Default::default()
+            }
+        );
+        // 7 -> 10 with 3 hits: two past the threshold of 8 are near.
+        assert_eq!(
+            split(&outcome(10, 3, true, 0)),
+            SplitHits {
+                within: 3,
+                near: 2,
+                ..Default::default()
+            }
+        );
+        // 9 -> 10: all near.
+        assert_eq!(
+            split(&outcome(10, 1, true, 0)),
+            SplitHits {
+                within: 1,
+                near: 1,
+                ..Default::default()
+            }
+        );
+        // 7 used, 6 hits denied: 3 over (11..13), 2 near (9..10 past max(8, 7)).
+        assert_eq!(
+            split(&outcome(10, 6, false, 3)),
+            SplitHits {
+                over: 3,
+                near: 2,
+                ..Default::default()
+            }
+        );
+        // Already at the limit: every hit over.
+        assert_eq!(
+            split(&outcome(10, 4, false, 0)),
+            SplitHits {
+                over: 4,
+                ..Default::default()
+            }
+        );
+        let mut shadow = outcome(10, 4, false, 0);
+        shadow.shadow_mode = true;
+        assert_eq!(
+            split(&shadow),
+            SplitHits {
+                over: 4,
+                shadow: 4,
+                ..Default::default()
+            }
+        );
+    }
 
     #[test]
     fn request_valued_series_are_bounded() {

@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 use crate::config::Config;
 use crate::limit::{Charging, Decision, Hit};
 use crate::metrics::{LimitOutcome, Metrics};
+use crate::proto::rate_limit_response::Code;
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::{Store, StoreError};
@@ -118,7 +119,12 @@ impl<S: Store> RateLimiter<S> {
             .map(|s| response::status(&s.verdict, s.decision.as_ref()))
             .collect();
         let verdicts: Vec<Verdict<'_>> = settled.into_iter().map(|s| s.verdict).collect();
-        let overall = response::overall_code(&verdicts, &statuses, self.options.shadow_mode);
+        let mut overall = response::overall_code(&verdicts, &statuses);
+        if overall == Code::OverLimit && self.options.shadow_mode {
+            // `SHADOW_MODE`: the answer is OK; the statuses stay truthful.
+            overall = Code::Ok;
+            self.metrics.record_global_shadow_mode();
+        }
         let response_headers_to_add = match &self.options.response_headers {
             Some(names) => extras::headers(names, &verdicts, &statuses, overall),
             None => Vec::new(),

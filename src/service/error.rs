@@ -26,13 +26,13 @@ impl DecisionError {
         }
     }
 
-    /// The `err_type` label of `ratelimit_service_should_rate_limit_error`.
+    /// The `err_type` label of `ratelimit_service_should_rate_limit_error`, as
+    /// envoyproxy/ratelimit names it: `service_error` for a refused request, `redis_error` for
+    /// a store that could not decide (its kind is counted in `sluice_store_errors_total`).
     pub fn metric_label(&self) -> &'static str {
         match self {
-            DecisionError::InvalidRequest { .. } => "invalid_argument",
-            DecisionError::Store(StoreError::Timeout { .. }) => "store_timeout",
-            DecisionError::Store(StoreError::Unreachable { .. }) => "store_unreachable",
-            DecisionError::Store(StoreError::Protocol { .. }) => "store_protocol",
+            DecisionError::InvalidRequest { .. } => "service_error",
+            DecisionError::Store(_) => "redis_error",
         }
     }
 }

@@ -81,12 +81,8 @@ fn limited_status(applied: &Applied<'_>, decision: &Decision) -> DescriptorStatu
 
 /// OVER_LIMIT iff the limited descriptors veto the request (`limit::vetoed`: any
 /// enforced one over, or every quota one over, when there are any), the rule by which the
-/// store charged it; global shadow mode turns OVER_LIMIT into OK here and only here.
-pub fn overall_code(
-    verdicts: &[Verdict<'_>],
-    statuses: &[DescriptorStatus],
-    global_shadow: bool,
-) -> Code {
+/// store charged it. (Global shadow mode turns it into OK afterwards, in the service.)
+pub fn overall_code(verdicts: &[Verdict<'_>], statuses: &[DescriptorStatus]) -> Code {
     let outcomes = verdicts
         .iter()
         .zip(statuses)
@@ -96,7 +92,7 @@ pub fn overall_code(
             }
             _ => None,
         });
-    if vetoed(outcomes) && !global_shadow {
+    if vetoed(outcomes) {
         Code::OverLimit
     } else {
         Code::Ok

@@ -18,6 +18,7 @@ mod load_tools;
 mod operations;
 mod redis_deployments;
 mod redis_store;
+mod reference_cases;
 mod response_extras;
 mod simulate;
 mod store_contract;

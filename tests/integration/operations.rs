@@ -113,7 +113,7 @@ async fn metrics_count_every_hit_per_limit() {
     assert_eq!(
         value(
             "ratelimit_service_should_rate_limit_error",
-            r#"{err_type="invalid_argument"}"#
+            r#"{err_type="service_error"}"#
         ),
         Some(1.0)
     );
@@ -122,7 +122,10 @@ async fn metrics_count_every_hit_per_limit() {
         Some(1.0)
     );
     assert_eq!(
-        value("ratelimit_service_response_time_seconds_count", ""),
+        value(
+            "ratelimit_service_response_time_seconds_count",
+            r#"{grpc_method="ShouldRateLimit"}"#
+        ),
         Some(11.0),
         "every call timed"
     );

@@ -1,0 +1,902 @@
+//! `test/config/config_test.go`: loading, matching, refusals and stats keys.
+
+use super::*;
+
+/// Shaped like the reference's `basic_config.yaml`: nested keys, defaults and specific
+/// values, a value with no limit, names, unlimited, detailed_metric.
+const BASIC: &str = r#"
+domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit: {unit: second, requests_per_unit: 5}
+      - key: subkey1
+        value: subvalue1
+        rate_limit: {unit: second, requests_per_unit: 10}
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key2
+    value: value2
+    rate_limit: {unit: minute, requests_per_unit: 30}
+  - key: key2
+    value: value3
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: key4
+    rate_limit: {name: key4_rate_limit, unit: day, requests_per_unit: 1}
+  - key: key5
+    value: value5
+    rate_limit: {unit: day, requests_per_unit: 15}
+    descriptors:
+      - key: subkey5
+        value: subvalue5
+        rate_limit: {unit: day, requests_per_unit: 25}
+  - key: key6
+    rate_limit: {unlimited: true}
+  - key: key7
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 70}
+"#;
+
+#[tokio::test]
+async fn test_basic_config() {
+    for on in on_both_stores(&[("basic.yaml", BASIC)], &[], &[]) {
+        let s = &on.sluice;
+        let limit =
+            |entries: &'static [(&'static str, &'static str)]| limit_of(s, "test-domain", entries);
+        assert_eq!(
+            limit_of(s, "foo_domain", &[("key1", "value1")]).await,
+            None,
+            "{}",
+            on.store
+        );
+        assert_eq!(limit(&[("key1", "something")]).await, None);
+        assert_eq!(limit(&[("key1", "value1")]).await, None);
+        assert_eq!(
+            limit(&[("key2", "value2"), ("subkey", "subvalue")]).await,
+            None
+        );
+        assert_eq!(
+            limit(&[("key5", "value5"), ("subkey5", "subvalue")]).await,
+            None
+        );
+        let rate = |n, unit| Some((n, unit, String::new()));
+        assert_eq!(
+            limit(&[("key1", "value1"), ("subkey1", "something")]).await,
+            rate(5, Unit::Second)
+        );
+        assert_eq!(
+            limit(&[("key1", "value1"), ("subkey1", "subvalue1")]).await,
+            rate(10, Unit::Second)
+        );
+        assert_eq!(
+            limit(&[("key2", "something")]).await,
+            rate(20, Unit::Minute)
+        );
+        assert_eq!(limit(&[("key2", "value2")]).await, rate(30, Unit::Minute));
+        assert_eq!(
+            limit(&[("key2", "value3")]).await,
+            None,
+            "a value without a limit whitelists it"
+        );
+        assert_eq!(limit(&[("key3", "foo")]).await, rate(1, Unit::Hour));
+        assert_eq!(
+            limit(&[("key4", "foo")]).await,
+            Some((1, Unit::Day, "key4_rate_limit".to_string()))
+        );
+        // Unlimited: OK, with the remaining the reference reports (u32::MAX), no limit.
+        let unlimited = status_of(s, "test-domain", descriptor(&[("key6", "foo")])).await;
+        assert_eq!(
+            (code(&unlimited), unlimited.limit_remaining),
+            (Code::Ok, u32::MAX)
+        );
+        assert_eq!(
+            limit(&[("key7", "unspecified_value")]).await,
+            rate(70, Unit::Minute)
+        );
+        // Stats keys: the path, with detailed_metric the request's value.
+        let mut client = s.client().await;
+        for entries in [
+            &[("key1", "value1"), ("subkey1", "subvalue1")][..],
+            &[("key7", "unspecified_value")],
+            &[("key7", "another_value")],
+        ] {
+            call(
+                &mut client,
+                request("test-domain", vec![descriptor(entries)]),
+            )
+            .await;
+        }
+        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
+        assert_eq!(
+            total(r#"{domain="test-domain",key1="key1_value1",key2="subkey1_subvalue1"}"#),
+            1.0
+        );
+        assert_eq!(
+            total(r#"{domain="test-domain",key1="key7_unspecified_value"}"#),
+            1.0
+        );
+        assert_eq!(
+            total(r#"{domain="test-domain",key1="key7_another_value"}"#),
+            1.0
+        );
+    }
+}
+
+const MERGE_1: &str = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n";
+const MERGE_2: &str = "domain: test-domain\ndescriptors:\n  - key: key2\n    value: value2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n";
+
+#[tokio::test]
+async fn test_domain_merge() {
+    let files = [("merge_1.yaml", MERGE_1), ("merge_2.yaml", MERGE_2)];
+    for on in on_both_stores(&files, &[], &[("MERGE_DOMAIN_CONFIG", "true")]) {
+        let s = &on.sluice;
+        assert_eq!(
+            limit_of(s, "test-domain", &[("key1", "value1")])
+                .await
+                .map(|l| l.0),
+            Some(10)
+        );
+        assert_eq!(
+            limit_of(s, "test-domain", &[("key2", "value2")])
+                .await
+                .map(|l| l.0),
+            Some(20)
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_config_limit_override() {
+    for on in on_both_stores(&[("basic.yaml", BASIC)], &[], &[]) {
+        let s = &on.sluice;
+        // The client's limit wins over the configured one, and needs no configured one.
+        let overridden = descriptor_with_limit(
+            &[("key1", "value1"), ("subkey1", "something")],
+            42,
+            Unit::Hour as i32,
+        );
+        let status = status_of(s, "test-domain", overridden).await;
+        let limit = status.current_limit.expect("the override");
+        assert_eq!(
+            (limit.requests_per_unit, limit.unit),
+            (42, Unit::Hour as i32),
+            "{}",
+            on.store
+        );
+        let fresh = descriptor_with_limit(&[("nowhere", "x")], 7, Unit::Day as i32);
+        let status = status_of(s, "test-domain", fresh).await;
+        assert_eq!(status.current_limit.map(|l| l.requests_per_unit), Some(7));
+        // An override is counted under the descriptor's keys (sluice leaves the values out:
+        // one series per value is the reference's metric leak).
+        let total = counter(
+            s,
+            "ratelimit_service_rate_limit_total_hits",
+            r#"{domain="test-domain",key1="nowhere"}"#,
+        );
+        assert_eq!(total, 1.0);
+    }
+}
+
+#[test]
+fn test_empty_domain() {
+    assert_refused(
+        &[("c.yaml", "domain: \"\"\ndescriptors: []\n")],
+        &[],
+        "config file cannot have empty domain",
+    );
+}
+
+#[test]
+fn test_duplicate_domain() {
+    assert_refused(
+        &[("a.yaml", MERGE_1), ("b.yaml", MERGE_1)],
+        &[],
+        "duplicate domain 'test-domain' in config file",
+    );
+}
+
+#[test]
+fn test_empty_key() {
+    let text = "domain: d\ndescriptors:\n  - value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    assert_refused(&[("c.yaml", text)], &[], "descriptor has empty key");
+}
+
+#[test]
+fn test_duplicate_key() {
+    let text = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n  - key: key1\n    value: value1\n";
+    assert_refused(
+        &[("c.yaml", text)],
+        &[],
+        "duplicate descriptor composite key 'test-domain.key1_value1'",
+    );
+}
+
+#[test]
+fn test_duplicate_key_domain_merge() {
+    assert_refused(
+        &[("a.yaml", MERGE_1), ("b.yaml", MERGE_1)],
+        &["--merge-domain-config"],
+        "duplicate descriptor composite key 'test-domain.key1_value1'",
+    );
+}
+
+#[test]
+fn test_bad_limit_unit() {
+    let text =
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: foo, requests_per_unit: 1}\n";
+    assert_refused(&[("c.yaml", text)], &[], "invalid rate limit unit 'foo'");
+}
+
+#[test]
+fn test_replaces_self() {
+    let text = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: me\n      replaces: [{name: me}]\n      unit: second\n      requests_per_unit: 1\n";
+    assert_refused(
+        &[("c.yaml", text)],
+        &[],
+        "replaces should not contain name of same descriptor",
+    );
+}
+
+#[test]
+fn test_replaces_empty() {
+    let text = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: me\n      replaces: [{name: \"\"}]\n      unit: second\n      requests_per_unit: 1\n";
+    assert_refused(
+        &[("c.yaml", text)],
+        &[],
+        "should not have an empty replaces entry",
+    );
+}
+
+#[test]
+fn test_bad_yaml() {
+    let (loaded, text) = check_config(&[("c.yaml", "domain: d\ndescriptors: [oops\n")], &[]);
+    assert!(!loaded && text.contains("c.yaml:"), "{text}");
+}
+
+#[test]
+fn test_misspelled_key() {
+    let text = "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: second, requests_per_unit: 1}\n";
+    assert_refused(&[("c.yaml", text)], &[], "unknown field `ratelimit`");
+    let text =
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requestsperunit: 1}\n";
+    assert_refused(&[("c.yaml", text)], &[], "unknown field `requestsperunit`");
+}
+
+#[test]
+fn test_non_string_key() {
+    let text =
+        "domain: d\ndescriptors:\n  - key: k\n    0.25: {unit: second, requests_per_unit: 1}\n";
+    let (loaded, out) = check_config(&[("c.yaml", text)], &[]);
+    assert!(!loaded && out.contains("c.yaml:4"), "{out}");
+}
+
+#[test]
+fn test_non_map_list() {
+    let text = "domain: d\ndescriptors:\n  - a\n  - b\n";
+    assert_refused(&[("c.yaml", text)], &[], "expected a descriptor");
+}
+
+#[test]
+fn test_unlimited_with_rate_limit_unit() {
+    let text =
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n";
+    assert_refused(
+        &[("c.yaml", text)],
+        &[],
+        "should not specify rate limit unit when unlimited",
+    );
+}
+
+#[tokio::test]
+async fn test_shadow_mode_config() {
+    let config = r#"
+domain: test-domain
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        rate_limit: {unit: second, requests_per_unit: 5}
+      - key: subkey1
+        value: subvalue1
+        shadow_mode: true
+        rate_limit: {unit: second, requests_per_unit: 10}
+  - key: key2
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key2
+    value: value2
+    rate_limit: {unit: minute, requests_per_unit: 30}
+"#;
+    for on in on_both_stores(&[("shadow.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        // Push each limit over: a shadow-mode limit answers OK and counts shadow_mode.
+        let mut client = s.client().await;
+        let mut last = Vec::new();
+        for (entries, limit) in [
+            (&[("key1", "value1"), ("subkey1", "x")][..], 5u64),
+            (&[("key1", "value1"), ("subkey1", "subvalue1")], 10),
+            (&[("key2", "any")], 20),
+            (&[("key2", "value2")], 30),
+        ] {
+            let over = descriptor_with_hits(entries, limit + 1);
+            let response = call(&mut client, request("test-domain", vec![over])).await;
+            last.push(code(&response.statuses[0]));
+        }
+        assert_eq!(
+            last,
+            [Code::OverLimit, Code::Ok, Code::Ok, Code::OverLimit],
+            "{}",
+            on.store
+        );
+        let shadow = |labels| counter(s, "ratelimit_service_rate_limit_shadow_mode", labels);
+        assert_eq!(
+            shadow(r#"{domain="test-domain",key1="key1_value1",key2="subkey1"}"#),
+            0.0
+        );
+        // The reference's split: of 11 hits on an unused limit of 10, the one past it is over
+        // (and shadow), the two between 8 and 10 near.
+        assert_eq!(
+            shadow(r#"{domain="test-domain",key1="key1_value1",key2="subkey1_subvalue1"}"#),
+            1.0
+        );
+        assert_eq!(shadow(r#"{domain="test-domain",key1="key2"}"#), 1.0);
+        let near = counter(
+            s,
+            "ratelimit_service_rate_limit_near_limit",
+            r#"{domain="test-domain",key1="key2"}"#,
+        );
+        assert_eq!(near, 4.0, "20 x 0.8 = 16: the 4 hits from 17 to 20");
+        assert_eq!(shadow(r#"{domain="test-domain",key1="key2_value2"}"#), 0.0);
+    }
+}
+
+#[tokio::test]
+async fn test_wildcard_config() {
+    let config = r#"
+domain: test-domain
+descriptors:
+  - key: wild
+    value: foo*
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: wild
+    value: foo1
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: nestedWild
+    value: val*
+    descriptors:
+      - key: wild
+        value: goo*
+        rate_limit: {unit: minute, requests_per_unit: 30}
+  - key: middle
+    value: path/*/end
+    rate_limit: {unit: minute, requests_per_unit: 40}
+  - key: several
+    value: a*b*c
+    rate_limit: {unit: minute, requests_per_unit: 50}
+"#;
+    for on in on_both_stores(&[("wild.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        let n = |entries: &'static [(&'static str, &'static str)]| async move {
+            limit_of(s, "test-domain", entries).await.map(|l| l.0)
+        };
+        assert_eq!(
+            n(&[("wild", "foo1")]).await,
+            Some(10),
+            "an exact value wins"
+        );
+        assert_eq!(n(&[("wild", "foo2")]).await, Some(20));
+        assert_eq!(
+            n(&[("wild", "foo")]).await,
+            Some(20),
+            "* matches nothing too"
+        );
+        assert_eq!(n(&[("wild", "bar")]).await, None);
+        assert_eq!(
+            n(&[("nestedWild", "val1"), ("wild", "goo2")]).await,
+            Some(30)
+        );
+        assert_eq!(n(&[("nestedWild", "val1"), ("wild", "foo2")]).await, None);
+        assert_eq!(n(&[("middle", "path/x/y/end")]).await, Some(40));
+        assert_eq!(n(&[("middle", "path/x/y/ends")]).await, None);
+        assert_eq!(n(&[("several", "a1b2c")]).await, Some(50));
+        assert_eq!(n(&[("several", "abc")]).await, Some(50));
+        assert_eq!(n(&[("several", "acb")]).await, None);
+    }
+}
+
+/// Sends one hit for each of `requests` (entries) in `domain`.
+async fn hit_each(s: &Sluice, domain: &str, requests: &[&[(&str, &str)]]) {
+    let mut client = s.client().await;
+    for entries in requests {
+        call(&mut client, request(domain, vec![descriptor(entries)])).await;
+    }
+}
+
+#[tokio::test]
+async fn test_detailed_metric() {
+    let config = r#"
+domain: d
+descriptors:
+  - key: key1
+    value: value1
+    descriptors:
+      - key: subkey1
+        detailed_metric: true
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: key2
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 5}
+"#;
+    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(
+            s,
+            "d",
+            &[
+                &[("key1", "value1"), ("subkey1", "a")],
+                &[("key1", "value1"), ("subkey1", "b")],
+                &[("key2", "x")],
+            ],
+        )
+        .await;
+        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
+        assert_eq!(
+            total(r#"{domain="d",key1="key1_value1",key2="subkey1_a"}"#),
+            1.0,
+            "{}",
+            on.store
+        );
+        assert_eq!(
+            total(r#"{domain="d",key1="key1_value1",key2="subkey1_b"}"#),
+            1.0
+        );
+        assert_eq!(total(r#"{domain="d",key1="key2_x"}"#), 1.0);
+    }
+}
+
+/// A route / http_method / subject_id tree; `flags` are put on route and http_method.
+fn value_to_metric_tree(route_flags: &str, method_flags: &str, leaf_flags: &str) -> String {
+    format!(
+        r#"
+domain: domain
+descriptors:
+  - key: route
+{route_flags}
+    descriptors:
+      - key: http_method
+{method_flags}
+        descriptors:
+          - key: subject_id
+{leaf_flags}
+            rate_limit: {{unit: minute, requests_per_unit: 60}}
+"#
+    )
+}
+
+const FLAG: &str = "    value_to_metric: true";
+const NESTED_FLAG: &str = "        value_to_metric: true";
+
+#[tokio::test]
+async fn test_value_to_metric_uses_runtime_values_in_stats() {
+    let config = value_to_metric_tree(FLAG, NESTED_FLAG, "");
+    for on in on_both_stores(&[("c.yaml", &config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(
+            s,
+            "domain",
+            &[&[
+                ("route", "draw"),
+                ("http_method", "GET"),
+                ("subject_id", "123"),
+            ]],
+        )
+        .await;
+        let labels = r#"{domain="domain",key1="route_draw",key2="http_method_GET"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
+            1.0,
+            "{}",
+            on.store
+        );
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_within_limit", labels),
+            1.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_value_to_metric_default_key_includes_value_at_that_level() {
+    let config = "domain: domain\ndescriptors:\n  - key: k1\n    value_to_metric: true\n    descriptors:\n      - key: k2\n        rate_limit: {unit: minute, requests_per_unit: 60}\n";
+    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(s, "domain", &[&[("k1", "A"), ("k2", "foo")]]).await;
+        let labels = r#"{domain="domain",key1="k1_A",key2="k2"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
+            1.0,
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_value_to_metric_mid_level_only() {
+    let config = "domain: domain\ndescriptors:\n  - key: k1\n    descriptors:\n      - key: k2\n        value_to_metric: true\n        descriptors:\n          - key: k3\n            rate_limit: {unit: minute, requests_per_unit: 60}\n";
+    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(s, "domain", &[&[("k1", "X"), ("k2", "Y"), ("k3", "Z")]]).await;
+        let labels = r#"{domain="domain",key1="k1",key2="k2_Y"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
+            1.0,
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_value_to_metric_no_flag_unchanged() {
+    let config = "domain: domain\ndescriptors:\n  - key: k1\n    descriptors:\n      - key: k2\n        rate_limit: {unit: minute, requests_per_unit: 60}\n";
+    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(s, "domain", &[&[("k1", "X"), ("k2", "Y")]]).await;
+        let labels = r#"{domain="domain",key1="k1",key2="k2"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
+            1.0,
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_value_to_metric_does_not_override_detailed_metric() {
+    let config = value_to_metric_tree(FLAG, NESTED_FLAG, "            detailed_metric: true");
+    for on in on_both_stores(&[("c.yaml", &config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(
+            s,
+            "domain",
+            &[&[
+                ("route", "draw"),
+                ("http_method", "GET"),
+                ("subject_id", "123"),
+            ]],
+        )
+        .await;
+        // The detailed key (every runtime value) is the one counted.
+        let labels = r#"{domain="domain",key1="route_draw",key2="http_method_GET"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
+            1.0,
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_value_to_metric_with_configured_values() {
+    let config = r#"
+domain: domain
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value: GET
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+      - key: http_method
+        value: POST
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: minute, requests_per_unit: 60}
+"#;
+    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(
+            s,
+            "domain",
+            &[
+                &[
+                    ("route", "api"),
+                    ("http_method", "GET"),
+                    ("subject_id", "user123"),
+                ],
+                &[
+                    ("route", "api"),
+                    ("http_method", "POST"),
+                    ("subject_id", "user456"),
+                ],
+            ],
+        )
+        .await;
+        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
+        assert_eq!(
+            total(r#"{domain="domain",key1="route_api",key2="http_method_GET"}"#),
+            1.0,
+            "{}",
+            on.store
+        );
+        assert_eq!(
+            total(r#"{domain="domain",key1="route_api",key2="http_method_POST"}"#),
+            1.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_value_to_metric_with_wildcard() {
+    let config = r#"
+domain: domain
+descriptors:
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: read*
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 60}
+"#;
+    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(
+            s,
+            "domain",
+            &[
+                &[
+                    ("user", "alice"),
+                    ("action", "readfile"),
+                    ("resource", "documents"),
+                ],
+                &[
+                    ("user", "bob"),
+                    ("action", "readdata"),
+                    ("resource", "database"),
+                ],
+            ],
+        )
+        .await;
+        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
+        assert_eq!(
+            total(r#"{domain="domain",key1="user_alice",key2="action_readfile"}"#),
+            1.0,
+            "{}",
+            on.store
+        );
+        assert_eq!(
+            total(r#"{domain="domain",key1="user_bob",key2="action_readdata"}"#),
+            1.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_value_to_metric_with_empty_value() {
+    let config = value_to_metric_tree(FLAG, NESTED_FLAG, "");
+    for on in on_both_stores(&[("c.yaml", &config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(
+            s,
+            "domain",
+            &[
+                &[("route", ""), ("http_method", "GET"), ("subject_id", "123")],
+                &[
+                    ("route", "draw"),
+                    ("http_method", ""),
+                    ("subject_id", "123"),
+                ],
+            ],
+        )
+        .await;
+        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
+        // An empty value leaves the key alone.
+        assert_eq!(
+            total(r#"{domain="domain",key1="route",key2="http_method_GET"}"#),
+            1.0,
+            "{}",
+            on.store
+        );
+        assert_eq!(
+            total(r#"{domain="domain",key1="route_draw",key2="http_method"}"#),
+            1.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_value_to_metric_full_key_matches_stats_key() {
+    // The reference keeps the limit's full key equal to its stats key; sluice's equivalent:
+    // the series a hit counts under names the same path its limit was found by.
+    let config = value_to_metric_tree(FLAG, NESTED_FLAG, "");
+    for on in on_both_stores(&[("c.yaml", &config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(
+            s,
+            "domain",
+            &[&[
+                ("route", "api"),
+                ("http_method", "GET"),
+                ("subject_id", "user123"),
+            ]],
+        )
+        .await;
+        let (_, text) = s.http_get("/metrics");
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("ratelimit_service_rate_limit_total_hits{"))
+            .collect();
+        assert_eq!(series.len(), 1, "{}: {text}", on.store);
+        assert!(
+            series[0].contains(r#"key1="route_api",key2="http_method_GET""#),
+            "{}",
+            series[0]
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_share_threshold() {
+    let config = r#"
+domain: d
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: path
+    value: /api/*/users
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+"#;
+    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        let mut client = s.client().await;
+        let mut codes = Vec::new();
+        for value in ["files/a.pdf", "files/b.csv", "files/c.txt", "files/d.doc"] {
+            let response = call(
+                &mut client,
+                request("d", vec![descriptor(&[("files", value)])]),
+            )
+            .await;
+            codes.push(code(&response.statuses[0]));
+        }
+        assert_eq!(
+            codes,
+            [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit],
+            "one counter for every value: {}",
+            on.store
+        );
+        let mut codes = Vec::new();
+        for value in ["/api/v1/users", "/api/v2/users", "/api/v3/users"] {
+            let response = call(
+                &mut client,
+                request("d", vec![descriptor(&[("path", value)])]),
+            )
+            .await;
+            codes.push(code(&response.statuses[0]));
+        }
+        assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+        assert_eq!(
+            counter(
+                s,
+                "ratelimit_service_rate_limit_total_hits",
+                r#"{domain="d",key1="files_files/*"}"#
+            ),
+            4.0
+        );
+    }
+    assert_refused(
+        &[(
+            "c.yaml",
+            "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
+        )],
+        &[],
+        "share_threshold can only be used with wildcard values",
+    );
+}
+
+#[tokio::test]
+async fn test_wildcard_stats_behavior() {
+    let config = r#"
+domain: d
+descriptors:
+  - key: plain
+    value: foo*
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: shared
+    value: foo*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+"#;
+    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        hit_each(
+            s,
+            "d",
+            &[
+                &[("plain", "foo1")],
+                &[("plain", "foo2")],
+                &[("shared", "foo1")],
+                &[("shared", "foo2")],
+            ],
+        )
+        .await;
+        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
+        // Without share_threshold a wildcard counts each value apart but stats stay under the
+        // pattern; with it, one counter and the pattern.
+        assert_eq!(
+            total(r#"{domain="d",key1="plain_foo*"}"#),
+            2.0,
+            "{}",
+            on.store
+        );
+        assert_eq!(total(r#"{domain="d",key1="shared_foo*"}"#), 2.0);
+        let plain = limit_of(s, "d", &[("plain", "foo1")]).await;
+        assert!(plain.is_some());
+        let mut client = s.client().await;
+        let again = call(
+            &mut client,
+            request("d", vec![descriptor(&[("plain", "foo1")])]),
+        )
+        .await;
+        assert_eq!(
+            again.statuses[0].limit_remaining, 8,
+            "foo1 has its own counter"
+        );
+        let shared = call(
+            &mut client,
+            request("d", vec![descriptor(&[("shared", "foo9")])]),
+        )
+        .await;
+        assert_eq!(
+            shared.statuses[0].limit_remaining, 7,
+            "every foo* shares one"
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_metadata() {
+    let config = r#"
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10}
+    metadata:
+      owner: team-a
+      nested: {level: 2, list: [1, "two"]}
+"#;
+    for on in on_both_stores(
+        &[("c.yaml", config)],
+        &[],
+        &[("RESPONSE_DYNAMIC_METADATA", "true")],
+    ) {
+        let s = &on.sluice;
+        let (status, body) = s.http_post(
+            "/json",
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#,
+        );
+        assert_eq!(status, 200, "{body}");
+        let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            answer["dynamicMetadata"]["metadata"],
+            serde_json::json!({"owner": "team-a", "nested": {"level": 2.0, "list": [1.0, "two"]}}),
+            "{}",
+            on.store
+        );
+    }
+}

@@ -1,0 +1,551 @@
+//! `test/service/ratelimit_test.go`: the service's answer from its limits' statuses: overall
+//! code, shadow and quota modes, headers, metadata, health and config reloads.
+
+use super::*;
+
+const CONFIG: &str = r#"
+domain: test-domain
+descriptors:
+  - key: one
+    rate_limit: {name: key_name, unit: minute, requests_per_unit: 1}
+  - key: ten
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota2
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: roomy
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+"#;
+
+/// Sends `descriptors` (entries) as one request in `test-domain`.
+async fn ask(s: &Sluice, descriptors: &[&[(&str, &str)]]) -> RateLimitResponse {
+    let mut client = s.client().await;
+    let descriptors = descriptors
+        .iter()
+        .map(|entries| descriptor(entries))
+        .collect();
+    call(&mut client, request("test-domain", descriptors)).await
+}
+
+/// The codes of a response: overall, then each status.
+fn codes(response: &RateLimitResponse) -> (Code, Vec<Code>) {
+    (
+        overall(response),
+        response.statuses.iter().map(code).collect(),
+    )
+}
+
+#[tokio::test]
+async fn test_service() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        let first = ask(s, &[&[("hello", "world")]]).await;
+        assert_eq!(codes(&first), (Code::Ok, vec![Code::Ok]), "{}", on.store);
+        assert_eq!(first.statuses[0].current_limit, None);
+        assert_eq!(first.statuses[0].limit_remaining, 0);
+        ask(s, &[&[("one", "a")]]).await;
+        let over = ask(s, &[&[("one", "a")], &[("hello", "world")]]).await;
+        assert_eq!(
+            codes(&over),
+            (Code::OverLimit, vec![Code::OverLimit, Code::Ok])
+        );
+        let limit = over.statuses[0].current_limit.clone().expect("the limit");
+        assert_eq!(
+            (limit.requests_per_unit, limit.name.as_str()),
+            (1, "key_name")
+        );
+        assert_eq!(over.statuses[0].limit_remaining, 0);
+        // A config that fails to load leaves the last good one serving; order does not matter.
+        std::fs::write(s.config_dir.path().join("config.yaml"), "domain: [broken\n").unwrap();
+        assert!(s.wait_for_log("config refused"), "{}", s.log());
+        let again = ask(s, &[&[("hello", "world")], &[("one", "a")]]).await;
+        assert_eq!(
+            codes(&again),
+            (Code::OverLimit, vec![Code::Ok, Code::OverLimit])
+        );
+        assert_eq!(counter(s, "ratelimit_service_config_load_success", ""), 1.0);
+        assert!(counter(s, "ratelimit_service_config_load_error", "") >= 1.0);
+        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 0.0);
+    }
+}
+
+#[tokio::test]
+async fn test_service_global_shadow_mode() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[("SHADOW_MODE", "true")]) {
+        let s = &on.sluice;
+        ask(s, &[&[("one", "a")]]).await;
+        let over = ask(s, &[&[("one", "a")], &[("hello", "world")]]).await;
+        // The answer is OK; the statuses stay truthful.
+        assert_eq!(
+            codes(&over),
+            (Code::Ok, vec![Code::OverLimit, Code::Ok]),
+            "{}",
+            on.store
+        );
+        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 1.0);
+    }
+}
+
+#[tokio::test]
+async fn test_rule_shadow_mode() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        ask(s, &[&[("shadow", "a")]]).await;
+        let over = ask(s, &[&[("shadow", "a")], &[("hello", "world")]]).await;
+        assert_eq!(
+            codes(&over),
+            (Code::Ok, vec![Code::Ok, Code::Ok]),
+            "{}",
+            on.store
+        );
+        let labels = r#"{domain="test-domain",key1="shadow"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_shadow_mode", labels),
+            1.0
+        );
+        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 0.0);
+    }
+}
+
+#[tokio::test]
+async fn test_mixed_rule_shadow_mode() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        ask(s, &[&[("shadow", "m")], &[("one", "m")]]).await;
+        let over = ask(s, &[&[("shadow", "m")], &[("one", "m")]]).await;
+        assert_eq!(
+            codes(&over),
+            (Code::OverLimit, vec![Code::Ok, Code::OverLimit]),
+            "{}",
+            on.store
+        );
+    }
+}
+
+/// The value of the response header `name`.
+fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    response
+        .response_headers_to_add
+        .iter()
+        .find(|h| h.key == name)
+        .map(|h| h.value.as_str())
+}
+
+#[tokio::test]
+async fn test_service_with_custom_ratelimit_headers() {
+    let envs = [
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LIMIT_LIMIT_HEADER", "A-Ratelimit-Limit"),
+        ("LIMIT_REMAINING_HEADER", "A-Ratelimit-Remaining"),
+        ("LIMIT_RESET_HEADER", "A-Ratelimit-Reset"),
+    ];
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &envs) {
+        let s = &on.sluice;
+        ask(s, &[&[("one", "h")]]).await;
+        let over = ask(s, &[&[("one", "h")], &[("ten", "h")]]).await;
+        assert_eq!(
+            header(&over, "A-Ratelimit-Limit"),
+            Some("1"),
+            "{}",
+            on.store
+        );
+        assert_eq!(header(&over, "A-Ratelimit-Remaining"), Some("0"));
+        let reset: u64 = header(&over, "A-Ratelimit-Reset").unwrap().parse().unwrap();
+        assert!(
+            60 - now_seconds() % 60 <= reset + 1 && reset <= 60,
+            "{reset}"
+        );
+        assert_eq!(header(&over, "RateLimit-Limit"), None);
+    }
+}
+
+#[tokio::test]
+async fn test_service_with_default_ratelimit_headers() {
+    let envs = [("LIMIT_RESPONSE_HEADERS_ENABLED", "true")];
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &envs) {
+        let s = &on.sluice;
+        // Under the limits: the descriptor with the least remaining.
+        let fine = ask(s, &[&[("ten", "d")], &[("roomy", "d")]]).await;
+        assert_eq!(header(&fine, "RateLimit-Limit"), Some("10"), "{}", on.store);
+        assert_eq!(header(&fine, "RateLimit-Remaining"), Some("9"));
+        // No limit applied: no headers.
+        let none = ask(s, &[&[("hello", "world")]]).await;
+        assert!(none.response_headers_to_add.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn test_empty_domain() {
+    // The reference answers an error (gRPC UNKNOWN); sluice says which field is wrong.
+    let sluice = Sluice::start(CONFIG, &[]);
+    let mut client = sluice.client().await;
+    let error = client
+        .should_rate_limit(request("", vec![descriptor(&[("one", "a")])]))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(error.message().contains("domain"), "{}", error.message());
+    assert_eq!(
+        counter(
+            &sluice,
+            "ratelimit_service_should_rate_limit_error",
+            r#"{err_type="service_error"}"#
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn test_empty_descriptors() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let mut client = sluice.client().await;
+    let error = client
+        .should_rate_limit(request("test-domain", vec![]))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(
+        error.message().contains("descriptors"),
+        "{}",
+        error.message()
+    );
+}
+
+#[tokio::test]
+async fn test_cache_error() {
+    let mut redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &url,
+            "--redis-command-timeout",
+            "300ms",
+        ],
+        &[],
+    );
+    redis.stop();
+    let mut client = sluice.client().await;
+    let error = client
+        .should_rate_limit(request("test-domain", vec![descriptor(&[("ten", "x")])]))
+        .await
+        .expect_err("the store failed");
+    assert_eq!(error.code(), tonic::Code::Unavailable);
+    assert_eq!(
+        counter(
+            &sluice,
+            "ratelimit_service_should_rate_limit_error",
+            r#"{err_type="redis_error"}"#
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn test_initial_load_error() {
+    // The reference starts and fails every call; sluice refuses to start, unless asked to
+    // start without a config.
+    let broken = [("config.yaml", "domain: [broken\n")];
+    let (loaded, text) = check_config(&broken, &[]);
+    assert!(!loaded, "{text}");
+    let sluice = Sluice::start_with(
+        &broken,
+        &[],
+        &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")],
+    );
+    let response = ask(&sluice, &[&[("one", "a")]]).await;
+    assert_eq!(codes(&response), (Code::Ok, vec![Code::Ok]));
+    assert_eq!(response.statuses[0].current_limit, None);
+    assert_eq!(
+        counter(&sluice, "ratelimit_service_config_load_error", ""),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn test_unlimited() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        let response = ask(
+            s,
+            &[&[("ten", "u")], &[("free", "u")], &[("hello", "world")]],
+        )
+        .await;
+        assert_eq!(
+            codes(&response),
+            (Code::Ok, vec![Code::Ok; 3]),
+            "{}",
+            on.store
+        );
+        assert_eq!(response.statuses[0].limit_remaining, 9);
+        assert_eq!(response.statuses[1].limit_remaining, u32::MAX);
+        assert_eq!(response.statuses[1].current_limit, None);
+        assert_eq!(response.statuses[2].limit_remaining, 0);
+    }
+}
+
+/// The gRPC health of the server (`""`).
+async fn grpc_health(s: &Sluice) -> i32 {
+    let mut health = tonic_health::pb::health_client::HealthClient::new(s.channel().await);
+    health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health answers")
+        .into_inner()
+        .status
+}
+
+#[tokio::test]
+async fn test_service_health_status() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let sluice = Sluice::start(CONFIG, &[]);
+    assert_eq!(grpc_health(&sluice).await, ServingStatus::Serving as i32);
+    assert_eq!(sluice.http_get("/healthcheck").0, 200);
+    // Draining on SIGTERM (with a delay to observe it) reports NOT_SERVING.
+    let draining = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &["--shutdown-drain-delay", "2s"],
+        &[],
+    );
+    let mut health = tonic_health::pb::health_client::HealthClient::new(draining.channel().await);
+    let pid = draining.pid().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health answers while draining")
+        .into_inner()
+        .status;
+    assert_eq!(status, ServingStatus::NotServing as i32);
+    assert_eq!(draining.http_get("/healthcheck").0, 500);
+}
+
+#[tokio::test]
+async fn test_service_health_status_at_least_one_config_loaded() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let envs = [("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")];
+    let empty = Sluice::start_with(&[], &[], &envs);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(grpc_health(&empty).await, ServingStatus::NotServing as i32);
+    let loaded = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(grpc_health(&loaded).await, ServingStatus::Serving as i32);
+}
+
+#[tokio::test]
+async fn test_service_global_quota_mode() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[("QUOTA_MODE", "true")]) {
+        let s = &on.sluice;
+        ask(s, &[&[("one", "q")]]).await;
+        // Every limit is a quota: one over and one under is OK.
+        let some = ask(s, &[&[("one", "q")], &[("ten", "q")]]).await;
+        assert_eq!(
+            codes(&some),
+            (Code::Ok, vec![Code::OverLimit, Code::Ok]),
+            "{}",
+            on.store
+        );
+        let all = ask(s, &[&[("one", "q")]]).await;
+        assert_eq!(codes(&all), (Code::OverLimit, vec![Code::OverLimit]));
+    }
+}
+
+/// The dynamic metadata's `metadata` field as JSON (`null` when absent).
+fn passed_metadata(response: &RateLimitResponse) -> serde_json::Value {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    let Some(fields) = &response.dynamic_metadata else {
+        return serde_json::Value::Null;
+    };
+    match fields.fields.get("metadata").and_then(|v| v.kind.clone()) {
+        Some(Kind::StructValue(s)) => s
+            .fields
+            .iter()
+            .map(|(k, v)| match &v.kind {
+                Some(Kind::StringValue(text)) => (k.clone(), serde_json::json!(text)),
+                other => (k.clone(), serde_json::json!(format!("{other:?}"))),
+            })
+            .collect(),
+        _ => serde_json::Value::Null,
+    }
+}
+
+const METADATA_CONFIG: &str = r#"
+domain: test-domain
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {from: a, only_a: yes}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {from: b, only_b: yes}
+"#;
+
+#[tokio::test]
+async fn test_metadata_returned_for_passed_descriptors() {
+    let envs = [("RESPONSE_DYNAMIC_METADATA", "true")];
+    for on in on_both_stores(&[("config.yaml", METADATA_CONFIG)], &[], &envs) {
+        let s = &on.sluice;
+        ask(s, &[&[("a", "x")]]).await;
+        let response = ask(s, &[&[("a", "x")], &[("b", "x")]]).await;
+        assert_eq!(
+            passed_metadata(&response),
+            serde_json::json!({"from": "b", "only_b": "yes"}),
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_metadata_returned_for_all_passed_descriptors() {
+    let envs = [("RESPONSE_DYNAMIC_METADATA", "true")];
+    for on in on_both_stores(&[("config.yaml", METADATA_CONFIG)], &[], &envs) {
+        let s = &on.sluice;
+        let response = ask(s, &[&[("b", "y")], &[("a", "y")]]).await;
+        assert_eq!(
+            passed_metadata(&response),
+            serde_json::json!({"from": "b", "only_a": "yes", "only_b": "yes"}),
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_overlapping_metadata_returns_the_first_value() {
+    let envs = [("RESPONSE_DYNAMIC_METADATA", "true")];
+    for on in on_both_stores(&[("config.yaml", METADATA_CONFIG)], &[], &envs) {
+        let s = &on.sluice;
+        let response = ask(s, &[&[("a", "z")], &[("b", "z")]]).await;
+        assert_eq!(passed_metadata(&response)["from"], "a", "{}", on.store);
+    }
+}
+
+#[tokio::test]
+async fn test_service_per_descriptor_quota_mode() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        ask(s, &[&[("quota", "p")]]).await;
+        let over = ask(s, &[&[("quota", "p")]]).await;
+        assert_eq!(
+            codes(&over),
+            (Code::OverLimit, vec![Code::OverLimit]),
+            "every quota over: {}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_service_mixed_per_descriptor_modes() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        ask(s, &[&[("one", "m")], &[("quota", "m")]]).await;
+        // An enforced limit over denies, whatever the quotas say.
+        let over = ask(s, &[&[("one", "m")], &[("roomy", "m")]]).await;
+        assert_eq!(
+            codes(&over),
+            (Code::OverLimit, vec![Code::OverLimit, Code::Ok]),
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_service_mixed_per_descriptor_modes_under_limit() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        let fine = ask(s, &[&[("ten", "u")], &[("roomy", "u")]]).await;
+        assert_eq!(
+            codes(&fine),
+            (Code::Ok, vec![Code::Ok, Code::Ok]),
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_service_quota_mode_only_all_over_the_limit() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        ask(s, &[&[("quota", "o")], &[("quota2", "o")]]).await;
+        let over = ask(s, &[&[("quota", "o")], &[("quota2", "o")]]).await;
+        assert_eq!(
+            codes(&over),
+            (Code::OverLimit, vec![Code::OverLimit; 2]),
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_service_quota_mode_only_some_over_the_limit() {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        ask(s, &[&[("quota", "s")]]).await;
+        let some = ask(s, &[&[("quota", "s")], &[("roomy", "s")]]).await;
+        assert_eq!(
+            codes(&some),
+            (Code::Ok, vec![Code::OverLimit, Code::Ok]),
+            "{}",
+            on.store
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_service_quota_mode_with_shadow_mode() {
+    let envs = [("SHADOW_MODE", "true")];
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &envs) {
+        let s = &on.sluice;
+        ask(s, &[&[("quota", "w")], &[("quota2", "w")]]).await;
+        let over = ask(s, &[&[("quota", "w")], &[("quota2", "w")]]).await;
+        assert_eq!(
+            codes(&over),
+            (Code::Ok, vec![Code::OverLimit; 2]),
+            "{}",
+            on.store
+        );
+        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 1.0);
+    }
+}
+
+#[tokio::test]
+async fn test_service_mixed_mode_with_shadow_mode() {
+    let envs = [("SHADOW_MODE", "true")];
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &envs) {
+        let s = &on.sluice;
+        ask(s, &[&[("one", "x")], &[("quota", "x")]]).await;
+        let over = ask(s, &[&[("one", "x")], &[("quota", "x")]]).await;
+        assert_eq!(
+            codes(&over),
+            (Code::Ok, vec![Code::OverLimit; 2]),
+            "{}",
+            on.store
+        );
+        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 1.0);
+    }
+}
