@@ -71,7 +71,13 @@ fn limited_status(applied: &Applied<'_>, decision: &Decision) -> DescriptorStatu
             requests_per_unit: applied.limit.requests_per_unit,
             unit: applied.limit.unit.proto_number(),
         }),
-        limit_remaining: decision.remaining,
+        // A denied hit reports nothing left, as the reference does, even when a smaller
+        // request would fit (a cost above what remains).
+        limit_remaining: if decision.admitted {
+            decision.remaining
+        } else {
+            0
+        },
         duration_until_reset: Some(prost_types::Duration {
             seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
             nanos: 0,

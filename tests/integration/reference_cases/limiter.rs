@@ -1,1 +1,488 @@
-//! placeholder
+//! `test/limiter/base_limiter_test.go` and `test/redis/fixed_cache_impl_test.go`: cache keys
+//! (byte-identical in Redis), the status of each hit, the over / near / within split, the
+//! local over-limit cache, and charging when over the limit.
+
+use super::*;
+
+const CONFIG: &str = r#"
+domain: domain
+descriptors:
+  - key: key
+    value: value
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: five
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: parent
+    value: value1
+    descriptors:
+      - key: files
+        value: nested/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: key2
+    value: value2
+    descriptors:
+      - key: subkey2
+        value: subvalue2
+        rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: key4
+    value: value4
+    rate_limit: {unit: hour, requests_per_unit: 15}
+"#;
+
+/// The Redis keys of `on`, sorted.
+fn redis_keys(on: &OnStore) -> Vec<String> {
+    let redis = on.redis.as_ref().expect("a Redis store");
+    let mut keys: Vec<String> = redis.cli(&["--scan"]).lines().map(str::to_string).collect();
+    keys.sort();
+    keys
+}
+
+/// Sends one request of `descriptors` (entries, hits) in `domain`.
+async fn hit(s: &Sluice, descriptors: &[(&[(&str, &str)], u64)]) -> RateLimitResponse {
+    let mut client = s.client().await;
+    let descriptors = descriptors
+        .iter()
+        .map(|(entries, hits)| descriptor_with_hits(entries, *hits))
+        .collect();
+    call(&mut client, request("domain", descriptors)).await
+}
+
+/// The window start, in seconds, of a `period`-second window now.
+fn window(period: u64) -> u64 {
+    let now = now_seconds();
+    now - now % period
+}
+
+#[tokio::test]
+async fn test_generate_cache_keys() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let before = window(60);
+        hit(&on.sluice, &[(&[("key", "value")], 1)]).await;
+        if on.redis.is_some() {
+            let keys = redis_keys(&on);
+            let expected = [before, window(60)].map(|w| format!("domain_key_value_{w}"));
+            assert!(keys.len() == 1 && expected.contains(&keys[0]), "{keys:?}");
+        }
+        let total = counter(
+            &on.sluice,
+            "ratelimit_service_rate_limit_total_hits",
+            r#"{domain="domain",key1="key_value"}"#,
+        );
+        assert_eq!(total, 1.0, "{}", on.store);
+    }
+}
+
+#[tokio::test]
+async fn test_generate_cache_keys_prefix() {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("c.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("CACHE_KEY_PREFIX", "prefix:")],
+    );
+    let before = window(60);
+    hit(&sluice, &[(&[("key", "value")], 1)]).await;
+    let keys = redis.cli(&["--scan"]);
+    let expected = [before, window(60)].map(|w| format!("prefix:domain_key_value_{w}"));
+    assert!(expected.contains(&keys.trim().to_string()), "{keys}");
+}
+
+#[tokio::test]
+async fn test_generate_cache_keys_with_share_threshold() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let before = window(60);
+        for value in ["files/a.pdf", "files/b.csv", "files/c/d.txt"] {
+            hit(&on.sluice, &[(&[("files", value)], 1)]).await;
+        }
+        for value in ["nested/x", "nested/y"] {
+            hit(
+                &on.sluice,
+                &[(&[("parent", "value1"), ("files", value)], 1)],
+            )
+            .await;
+        }
+        let shared = hit(&on.sluice, &[(&[("files", "files/z")], 0)]).await;
+        assert_eq!(
+            shared.statuses[0].limit_remaining, 7,
+            "{}: one counter",
+            on.store
+        );
+        if on.redis.is_some() {
+            let keys = redis_keys(&on);
+            let ok = [before, window(60)].iter().any(|w| {
+                keys == [
+                    format!("domain_files_files/*_{w}"),
+                    format!("domain_parent_value1_files_nested/*_{w}"),
+                ]
+            });
+            assert!(ok, "{keys:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn test_over_limit_with_local_cache() {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("c.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
+    );
+    for _ in 0..5 {
+        hit(&sluice, &[(&[("five", "l")], 1)]).await;
+    }
+    let over = hit(&sluice, &[(&[("five", "l")], 1)]).await;
+    assert_eq!(code(&over.statuses[0]), Code::OverLimit);
+    let calls = crate::support::redis::script_calls(&redis);
+    // Known over: answered from the local cache, Redis not asked.
+    let again = hit(&sluice, &[(&[("five", "l")], 1)]).await;
+    assert_eq!(code(&again.statuses[0]), Code::OverLimit);
+    assert_eq!(again.statuses[0].limit_remaining, 0);
+    assert_eq!(crate::support::redis::script_calls(&redis), calls);
+    assert_eq!(counter(&sluice, "sluice_local_cache_hits_total", ""), 1.0);
+}
+
+#[tokio::test]
+async fn test_no_over_limit_with_local_cache() {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("c.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
+    );
+    let calls = crate::support::redis::script_calls(&redis);
+    hit(&sluice, &[(&[("five", "n")], 1)]).await;
+    hit(&sluice, &[(&[("five", "n")], 1)]).await;
+    assert_eq!(
+        crate::support::redis::script_calls(&redis),
+        calls + 2,
+        "under the limit, Redis decides"
+    );
+    assert_eq!(counter(&sluice, "sluice_local_cache_hits_total", ""), 0.0);
+}
+
+#[tokio::test]
+async fn test_get_response_status_empty_key() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let response = hit(&on.sluice, &[(&[("unknown", "x")], 1)]).await;
+        let status = &response.statuses[0];
+        assert_eq!(
+            (code(status), status.limit_remaining),
+            (Code::Ok, 0),
+            "{}",
+            on.store
+        );
+        assert_eq!(status.current_limit, None);
+    }
+}
+
+#[tokio::test]
+async fn test_get_response_status_over_limit_with_local_cache() {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("c.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
+    );
+    hit(&sluice, &[(&[("five", "c")], 5)]).await;
+    hit(&sluice, &[(&[("five", "c")], 1)]).await;
+    // Known over: 2 hits, both over, from the cache.
+    let cached = hit(&sluice, &[(&[("five", "c")], 2)]).await;
+    let status = &cached.statuses[0];
+    assert_eq!((code(status), status.limit_remaining), (Code::OverLimit, 0));
+    assert_eq!(
+        status.current_limit.as_ref().map(|l| l.requests_per_unit),
+        Some(5)
+    );
+    let labels = r#"{domain="domain",key1="five"}"#;
+    assert_eq!(
+        counter(&sluice, "ratelimit_service_rate_limit_over_limit", labels),
+        3.0
+    );
+    assert_eq!(
+        counter(&sluice, "ratelimit_service_rate_limit_shadow_mode", labels),
+        0.0
+    );
+}
+
+#[tokio::test]
+async fn test_get_response_status_over_limit_with_local_cache_shadow_mode() {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("c.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
+    );
+    hit(&sluice, &[(&[("shadow", "c")], 5)]).await;
+    let over = hit(&sluice, &[(&[("shadow", "c")], 2)]).await;
+    let status = &over.statuses[0];
+    // Shadow mode: OK, nothing left, counted as over and shadow.
+    assert_eq!((code(status), status.limit_remaining), (Code::Ok, 0));
+    let labels = r#"{domain="domain",key1="shadow"}"#;
+    assert_eq!(
+        counter(&sluice, "ratelimit_service_rate_limit_over_limit", labels),
+        2.0
+    );
+    assert_eq!(
+        counter(&sluice, "ratelimit_service_rate_limit_shadow_mode", labels),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn test_get_response_status_over_limit() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        // 2 used of 5, then 5 more: 2 over (6, 7), 1 near (5, past the threshold of 4).
+        hit(s, &[(&[("five", "o")], 2)]).await;
+        let over = hit(s, &[(&[("five", "o")], 5)]).await;
+        let status = &over.statuses[0];
+        assert_eq!(
+            (code(status), status.limit_remaining),
+            (Code::OverLimit, 0),
+            "{}",
+            on.store
+        );
+        assert_eq!(
+            status.current_limit.as_ref().map(|l| l.requests_per_unit),
+            Some(5)
+        );
+        let labels = r#"{domain="domain",key1="five"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_over_limit", labels),
+            2.0
+        );
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_near_limit", labels),
+            1.0
+        );
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_shadow_mode", labels),
+            0.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_get_response_status_over_limit_shadow_mode() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        hit(s, &[(&[("shadow", "o")], 2)]).await;
+        let over = hit(s, &[(&[("shadow", "o")], 5)]).await;
+        let status = &over.statuses[0];
+        assert_eq!(
+            (code(status), status.limit_remaining),
+            (Code::Ok, 0),
+            "{}",
+            on.store
+        );
+        let labels = r#"{domain="domain",key1="shadow"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_over_limit", labels),
+            2.0
+        );
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_near_limit", labels),
+            1.0
+        );
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_shadow_mode", labels),
+            2.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_get_response_status_below_limit() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        hit(s, &[(&[("key", "value")], 5)]).await;
+        let below = hit(s, &[(&[("key", "value")], 1)]).await;
+        let status = &below.statuses[0];
+        assert_eq!(
+            (code(status), status.limit_remaining),
+            (Code::Ok, 4),
+            "{}",
+            on.store
+        );
+        let labels = r#"{domain="domain",key1="key_value"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_near_limit", labels),
+            0.0
+        );
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_within_limit", labels),
+            6.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_get_response_status_below_limit_shadow_mode() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        let below = hit(s, &[(&[("shadow", "b")], 1)]).await;
+        let status = &below.statuses[0];
+        assert_eq!(
+            (code(status), status.limit_remaining),
+            (Code::Ok, 4),
+            "{}",
+            on.store
+        );
+        let labels = r#"{domain="domain",key1="shadow"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_shadow_mode", labels),
+            0.0
+        );
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_within_limit", labels),
+            1.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_redis() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        let first = hit(s, &[(&[("key", "value")], 1)]).await;
+        assert_eq!(first.statuses[0].limit_remaining, 9, "{}", on.store);
+        // A nested key, charged past its limit in one request: over, nothing charged.
+        hit(s, &[(&[("key2", "value2"), ("subkey2", "subvalue2")], 10)]).await;
+        let over = hit(s, &[(&[("key2", "value2"), ("subkey2", "subvalue2")], 1)]).await;
+        assert_eq!(code(&over.statuses[0]), Code::OverLimit);
+        let labels = r#"{domain="domain",key1="key2_value2",key2="subkey2_subvalue2"}"#;
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_over_limit", labels),
+            1.0
+        );
+        if let Some(redis) = &on.redis {
+            let keys = redis_keys(&on);
+            assert!(
+                keys.iter()
+                    .any(|k| k.starts_with("domain_key2_value2_subkey2_subvalue2_")),
+                "{keys:?}"
+            );
+            // The counter is the reference's: a plain integer, with an expiry.
+            let key = keys
+                .iter()
+                .find(|k| k.starts_with("domain_key_value_"))
+                .unwrap();
+            assert_eq!(redis.cli(&["GET", key]).trim(), "1");
+            let ttl: i64 = redis.cli(&["TTL", key]).trim().parse().unwrap();
+            assert!((1..=60).contains(&ttl), "{ttl}");
+        }
+        // A hit of 0 only reads, and writes no key.
+        let read = hit(s, &[(&[("key4", "value4")], 0)]).await;
+        assert_eq!(read.statuses[0].limit_remaining, 15);
+        if on.redis.is_some() {
+            assert!(!redis_keys(&on).iter().any(|k| k.contains("key4")));
+        }
+    }
+}
+
+#[tokio::test]
+async fn test_near_limit() {
+    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        let s = &on.sluice;
+        let labels = r#"{domain="domain",key1="key4_value4"}"#;
+        let near = || counter(s, "ratelimit_service_rate_limit_near_limit", labels);
+        // 15 per hour, threshold 12: 10 -> 11 is not near; 11 -> 13 has 1 near; 13 -> 14 all.
+        hit(s, &[(&[("key4", "value4")], 10)]).await;
+        hit(s, &[(&[("key4", "value4")], 1)]).await;
+        assert_eq!(near(), 0.0, "{}", on.store);
+        hit(s, &[(&[("key4", "value4")], 2)]).await;
+        assert_eq!(near(), 1.0);
+        hit(s, &[(&[("key4", "value4")], 1)]).await;
+        assert_eq!(near(), 2.0);
+        // 14 used, 3 more: 2 over (16, 17), 1 near (15).
+        let over = hit(s, &[(&[("key4", "value4")], 3)]).await;
+        assert_eq!(code(&over.statuses[0]), Code::OverLimit);
+        assert_eq!(near(), 3.0);
+        assert_eq!(
+            counter(s, "ratelimit_service_rate_limit_over_limit", labels),
+            2.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn test_redis_with_jitter() {
+    // The reference adds up to EXPIRATION_JITTER_MAX_SECONDS to each key's expiry; sluice's
+    // keys expire when their window ends, reports the variable as ignored, and still counts.
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("c.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("EXPIRATION_JITTER_MAX_SECONDS", "300")],
+    );
+    assert!(
+        sluice.wait_for_log("EXPIRATION_JITTER_MAX_SECONDS"),
+        "{}",
+        sluice.log()
+    );
+    hit(&sluice, &[(&[("key", "value")], 1)]).await;
+    let key = redis.cli(&["--scan"]);
+    let ttl: i64 = redis.cli(&["TTL", key.trim()]).trim().parse().unwrap();
+    assert!((1..=60).contains(&ttl), "{ttl}");
+}
+
+#[tokio::test]
+async fn test_over_limit_with_local_cache_shadow_rule() {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("c.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
+    );
+    hit(&sluice, &[(&[("shadow", "r")], 5)]).await;
+    for _ in 0..2 {
+        let over = hit(&sluice, &[(&[("shadow", "r")], 1)]).await;
+        assert_eq!(
+            code(&over.statuses[0]),
+            Code::Ok,
+            "a shadow limit never denies"
+        );
+    }
+    let labels = r#"{domain="domain",key1="shadow"}"#;
+    assert_eq!(
+        counter(&sluice, "ratelimit_service_rate_limit_shadow_mode", labels),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn test_over_limit_with_stop_cache_key_increment_when_overlimit_config() {
+    for stop in ["true", "false"] {
+        let envs = [("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", stop)];
+        for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &envs) {
+            let s = &on.sluice;
+            // key4 (15/hour) with five (5/hour): five runs out first.
+            hit(s, &[(&[("five", "s")], 5)]).await;
+            let denied = hit(s, &[(&[("key4", "value4")], 1), (&[("five", "s")], 1)]).await;
+            assert_eq!(overall(&denied), Code::OverLimit);
+            let key4 = hit(s, &[(&[("key4", "value4")], 0)]).await;
+            let expected = if stop == "true" { 15 } else { 14 };
+            assert_eq!(
+                key4.statuses[0].limit_remaining, expected,
+                "{stop} on {}",
+                on.store
+            );
+        }
+    }
+}
