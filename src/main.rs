@@ -251,10 +251,14 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let reload = Arc::new(Notify::new());
-    runtime.spawn(reload_on_sighup(reload.clone()));
+    let (hangups, shutdown) = {
+        let _runtime = runtime.enter();
+        (reload_on_sighup(reload.clone()), shutdown_signal())
+    };
+    runtime.spawn(hangups);
     let served = runtime.block_on(async {
         let listeners = Listeners::bind(&settings).await?;
-        server::run(settings, listeners, shutdown_signal(), reload).await
+        server::run(settings, listeners, shutdown, reload).await
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -279,43 +283,60 @@ fn init_logging(level: &str, format: LogFormat) {
     }
 }
 
-/// Asks for a config reload on every SIGHUP.
-async fn reload_on_sighup(reload: Arc<Notify>) {
+/// Registers for SIGHUP now and returns the task that asks for a config reload on each one.
+/// Registering at once, not when the task first runs, means a SIGHUP sent as soon as the
+/// ports are announced reloads instead of killing the process (its default action).
+fn reload_on_sighup(reload: Arc<Notify>) -> impl std::future::Future<Output = ()> + Send {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            tracing::warn!("cannot listen for SIGHUP; config reloads come from file changes only");
-            return;
-        };
-        while hangups.recv().await.is_some() {
-            reload.notify_one();
+        let hangups = signal(SignalKind::hangup());
+        async move {
+            let Ok(mut hangups) = hangups else {
+                tracing::warn!(
+                    "cannot listen for SIGHUP; config reloads come from file changes only"
+                );
+                return;
+            };
+            while hangups.recv().await.is_some() {
+                reload.notify_one();
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = reload;
+    {
+        let _ = reload;
+        std::future::ready(())
+    }
 }
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Registers for SIGTERM and SIGINT now, and returns what completes on either: a signal sent
+/// as soon as the ports are announced drains instead of killing the process.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
+        let terminate = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (terminate, interrupt) {
+                (Ok(mut terminate), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = terminate.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
+                (Ok(mut only), Err(_)) | (Err(_), Ok(mut only)) => {
+                    only.recv().await;
+                }
+                (Err(_), Err(_)) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -418,3 +418,24 @@ fn reference_variables_sluice_ignores_are_reported_at_startup() {
     );
     assert_eq!(log.matches("USE_STATSD is set").count(), 1, "once");
 }
+
+#[test]
+fn signals_sent_as_soon_as_the_ports_are_announced_are_handled_not_fatal() {
+    // SIGHUP's and SIGTERM's default actions kill the process: sluice must hold them from
+    // before it announces its ports.
+    for name in ["HUP", "TERM"] {
+        let mut sluice = Sluice::start(CONFIG, &[]);
+        signal(&sluice, name);
+        if name == "HUP" {
+            std::thread::sleep(Duration::from_millis(300));
+            assert_eq!(sluice.http_get("/healthcheck").0, 200, "alive after SIGHUP");
+            signal(&sluice, "TERM");
+        }
+        assert_eq!(
+            sluice.wait_exit(Duration::from_secs(10)),
+            Some(0),
+            "SIG{name}: {}",
+            sluice.log()
+        );
+    }
+}

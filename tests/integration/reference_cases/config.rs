@@ -430,6 +430,9 @@ descriptors:
   - key: key2
     detailed_metric: true
     rate_limit: {unit: second, requests_per_unit: 5}
+  - key: remote_address
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 5}
 "#;
     for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
         let s = &on.sluice;
@@ -455,6 +458,18 @@ descriptors:
             1.0
         );
         assert_eq!(total(r#"{domain="d",key1="key2_x"}"#), 1.0);
+        // Sanitised as the reference's stats names: the dots of an IPv4 address, `:` and `|`.
+        hit_each(
+            s,
+            "d",
+            &[
+                &[("remote_address", "10.0.0.1")],
+                &[("remote_address", "a:b|c")],
+            ],
+        )
+        .await;
+        assert_eq!(total(r#"{domain="d",key1="remote_address_10_0_0_1"}"#), 1.0);
+        assert_eq!(total(r#"{domain="d",key1="remote_address_a_b_c"}"#), 1.0);
     }
 }
 

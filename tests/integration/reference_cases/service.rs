@@ -75,6 +75,12 @@ async fn test_service() {
         assert_eq!(counter(s, "ratelimit_service_config_load_success", ""), 1.0);
         assert!(counter(s, "ratelimit_service_config_load_error", "") >= 1.0);
         assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 0.0);
+        let calls = r#"{grpc_method="ShouldRateLimit"}"#;
+        assert_eq!(counter(s, "ratelimit_service_total_requests", calls), 4.0);
+        assert_eq!(
+            counter(s, "ratelimit_service_response_time_seconds_count", calls),
+            4.0
+        );
     }
 }
 
@@ -272,6 +278,41 @@ async fn test_initial_load_error() {
         counter(&sluice, "ratelimit_service_config_load_error", ""),
         1.0
     );
+}
+
+#[tokio::test]
+async fn test_unlimited_replaces() {
+    // The reference collects `replaces` before it drops unlimited limits: an unlimited rule
+    // still replaces.
+    let config = r#"
+domain: test-domain
+descriptors:
+  - key: general
+    rate_limit: {name: general, unit: minute, requests_per_unit: 1}
+  - key: vip
+    rate_limit:
+      unlimited: true
+      replaces: [{name: general}]
+"#;
+    for on in on_both_stores(&[("config.yaml", config)], &[], &[]) {
+        let s = &on.sluice;
+        for _ in 0..3 {
+            let response = ask(s, &[&[("general", "g")], &[("vip", "v")]]).await;
+            assert_eq!(
+                codes(&response),
+                (Code::Ok, vec![Code::Ok; 2]),
+                "{}",
+                on.store
+            );
+            assert_eq!(response.statuses[0].current_limit, None, "replaced");
+        }
+        let alone = ask(s, &[&[("general", "g")]]).await;
+        assert_eq!(
+            alone.statuses[0].limit_remaining, 0,
+            "not charged while replaced"
+        );
+        assert_eq!(code(&alone.statuses[0]), Code::Ok);
+    }
 }
 
 #[tokio::test]
