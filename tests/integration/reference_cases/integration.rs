@@ -239,3 +239,41 @@ descriptors:
         }
     }
 }
+
+#[tokio::test]
+async fn test_basic_tls_config() {
+    let redis = RedisServer::start_tls();
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let ca = redis.tls_ca().expect("a CA").to_string();
+    let sluice = Sluice::start_with(
+        &FILES,
+        &["--store", "redis", "--redis-url", &url, "--redis-tls-ca-file", &ca],
+        &[],
+    );
+    basic_base_config(&sluice, "redis over TLS", true).await;
+}
+
+#[tokio::test]
+async fn test_basic_auth_config_with_redis_cluster() {
+    // The Cluster of the tests has no password; the same flow runs across its slots.
+    let nodes = crate::support::redis::start_cluster();
+    let flags = crate::support::redis::cluster_flags(&nodes);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let sluice = Sluice::start_with(&FILES, &flags, &[]);
+    basic_base_config(&sluice, "redis cluster", true).await;
+}
+
+#[tokio::test]
+async fn test_basic_auth_config_with_redis_sentinel() {
+    let primary = RedisServer::start(&[]);
+    primary.cli(&["CONFIG", "SET", "requirepass", "password123"]);
+    let sentinel = RedisServer::start_sentinel("mymaster", primary.port);
+    sentinel.cli(&["SENTINEL", "SET", "mymaster", "auth-pass", "password123"]);
+    let redis_url = format!("mymaster,127.0.0.1:{}", sentinel.port);
+    let sluice = Sluice::start_with(
+        &FILES,
+        &["--store", "redis"],
+        &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &redis_url), ("REDIS_AUTH", "password123")],
+    );
+    basic_base_config(&sluice, "redis through sentinel, with auth", true).await;
+}
