@@ -28,9 +28,13 @@ pub struct RedisArgs {
     /// Sentinel: the name of the monitored primary (the reference puts it first in REDIS_URL).
     #[arg(long, env = "SLUICE_REDIS_SENTINEL_MASTER")]
     pub redis_sentinel_master: Option<String>,
-    /// Password, or `user:password`, for URLs without credentials.
+    /// Password, or `user:password`, for URLs without credentials (with Sentinel: of the
+    /// primary the sentinels name).
     #[arg(long, env = "REDIS_AUTH", hide_env_values = true)]
     pub redis_auth: Option<String>,
+    /// Sentinel: the sentinels' own password, or `user:password`.
+    #[arg(long, env = "REDIS_SENTINEL_AUTH", hide_env_values = true)]
+    pub redis_sentinel_auth: Option<String>,
     /// Use TLS for URLs given as `host:port`.
     #[arg(long, env = "REDIS_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub redis_tls: bool,
@@ -73,6 +77,9 @@ pub struct RedisArgs {
     /// The per-second Redis's password, as --redis-auth.
     #[arg(long, env = "REDIS_PERSECOND_AUTH", hide_env_values = true)]
     pub redis_persecond_auth: Option<String>,
+    /// The per-second Redis's sentinels' password, as --redis-sentinel-auth.
+    #[arg(long, env = "REDIS_PERSECOND_SENTINEL_AUTH", hide_env_values = true)]
+    pub redis_persecond_sentinel_auth: Option<String>,
     /// TLS to the per-second Redis, as --redis-tls.
     #[arg(long, env = "REDIS_PERSECOND_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub redis_persecond_tls: bool,
@@ -89,6 +96,7 @@ struct Endpoint<'a> {
     kind: RedisKind,
     sentinel_master: Option<String>,
     auth: Option<&'a str>,
+    sentinel_auth: Option<&'a str>,
     tls: bool,
     socket_type: &'a str,
 }
@@ -123,6 +131,7 @@ impl RedisArgs {
             kind: self.redis_type,
             sentinel_master: self.redis_sentinel_master.clone(),
             auth: self.redis_auth.as_deref(),
+            sentinel_auth: self.redis_sentinel_auth.as_deref(),
             tls: self.redis_tls,
             socket_type: &self.redis_socket_type,
         };
@@ -139,6 +148,7 @@ impl RedisArgs {
                 kind: self.redis_persecond_type,
                 sentinel_master: self.redis_persecond_sentinel_master.clone(),
                 auth: self.redis_persecond_auth.as_deref(),
+                sentinel_auth: self.redis_persecond_sentinel_auth.as_deref(),
                 tls: self.redis_persecond_tls,
                 socket_type: &self.redis_persecond_socket_type,
             };
@@ -189,10 +199,14 @@ impl RedisArgs {
             .iter()
             .map(|url| endpoint.full_url(url))
             .collect::<Result<_, _>>()?;
+        let primary_auth = (endpoint.kind == RedisKind::Sentinel)
+            .then(|| endpoint.auth.filter(|a| !a.is_empty()).map(str::to_string))
+            .flatten();
         Ok(RedisTarget {
             kind: endpoint.kind,
             urls,
             sentinel_master: master,
+            primary_auth,
             tls_ca_file: self.redis_tls_ca_file.clone(),
             connect_timeout: self.redis_connect_timeout,
             command_timeout: self.redis_command_timeout,
@@ -206,7 +220,13 @@ impl Endpoint<'_> {
         if url.contains("://") {
             return Ok(url.to_string());
         }
-        let auth = match self.auth.filter(|a| !a.is_empty()) {
+        // With Sentinel the URLs are the sentinels', which have their own password.
+        let auth = if self.kind == RedisKind::Sentinel {
+            self.sentinel_auth
+        } else {
+            self.auth
+        };
+        let auth = match auth.filter(|a| !a.is_empty()) {
             Some(auth) if auth.contains(':') => format!("{auth}@"),
             Some(password) => format!(":{password}@"),
             None => String::new(),
@@ -261,6 +281,20 @@ mod tests {
         .unwrap();
         assert_eq!(s.target.sentinel_master.as_deref(), Some("mymaster"));
         assert_eq!(s.target.urls, ["redis://h1:26379", "redis://h2:26379"]);
+        // REDIS_AUTH is the primary's; the sentinels' is REDIS_SENTINEL_AUTH.
+        let s = settings(&[
+            "--redis-type",
+            "sentinel",
+            "--redis-url",
+            "mymaster,h1:26379",
+            "--redis-auth",
+            "primary-pw",
+            "--redis-sentinel-auth",
+            "sentinel-pw",
+        ])
+        .unwrap();
+        assert_eq!(s.target.urls, ["redis://:sentinel-pw@h1:26379"]);
+        assert_eq!(s.target.primary_auth.as_deref(), Some("primary-pw"));
         let s = settings(&[
             "--redis-url",
             "/tmp/redis.sock",

@@ -59,6 +59,7 @@ fn both_requests(
             kind: RedisKind::Single,
             urls: vec![fixture.redis.url()],
             sentinel_master: None,
+            primary_auth: None,
             tls_ca_file: None,
             connect_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(5),

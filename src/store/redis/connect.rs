@@ -11,7 +11,9 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Client, IntoConnectionInfo, RedisResult, TlsCertificates};
+use redis::{
+    Client, IntoConnectionInfo, RedisConnectionInfo, RedisResult, TlsCertificates, TlsMode,
+};
 use tokio::sync::Mutex;
 
 /// Which Redis deployment sluice talks to.
@@ -30,6 +32,8 @@ pub struct RedisTarget {
     pub urls: Vec<String>,
     /// Sentinel: the name of the monitored primary.
     pub sentinel_master: Option<String>,
+    /// Sentinel: the primary's password, or `user:password` (the URLs carry the sentinels').
+    pub primary_auth: Option<String>,
     /// PEM file of the CA that signed the server's certificate (`rediss://`); default: the
     /// system's roots.
     pub tls_ca_file: Option<PathBuf>,
@@ -100,8 +104,7 @@ impl RedisTarget {
             }
             RedisKind::Sentinel => {
                 let master = self.sentinel_master.clone().unwrap_or_default();
-                let primary_info =
-                    SentinelNodeConnectionInfo::default().set_tcp_settings(tcp_settings());
+                let primary_info = self.primary_info();
                 let mut sentinel = SentinelClient::build(
                     self.urls.clone(),
                     master,
@@ -116,6 +119,26 @@ impl RedisTarget {
                     config,
                 })))
             }
+        }
+    }
+
+    /// How to reach the primary the sentinels name: its credentials, and TLS when the
+    /// sentinels are reached with TLS.
+    fn primary_info(&self) -> SentinelNodeConnectionInfo {
+        let mut redis = RedisConnectionInfo::default();
+        if let Some(auth) = &self.primary_auth {
+            redis = match auth.split_once(':') {
+                Some((user, password)) => redis.set_username(user).set_password(password),
+                None => redis.set_password(auth),
+            };
+        }
+        let info = SentinelNodeConnectionInfo::default()
+            .set_tcp_settings(tcp_settings())
+            .set_redis_connection_info(redis);
+        if self.urls.iter().any(|url| url.starts_with("rediss://")) {
+            info.set_tls_mode(TlsMode::Secure)
+        } else {
+            info
         }
     }
 

@@ -247,7 +247,14 @@ async fn test_basic_tls_config() {
     let ca = redis.tls_ca().expect("a CA").to_string();
     let sluice = Sluice::start_with(
         &FILES,
-        &["--store", "redis", "--redis-url", &url, "--redis-tls-ca-file", &ca],
+        &[
+            "--store",
+            "redis",
+            "--redis-url",
+            &url,
+            "--redis-tls-ca-file",
+            &ca,
+        ],
         &[],
     );
     basic_base_config(&sluice, "redis over TLS", true).await;
@@ -273,7 +280,11 @@ async fn test_basic_auth_config_with_redis_sentinel() {
     let sluice = Sluice::start_with(
         &FILES,
         &["--store", "redis"],
-        &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &redis_url), ("REDIS_AUTH", "password123")],
+        &[
+            ("REDIS_TYPE", "SENTINEL"),
+            ("REDIS_URL", &redis_url),
+            ("REDIS_AUTH", "password123"),
+        ],
     );
     basic_base_config(&sluice, "redis through sentinel, with auth", true).await;
 }
