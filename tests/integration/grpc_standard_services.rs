@@ -102,31 +102,6 @@ async fn reflection_v1alpha_lists_services_for_older_grpcurl() {
     assert!(list.service.iter().any(|s| s.name == RLS));
 }
 
-/// The gRPC health of `""` and the status of `/healthcheck`.
-async fn health_of(sluice: &Sluice) -> (i32, u16) {
-    let mut health = HealthClient::new(sluice.channel().await);
-    let grpc = health
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("health answers")
-        .into_inner()
-        .status;
-    (grpc, sluice.http_get("/healthcheck").0)
-}
-
-/// Polls until the health is `expected`, for at most 10 s.
-async fn wait_health(sluice: &Sluice, expected: (i32, u16)) -> bool {
-    for _ in 0..200 {
-        if health_of(sluice).await == expected {
-            return true;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    false
-}
-
 #[tokio::test]
 async fn with_healthy_with_at_least_one_config_loaded_health_waits_for_a_domain() {
     // An empty config directory loads (no domain): not serving until a domain arrives.
@@ -137,14 +112,14 @@ async fn with_healthy_with_at_least_one_config_loaded_health_waits_for_a_domain(
     );
     let not_serving = (ServingStatus::NotServing as i32, 500);
     let serving = (ServingStatus::Serving as i32, 200);
-    assert!(wait_health(&sluice, not_serving).await, "{}", sluice.log());
+    assert!(sluice.wait_health(not_serving).await, "{}", sluice.log());
     std::fs::write(sluice.config_dir.path().join("config.yaml"), CONFIG).unwrap();
-    assert!(wait_health(&sluice, serving).await, "{}", sluice.log());
+    assert!(sluice.wait_health(serving).await, "{}", sluice.log());
     std::fs::remove_file(sluice.config_dir.path().join("config.yaml")).unwrap();
-    assert!(wait_health(&sluice, not_serving).await, "{}", sluice.log());
+    assert!(sluice.wait_health(not_serving).await, "{}", sluice.log());
     // Without the setting, a config without domains serves.
     let plain = Sluice::start_with(&[], &[], &[]);
-    assert!(wait_health(&plain, serving).await, "{}", plain.log());
+    assert!(plain.wait_health(serving).await, "{}", plain.log());
 }
 
 #[tokio::test]
@@ -160,13 +135,17 @@ async fn force_start_without_initial_config_serves_until_a_config_loads() {
     );
     assert!(sluice.log().contains("config.yaml:"), "{}", sluice.log());
     assert!(
-        wait_health(&sluice, (ServingStatus::NotServing as i32, 500)).await,
+        sluice
+            .wait_health((ServingStatus::NotServing as i32, 500))
+            .await,
         "{}",
         sluice.log()
     );
     std::fs::write(sluice.config_dir.path().join("config.yaml"), CONFIG).unwrap();
     assert!(
-        wait_health(&sluice, (ServingStatus::Serving as i32, 200)).await,
+        sluice
+            .wait_health((ServingStatus::Serving as i32, 200))
+            .await,
         "{}",
         sluice.log()
     );

@@ -457,29 +457,13 @@ async fn redis_health_check_active_connection_makes_grpc_health_follow_redis() {
         ],
         &[("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true")],
     );
-    let channel = sluice.channel().await;
-    let grpc_health = || {
-        let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-        async move {
-            health
-                .check(tonic_health::pb::HealthCheckRequest {
-                    service: String::new(),
-                })
-                .await
-                .expect("health answers")
-                .into_inner()
-                .status
-        }
-    };
-    let wait_for = |expected: ServingStatus| async move {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while grpc_health().await != expected as i32 {
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        true
+    let wait_for = |expected: ServingStatus| {
+        let code = if expected == ServingStatus::Serving {
+            200
+        } else {
+            500
+        };
+        sluice.wait_health((expected as i32, code))
     };
     assert!(wait_for(ServingStatus::Serving).await);
     redis.stop();

@@ -139,13 +139,7 @@ async fn test_basic_config() {
         }
     }
     // With the local over-limit cache in front of Redis.
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let cached = Sluice::start_with(
-        &FILES,
-        &["--store", "redis", "--redis-url", &url],
-        &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
-    );
+    let (_redis, cached) = on_redis(&FILES, &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")]);
     basic_base_config(&cached, "redis with local cache", true).await;
     assert!(counter(&cached, "sluice_local_cache_hits_total", "") >= 4.0);
 }

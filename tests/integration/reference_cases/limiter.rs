@@ -82,13 +82,7 @@ async fn test_generate_cache_keys() {
 
 #[tokio::test]
 async fn test_generate_cache_keys_prefix() {
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
-        &[("c.yaml", CONFIG)],
-        &["--store", "redis", "--redis-url", &url],
-        &[("CACHE_KEY_PREFIX", "prefix:")],
-    );
+    let (redis, sluice) = on_redis(&[("c.yaml", CONFIG)], &[("CACHE_KEY_PREFIX", "prefix:")]);
     let before = window(60);
     hit(&sluice, &[(&[("key", "value")], 1)]).await;
     let keys = redis.cli(&["--scan"]);
@@ -131,11 +125,8 @@ async fn test_generate_cache_keys_with_share_threshold() {
 
 #[tokio::test]
 async fn test_over_limit_with_local_cache() {
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
+    let (redis, sluice) = on_redis(
         &[("c.yaml", CONFIG)],
-        &["--store", "redis", "--redis-url", &url],
         &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
     );
     for _ in 0..5 {
@@ -154,11 +145,8 @@ async fn test_over_limit_with_local_cache() {
 
 #[tokio::test]
 async fn test_no_over_limit_with_local_cache() {
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
+    let (redis, sluice) = on_redis(
         &[("c.yaml", CONFIG)],
-        &["--store", "redis", "--redis-url", &url],
         &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
     );
     let calls = crate::support::redis::script_calls(&redis);
@@ -189,11 +177,8 @@ async fn test_get_response_status_empty_key() {
 
 #[tokio::test]
 async fn test_get_response_status_over_limit_with_local_cache() {
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
+    let (_redis, sluice) = on_redis(
         &[("c.yaml", CONFIG)],
-        &["--store", "redis", "--redis-url", &url],
         &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
     );
     hit(&sluice, &[(&[("five", "c")], 5)]).await;
@@ -219,11 +204,8 @@ async fn test_get_response_status_over_limit_with_local_cache() {
 
 #[tokio::test]
 async fn test_get_response_status_over_limit_with_local_cache_shadow_mode() {
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
+    let (_redis, sluice) = on_redis(
         &[("c.yaml", CONFIG)],
-        &["--store", "redis", "--redis-url", &url],
         &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
     );
     hit(&sluice, &[(&[("shadow", "c")], 5)]).await;
@@ -423,11 +405,8 @@ async fn test_near_limit() {
 async fn test_redis_with_jitter() {
     // The reference adds up to EXPIRATION_JITTER_MAX_SECONDS to each key's expiry; sluice's
     // keys expire when their window ends, reports the variable as ignored, and still counts.
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
+    let (redis, sluice) = on_redis(
         &[("c.yaml", CONFIG)],
-        &["--store", "redis", "--redis-url", &url],
         &[("EXPIRATION_JITTER_MAX_SECONDS", "300")],
     );
     assert!(
@@ -443,11 +422,8 @@ async fn test_redis_with_jitter() {
 
 #[tokio::test]
 async fn test_over_limit_with_local_cache_shadow_rule() {
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
+    let (_redis, sluice) = on_redis(
         &[("c.yaml", CONFIG)],
-        &["--store", "redis", "--redis-url", &url],
         &[("LOCAL_CACHE_SIZE_IN_BYTES", "1000000")],
     );
     hit(&sluice, &[(&[("shadow", "r")], 5)]).await;

@@ -337,24 +337,11 @@ async fn test_unlimited() {
     }
 }
 
-/// The gRPC health of the server (`""`).
-async fn grpc_health(s: &Sluice) -> i32 {
-    let mut health = tonic_health::pb::health_client::HealthClient::new(s.channel().await);
-    health
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("health answers")
-        .into_inner()
-        .status
-}
-
 #[tokio::test]
 async fn test_service_health_status() {
     use tonic_health::pb::health_check_response::ServingStatus;
     let sluice = Sluice::start(CONFIG, &[]);
-    assert_eq!(grpc_health(&sluice).await, ServingStatus::Serving as i32);
+    assert_eq!(sluice.grpc_health().await, ServingStatus::Serving as i32);
     assert_eq!(sluice.http_get("/healthcheck").0, 200);
     // Draining on SIGTERM (with a delay to observe it) reports NOT_SERVING.
     let draining = Sluice::start_with(
@@ -362,21 +349,14 @@ async fn test_service_health_status() {
         &["--shutdown-drain-delay", "2s"],
         &[],
     );
-    let mut health = tonic_health::pb::health_client::HealthClient::new(draining.channel().await);
+    let channel = draining.channel().await;
     let pid = draining.pid().to_string();
     Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .expect("kill");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let status = health
-        .check(tonic_health::pb::HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .expect("health answers while draining")
-        .into_inner()
-        .status;
+    let status = grpc_health_on(channel).await;
     assert_eq!(status, ServingStatus::NotServing as i32);
     assert_eq!(draining.http_get("/healthcheck").0, 500);
 }
@@ -387,10 +367,10 @@ async fn test_service_health_status_at_least_one_config_loaded() {
     let envs = [("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")];
     let empty = Sluice::start_with(&[], &[], &envs);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    assert_eq!(grpc_health(&empty).await, ServingStatus::NotServing as i32);
+    assert_eq!(empty.grpc_health().await, ServingStatus::NotServing as i32);
     let loaded = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    assert_eq!(grpc_health(&loaded).await, ServingStatus::Serving as i32);
+    assert_eq!(loaded.grpc_health().await, ServingStatus::Serving as i32);
 }
 
 #[tokio::test]

@@ -107,6 +107,28 @@ impl Sluice {
             .expect("connect to sluice")
     }
 
+    /// The gRPC health status of `""` (`ServingStatus` as a number), asked on a new
+    /// connection.
+    pub async fn grpc_health(&self) -> i32 {
+        grpc_health_on(self.channel().await).await
+    }
+
+    /// The gRPC health of `""` and the status of `/healthcheck`.
+    pub async fn health(&self) -> (i32, u16) {
+        (self.grpc_health().await, self.http_get("/healthcheck").0)
+    }
+
+    /// Polls until `health()` is `expected`, for at most 10 s.
+    pub async fn wait_health(&self, expected: (i32, u16)) -> bool {
+        for _ in 0..200 {
+            if self.health().await == expected {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
     /// The process id, for signals.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -170,6 +192,18 @@ fn listening_addrs(line: &str) -> Option<(SocketAddr, SocketAddr)> {
         rest.split_whitespace().next()?.parse().ok()
     };
     Some((field("grpc=")?, field("http=")?))
+}
+
+/// The gRPC health status of `""` asked over `channel` (which may predate a shutdown).
+pub async fn grpc_health_on(channel: Channel) -> i32 {
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health answers")
+        .into_inner()
+        .status
 }
 
 /// A descriptor of `entries`.
