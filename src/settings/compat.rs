@@ -104,6 +104,43 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("TRACING_*", "no tracing export"),
     ("OTEL_*", "no tracing export"),
     ("CONFIG_TYPE", "configuration comes from files"),
+    ("XDS_CLIENT_*", "configuration comes from files"),
+    (
+        "DISABLE_STATS",
+        "metrics are always kept; /metrics renders them when scraped",
+    ),
+    (
+        "STATS_FLUSH_INTERVAL",
+        "no statsd: Prometheus metrics at /metrics",
+    ),
+    (
+        "USE_DOG_STATSD*",
+        "no DogStatsD: Prometheus metrics at /metrics",
+    ),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "the response-time histogram is in seconds",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "a request's Cluster slots are called concurrently",
+    ),
+    (
+        "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+        "a request's Cluster slots are called concurrently",
+    ),
+    (
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        "one multiplexed connection: there is no pool to run empty",
+    ),
+    (
+        "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+        "one multiplexed connection: there is no pool to run empty",
+    ),
+    (
+        "REDIS_STARTUP_*",
+        "startup waits up to --redis-startup-wait, backing off from 100 ms to 2 s",
+    ),
     ("CONFIG_GRPC_XDS_*", "configuration comes from files"),
 ];
 

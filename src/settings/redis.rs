@@ -48,8 +48,12 @@ pub struct RedisArgs {
     #[arg(long, env = "SLUICE_REDIS_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration::parse)]
     pub redis_connect_timeout: Duration,
     /// Time allowed for one request's round trip; past it the call fails (see --failure-mode).
-    #[arg(long, env = "SLUICE_REDIS_COMMAND_TIMEOUT", default_value = "500ms", value_parser = duration::parse)]
-    pub redis_command_timeout: Duration,
+    /// Default: REDIS_TIMEOUT when set (the reference's name), else 500ms.
+    #[arg(long, env = "SLUICE_REDIS_COMMAND_TIMEOUT", value_parser = duration::parse)]
+    pub redis_command_timeout: Option<Duration>,
+    /// envoyproxy/ratelimit's name of --redis-command-timeout.
+    #[arg(long, env = "REDIS_TIMEOUT", hide = true, value_parser = duration::parse)]
+    pub redis_timeout: Option<Duration>,
     /// How long startup waits for Redis, retrying with backoff, before giving up.
     #[arg(long, env = "SLUICE_REDIS_STARTUP_WAIT", default_value = "30s", value_parser = duration::parse)]
     pub redis_startup_wait: Duration,
@@ -83,6 +87,10 @@ pub struct RedisArgs {
     /// TLS to the per-second Redis, as --redis-tls.
     #[arg(long, env = "REDIS_PERSECOND_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub redis_persecond_tls: bool,
+    /// The per-second Redis's command timeout, as --redis-command-timeout (default: the main
+    /// Redis's). A request that spans both Redis gets the longer of the two.
+    #[arg(long, env = "REDIS_PERSECOND_TIMEOUT", value_parser = duration::parse)]
+    pub redis_persecond_timeout: Option<Duration>,
     /// The per-second Redis's socket type, as --redis-socket-type.
     #[arg(long, env = "REDIS_PERSECOND_SOCKET_TYPE", default_value = "tcp")]
     pub redis_persecond_socket_type: String,
@@ -99,6 +107,7 @@ struct Endpoint<'a> {
     sentinel_auth: Option<&'a str>,
     tls: bool,
     socket_type: &'a str,
+    command_timeout: Duration,
 }
 
 /// Validated Redis settings.
@@ -114,6 +123,9 @@ pub struct RedisSettings {
     pub local_cache_size_in_bytes: usize,
 }
 
+/// Time for one request's round trip when no setting says.
+const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Where Redis is when no URL is given.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -125,6 +137,10 @@ fn parse_kind(text: &str) -> Result<RedisKind, String> {
 impl RedisArgs {
     /// Resolves the reference's forms into URLs and validates.
     pub fn into_settings(self) -> Result<RedisSettings, SettingsError> {
+        let command_timeout = self
+            .redis_command_timeout
+            .or(self.redis_timeout)
+            .unwrap_or(DEFAULT_COMMAND_TIMEOUT);
         let main = Endpoint {
             url_variable: "--redis-url / REDIS_URL",
             urls: &self.redis_url,
@@ -134,6 +150,7 @@ impl RedisArgs {
             sentinel_auth: self.redis_sentinel_auth.as_deref(),
             tls: self.redis_tls,
             socket_type: &self.redis_socket_type,
+            command_timeout,
         };
         let main = self.target(main)?;
         let per_second = if self.redis_persecond {
@@ -151,6 +168,7 @@ impl RedisArgs {
                 sentinel_auth: self.redis_persecond_sentinel_auth.as_deref(),
                 tls: self.redis_persecond_tls,
                 socket_type: &self.redis_persecond_socket_type,
+                command_timeout: self.redis_persecond_timeout.unwrap_or(command_timeout),
             };
             Some(self.target(endpoint)?)
         } else {
@@ -209,7 +227,7 @@ impl RedisArgs {
             primary_auth,
             tls_ca_file: self.redis_tls_ca_file.clone(),
             connect_timeout: self.redis_connect_timeout,
-            command_timeout: self.redis_command_timeout,
+            command_timeout: endpoint.command_timeout,
         })
     }
 }
@@ -330,6 +348,7 @@ mod tests {
         let per_second = s.per_second.expect("a per-second target");
         assert_eq!(per_second.urls, ["rediss://:pw@fast:6380"]);
         assert_eq!(s.target.urls, ["redis://main:6379"]);
+        assert_eq!(s.target.command_timeout, Duration::from_millis(500));
         let err = settings(&["--redis-persecond"]).unwrap_err();
         assert!(err.to_string().contains("REDIS_PERSECOND_URL"), "{err}");
     }

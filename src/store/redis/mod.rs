@@ -101,7 +101,12 @@ impl RedisStore {
             key_prefix,
             clock,
             time_source,
-            command_timeout: targets.main.command_timeout,
+            // A request spanning both Redis waits for the slower one's answer.
+            command_timeout: targets
+                .per_second
+                .map_or(targets.main.command_timeout, |per_second| {
+                    per_second.command_timeout.max(targets.main.command_timeout)
+                }),
             nonce_prefix: format!("{:x}", clock_seed() as u32),
             nonce: AtomicU64::new(0),
             script_reloads: AtomicU64::new(0),
