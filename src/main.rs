@@ -120,6 +120,9 @@ fn check_config(paths: &[PathBuf], options: LoadOptions) -> ExitCode {
             for warning in config.warnings() {
                 eprintln!("warning: {warning}");
             }
+            if config.domains().is_empty() {
+                eprintln!("warning: {}", config::NOTHING_LIMITED);
+            }
             for domain in config.domains() {
                 let files: Vec<String> = domain
                     .files
@@ -235,6 +238,13 @@ fn serve(args: ServeArgs) -> ExitCode {
     init_logging(&args.log_level, args.log_format);
     for (name, why) in sluice::settings::ignored_variables() {
         tracing::warn!("{name} is set but ignored: {why}");
+    }
+    let refused = sluice::settings::refused_variables();
+    for (name, asks) in &refused {
+        eprintln!("sluice: {name} asks for {asks}, which sluice cannot provide yet: unset it (and terminate TLS in front of sluice) rather than run without it");
+    }
+    if !refused.is_empty() {
+        return ExitCode::from(2);
     }
     let settings = match args.into_settings() {
         Ok(settings) => settings,

@@ -330,6 +330,12 @@ pub fn ignored_variables() -> Vec<(String, &'static str)> {
     compat::ignored_in(std::env::vars())
 }
 
+/// envoyproxy/ratelimit's security settings set in this process's environment that sluice
+/// cannot honour, each with what it asks for: sluice must not start.
+pub fn refused_variables() -> Vec<(String, &'static str)> {
+    compat::refused_in(std::env::vars())
+}
+
 fn ratio(setting: &'static str, value: f64) -> Result<f64, SettingsError> {
     if !(0.0..=1.0).contains(&value) {
         return Err(SettingsError::Ratio { setting, value });
@@ -431,8 +437,8 @@ mod tests {
             .split_whitespace()
             .filter(|name| !honoured.iter().any(|h| h == name))
             .filter(|name| {
-                let vars = [(name.to_string(), String::new())];
-                compat::ignored_in(vars.into_iter()).is_empty()
+                let vars = || [(name.to_string(), "true".to_string())].into_iter();
+                compat::ignored_in(vars()).is_empty() && compat::refused_in(vars()).is_empty()
             })
             .collect();
         assert!(

@@ -172,6 +172,8 @@ impl Level {
 
 /// Parses one file's text.
 pub fn parse(text: &str) -> Result<Parsed, serde_yaml::Error> {
+    // A byte order mark (editors on Windows write one) is not part of the document.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     // An empty file (or one holding only comments) is an empty document, as in the reference.
     if text.lines().all(|line| {
         let line = line.trim();

@@ -16,5 +16,5 @@ mod watch;
 pub use crate::labels::MatchedLevel;
 pub use error::{ConfigError, ConfigErrors, FileError};
 pub use load::{load, load_str, LoadOptions};
-pub use tree::{Config, Domain, Match, NamedLimit, Rule};
+pub use tree::{Config, Domain, Match, NamedLimit, Rule, NOTHING_LIMITED};
 pub use watch::{ReloadResult, Reloader};

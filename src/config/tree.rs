@@ -11,6 +11,10 @@ use crate::config::pattern::Pattern;
 use crate::labels::{LimitLabels, MatchedLevel};
 use crate::limit::Limit;
 
+/// What is said when a configuration holds no domain.
+pub const NOTHING_LIMITED: &str =
+    "the configuration has no domain: nothing is rate limited (every request is OK)";
+
 /// Every loaded domain. Immutable once built; reload builds a new one.
 #[derive(Debug, Default)]
 pub struct Config {
@@ -25,10 +29,13 @@ impl Config {
         &self.warnings
     }
 
-    /// Logs each warning.
+    /// Logs each warning, and loudly that nothing is limited when no domain loaded.
     pub fn log_warnings(&self) {
         for warning in &self.warnings {
             tracing::warn!("config: {warning}");
+        }
+        if self.domains.is_empty() {
+            tracing::warn!("{NOTHING_LIMITED}");
         }
     }
 

@@ -1,5 +1,7 @@
 //! envoyproxy/ratelimit's environment variables that sluice does not implement: each one that
-//! is set is reported once at startup as ignored, with the reason, never silently.
+//! is set is reported once at startup as ignored, with the reason, never silently; and the
+//! security settings among them, which stop sluice instead: serving plaintext where TLS was
+//! asked for is not a degradation to warn about.
 
 /// (variable or prefix ending in `*`, why sluice ignores it).
 pub const IGNORED: &[(&str, &str)] = &[
@@ -40,18 +42,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "GRPC_MAX_CONNECTION_AGE_GRACE",
         "connections are not aged out",
     ),
-    (
-        "GRPC_SERVER_USE_TLS",
-        "the gRPC port is plaintext; terminate TLS in a sidecar or mesh",
-    ),
-    (
-        "GRPC_SERVER_TLS_*",
-        "the gRPC port is plaintext; terminate TLS in a sidecar or mesh",
-    ),
-    (
-        "GRPC_CLIENT_TLS_*",
-        "the gRPC port is plaintext; terminate TLS in a sidecar or mesh",
-    ),
     ("GRPC_UDS", "the gRPC port is TCP"),
     (
         "RUNTIME_WATCH_ROOT",
@@ -84,14 +74,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     (
         "REDIS_PERSECOND_PIPELINE_*",
         "each request's descriptors go in one pipeline, sent at once",
-    ),
-    (
-        "REDIS_TLS_CLIENT_CERT",
-        "client certificates (mTLS) are not supported",
-    ),
-    (
-        "REDIS_TLS_CLIENT_KEY",
-        "client certificates (mTLS) are not supported",
     ),
     (
         "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
@@ -144,18 +126,55 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("CONFIG_GRPC_XDS_*", "configuration comes from files"),
 ];
 
+/// Security settings sluice cannot honour yet: set, they stop it (variable or prefix ending
+/// in `*`, what it asks for).
+pub const REFUSED: &[(&str, &str)] = &[
+    ("GRPC_SERVER_USE_TLS", "TLS on the gRPC port"),
+    ("GRPC_SERVER_TLS_*", "TLS on the gRPC port"),
+    (
+        "GRPC_CLIENT_TLS_*",
+        "client certificates checked on the gRPC port",
+    ),
+    (
+        "REDIS_TLS_CLIENT_CERT",
+        "a client certificate towards Redis",
+    ),
+    ("REDIS_TLS_CLIENT_KEY", "a client certificate towards Redis"),
+    (
+        "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        "TLS towards the xDS server",
+    ),
+];
+
+/// The refused variables set in `vars` to something other than off (`false`, `0`, `no`,
+/// `off`, empty), each with what it asks for, sorted.
+pub fn refused_in(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, &'static str)> {
+    let mut found: Vec<(String, &'static str)> = vars
+        .filter(|(_, value)| {
+            let value = value.trim().to_ascii_lowercase();
+            !matches!(value.as_str(), "" | "false" | "0" | "no" | "off")
+        })
+        .filter_map(|(name, _)| Some((name.clone(), matching(REFUSED, &name)?)))
+        .collect();
+    found.sort();
+    found
+}
+
+/// What `table` says of `name`, by exact name or by a prefix ending in `*`.
+fn matching(table: &[(&str, &'static str)], name: &str) -> Option<&'static str> {
+    table
+        .iter()
+        .find(|(pattern, _)| match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == *pattern,
+        })
+        .map(|(_, why)| *why)
+}
+
 /// The ignored variables set in `vars`, each with its reason, sorted.
 pub fn ignored_in(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, &'static str)> {
     let mut found: Vec<(String, &'static str)> = vars
-        .filter_map(|(name, _)| {
-            let why = IGNORED
-                .iter()
-                .find(|(pattern, _)| match pattern.strip_suffix('*') {
-                    Some(prefix) => name.starts_with(prefix),
-                    None => name == *pattern,
-                })?;
-            Some((name, why.1))
-        })
+        .filter_map(|(name, _)| Some((name.clone(), matching(IGNORED, &name)?)))
         .collect();
     found.sort();
     found
@@ -176,5 +195,18 @@ mod tests {
         let found = ignored_in(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["MEMCACHE_HOST_PORT", "USE_STATSD"]);
+    }
+
+    #[test]
+    fn security_settings_that_are_on_are_refused() {
+        let vars = [
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+            ("REDIS_TLS_CLIENT_KEY", ""),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "false"),
+        ];
+        let found = refused_in(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["GRPC_SERVER_TLS_CERT", "GRPC_SERVER_USE_TLS"]);
     }
 }

@@ -20,7 +20,7 @@ pub struct RedisArgs {
     /// Redis URL(s), comma-separated: `redis://[user:password@]host:port[/db]`, `rediss://` for
     /// TLS. Cluster: seed nodes. Sentinel: the sentinels. The reference's `host:port` works too.
     /// Default: redis://127.0.0.1:6379.
-    #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
+    #[arg(long, env = "REDIS_URL", value_delimiter = ',', hide_env_values = true)]
     pub redis_url: Vec<String>,
     /// single, cluster or sentinel (case-insensitive).
     #[arg(long, env = "REDIS_TYPE", default_value = "single", value_parser = parse_kind)]
@@ -70,7 +70,12 @@ pub struct RedisArgs {
     #[arg(long, env = "REDIS_PERSECOND", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub redis_persecond: bool,
     /// The per-second Redis's URL(s), as --redis-url.
-    #[arg(long, env = "REDIS_PERSECOND_URL", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "REDIS_PERSECOND_URL",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub redis_persecond_url: Vec<String>,
     /// The per-second Redis's type, as --redis-type.
     #[arg(long, env = "REDIS_PERSECOND_TYPE", default_value = "single", value_parser = parse_kind)]
@@ -233,33 +238,87 @@ impl RedisArgs {
 }
 
 impl Endpoint<'_> {
-    /// A URL with scheme and credentials: `host:port` becomes `redis[s]://[auth@]host:port`.
-    fn full_url(&self, url: &str) -> Result<String, SettingsError> {
-        if url.contains("://") {
-            return Ok(url.to_string());
-        }
-        // With Sentinel the URLs are the sentinels', which have their own password.
+    /// The password (or `user:password`) this endpoint's URLs carry: with Sentinel the URLs are
+    /// the sentinels', which have their own.
+    fn url_auth(&self) -> Option<&str> {
         let auth = if self.kind == RedisKind::Sentinel {
             self.sentinel_auth
         } else {
             self.auth
         };
-        let auth = match auth.filter(|a| !a.is_empty()) {
-            Some(auth) if auth.contains(':') => format!("{auth}@"),
-            Some(password) => format!(":{password}@"),
-            None => String::new(),
-        };
-        match self.socket_type.to_ascii_lowercase().as_str() {
-            "unix" => Ok(format!("redis+unix://{url}")),
-            "tcp" | "" => {
-                let scheme = if self.tls { "rediss" } else { "redis" };
-                Ok(format!("{scheme}://{auth}{url}"))
+        auth.filter(|a| !a.is_empty())
+    }
+
+    /// A URL with scheme and credentials: `host:port` becomes `redis[s]://[auth@]host:port`,
+    /// and a URL without credentials gets the configured ones.
+    fn full_url(&self, url: &str) -> Result<String, SettingsError> {
+        let url = if url.contains("://") {
+            url.to_string()
+        } else {
+            match self.socket_type.to_ascii_lowercase().as_str() {
+                "unix" => format!("redis+unix://{url}"),
+                "tcp" | "" => {
+                    let scheme = if self.tls { "rediss" } else { "redis" };
+                    format!("{scheme}://{url}")
+                }
+                other => {
+                    return Err(SettingsError::Redis(format!(
+                        "socket type '{other}' is not tcp or unix"
+                    )))
+                }
             }
-            other => Err(SettingsError::Redis(format!(
-                "socket type '{other}' is not tcp or unix"
-            ))),
+        };
+        Ok(match self.url_auth() {
+            Some(auth) => with_credentials(&url, auth),
+            None => url,
+        })
+    }
+}
+
+/// `url` with `auth` (`password` or `user:password`) when it carries no credentials of its own:
+/// in the authority of `redis://` and `rediss://`, as `user` and `pass` parameters of a Unix
+/// socket's URL.
+fn with_credentials(url: &str, auth: &str) -> String {
+    let (user, password) = match auth.split_once(':') {
+        Some((user, password)) => (user, password),
+        None => ("", auth),
+    };
+    if let Some(path) = url.strip_prefix("redis+unix://") {
+        if path.contains("pass=") {
+            return url.to_string();
+        }
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let mut out = format!("{url}{separator}pass={}", percent_encode(password));
+        if !user.is_empty() {
+            out.push_str(&format!("&user={}", percent_encode(user)));
+        }
+        return out;
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return url.to_string();
+    }
+    format!(
+        "{scheme}://{}:{}@{rest}",
+        percent_encode(user),
+        percent_encode(password)
+    )
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters, for a URL's userinfo.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
         }
     }
+    out
 }
 
 #[cfg(test)]
@@ -321,6 +380,30 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(s.target.urls, ["redis+unix:///tmp/redis.sock"]);
+    }
+
+    #[test]
+    fn redis_auth_applies_to_every_url_without_credentials() {
+        let s = settings(&["--redis-auth", "p@ss:w/rd"]).unwrap();
+        assert_eq!(s.target.urls, ["redis://p%40ss:w%2Frd@127.0.0.1:6379"]);
+        let s = settings(&["--redis-url", "rediss://h:1/2", "--redis-auth", "pw"]).unwrap();
+        assert_eq!(s.target.urls, ["rediss://:pw@h:1/2"]);
+        let s = settings(&["--redis-url", "redis://u:own@h:1", "--redis-auth", "pw"]).unwrap();
+        assert_eq!(
+            s.target.urls,
+            ["redis://u:own@h:1"],
+            "the URL's own credentials win"
+        );
+        let s = settings(&[
+            "--redis-url",
+            "/run/redis.sock",
+            "--redis-socket-type",
+            "unix",
+            "--redis-auth",
+            "pw",
+        ])
+        .unwrap();
+        assert_eq!(s.target.urls, ["redis+unix:///run/redis.sock?pass=pw"]);
     }
 
     #[test]

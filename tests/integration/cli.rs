@@ -128,3 +128,80 @@ fn log_format_json_writes_json_lines() {
         "{line}"
     );
 }
+
+/// Runs sluice with `args` and the environment `envs`.
+fn sluice_with_env(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .env_remove("MERGE_DOMAIN_CONFIG")
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run sluice")
+}
+
+#[test]
+fn a_config_file_with_a_byte_order_mark_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "\u{feff}domain: bom\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    std::fs::write(dir.path().join("bom.yaml"), text).unwrap();
+    let output = sluice(&["check-config", &dir.path().display().to_string()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("domain bom: 1 limits"));
+}
+
+#[test]
+fn an_empty_config_says_loudly_that_nothing_is_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = sluice(&["check-config", &dir.path().display().to_string()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success());
+    assert!(stderr.contains("nothing is rate limited"), "{stderr}");
+}
+
+#[test]
+fn help_never_shows_a_password_from_the_environment() {
+    let output = sluice_with_env(
+        &["serve", "--help"],
+        &[
+            ("REDIS_URL", "redis://user:hunter2@redis:6379"),
+            ("REDIS_PERSECOND_URL", "redis://user:hunter3@fast:6379"),
+            ("REDIS_AUTH", "hunter4"),
+        ],
+    );
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(help.contains("REDIS_URL"), "{help}");
+    for secret in ["hunter2", "hunter3", "hunter4"] {
+        assert!(!help.contains(secret), "{secret} in: {help}");
+    }
+}
+
+#[test]
+fn a_security_setting_sluice_cannot_honour_stops_it() {
+    for (name, value) in [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+        ("REDIS_TLS_CLIENT_CERT", "/tls/client.pem"),
+    ] {
+        let output = sluice_with_env(
+            &[
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+            ],
+            &[(name, value)],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(name), "{stderr}");
+        assert!(!stderr.contains("listening"), "{stderr}");
+    }
+    // Off is off.
+    let output = sluice_with_env(
+        &["check-config", &fixture("valid/nested.yaml")],
+        &[("GRPC_SERVER_USE_TLS", "false")],
+    );
+    assert!(output.status.success());
+}

@@ -476,3 +476,23 @@ async fn redis_health_check_active_connection_makes_grpc_health_follow_redis() {
     redis.restart();
     assert!(wait_for(ServingStatus::Serving).await, "{}", sluice.log());
 }
+
+#[tokio::test]
+async fn redis_auth_applies_to_a_redis_url_without_credentials() {
+    let redis = RedisServer::start(&[]);
+    redis.cli(&["CONFIG", "SET", "requirepass", "s3cret"]);
+    let url = redis.url();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[("REDIS_AUTH", "s3cret")],
+    );
+    let mut client = sluice.client().await;
+    let response = call(
+        &mut client,
+        request("r", vec![descriptor(&[("envoy", "auth")])]),
+    )
+    .await;
+    assert_eq!(overall(&response), Code::Ok);
+    assert!(!sluice.log().contains("s3cret"), "no secret in logs");
+}
