@@ -496,3 +496,39 @@ async fn redis_auth_applies_to_a_redis_url_without_credentials() {
     assert_eq!(overall(&response), Code::Ok);
     assert!(!sluice.log().contains("s3cret"), "no secret in logs");
 }
+
+#[tokio::test]
+async fn a_redis_refusing_writes_is_logged_once_as_answering_errors_not_as_unreachable() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &[]);
+    let mut client = sluice.client().await;
+    call(
+        &mut client,
+        request("r", vec![descriptor(&[("envoy", "warm")])]),
+    )
+    .await;
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let mut failed = 0;
+    for i in 0..40 {
+        let value = format!("oom{i}");
+        let answer = client
+            .should_rate_limit(request("r", vec![descriptor(&[("envoy", &value)])]))
+            .await;
+        failed += usize::from(answer.is_err());
+    }
+    assert!(
+        failed > 0,
+        "an out-of-memory Redis refuses the scripts' writes"
+    );
+    let log = sluice.log();
+    assert_eq!(log.matches("Redis answers with errors").count(), 1, "{log}");
+    assert_eq!(log.matches("unreachable").count(), 0, "{log}");
+    assert_eq!(log.matches("reachable again").count(), 0, "{log}");
+    let (_, metrics) = sluice.http_get("/metrics");
+    assert_eq!(
+        series(&metrics, r#"sluice_store_errors_total{kind="protocol"}"#),
+        Some(failed as f64),
+        "{metrics}"
+    );
+}

@@ -7,6 +7,7 @@
 //! logic lives here.
 
 mod args;
+mod condition;
 mod connect;
 mod scripts;
 
@@ -19,6 +20,7 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, RedisError, RedisResult};
 
 pub use args::ScriptArgs;
+use condition::Condition;
 pub use connect::{Connection, RedisKind, RedisTarget};
 use scripts::Script;
 
@@ -68,8 +70,8 @@ pub struct RedisStore {
     nonce_prefix: String,
     nonce: AtomicU64,
     script_reloads: AtomicU64,
-    /// Whether the last call reached Redis: changes are logged once, not per request.
-    reachable: AtomicBool,
+    /// How Redis has been answering: changes are logged once, not per request.
+    condition: Condition,
 }
 
 /// Where a store's limits live: one Redis, or per-second limits in a second one.
@@ -110,7 +112,7 @@ impl RedisStore {
             nonce_prefix: format!("{:x}", clock_seed() as u32),
             nonce: AtomicU64::new(0),
             script_reloads: AtomicU64::new(0),
-            reachable: AtomicBool::new(true),
+            condition: Condition::new(),
         };
         for backend in &store.backends {
             store.load_scripts_in_time(backend).await?;
@@ -121,19 +123,6 @@ impl RedisStore {
     /// The backend of `hit`: per-second limits go to the per-second Redis when there is one.
     fn backend_of(&self, hit: &Hit) -> usize {
         usize::from(self.backends.len() > 1 && hit.limit.unit == Unit::Second)
-    }
-
-    /// Logs when Redis becomes unreachable or reachable again: once per change.
-    fn note_reachability<T>(&self, result: &Result<T, StoreError>) {
-        let reached = result.is_ok();
-        if self.reachable.swap(reached, Ordering::Relaxed) != reached {
-            match result {
-                Ok(_) => tracing::info!("Redis is reachable again"),
-                Err(error) => {
-                    tracing::warn!(%error, "Redis is unreachable: calls fail until it is back")
-                }
-            }
-        }
     }
 
     /// How many times the scripts were loaded again after a NOSCRIPT reply.
@@ -554,7 +543,7 @@ impl Store for RedisStore {
             Ok(decided) => decided,
             Err(_) => Err(self.timed_out()),
         };
-        self.note_reachability(&result);
+        self.condition.note(&result);
         result
     }
 }
