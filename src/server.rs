@@ -2,6 +2,8 @@
 //! endpoints from `Settings`, serves them on the listeners it is given, reloads the config,
 //! serves until `shutdown` completes, then reports NOT_SERVING, drains and stops.
 
+mod status_codes;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -235,6 +237,9 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
                 .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         };
         let grpc = Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                status_codes::caller_faults::<tonic::body::Body>,
+            ))
             .add_service(health_service)
             .add_service(reflection().build_v1()?)
             .add_service(reflection().build_v1alpha()?)

@@ -526,3 +526,84 @@ async fn request_shapes_the_reference_answers_are_answered_not_refused() {
         response.statuses[3].limit_remaining
     );
 }
+
+/// A codec that sends and receives raw bytes, to put on the wire what no generated client
+/// would send.
+#[derive(Clone, Copy)]
+struct RawBytes;
+
+impl tonic::codec::Codec for RawBytes {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawBytes;
+    type Decoder = RawBytes;
+    fn encoder(&mut self) -> RawBytes {
+        RawBytes
+    }
+    fn decoder(&mut self) -> RawBytes {
+        RawBytes
+    }
+}
+
+impl tonic::codec::Encoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        prost::bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use prost::bytes::Buf;
+        let bytes = src.chunk().to_vec();
+        src.advance(bytes.len());
+        Ok(Some(bytes))
+    }
+}
+
+/// Sends `body` as a ShouldRateLimit request; the status it gets.
+async fn raw_call(sluice: &Sluice, body: Vec<u8>) -> tonic::Status {
+    let mut grpc = tonic::client::Grpc::new(sluice.channel().await);
+    grpc.ready().await.expect("ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    );
+    grpc.unary(tonic::Request::new(body), path, RawBytes)
+        .await
+        .expect_err("refused")
+}
+
+#[tokio::test]
+async fn undecodable_and_oversized_requests_are_the_callers_fault() {
+    let sluice = server();
+    // Field 1 (domain), a string holding invalid UTF-8.
+    let invalid = raw_call(&sluice, vec![0x0a, 0x02, 0xff, 0xfe]).await;
+    assert_eq!(invalid.code(), GrpcCode::InvalidArgument, "{invalid}");
+    // Field 1, a wrong wire type (fixed64 where a string is expected).
+    let wrong_type = raw_call(&sluice, vec![0x09, 1, 2, 3, 4, 5, 6, 7, 8]).await;
+    assert_eq!(wrong_type.code(), GrpcCode::InvalidArgument, "{wrong_type}");
+    // 5 MiB: over the 4 MiB a request may be.
+    let mut big = vec![0x0a, 0x80, 0x80, 0xc0, 0x02];
+    big.resize(big.len() + 5 * 1024 * 1024, b'a');
+    let oversized = raw_call(&sluice, big).await;
+    assert_eq!(oversized.code(), GrpcCode::ResourceExhausted, "{oversized}");
+    // The server still answers.
+    let mut client = sluice.client().await;
+    let fine = call(
+        &mut client,
+        request("test", vec![descriptor(&[("counted", "r")])]),
+    )
+    .await;
+    assert_eq!(overall(&fine), Code::Ok);
+}
