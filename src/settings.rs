@@ -14,6 +14,7 @@ mod redis;
 
 use crate::config::LoadOptions;
 use crate::duration;
+use crate::http::HttpEndpoints;
 use crate::limit::Charging;
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
 pub use redis::{RedisArgs, RedisSettings};
@@ -140,6 +141,13 @@ pub struct ServeArgs {
     /// `/healthcheck` answers 500 while the store does not answer.
     #[arg(long, env = "SLUICE_HEALTHCHECK_STORE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub healthcheck_store: bool,
+    /// Serve `/json` (a ShouldRateLimit over HTTP: whoever reaches the HTTP port can spend any
+    /// client's budget).
+    #[arg(long, env = "SLUICE_HTTP_JSON", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub http_json: bool,
+    /// Serve `/rlconfig` (every configured limit, to whoever reaches the HTTP port).
+    #[arg(long, env = "SLUICE_HTTP_RLCONFIG", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
+    pub http_rlconfig: bool,
     /// envoyproxy/ratelimit's name of --healthcheck-store.
     #[arg(long, env = "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", hide = true, action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub redis_health_check_active_connection: bool,
@@ -197,6 +205,7 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     pub max_metric_series: usize,
     pub healthcheck_store: bool,
+    pub http_endpoints: HttpEndpoints,
     pub healthy_with_at_least_one_config_loaded: bool,
     pub force_start_without_initial_config: bool,
     pub watch_config: bool,
@@ -293,6 +302,10 @@ impl ServeArgs {
             )?,
             max_metric_series: self.max_metric_series,
             healthcheck_store: self.healthcheck_store || self.redis_health_check_active_connection,
+            http_endpoints: HttpEndpoints {
+                json: self.http_json,
+                rlconfig: self.http_rlconfig,
+            },
             healthy_with_at_least_one_config_loaded: self.healthy_with_at_least_one_config_loaded,
             force_start_without_initial_config: self.force_start_without_initial_config,
             watch_config: self.watch_config,

@@ -1,6 +1,7 @@
 //! The JSON forms of `/json`: envoyproxy/ratelimit's (protobuf JSON) RateLimitRequest in, and
-//! RateLimitResponse out. Field names are accepted in both protobuf JSON spellings
-//! (`hits_addend` and `hitsAddend`); units by name (`MINUTE`) or number.
+//! RateLimitResponse out, in protobuf's canonical JSON mapping as the reference reads and
+//! writes it: field names in both spellings (`hits_addend` and `hitsAddend`), integers as
+//! numbers or strings (`"5"`), units by name (`MINUTE`) or number, `null` for a default.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -18,7 +19,7 @@ pub struct JsonRequest {
     domain: String,
     #[serde(default)]
     descriptors: Vec<JsonDescriptor>,
-    #[serde(default, alias = "hitsAddend")]
+    #[serde(default, alias = "hitsAddend", deserialize_with = "uint32")]
     hits_addend: u32,
 }
 
@@ -29,7 +30,7 @@ struct JsonDescriptor {
     entries: Vec<JsonEntry>,
     #[serde(default)]
     limit: Option<JsonOverride>,
-    #[serde(default, alias = "hitsAddend")]
+    #[serde(default, alias = "hitsAddend", deserialize_with = "optional_uint64")]
     hits_addend: Option<u64>,
 }
 
@@ -45,10 +46,50 @@ struct JsonEntry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonOverride {
-    #[serde(default, alias = "requestsPerUnit")]
+    #[serde(default, alias = "requestsPerUnit", deserialize_with = "uint32")]
     requests_per_unit: u32,
     #[serde(default)]
     unit: JsonUnit,
+}
+
+/// An unsigned integer as protobuf's JSON mapping writes it: a number or a decimal string.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum JsonUInt {
+    Number(u64),
+    Text(String),
+}
+
+impl JsonUInt {
+    fn value<E: serde::de::Error>(self) -> Result<u64, E> {
+        match self {
+            JsonUInt::Number(number) => Ok(number),
+            JsonUInt::Text(text) => text
+                .parse()
+                .map_err(|_| E::custom(format!("'{text}' is not an unsigned integer"))),
+        }
+    }
+}
+
+/// A uint32 field: a number, a string of one, or null (0).
+fn uint32<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    use serde::de::Error;
+    match Option::<JsonUInt>::deserialize(deserializer)? {
+        None => Ok(0),
+        Some(value) => {
+            let value = value.value::<D::Error>()?;
+            u32::try_from(value).map_err(|_| D::Error::custom(format!("{value} is above 2^32")))
+        }
+    }
+}
+
+/// An optional uint64 field (a wrapper): a number, a string of one, or null (absent).
+fn optional_uint64<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    Option::<JsonUInt>::deserialize(deserializer)?
+        .map(JsonUInt::value::<D::Error>)
+        .transpose()
 }
 
 /// A unit by name or by number.

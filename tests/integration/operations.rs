@@ -190,6 +190,25 @@ fn json_endpoint_answers_like_the_grpc_one() {
 }
 
 #[test]
+fn json_takes_protobufs_canonical_json_mapping() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    // Integers as strings (how protobuf writes 64-bit ones), enums by number, null defaults.
+    let body = r#"{"domain":"m","hitsAddend":"2","descriptors":[{"entries":[{"key":"x","value":"s"}],"hitsAddend":"1","limit":{"requestsPerUnit":"3","unit":3}}, {"entries":[{"key":"api","value":"s"}],"limit":null}]}"#;
+    let (status, text) = sluice.http_post("/json", body);
+    assert_eq!(status, 200, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["statuses"][0]["limitRemaining"], 2, "{text}");
+    assert_eq!(answer["statuses"][0]["currentLimit"]["unit"], "HOUR");
+    assert_eq!(
+        answer["statuses"][1]["limitRemaining"], 3,
+        "the request's 2 hits: {text}"
+    );
+    let (status, text) = sluice.http_post("/json", r#"{"domain":"m","hitsAddend":"two"}"#);
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("not an unsigned integer"), "{text}");
+}
+
+#[test]
 fn rlconfig_lists_every_limit_sorted() {
     let sluice = Sluice::start(CONFIG, &[]);
     let (status, text) = sluice.http_get("/rlconfig");
@@ -429,4 +448,21 @@ fn signals_sent_as_soon_as_the_ports_are_announced_are_handled_not_fatal() {
             sluice.log()
         );
     }
+}
+
+#[test]
+fn json_and_rlconfig_can_be_turned_off() {
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[],
+        &[
+            ("SLUICE_HTTP_JSON", "false"),
+            ("SLUICE_HTTP_RLCONFIG", "false"),
+        ],
+    );
+    let body = r#"{"domain":"m","descriptors":[{"entries":[{"key":"api","value":"j"}]}]}"#;
+    assert_eq!(sluice.http_post("/json", body).0, 404);
+    assert_eq!(sluice.http_get("/rlconfig").0, 404);
+    assert_eq!(sluice.http_get("/healthcheck").0, 200);
+    assert_eq!(sluice.http_get("/metrics").0, 200);
 }
