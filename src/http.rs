@@ -2,6 +2,7 @@
 //! and `/rlconfig` (every loaded limit), as envoyproxy/ratelimit serves them.
 
 mod json;
+mod scrape;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::proto::rate_limit_response::Code;
 use crate::service::{DecisionError, RateLimiter};
 use crate::store::Store;
+pub use scrape::Scrapes;
 
 /// Whether the server takes traffic: not while draining, nor while a config is required but
 /// has no domain (`HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`), nor, when asked
@@ -78,19 +80,35 @@ pub struct Endpoints<S> {
     pub limiter: Arc<RateLimiter<S>>,
     pub store: Arc<S>,
     pub metrics: Arc<Metrics>,
+    /// `/metrics` texts, rendered off the request path.
+    pub scrapes: Scrapes,
     pub readiness: Arc<Readiness>,
     /// `/healthcheck` also asks the store (`--healthcheck-store`).
     pub check_store: bool,
+    /// Which endpoints beyond `/healthcheck` and `/metrics` are served.
+    pub served: HttpEndpoints,
+}
+
+/// The endpoints an operator may turn off: `/json` spends any client's budget and `/rlconfig`
+/// shows every limit to whoever reaches the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpEndpoints {
+    pub json: bool,
+    pub rlconfig: bool,
 }
 
 /// The router of the HTTP port.
 pub fn router<S: Store>(endpoints: Arc<Endpoints<S>>) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/healthcheck", get(healthcheck::<S>))
-        .route("/json", post(should_rate_limit::<S>))
-        .route("/metrics", get(metrics::<S>))
-        .route("/rlconfig", get(rlconfig::<S>))
-        .with_state(endpoints)
+        .route("/metrics", get(metrics::<S>));
+    if endpoints.served.json {
+        router = router.route("/json", post(should_rate_limit::<S>));
+    }
+    if endpoints.served.rlconfig {
+        router = router.route("/rlconfig", get(rlconfig::<S>));
+    }
+    router.with_state(endpoints)
 }
 
 async fn healthcheck<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {
@@ -141,20 +159,33 @@ impl IntoResponse for DecisionError {
 }
 
 async fn metrics<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {
-    let text = endpoints.metrics.render(&endpoints.store.stats());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    let (metrics, stats) = (endpoints.metrics.clone(), endpoints.store.stats());
+    match endpoints.scrapes.text(move || metrics.render(&stats)).await {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response(),
+    }
 }
 
-async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> String {
-    let config = endpoints.config.load();
-    let mut lines: Vec<String> = config
-        .domains()
-        .into_iter()
-        .flat_map(|domain| domain.rules())
-        .flat_map(describe)
-        .collect();
-    lines.sort();
-    lines.into_iter().map(|line| line + "\n").collect()
+/// Every limit, one line each, sorted; written on a blocking thread (a config may be large).
+async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {
+    let config = endpoints.config.load_full();
+    let written = tokio::task::spawn_blocking(move || {
+        let mut lines: Vec<String> = config
+            .domains()
+            .into_iter()
+            .flat_map(|domain| domain.rules())
+            .flat_map(describe)
+            .collect();
+        lines.sort();
+        lines
+            .into_iter()
+            .map(|line| line + "\n")
+            .collect::<String>()
+    });
+    match written.await {
+        Ok(text) => text.into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response(),
+    }
 }
 
 /// A rule's limits as `/rlconfig` prints them, one line each (the reference's form, plus

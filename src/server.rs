@@ -19,7 +19,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::config::{self, Config, ConfigErrors, ReloadResult, Reloader};
-use crate::http::{self, Endpoints, Readiness};
+use crate::http::{self, Endpoints, Readiness, Scrapes};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::rate_limit_service_server::SERVICE_NAME;
@@ -254,8 +254,10 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             limiter,
             store,
             metrics: self.metrics,
+            scrapes: Scrapes::default(),
             readiness: readiness.clone(),
             check_store: settings.healthcheck_store,
+            served: settings.http_endpoints,
         });
         let http_listener = http_listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
