@@ -270,6 +270,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         let listeners = Listeners::bind(&settings).await?;
         server::run(settings, listeners, shutdown, reload).await
     });
+    // A config still being parsed on a blocking thread does not hold the exit up.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

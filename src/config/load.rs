@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::config::bounds;
 use crate::config::compile::FileCompiler;
 use crate::config::error::{ConfigError, ConfigErrors, FileError};
 use crate::config::file;
@@ -30,8 +31,21 @@ pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErr
     let mut domains = HashMap::new();
     let mut warnings = Vec::new();
     for path in &files {
-        match fs::read_to_string(path) {
-            Ok(text) => errors.extend(add_file(&mut domains, path, &text, options, &mut warnings)),
+        match read_bounded(path) {
+            Ok(Some(text)) => {
+                errors.extend(add_file(&mut domains, path, &text, options, &mut warnings))
+            }
+            Ok(None) => errors.push(
+                FileError {
+                    path: path.clone(),
+                    position: None,
+                    reason: format!(
+                        "the file is larger than {} bytes, the most a config file may be",
+                        bounds::MAX_FILE_BYTES
+                    ),
+                }
+                .into(),
+            ),
             Err(source) => errors.push(ConfigError::Io {
                 path: path.clone(),
                 source,
@@ -39,6 +53,17 @@ pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErr
         }
     }
     finish(domains, errors, warnings)
+}
+
+/// The text of `path`, or `None` when it is larger than `bounds::MAX_FILE_BYTES` (read no
+/// further than that).
+fn read_bounded(path: &Path) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    let mut text = String::new();
+    fs::File::open(path)?
+        .take(bounds::MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    Ok((text.len() as u64 <= bounds::MAX_FILE_BYTES).then_some(text))
 }
 
 /// Compiles `text` as one configuration file named `name` (errors name it as its path): for
@@ -74,6 +99,18 @@ fn add_file(
     options: LoadOptions,
     warnings: &mut Vec<FileError>,
 ) -> Vec<ConfigError> {
+    if let Some(position) = bounds::too_deep(text) {
+        let reason = format!(
+            "maps and lists nest deeper than {} levels, the most a config file may",
+            bounds::MAX_DEPTH
+        );
+        return vec![FileError {
+            path: path.to_path_buf(),
+            position: Some(position),
+            reason,
+        }
+        .into()];
+    }
     let parsed = match file::parse(text) {
         Ok(parsed) => parsed,
         Err(error) => return vec![syntax_error(path, text, &error).into()],

@@ -3,6 +3,7 @@
 //! that name file, line and column (`error`, `position`), and hot reload (`watch`). Knows no
 //! store and no gRPC.
 
+mod bounds;
 mod compile;
 mod error;
 mod file;

@@ -69,3 +69,109 @@ async fn scrapes_of_a_full_metrics_registry_do_not_stall_decisions() {
         "a call waited {during:?} while /metrics was scraped (before: {before:?})"
     );
 }
+
+/// A valid config of about `bytes` bytes: one domain of many limits.
+fn large_config(domain: &str, bytes: usize) -> String {
+    let mut text = format!("domain: {domain}\ndescriptors:\n");
+    let mut i = 0;
+    while text.len() < bytes {
+        text.push_str(&format!(
+            "  - key: k{i}\n    rate_limit: {{unit: second, requests_per_unit: {}}}\n",
+            i % 100 + 1
+        ));
+        i += 1;
+    }
+    text
+}
+
+/// Sends SIGTERM to `sluice`.
+fn terminate(sluice: &Sluice) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &sluice.pid().to_string()])
+        .status();
+    assert!(status.is_ok_and(|s| s.success()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_config_reloads_without_stalling_calls_and_sigterm_does_not_wait_for_it() {
+    let mut sluice = Sluice::start(CONFIG, &[]);
+    let mut client = sluice.client().await;
+    let before = slowest_call(&mut client, 50).await;
+    let dir = sluice.config_dir.path().to_path_buf();
+    std::fs::write(dir.join("large.yaml"), large_config("large", 5_000_000)).unwrap();
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    while !sluice.log().contains("config reloaded") && started.elapsed() < Duration::from_secs(60) {
+        slowest = slowest.max(slowest_call(&mut client, 10).await);
+    }
+    assert!(sluice.log().contains("config reloaded"), "{}", sluice.log());
+    eprintln!(
+        "5 MB reload took {:?}; slowest call {slowest:?} (before {before:?})",
+        started.elapsed()
+    );
+    assert!(
+        slowest < Duration::from_millis(150),
+        "a call waited {slowest:?} during the reload (before: {before:?})"
+    );
+    // A second large file: SIGTERM while it is parsed is acted on at once.
+    std::fs::write(dir.join("larger.yaml"), large_config("larger", 8_000_000)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    terminate(&sluice);
+    assert_eq!(
+        sluice.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        sluice.log()
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "exit took {:?}",
+        asked.elapsed()
+    );
+}
+
+#[test]
+fn hostile_yaml_is_refused_in_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    // 200 KB of nested lists and 800 KB of nested flow maps: 17 s and 18 s of CPU before.
+    let lists = format!(
+        "domain: d\ndescriptors: {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let maps = format!(
+        "domain: e\ndescriptors: [{}{}]\n",
+        "{key: k, descriptors: [".repeat(32_000),
+        "]}".repeat(32_000)
+    );
+    for (name, text) in [("lists.yaml", lists), ("maps.yaml", maps)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let started = Instant::now();
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("nest deeper than 64 levels"), "{stderr}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{name}: {:?}",
+            started.elapsed()
+        );
+    }
+    // Over the size bound: refused before it is read whole.
+    let huge = dir.path().join("huge.yaml");
+    let file = std::fs::File::create(&huge).unwrap();
+    file.set_len(17 * 1024 * 1024).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("check-config")
+        .arg(&huge)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("larger than 16777216 bytes"), "{stderr}");
+}
