@@ -68,7 +68,7 @@ pub struct Metrics {
     global_shadow_mode: Counter,
     store_latency: Histogram,
     /// By `StoreError::KINDS`.
-    store_errors: [Counter; 3],
+    store_errors: [Counter; 4],
 }
 
 impl Metrics {
@@ -157,7 +157,8 @@ impl Metrics {
             }
         };
         gauge("sluice_memory_store_keys", store.keys);
-        counter("sluice_memory_store_evictions_total", store.evictions);
+        gauge("sluice_memory_store_bytes", store.bytes);
+        counter("sluice_memory_store_full_total", store.full);
         counter("sluice_redis_script_reloads_total", store.script_reloads);
         counter("sluice_local_cache_hits_total", store.local_cache_hits);
         self.handle.run_upkeep();

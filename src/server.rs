@@ -142,8 +142,13 @@ pub async fn run(
         reload,
     };
     match &settings.store {
-        StoreSettings::Memory { memory_max_keys } => {
-            let store = Arc::new(MemoryStore::new(*memory_max_keys, Arc::new(SystemClock)));
+        StoreSettings::Memory {
+            memory_max_keys,
+            memory_max_bytes,
+        } => {
+            let store = MemoryStore::new(*memory_max_keys, Arc::new(SystemClock))
+                .with_max_bytes(*memory_max_bytes);
+            let store = Arc::new(store);
             tokio::spawn(sweep_memory_store(Arc::downgrade(&store)));
             run.serve(config, store, "memory").await
         }

@@ -34,6 +34,8 @@ pub enum StoreSettings {
     Memory {
         /// `--memory-max-keys`.
         memory_max_keys: usize,
+        /// `--memory-max-bytes`.
+        memory_max_bytes: usize,
     },
     Redis(Box<RedisSettings>),
 }
@@ -103,6 +105,11 @@ pub struct ServeArgs {
     /// Most keys the memory store holds; at the bound a new key evicts an existing one.
     #[arg(long, env = "SLUICE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
+    /// Most bytes of state the memory store holds (about 120 per key, and 8 more per entry of
+    /// a sliding log). At either bound only expired state is dropped to make room; when none
+    /// is, a request needing a new key gets --failure-mode.
+    #[arg(long, env = "SLUICE_MEMORY_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub memory_max_bytes: usize,
     /// Add RateLimit-Limit, -Remaining, -Reset (and Retry-After when over) to responses.
     #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub response_headers: bool,
@@ -276,6 +283,7 @@ impl ServeArgs {
                 StoreKind::Redis => StoreSettings::Redis(Box::new(self.redis.into_settings()?)),
                 StoreKind::Memory => StoreSettings::Memory {
                     memory_max_keys: at_least_one("--memory-max-keys", self.memory_max_keys)?,
+                    memory_max_bytes: at_least_one("--memory-max-bytes", self.memory_max_bytes)?,
                 },
             },
             service: ServiceOptions {

@@ -62,6 +62,28 @@ pub trait LimitAlgorithm {
     fn expires_at_us(state: &Self::State, rate: &Rate) -> u64;
 }
 
+/// What a held state keeps on the heap, so that the memory store can bound its bytes.
+pub trait HeapSize {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl HeapSize for Vec<u64> {
+    fn heap_bytes(&self) -> usize {
+        self.capacity() * std::mem::size_of::<u64>()
+    }
+}
+
+impl<T> HeapSize for Box<T> {
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<T>()
+    }
+}
+
+impl HeapSize for fixed_window::Window {}
+impl HeapSize for sliding_window_counter::Counts {}
+
 /// Declares `Algorithm`, `State` and their dispatch from one row per algorithm:
 /// `Variant => module::Implementation, "yaml_name", held state type;`.
 macro_rules! registry {
@@ -117,6 +139,13 @@ macro_rules! registry {
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub enum State {
             $( $variant($held), )+
+        }
+
+        impl State {
+            /// The bytes the state holds on the heap, beside its own size.
+            pub fn heap_bytes(&self) -> usize {
+                match self { $(State::$variant(held) => HeapSize::heap_bytes(held),)+ }
+            }
         }
 
         /// Charges `cost` against `rate` counted by `algorithm` at `now_us`, given the key's

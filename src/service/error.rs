@@ -32,6 +32,7 @@ impl DecisionError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             DecisionError::InvalidRequest { .. } => "service_error",
+            DecisionError::Store(StoreError::Full { .. }) => "store_full",
             DecisionError::Store(_) => "redis_error",
         }
     }

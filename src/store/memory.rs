@@ -1,9 +1,10 @@
 //! The embedded store: state in a sharded map in this process. No lock is held across an
-//! `.await` (there is none inside `charge`), expired state is swept by `sweep_expired`, and the
-//! number of keys is bounded: at the bound, storing a new key first evicts one existing key of
-//! the same shard (its state restarts), in constant time, so a flood of new keys can neither
-//! exhaust memory nor slow the store down, and new keys are never refused. Evictions are
-//! counted.
+//! `.await` (there is none inside `charge`), expired state is swept by `sweep_expired`, and
+//! what is held is bounded, in keys and in bytes (a sliding log holds 8 bytes per entry): at a
+//! bound, only state that no longer matters (expired) is dropped to make room, by a sweep of
+//! the shard at most every `ROOM_SWEEP_EVERY_US`; state that still restricts a client is never
+//! dropped. When no room can be made, the request fails with `StoreError::Full` (the service
+//! answers it as `--failure-mode` says), counted, and logged once.
 //!
 //! Keys are held as a 128-bit keyed hash of the store key, not the key itself: 16 bytes
 //! instead of a heap string, so a million keys fit in about 120 bytes each. Two distinct keys
@@ -13,7 +14,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use siphasher::sip128::{Hasher128, SipHasher13};
@@ -24,8 +25,33 @@ use smallvec::SmallVec;
 use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit};
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
-/// A shard: state by key id, hashed by the id itself (it is already a keyed hash).
-type Shard = HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>;
+/// A shard's entries: state by key id, hashed by the id itself (it is already a keyed hash).
+type Entries = HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>;
+
+/// A shard: its entries, what they weigh, and when it last dropped expired ones for room.
+#[derive(Default)]
+struct Shard {
+    entries: Entries,
+    bytes: usize,
+    room_swept_at_us: u64,
+}
+
+/// The bytes an entry costs besides its state's heap: the map slot, the key id, the state's
+/// own size and the map's spare capacity (measured: about 120 bytes per key).
+const ENTRY_BYTES: usize = 120;
+
+/// The most often a full shard is swept for expired entries (µs): a flood of new keys into a
+/// store full of live state costs one shard scan per this time, not one per key.
+const ROOM_SWEEP_EVERY_US: u64 = 100_000;
+
+/// The least bytes a shard may hold: the largest state one key can have (a sliding log of
+/// 10,000 entries, 128 KiB with its spare capacity) fits twice.
+const MIN_SHARD_BYTES: usize = 256 * 1024;
+
+/// What an entry of `state` weighs.
+fn weight(state: &State) -> usize {
+    ENTRY_BYTES + state.heap_bytes()
+}
 
 /// The in-memory store.
 pub struct MemoryStore {
@@ -33,8 +59,11 @@ pub struct MemoryStore {
     /// The secret key of the keyed 128-bit hash that turns store keys into ids.
     hash_keys: (u64, u64),
     keys_per_shard: usize,
+    bytes_per_shard: usize,
     clock: Arc<dyn Clock>,
-    evictions: AtomicU64,
+    /// Requests that found no room: the store full of state that still matters.
+    full: AtomicU64,
+    full_logged: AtomicBool,
 }
 
 struct Entry {
@@ -45,6 +74,7 @@ struct Entry {
 /// The state of `id` in `shard`, if it is still live at `now_us`.
 fn live<'s>(shard: &'s Shard, id: &KeyId, now_us: u64) -> Option<&'s State> {
     shard
+        .entries
         .get(id)
         .filter(|entry| entry.expires_at_us > now_us)
         .map(|entry| &entry.state)
@@ -64,6 +94,32 @@ struct Charge {
 #[repr(align(128))]
 #[derive(Default)]
 struct ShardLock(Mutex<Shard>);
+
+impl Shard {
+    /// Stores `entry` under `id`, keeping the byte count.
+    fn put(&mut self, id: KeyId, entry: Entry) {
+        let added = weight(&entry.state);
+        if let Some(old) = self.entries.insert(id, entry) {
+            self.bytes -= weight(&old.state);
+        }
+        self.bytes += added;
+    }
+
+    /// Drops the entries expired at `now_us`; returns how many.
+    fn drop_expired(&mut self, now_us: u64) -> usize {
+        let before = self.entries.len();
+        let mut freed = 0;
+        self.entries.retain(|_, entry| {
+            let keep = entry.expires_at_us > now_us;
+            if !keep {
+                freed += weight(&entry.state);
+            }
+            keep
+        });
+        self.bytes -= freed;
+        before - self.entries.len()
+    }
+}
 
 /// A store key's 128-bit keyed hash (two u64 so the map entry stays 8-byte aligned).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +153,8 @@ impl Hasher for IdHasher {
 }
 
 impl MemoryStore {
-    /// A store holding at most about `max_keys` keys, reading time from `clock`.
+    /// A store holding at most about `max_keys` keys (and 1 KiB per key in bytes: see
+    /// `with_max_bytes`), reading time from `clock`.
     pub fn new(max_keys: usize, clock: Arc<dyn Clock>) -> MemoryStore {
         let shard_count = (std::thread::available_parallelism().map_or(4, |n| n.get()) * 8)
             .next_power_of_two()
@@ -109,9 +166,21 @@ impl MemoryStore {
             shards,
             hash_keys: (secret.hash_one(0_u8), secret.hash_one(1_u8)),
             keys_per_shard: max_keys.div_ceil(shard_count).max(1),
+            bytes_per_shard: max_keys
+                .saturating_mul(1024)
+                .div_ceil(shard_count)
+                .max(MIN_SHARD_BYTES),
             clock,
-            evictions: AtomicU64::new(0),
+            full: AtomicU64::new(0),
+            full_logged: AtomicBool::new(false),
         }
+    }
+
+    /// The same store, holding at most about `max_bytes` bytes of state (and at least 256 KiB
+    /// per shard, so that any one key's state fits).
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> MemoryStore {
+        self.bytes_per_shard = max_bytes.div_ceil(self.shards.len()).max(MIN_SHARD_BYTES);
+        self
     }
 
     /// Drops every state whose time has passed; returns how many.
@@ -119,22 +188,26 @@ impl MemoryStore {
         let now_us = self.clock.now_us();
         let mut removed = 0;
         for index in 0..self.shards.len() {
-            let mut shard = self.lock(index);
-            let before = shard.len();
-            shard.retain(|_, entry| entry.expires_at_us > now_us);
-            removed += before - shard.len();
+            removed += self.lock(index).drop_expired(now_us);
         }
         removed
     }
 
     /// How many keys are held.
     pub fn key_count(&self) -> usize {
-        (0..self.shards.len()).map(|i| self.lock(i).len()).sum()
+        (0..self.shards.len())
+            .map(|i| self.lock(i).entries.len())
+            .sum()
     }
 
-    /// How many live keys were evicted to stay within the bound.
-    pub fn evictions(&self) -> u64 {
-        self.evictions.load(Ordering::Relaxed)
+    /// The bytes held, as the store counts them.
+    pub fn bytes_held(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.lock(i).bytes).sum()
+    }
+
+    /// How many requests found the store full of state that still matters.
+    pub fn full_count(&self) -> u64 {
+        self.full.load(Ordering::Relaxed)
     }
 
     fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
@@ -156,31 +229,33 @@ impl MemoryStore {
         (id, (id.1 as usize) & (self.shards.len() - 1))
     }
 
-    fn charge_one(&self, hit: &Hit, now_us: u64) -> Decision {
+    fn charge_one(&self, hit: &Hit, now_us: u64) -> Result<Decision, StoreError> {
         let (id, index) = self.locate(&hit.key);
         let mut shard = self.lock(index);
-        // A known key: one lookup, updated in place.
-        if let Some(entry) = shard.get_mut(&id) {
-            let live = (entry.expires_at_us > now_us).then_some(&entry.state);
-            let outcome = hit.limit.decide(live, hit.cost, now_us);
-            if let Some((state, expires_at_us)) = outcome.new_state {
-                *entry = Entry {
-                    state,
-                    expires_at_us,
-                };
-            }
-            return outcome.decision;
+        let existing = shard.entries.get(&id);
+        let current = existing.filter(|entry| entry.expires_at_us > now_us);
+        let outcome = hit
+            .limit
+            .decide(current.map(|e| &e.state), hit.cost, now_us);
+        let Some((state, expires_at_us)) = outcome.new_state else {
+            return Ok(outcome.decision);
+        };
+        let (new_keys, before) = match existing {
+            Some(entry) => (0, weight(&entry.state)),
+            None => (1, 0),
+        };
+        let grows = weight(&state).saturating_sub(before);
+        if !self.room(&mut shard, new_keys, grows, now_us) {
+            return Err(self.no_room());
         }
-        let outcome = hit.limit.decide(None, hit.cost, now_us);
-        if let Some((state, expires_at_us)) = outcome.new_state {
-            self.make_room(&mut shard);
-            let entry = Entry {
+        shard.put(
+            id,
+            Entry {
                 state,
                 expires_at_us,
-            };
-            shard.insert(id, entry);
-        }
-        outcome.decision
+            },
+        );
+        Ok(outcome.decision)
     }
 
     /// Decides a request's hits under the locks of every shard they touch, taken in shard
@@ -189,7 +264,12 @@ impl MemoryStore {
     /// denied, and, with `AllOrNothing`, only if the request is not `vetoed`; a limit that
     /// takes debt is charged regardless. An admitted hit left uncharged reports the state as
     /// it stays: the decision of cost 0.
-    fn charge_request(&self, hits: &[Hit], charging: Charging, now_us: u64) -> Vec<Decision> {
+    fn charge_request(
+        &self,
+        hits: &[Hit],
+        charging: Charging,
+        now_us: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
         let located: SmallVec<[(KeyId, usize); 4]> =
             hits.iter().map(|hit| self.locate(&hit.key)).collect();
         let mut indices: SmallVec<[usize; 4]> = located.iter().map(|&(_, index)| index).collect();
@@ -247,24 +327,37 @@ impl MemoryStore {
         for charge in &charged {
             is_charged[charge.hit] = true;
         }
-        // The last charge of each key is its new state.
-        let mut written: SmallVec<[KeyId; 4]> = SmallVec::new();
+        // The last charge of each key is its new state; there must be room for all of them
+        // before any is written.
+        let mut last: SmallVec<[Charge; 4]> = SmallVec::new();
         for charge in charged.into_iter().rev() {
-            if written.contains(&charge.id) {
-                continue;
+            if !last.iter().any(|c| c.id == charge.id) {
+                last.push(charge);
             }
-            written.push(charge.id);
-            let shard = &mut shards[shard_of(charge.index)];
+        }
+        for (position, shard) in shards.iter_mut().enumerate() {
+            let (mut new_keys, mut grows) = (0, 0);
+            for charge in last.iter().filter(|c| shard_of(c.index) == position) {
+                match shard.entries.get(&charge.id) {
+                    Some(entry) => {
+                        grows += weight(&charge.state).saturating_sub(weight(&entry.state));
+                    }
+                    None => {
+                        new_keys += 1;
+                        grows += weight(&charge.state);
+                    }
+                }
+            }
+            if (new_keys > 0 || grows > 0) && !self.room(shard, new_keys, grows, now_us) {
+                return Err(self.no_room());
+            }
+        }
+        for charge in last {
             let entry = Entry {
                 state: charge.state,
                 expires_at_us: charge.expires_at_us,
             };
-            if let Some(existing) = shard.get_mut(&charge.id) {
-                *existing = entry;
-            } else {
-                self.make_room(shard);
-                shard.insert(charge.id, entry);
-            }
+            shards[shard_of(charge.index)].put(charge.id, entry);
         }
         for (i, decision) in decisions.iter_mut().enumerate() {
             if decision.admitted && hits[i].cost > 0 && !is_charged[i] {
@@ -273,20 +366,38 @@ impl MemoryStore {
                 *decision = hits[i].limit.decide(now_stored, 0, now_us).decision;
             }
         }
-        decisions
+        Ok(decisions)
     }
 
-    /// Keeps a shard under its bound before an insert by evicting one entry. O(1): expired
-    /// entries are left to the background sweep (a scan per insert would let a flood of new
-    /// keys cost a full shard scan each).
-    fn make_room(&self, shard: &mut Shard) {
-        if shard.len() < self.keys_per_shard {
-            return;
+    /// Whether `shard` can take `new_keys` more keys and `bytes` more bytes, dropping its
+    /// expired entries to make room (at most every `ROOM_SWEEP_EVERY_US`: the background sweep
+    /// does the rest). Live state is never dropped.
+    fn room(&self, shard: &mut Shard, new_keys: usize, bytes: usize, now_us: u64) -> bool {
+        let fits = |shard: &Shard| {
+            shard.entries.len() + new_keys <= self.keys_per_shard
+                && shard.bytes + bytes <= self.bytes_per_shard
+        };
+        if fits(shard) {
+            return true;
         }
-        let victim = shard.keys().next().copied();
-        if let Some(victim) = victim {
-            shard.remove(&victim);
-            self.evictions.fetch_add(1, Ordering::Relaxed);
+        if now_us.saturating_sub(shard.room_swept_at_us) < ROOM_SWEEP_EVERY_US {
+            return false;
+        }
+        shard.room_swept_at_us = now_us;
+        shard.drop_expired(now_us);
+        fits(shard)
+    }
+
+    /// The error of a request that found no room, counted, and logged the first time.
+    fn no_room(&self) -> StoreError {
+        self.full.fetch_add(1, Ordering::Relaxed);
+        if !self.full_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "the memory store is full of state that still restricts clients: requests that need a new key get --failure-mode until some expires (raise --memory-max-keys or --memory-max-bytes)"
+            );
+        }
+        StoreError::Full {
+            store: "the memory store",
         }
     }
 }
@@ -296,9 +407,9 @@ impl Store for MemoryStore {
         let now_us = self.clock.now_us();
         // One hit is charged alike either way: it is denied exactly when it would veto.
         if let [hit] = hits {
-            return Ok(vec![self.charge_one(hit, now_us)]);
+            return Ok(vec![self.charge_one(hit, now_us)?]);
         }
-        Ok(self.charge_request(hits, charging, now_us))
+        self.charge_request(hits, charging, now_us)
     }
 
     async fn healthy(&self) -> bool {
@@ -308,7 +419,8 @@ impl Store for MemoryStore {
     fn stats(&self) -> StoreStats {
         StoreStats {
             keys: Some(self.key_count() as u64),
-            evictions: Some(self.evictions()),
+            bytes: Some(self.bytes_held() as u64),
+            full: Some(self.full_count()),
             ..StoreStats::default()
         }
     }
@@ -440,17 +552,101 @@ mod tests {
         assert_eq!(store.key_count(), 0);
     }
 
+    fn hourly(key: &str, limit: u32, cost: u64) -> Hit {
+        Hit {
+            limit: Limit::fixed_window(limit, Unit::Hour),
+            ..hit(key, limit, cost)
+        }
+    }
+
     #[tokio::test]
-    async fn key_count_stays_within_the_bound_under_a_flood() {
+    async fn a_flood_of_new_keys_never_resets_a_limit_that_still_restricts() {
         let (store, _) = store(64);
+        let exhaust = [hourly("victim", 5, 5)];
+        store
+            .charge(&exhaust, Charging::AllOrNothing)
+            .await
+            .unwrap();
+        let mut refused = 0;
         for i in 0..10_000 {
-            store
-                .charge(&[hit(&format!("k{i}"), 5, 1)], Charging::AllOrNothing)
-                .await
-                .unwrap();
+            let new_key = [hourly(&format!("k{i}"), 5, 1)];
+            match store.charge(&new_key, Charging::AllOrNothing).await {
+                Ok(_) => {}
+                Err(StoreError::Full { .. }) => refused += 1,
+                Err(other) => panic!("{other}"),
+            }
         }
         assert!(store.key_count() <= 64, "{} keys", store.key_count());
-        assert!(store.evictions() >= 10_000 - 64);
+        assert!(refused >= 10_000 - 64, "{refused} refused");
+        assert_eq!(store.full_count(), refused);
+        let again = store
+            .charge(&[hourly("victim", 5, 1)], Charging::AllOrNothing)
+            .await;
+        assert!(
+            !again.unwrap()[0].admitted,
+            "the exhausted limit still holds"
+        );
+    }
+
+    #[tokio::test]
+    async fn expired_state_makes_room_for_new_keys() {
+        let (store, clock) = store(64);
+        let mut refused = None;
+        for i in 0..1000 {
+            let key = format!("k{i}");
+            if store
+                .charge(&[hit(&key, 5, 1)], Charging::AllOrNothing)
+                .await
+                .is_err()
+            {
+                refused = Some(key);
+                break;
+            }
+        }
+        let refused = refused.expect("a full shard refuses a new key");
+        // The second-long windows end: their state no longer matters.
+        clock.advance(1_000_000);
+        let room = store
+            .charge(&[hit(&refused, 5, 1)], Charging::AllOrNothing)
+            .await;
+        assert!(room.is_ok_and(|d| d[0].admitted));
+    }
+
+    #[tokio::test]
+    async fn a_sliding_log_is_bounded_by_its_bytes() {
+        let clock = Arc::new(ManualClock::at(5_000_000));
+        // The least a store may hold: 256 KiB per shard.
+        let store = MemoryStore::new(1000, clock.clone()).with_max_bytes(0);
+        // Logs of up to 10,000 entries on 200 keys: their bytes, not their keys, fill it.
+        let log = |key: String| Hit {
+            limit: Limit {
+                algorithm: crate::limit::Algorithm::SlidingWindowLog,
+                ..Limit::fixed_window(10_000, Unit::Hour)
+            },
+            ..hit(&key, 10_000, 1)
+        };
+        let mut admitted = 0;
+        let mut refused = false;
+        for i in 0..2_000_000 {
+            clock.advance(1);
+            let hits = [log(format!("log{}", i % 200))];
+            match store.charge(&hits, Charging::AllOrNothing).await {
+                Ok(d) => admitted += usize::from(d[0].admitted),
+                Err(StoreError::Full { .. }) => {
+                    refused = true;
+                    break;
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert!(
+            refused,
+            "the logs' 8 bytes per entry count against the bound"
+        );
+        let bound = MIN_SHARD_BYTES * store.shards.len();
+        assert!(store.bytes_held() <= bound, "{} bytes", store.bytes_held());
+        assert!(store.key_count() <= 200);
+        assert!(admitted >= 4096, "{admitted}");
     }
 
     #[test]

@@ -38,7 +38,10 @@ pub trait Store: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
     pub keys: Option<u64>,
-    pub evictions: Option<u64>,
+    /// The bytes of state held, as the store counts them.
+    pub bytes: Option<u64>,
+    /// Requests that found the store full.
+    pub full: Option<u64>,
     pub script_reloads: Option<u64>,
     pub local_cache_hits: Option<u64>,
 }
@@ -70,18 +73,22 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
+    /// The store is full of state that still matters: it cannot take a new key.
+    #[error("{store} is full of state that still restricts clients")]
+    Full { store: &'static str },
 }
 
 impl StoreError {
     /// Every `kind`.
-    pub const KINDS: [&'static str; 3] = ["timeout", "unreachable", "protocol"];
+    pub const KINDS: [&'static str; 4] = ["timeout", "unreachable", "protocol", "full"];
 
-    /// The kind, as a metric label: `timeout`, `unreachable` or `protocol`.
+    /// The kind, as a metric label: `timeout`, `unreachable`, `protocol` or `full`.
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Timeout { .. } => "timeout",
             StoreError::Unreachable { .. } => "unreachable",
             StoreError::Protocol { .. } => "protocol",
+            StoreError::Full { .. } => "full",
         }
     }
 }

@@ -175,3 +175,42 @@ fn hostile_yaml_is_refused_in_bounded_time() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("larger than 16777216 bytes"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_flood_of_new_keys_cannot_reset_an_exhausted_limit() {
+    let config = "domain: f\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000}\n";
+    let sluice = Sluice::start(config, &["--memory-max-keys", "256"]);
+    let mut client = sluice.client().await;
+    let exhausted: Vec<String> = (0..10).map(|i| format!("drained{i}")).collect();
+    for value in &exhausted {
+        let drain = descriptor_with_hits(&[("user", value)], 1000);
+        call(&mut client, request("f", vec![drain])).await;
+    }
+    // Anyone who controls a descriptor value floods new keys.
+    let mut refused = 0;
+    for i in 0..5000 {
+        let value = format!("flood{i}");
+        let answer = client
+            .should_rate_limit(request("f", vec![descriptor(&[("user", &value)])]))
+            .await;
+        if let Err(status) = answer {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+            refused += 1;
+        }
+    }
+    assert!(refused > 4000, "{refused} new keys refused");
+    for value in &exhausted {
+        let again = call(
+            &mut client,
+            request("f", vec![descriptor(&[("user", value)])]),
+        )
+        .await;
+        assert_eq!(overall(&again), Code::OverLimit, "{value} was reset");
+    }
+    let (_, metrics) = sluice.http_get("/metrics");
+    assert!(
+        series(&metrics, "sluice_memory_store_full_total") >= Some(4000.0),
+        "{metrics}"
+    );
+    assert_eq!(sluice.log().matches("the memory store is full").count(), 1);
+}

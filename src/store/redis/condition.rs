@@ -57,7 +57,7 @@ impl Condition {
         let state = match error {
             StoreError::Timeout { .. } => TIMING_OUT,
             StoreError::Unreachable { .. } => UNREACHABLE,
-            StoreError::Protocol { .. } => ERROR_REPLIES,
+            StoreError::Protocol { .. } | StoreError::Full { .. } => ERROR_REPLIES,
         };
         if self.state.swap(state, Ordering::Relaxed) == state {
             return;
