@@ -102,7 +102,7 @@ pub struct ServeArgs {
     /// Longest entry value (and domain), in bytes.
     #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = RequestBounds::default().max_value_bytes)]
     pub max_value_bytes: usize,
-    /// Most keys the memory store holds; at the bound a new key evicts an existing one.
+    /// Most keys the memory store holds; at the bound only expired state makes room.
     #[arg(long, env = "SLUICE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
     /// Most bytes of state the memory store holds (about 120 per key, and 8 more per entry of
