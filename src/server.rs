@@ -2,6 +2,10 @@
 //! endpoints from `Settings`, serves them on the listeners it is given, reloads the config,
 //! serves until `shutdown` completes, then reports NOT_SERVING, drains and stops.
 
+mod accept;
+use accept::Accepting;
+pub use accept::ConnectionLimits;
+mod http_serve;
 mod status_codes;
 
 use std::future::Future;
@@ -10,10 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
@@ -241,7 +243,12 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
                 .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
                 .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         };
+        let network = settings.network;
         let grpc = Server::builder()
+            .http2_keepalive_interval(Some(network.grpc_keepalive_interval))
+            .http2_keepalive_timeout(Some(network.grpc_keepalive_timeout))
+            .max_connection_age(network.grpc_max_connection_age)
+            .max_connection_age_grace(network.grpc_max_connection_age_grace)
             .layer(tower::util::MapResponseLayer::new(
                 status_codes::caller_faults::<tonic::body::Body>,
             ))
@@ -250,8 +257,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             .add_service(reflection().build_v1alpha()?)
             .add_service(RateLimitServiceServer::from_arc(limiter.clone()))
             .serve_with_incoming_shutdown(
-                // No Nagle: a response waiting for a delayed ACK costs 40 ms.
-                TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+                accept::incoming(Accepting::new(grpc_listener, network.grpc, "grpc")),
                 until(stopped.clone()),
             );
         let endpoints = Arc::new(Endpoints {
@@ -264,13 +270,17 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             check_store: settings.healthcheck_store,
             served: settings.http_endpoints,
         });
-        let http_listener = http_listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let http = axum::serve(http_listener, http::router(endpoints))
-            .with_graceful_shutdown(until(stopped));
+        let http = http_serve::serve(
+            Accepting::new(http_listener, network.http, "http"),
+            http::router(endpoints),
+            network.http_header_read_timeout,
+            until(stopped),
+        );
         let mut grpc = tokio::spawn(grpc);
-        let mut http = tokio::spawn(std::future::IntoFuture::into_future(http));
+        let mut http = tokio::spawn(async move {
+            http.await;
+            Ok::<(), std::io::Error>(())
+        });
         tokio::select! {
             () = self.shutdown => {}
             ended = &mut grpc => return Err(server_ended("gRPC", ended.map(|r| r.map_err(ServerError::from)))),

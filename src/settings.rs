@@ -16,6 +16,7 @@ use crate::config::LoadOptions;
 use crate::duration;
 use crate::http::HttpEndpoints;
 use crate::limit::Charging;
+pub use crate::server::ConnectionLimits;
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
 pub use redis::{RedisArgs, RedisSettings};
 
@@ -173,6 +174,31 @@ pub struct ServeArgs {
     /// On SIGTERM, the most time in-flight calls get to finish after the ports close.
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "10s", value_parser = duration::parse)]
     pub shutdown_grace: Duration,
+    /// Most connections open at once on the gRPC port; more wait to be accepted.
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Most connections open at once on the HTTP port.
+    #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub http_max_connections: usize,
+    /// Time a new connection (either port) has to send its first bytes before it is closed.
+    #[arg(long, env = "SLUICE_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = duration::parse)]
+    pub handshake_timeout: Duration,
+    /// Time an HTTP request's head has to arrive whole (slowloris clients are closed).
+    #[arg(long, env = "SLUICE_HTTP_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = duration::parse)]
+    pub http_header_read_timeout: Duration,
+    /// HTTP/2 keepalive on the gRPC port: a PING after this long without frames...
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = duration::parse)]
+    pub grpc_keepalive_interval: Duration,
+    /// ...and the connection closed when its answer takes longer than this.
+    #[arg(long, env = "SLUICE_GRPC_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = duration::parse)]
+    pub grpc_keepalive_timeout: Duration,
+    /// A gRPC connection is asked to go away (GOAWAY) after this long, so that clients
+    /// spread over new replicas (envoyproxy/ratelimit's variable and default).
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE", default_value = "24h", value_parser = duration::parse)]
+    pub grpc_max_connection_age: Duration,
+    /// ...and closed this long after that.
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = duration::parse)]
+    pub grpc_max_connection_age_grace: Duration,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -218,6 +244,19 @@ pub struct Settings {
     pub watch_config: bool,
     pub shutdown_drain_delay: Duration,
     pub shutdown_grace: Duration,
+    pub network: NetworkSettings,
+}
+
+/// What the ports allow their connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkSettings {
+    pub grpc: ConnectionLimits,
+    pub http: ConnectionLimits,
+    pub http_header_read_timeout: Duration,
+    pub grpc_keepalive_interval: Duration,
+    pub grpc_keepalive_timeout: Duration,
+    pub grpc_max_connection_age: Duration,
+    pub grpc_max_connection_age_grace: Duration,
 }
 
 /// A setting that cannot be used.
@@ -319,6 +358,24 @@ impl ServeArgs {
             watch_config: self.watch_config,
             shutdown_drain_delay: self.shutdown_drain_delay,
             shutdown_grace: self.shutdown_grace,
+            network: NetworkSettings {
+                grpc: ConnectionLimits {
+                    max_connections: at_least_one("--max-connections", self.max_connections)?,
+                    handshake_timeout: self.handshake_timeout,
+                },
+                http: ConnectionLimits {
+                    max_connections: at_least_one(
+                        "--http-max-connections",
+                        self.http_max_connections,
+                    )?,
+                    handshake_timeout: self.handshake_timeout,
+                },
+                http_header_read_timeout: self.http_header_read_timeout,
+                grpc_keepalive_interval: self.grpc_keepalive_interval,
+                grpc_keepalive_timeout: self.grpc_keepalive_timeout,
+                grpc_max_connection_age: self.grpc_max_connection_age,
+                grpc_max_connection_age_grace: self.grpc_max_connection_age_grace,
+            },
         })
     }
 }

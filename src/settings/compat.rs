@@ -37,11 +37,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     ("DEBUG_HOST", "no debug port: /rlconfig is on the HTTP port"),
     ("DEBUG_PORT", "no debug port: /rlconfig is on the HTTP port"),
-    ("GRPC_MAX_CONNECTION_AGE", "connections are not aged out"),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        "connections are not aged out",
-    ),
     ("GRPC_UDS", "the gRPC port is TCP"),
     (
         "RUNTIME_WATCH_ROOT",

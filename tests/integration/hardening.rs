@@ -214,3 +214,158 @@ async fn a_flood_of_new_keys_cannot_reset_an_exhausted_limit() {
     );
     assert_eq!(sluice.log().matches("the memory store is full").count(), 1);
 }
+
+/// Opens up to `count` TCP connections to `addr` that send nothing (each given 200 ms, so a
+/// full backlog does not hold the test).
+fn idle_connections(addr: std::net::SocketAddr, count: usize) -> Vec<std::net::TcpStream> {
+    (0..count)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+        })
+        .collect()
+}
+
+/// Whether the server closes `stream` within `limit`: reads (what the server says first, such
+/// as HTTP/2's settings) until the end, an error, or the time is up.
+fn closed_within(stream: &mut std::net::TcpStream, limit: Duration) -> bool {
+    use std::io::Read;
+    let deadline = Instant::now() + limit;
+    let mut buffer = [0u8; 256];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[tokio::test]
+async fn idle_connections_are_bounded_and_closed_after_the_handshake_timeout() {
+    let args = [
+        "--max-connections",
+        "20",
+        "--http-max-connections",
+        "20",
+        "--handshake-timeout",
+        "1s",
+    ];
+    let sluice = Sluice::start(CONFIG, &args);
+    let mut idle = idle_connections(sluice.grpc_addr, 100);
+    // Every place is taken by a connection that says nothing; a real client is served as soon
+    // as the handshake timeout frees them.
+    let started = Instant::now();
+    let mut client = sluice.client().await;
+    call(
+        &mut client,
+        request("h", vec![descriptor(&[("plain", "p")])]),
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    let first = idle.first_mut().unwrap();
+    assert!(
+        closed_within(first, Duration::from_secs(3)),
+        "an idle connection stays open"
+    );
+    // The HTTP port alike.
+    let mut idle_http = idle_connections(sluice.http_addr, 50);
+    let started = Instant::now();
+    assert_eq!(sluice.http_get("/healthcheck").0, 200);
+    assert!(started.elapsed() < Duration::from_secs(8));
+    assert!(closed_within(&mut idle_http[0], Duration::from_secs(3)));
+}
+
+#[test]
+fn a_slowloris_client_is_closed_at_the_header_read_timeout() {
+    use std::io::Write;
+    let sluice = Sluice::start(CONFIG, &["--http-header-read-timeout", "1s"]);
+    let mut slow = std::net::TcpStream::connect(sluice.http_addr).unwrap();
+    slow.write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(200));
+        if slow.write_all(b"X-Slow: 1\r\n").is_err() {
+            closed = true;
+            break;
+        }
+        if closed_within(&mut slow, Duration::from_millis(5)) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(
+        closed,
+        "a trickle of headers kept the connection for {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert_eq!(sluice.http_get("/healthcheck").0, 200);
+}
+
+/// CPU time of process `pid` so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[tokio::test]
+async fn out_of_file_descriptors_the_server_backs_off_and_keeps_serving_open_connections() {
+    let sluice = Sluice::start(CONFIG, &["--handshake-timeout", "30s"]);
+    let mut client = sluice.client().await;
+    call(
+        &mut client,
+        request("h", vec![descriptor(&[("plain", "fd")])]),
+    )
+    .await;
+    let pid = sluice.pid().to_string();
+    // A process that can open 64 descriptors, and 200 clients.
+    let limited = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, "--nofile=64:64"])
+        .status()
+        .unwrap();
+    assert!(limited.success());
+    let _flood = idle_connections(sluice.grpc_addr, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(sluice.pid());
+    let started = Instant::now();
+    let mut answered = 0;
+    while started.elapsed() < Duration::from_secs(1) {
+        call(
+            &mut client,
+            request("h", vec![descriptor(&[("plain", "fd")])]),
+        )
+        .await;
+        answered += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let used = cpu_ticks(sluice.pid()) - before;
+    assert!(answered >= 20, "{answered} calls answered");
+    // 100 ticks are a whole core for a second: the accept loop must not spin.
+    assert!(used < 50, "{used} ticks of CPU in a second");
+    let log = sluice.log();
+    assert_eq!(log.matches("cannot accept connections").count(), 1, "{log}");
+}

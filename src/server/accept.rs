@@ -1,0 +1,207 @@
+//! Accepting connections on a port as a server on a network must: at most `max_connections`
+//! open at once (the next ones wait in the kernel's backlog), each without Nagle, and closed
+//! when it sends nothing within `handshake_timeout`; an accept that fails for want of file
+//! descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) backs off, from 10 ms doubling to
+//! 1 s, and is logged at most once a minute, so that connections already open keep being
+//! served instead of the accept loop spinning.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
+
+/// What one port allows its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    /// The time a new connection has to send its first bytes.
+    pub handshake_timeout: Duration,
+}
+
+/// A listener that accepts within `ConnectionLimits`.
+pub struct Accepting {
+    listener: TcpListener,
+    permits: Arc<Semaphore>,
+    handshake_timeout: Duration,
+    /// The port's name, for logs.
+    port: &'static str,
+    /// When running out of descriptors was last logged.
+    starvation_logged: LoggedAt,
+}
+
+/// How often running out of descriptors is logged while it lasts.
+const STARVATION_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// When something was last logged, to log it at most once per period.
+struct LoggedAt(std::sync::Mutex<Option<std::time::Instant>>);
+
+impl LoggedAt {
+    /// Whether it is time to log again (never logged, or `period` ago); notes now if so.
+    fn elapsed_or_first(&self, period: Duration) -> bool {
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if last.is_some_and(|at| at.elapsed() < period) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        true
+    }
+}
+
+impl Accepting {
+    pub fn new(listener: TcpListener, limits: ConnectionLimits, port: &'static str) -> Accepting {
+        Accepting {
+            listener,
+            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            handshake_timeout: limits.handshake_timeout,
+            port,
+            starvation_logged: LoggedAt(std::sync::Mutex::new(None)),
+        }
+    }
+
+    /// The next connection, once one of the port's places is free.
+    pub async fn accept(&self) -> (Connection, SocketAddr) {
+        let permit = loop {
+            // The semaphore is never closed; were it, waiting again is all there is to do.
+            if let Ok(permit) = self.permits.clone().acquire_owned().await {
+                break permit;
+            }
+        };
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    return (
+                        Connection::new(stream, permit, self.handshake_timeout),
+                        addr,
+                    );
+                }
+                Err(error) if out_of_resources(&error) => {
+                    if self
+                        .starvation_logged
+                        .elapsed_or_first(STARVATION_LOG_EVERY)
+                    {
+                        tracing::warn!(
+                            port = self.port,
+                            %error,
+                            "cannot accept connections (out of file descriptors or memory): open connections are still served; retrying with backoff"
+                        );
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                // A connection reset before it was accepted, and the like: the next one.
+                Err(error) => tracing::debug!(port = self.port, %error, "accept failed"),
+            }
+        }
+    }
+}
+
+/// Whether an accept failed for want of descriptors or memory, which only time cures.
+fn out_of_resources(error: &io::Error) -> bool {
+    // EMFILE 24, ENFILE 23, ENOBUFS 105, ENOMEM 12 (Linux).
+    matches!(error.raw_os_error(), Some(24 | 23 | 105 | 12))
+}
+
+/// An accepted connection: its place on the port is given back when it closes.
+pub struct Connection {
+    stream: TcpStream,
+    _place: OwnedSemaphorePermit,
+    /// Until the first bytes arrive: when the connection is given up.
+    handshake: Option<Pin<Box<Sleep>>>,
+}
+
+impl Connection {
+    fn new(stream: TcpStream, place: OwnedSemaphorePermit, timeout: Duration) -> Connection {
+        Connection {
+            stream,
+            _place: place,
+            handshake: Some(Box::pin(tokio::time::sleep(timeout))),
+        }
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        match &read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => self.handshake = None,
+            Poll::Pending => {
+                if let Some(deadline) = self.handshake.as_mut() {
+                    if deadline.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "no bytes within the handshake timeout",
+                        )));
+                    }
+                }
+            }
+            _ => {}
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Connection {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+/// The connections of `accepting`, as the stream tonic serves.
+pub fn incoming(
+    accepting: Accepting,
+) -> impl futures_util::Stream<Item = io::Result<Connection>> + Send + 'static {
+    futures_util::stream::unfold(accepting, |accepting| async move {
+        let (connection, _) = accepting.accept().await;
+        Some((Ok(connection), accepting))
+    })
+}
