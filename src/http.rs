@@ -97,6 +97,13 @@ pub struct HttpEndpoints {
     pub rlconfig: bool,
 }
 
+/// The router of the metrics' own listener (`USE_PROMETHEUS`): the metrics at `path`.
+pub fn metrics_router<S: Store>(endpoints: Arc<Endpoints<S>>, path: &str) -> Router {
+    Router::new()
+        .route(path, get(metrics::<S>))
+        .with_state(endpoints)
+}
+
 /// The router of the HTTP port.
 pub fn router<S: Store>(endpoints: Arc<Endpoints<S>>) -> Router {
     let mut router = Router::new()

@@ -72,14 +72,21 @@ pub enum ServerError {
 pub struct Listeners {
     pub grpc: TcpListener,
     pub http: TcpListener,
+    /// `USE_PROMETHEUS`: the metrics' own.
+    pub prometheus: Option<TcpListener>,
 }
 
 impl Listeners {
     /// Binds the gRPC and HTTP addresses of `settings`.
     pub async fn bind(settings: &Settings) -> Result<Listeners, ServerError> {
+        let prometheus = match &settings.prometheus {
+            Some(prometheus) => Some(bind(prometheus.addr).await?),
+            None => None,
+        };
         Ok(Listeners {
             grpc: bind(settings.grpc_addr).await?,
             http: bind(settings.http_addr).await?,
+            prometheus,
         })
     }
 
@@ -208,6 +215,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         let Listeners {
             grpc: grpc_listener,
             http: http_listener,
+            prometheus: prometheus_listener,
         } = self.listeners;
         let (domains, limits) = (config.domains().len(), config.rule_count());
         let readiness = Arc::new(Readiness::new(config_ready(
@@ -218,9 +226,14 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         // Watching starts before the ports are announced: no change after that is missed.
         let reloader = reloader(settings, &config, &store, &self.metrics, &readiness);
         let reloading = tokio::spawn(reloader.start(self.reload, settings.watch_config));
+        let prometheus_addr = match &prometheus_listener {
+            Some(listener) => local_addr(listener)?.to_string(),
+            None => "-".to_string(),
+        };
         tracing::info!(
             grpc = %local_addr(&grpc_listener)?,
             http = %local_addr(&http_listener)?,
+            prometheus = %prometheus_addr,
             store = store_name,
             domains,
             limits,
@@ -270,6 +283,14 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             check_store: settings.healthcheck_store,
             served: settings.http_endpoints,
         });
+        if let (Some(listener), Some(prometheus)) = (prometheus_listener, &settings.prometheus) {
+            tokio::spawn(http_serve::serve(
+                Accepting::new(listener, network.http, "prometheus"),
+                http::metrics_router(endpoints.clone(), &prometheus.path),
+                network.http_header_read_timeout,
+                until(stopped.clone()),
+            ));
+        }
         let http = http_serve::serve(
             Accepting::new(http_listener, network.http, "http"),
             http::router(endpoints),

@@ -64,6 +64,16 @@ pub struct ServeArgs {
     /// HTTP listen address (health, metrics, JSON). Default 0.0.0.0:8080, or HOST:PORT.
     #[arg(long, env = "SLUICE_HTTP_ADDR")]
     pub http_addr: Option<String>,
+    /// Serve the metrics on a listener of their own as well (envoyproxy/ratelimit's
+    /// `USE_PROMETHEUS`, at `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`).
+    #[arg(long, env = "USE_PROMETHEUS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub use_prometheus: bool,
+    /// With --use-prometheus: its address (the reference's `:9090` form works).
+    #[arg(long, env = "PROMETHEUS_ADDR", default_value = ":9090")]
+    pub prometheus_addr: String,
+    /// With --use-prometheus: the path of the metrics there.
+    #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics")]
+    pub prometheus_path: String,
     /// Where limit state is kept: memory (the default) or redis. Unset, envoyproxy/ratelimit's
     /// BACKEND_TYPE=redis, or a REDIS_URL in the environment, choose redis.
     #[arg(long, env = "SLUICE_STORE", value_enum)]
@@ -233,6 +243,8 @@ pub struct Settings {
     pub load_options: LoadOptions,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// `USE_PROMETHEUS`: a listener of the metrics' own.
+    pub prometheus: Option<PrometheusListener>,
     pub store: StoreSettings,
     pub service: ServiceOptions,
     pub near_limit_ratio: f64,
@@ -245,6 +257,13 @@ pub struct Settings {
     pub shutdown_drain_delay: Duration,
     pub shutdown_grace: Duration,
     pub network: NetworkSettings,
+}
+
+/// Where the metrics are served on their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusListener {
+    pub addr: SocketAddr,
+    pub path: String,
 }
 
 /// What the ports allow their connections.
@@ -296,6 +315,28 @@ impl ServeArgs {
             self.http_host.as_deref(),
             self.http_port.unwrap_or(8080),
         )?;
+        let prometheus = if self.use_prometheus {
+            // Go's `:9090` is every interface.
+            let addr = match self.prometheus_addr.strip_prefix(':') {
+                Some(port) => format!("0.0.0.0:{port}"),
+                None => self.prometheus_addr.clone(),
+            };
+            let setting = "--prometheus-addr / PROMETHEUS_ADDR";
+            let addr = listen_addr(setting, Some(&addr), None, 0)?;
+            if !self.prometheus_path.starts_with('/') {
+                return Err(SettingsError::Address {
+                    setting: "--prometheus-path / PROMETHEUS_PATH",
+                    value: self.prometheus_path,
+                    reason: "a path starts with '/'".into(),
+                });
+            }
+            Some(PrometheusListener {
+                addr,
+                path: self.prometheus_path,
+            })
+        } else {
+            None
+        };
         let bounds = RequestBounds {
             max_descriptors: at_least_one("--max-descriptors", self.max_descriptors)?,
             max_entries: at_least_one("--max-entries", self.max_entries)?,
@@ -318,6 +359,7 @@ impl ServeArgs {
             },
             grpc_addr,
             http_addr,
+            prometheus,
             store: match store {
                 StoreKind::Redis => StoreSettings::Redis(Box::new(self.redis.into_settings()?)),
                 StoreKind::Memory => StoreSettings::Memory {

@@ -20,18 +20,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "no statsd tags: Prometheus labels are domain, key1, key2",
     ),
     (
-        "USE_PROMETHEUS",
-        "Prometheus metrics are always on, at /metrics on the HTTP port",
-    ),
-    (
-        "PROMETHEUS_ADDR",
-        "Prometheus metrics are served on the HTTP port (--http-addr)",
-    ),
-    (
-        "PROMETHEUS_PATH",
-        "Prometheus metrics are served at /metrics",
-    ),
-    (
         "PROMETHEUS_MAPPER_YAML",
         "metric names and labels are fixed (the reference mapping's)",
     ),
@@ -69,10 +57,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     (
         "REDIS_PERSECOND_PIPELINE_*",
         "each request's descriptors go in one pipeline, sent at once",
-    ),
-    (
-        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
-        "certificates are always verified",
     ),
     (
         "MEMCACHE_*",
@@ -130,11 +114,6 @@ pub const REFUSED: &[(&str, &str)] = &[
         "GRPC_CLIENT_TLS_*",
         "client certificates checked on the gRPC port",
     ),
-    (
-        "REDIS_TLS_CLIENT_CERT",
-        "a client certificate towards Redis",
-    ),
-    ("REDIS_TLS_CLIENT_KEY", "a client certificate towards Redis"),
     (
         "CONFIG_GRPC_XDS_SERVER_USE_TLS",
         "TLS towards the xDS server",
@@ -197,7 +176,7 @@ mod tests {
         let vars = [
             ("GRPC_SERVER_USE_TLS", "true"),
             ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
-            ("REDIS_TLS_CLIENT_KEY", ""),
+            ("GRPC_CLIENT_TLS_CACERT", ""),
             ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "false"),
         ];
         let found = refused_in(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));

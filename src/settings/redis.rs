@@ -44,6 +44,16 @@ pub struct RedisArgs {
     /// PEM file of the CA that signed Redis's certificate; default: the system's roots.
     #[arg(long, env = "REDIS_TLS_CACERT")]
     pub redis_tls_ca_file: Option<PathBuf>,
+    /// PEM certificate sluice presents to a Redis that checks its clients (with the key).
+    #[arg(long, env = "REDIS_TLS_CLIENT_CERT")]
+    pub redis_tls_client_cert: Option<PathBuf>,
+    /// PEM private key of --redis-tls-client-cert.
+    #[arg(long, env = "REDIS_TLS_CLIENT_KEY")]
+    pub redis_tls_client_key: Option<PathBuf>,
+    /// Accept any certificate from Redis, unverified (the reference's variable: its TLS
+    /// skips the whole verification, and so does sluice's).
+    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub redis_tls_skip_hostname_verification: bool,
     /// Time allowed to open a connection.
     #[arg(long, env = "SLUICE_REDIS_CONNECT_TIMEOUT", default_value = "2s", value_parser = duration::parse)]
     pub redis_connect_timeout: Duration,
@@ -218,10 +228,24 @@ impl RedisArgs {
                 endpoint.url_variable
             )));
         }
-        let urls = urls
+        let urls: Vec<String> = urls
             .iter()
             .map(|url| endpoint.full_url(url))
             .collect::<Result<_, _>>()?;
+        let tls_client = match (&self.redis_tls_client_cert, &self.redis_tls_client_key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => {
+                return Err(SettingsError::Redis(
+                    "REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together".into(),
+                ))
+            }
+        };
+        let urls = if self.redis_tls_skip_hostname_verification {
+            urls.into_iter().map(|url| unverified(&url)).collect()
+        } else {
+            urls
+        };
         let primary_auth = (endpoint.kind == RedisKind::Sentinel)
             .then(|| endpoint.auth.filter(|a| !a.is_empty()).map(str::to_string))
             .flatten();
@@ -231,6 +255,7 @@ impl RedisArgs {
             sentinel_master: master,
             primary_auth,
             tls_ca_file: self.redis_tls_ca_file.clone(),
+            tls_client,
             connect_timeout: self.redis_connect_timeout,
             command_timeout: endpoint.command_timeout,
         })
@@ -272,6 +297,15 @@ impl Endpoint<'_> {
             Some(auth) => with_credentials(&url, auth),
             None => url,
         })
+    }
+}
+
+/// A `rediss://` URL whose certificate is not verified (redis-rs's `#insecure`).
+fn unverified(url: &str) -> String {
+    if url.starts_with("rediss://") && !url.contains('#') {
+        format!("{url}#insecure")
+    } else {
+        url.to_string()
     }
 }
 

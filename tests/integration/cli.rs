@@ -181,7 +181,7 @@ fn a_security_setting_sluice_cannot_honour_stops_it() {
     for (name, value) in [
         ("GRPC_SERVER_USE_TLS", "true"),
         ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
-        ("REDIS_TLS_CLIENT_CERT", "/tls/client.pem"),
+        ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
     ] {
         let output = sluice_with_env(
             &[

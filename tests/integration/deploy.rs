@@ -564,6 +564,10 @@ fn the_dockerfile_builds_with_the_readme_command() {
     assert!(dockerfile.contains("USER 65532"), "runs as non-root");
     assert!(dockerfile.contains("EXPOSE 8080 8081"));
     assert!(dockerfile.contains(r#"ENTRYPOINT ["/usr/local/bin/sluice", "serve"]"#));
+    assert!(
+        dockerfile.contains("/bin/ratelimit"),
+        "Envoy Gateway's command"
+    );
     let compose = documents("deploy/compose/docker-compose.yaml").remove(0);
     let build = &compose["services"]["sluice"]["build"];
     let context = root()
@@ -576,4 +580,53 @@ fn the_dockerfile_builds_with_the_readme_command() {
         root().join("deploy/compose").join(envoy_file).exists(),
         "{envoy_file}"
     );
+}
+
+#[test]
+fn the_binary_run_as_bin_ratelimit_with_the_references_variables_serves() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ratelimit/config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("limits.yaml"),
+        "domain: eg\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    let ratelimit = dir.path().join("ratelimit-bin");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &ratelimit).unwrap();
+    let (grpc, http) = (
+        crate::support::redis::free_port(),
+        crate::support::redis::free_port(),
+    );
+    // As Envoy Gateway's Deployment runs it: a command and the reference's variables only.
+    let mut child = Command::new(&ratelimit)
+        .env("RUNTIME_ROOT", dir.path())
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", grpc.to_string())
+        .env("HOST", "127.0.0.1")
+        .env("PORT", http.to_string())
+        .env("USE_STATSD", "false")
+        .env("LOG_LEVEL", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let listening = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .take(20)
+        .any(|line| line.contains("sluice listening"));
+    let healthy = listening
+        && crate::support::http_request(
+            format!("127.0.0.1:{http}").parse().unwrap(),
+            "GET",
+            "/healthcheck",
+            "",
+        )
+        .0 == 200;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(healthy, "ratelimit did not serve");
 }

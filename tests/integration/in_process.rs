@@ -35,7 +35,11 @@ async fn a_server_runs_on_listeners_it_is_given_and_stops_when_told() {
     let http = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let listeners = Listeners { grpc, http };
+    let listeners = Listeners {
+        grpc,
+        http,
+        prometheus: None,
+    };
     let grpc_addr = listeners.grpc_addr().expect("an address");
     let http_addr = listeners.http_addr().expect("an address");
     let (stop, stopped) = oneshot::channel::<()>();

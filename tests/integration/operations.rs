@@ -466,3 +466,32 @@ fn json_and_rlconfig_can_be_turned_off() {
     assert_eq!(sluice.http_get("/healthcheck").0, 200);
     assert_eq!(sluice.http_get("/metrics").0, 200);
 }
+
+#[test]
+fn use_prometheus_serves_the_metrics_on_their_own_listener() {
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[],
+        &[
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", "127.0.0.1:0"),
+            ("PROMETHEUS_PATH", "/stats/prometheus"),
+        ],
+    );
+    let log = sluice.log();
+    let addr: std::net::SocketAddr = log
+        .split("prometheus=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("no prometheus address in: {log}"));
+    let (status, text) = http_request(addr, "GET", "/stats/prometheus", "");
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("ratelimit_service_config_load_success"),
+        "{text}"
+    );
+    // Only the metrics there; the HTTP port keeps its own.
+    assert_eq!(http_request(addr, "GET", "/healthcheck", "").0, 404);
+    assert_eq!(sluice.http_get("/metrics").0, 200);
+}

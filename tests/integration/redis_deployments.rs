@@ -181,3 +181,56 @@ descriptors:
         "only admitted requests charged the daily limit"
     );
 }
+
+#[tokio::test]
+async fn a_redis_that_checks_client_certificates_is_reached_with_one() {
+    let redis = RedisServer::start_tls();
+    let (cert, key) = redis.client_certificate();
+    redis.cli(&["CONFIG", "SET", "tls-auth-clients", "yes"]);
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let ca = redis.tls_ca().expect("a CA").to_string();
+    let args = [
+        "--store",
+        "redis",
+        "--redis-url",
+        &url,
+        "--redis-tls-ca-file",
+        &ca,
+    ];
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &args,
+        &[
+            ("REDIS_TLS_CLIENT_CERT", &cert),
+            ("REDIS_TLS_CLIENT_KEY", &key),
+        ],
+    );
+    let counts = admitted_per_value(&sluice, "user", &["mtls".to_string()], 5).await;
+    assert_eq!(counts, [3]);
+    // Without a client certificate Redis refuses the connection: sluice does not start.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .args([
+            "--redis-startup-wait",
+            "1s",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("run sluice");
+    assert!(!refused.status.success());
+    // The reference's REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: no CA given, nothing verified.
+    let unverified = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &[
+            ("REDIS_TLS_CLIENT_CERT", &cert),
+            ("REDIS_TLS_CLIENT_KEY", &key),
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+        ],
+    );
+    let counts = admitted_per_value(&unverified, "user", &["skip".to_string()], 5).await;
+    assert_eq!(counts, [3]);
+}

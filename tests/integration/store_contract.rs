@@ -61,6 +61,7 @@ fn both_requests(
             sentinel_master: None,
             primary_auth: None,
             tls_ca_file: None,
+            tls_client: None,
             connect_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(5),
         };

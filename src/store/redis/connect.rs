@@ -37,6 +37,8 @@ pub struct RedisTarget {
     /// PEM file of the CA that signed the server's certificate (`rediss://`); default: the
     /// system's roots.
     pub tls_ca_file: Option<PathBuf>,
+    /// The certificate and key (PEM files) sluice presents to a Redis that checks clients.
+    pub tls_client: Option<(PathBuf, PathBuf)>,
     pub connect_timeout: Duration,
     pub command_timeout: Duration,
 }
@@ -186,21 +188,36 @@ impl RedisTarget {
     }
 
     fn certificates(&self) -> RedisResult<Option<TlsCertificates>> {
-        let Some(path) = &self.tls_ca_file else {
+        if self.tls_ca_file.is_none() && self.tls_client.is_none() {
             return Ok(None);
+        }
+        let root_cert = match &self.tls_ca_file {
+            Some(path) => Some(read_pem(path, "the Redis CA file")?),
+            None => None,
         };
-        let root_cert = std::fs::read(path).map_err(|error| {
-            redis::RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "cannot read the Redis CA file",
-                format!("{}: {error}", path.display()),
-            ))
-        })?;
+        let client_tls = match &self.tls_client {
+            Some((cert, key)) => Some(redis::ClientTlsConfig {
+                client_cert: read_pem(cert, "the Redis client certificate")?,
+                client_key: read_pem(key, "the Redis client key")?,
+            }),
+            None => None,
+        };
         Ok(Some(TlsCertificates {
-            client_tls: None,
-            root_cert: Some(root_cert),
+            client_tls,
+            root_cert,
         }))
     }
+}
+
+/// The bytes of the PEM file `path`; `what` names it in the error.
+fn read_pem(path: &std::path::Path, what: &'static str) -> RedisResult<Vec<u8>> {
+    std::fs::read(path).map_err(|error| {
+        redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            what,
+            format!("{}: {error}", path.display()),
+        ))
+    })
 }
 
 /// `redis://user:secret@host` -> `redis://user:***@host`.

@@ -192,6 +192,32 @@ impl RedisServer {
         server
     }
 
+    /// A client certificate and key (PEM files) signed by a TLS server's CA, for a server that
+    /// checks its clients.
+    pub fn client_certificate(&self) -> (String, String) {
+        let run = |command: &str| {
+            let status = Command::new("sh")
+                .arg("-c")
+                .arg(command)
+                .current_dir(self.dir.path())
+                .status();
+            assert!(
+                status.is_ok_and(|s| s.success()),
+                "openssl failed: {command}"
+            );
+        };
+        run("openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=sluice-client 2>/dev/null");
+        // A version 3 certificate (extensions make it one): rustls takes no other.
+        write(
+            self.dir.path(),
+            "client.cnf",
+            "extendedKeyUsage=clientAuth\n",
+        );
+        run("openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 1 -extfile client.cnf 2>/dev/null");
+        let d = self.dir.path().display();
+        (format!("{d}/client.crt"), format!("{d}/client.key"))
+    }
+
     /// The CA file of a TLS server.
     pub fn tls_ca(&self) -> Option<&str> {
         self.tls_ca.as_deref()
