@@ -7,6 +7,8 @@ use accept::Accepting;
 pub use accept::ConnectionLimits;
 mod http_serve;
 mod status_codes;
+mod tls;
+pub use tls::{TlsConfig, TlsError, TlsSettings};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -66,6 +68,8 @@ pub enum ServerError {
     Ended(&'static str),
     #[error("server task: {0}")]
     Task(String),
+    #[error("gRPC TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// The two ports, bound by the caller (`main`, or a test on `127.0.0.1:0`).
@@ -257,6 +261,14 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
                 .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         };
         let network = settings.network;
+        let grpc_tls = match &settings.grpc_tls {
+            Some(tls) => {
+                let tls = TlsConfig::load(tls.clone())?;
+                tokio::spawn(tls.clone().watch());
+                Some(tls)
+            }
+            None => None,
+        };
         let grpc = Server::builder()
             .http2_keepalive_interval(Some(network.grpc_keepalive_interval))
             .http2_keepalive_timeout(Some(network.grpc_keepalive_timeout))
@@ -270,7 +282,10 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             .add_service(reflection().build_v1alpha()?)
             .add_service(RateLimitServiceServer::from_arc(limiter.clone()))
             .serve_with_incoming_shutdown(
-                accept::incoming(Accepting::new(grpc_listener, network.grpc, "grpc")),
+                accept::incoming(
+                    Accepting::new(grpc_listener, network.grpc, "grpc"),
+                    grpc_tls,
+                ),
                 until(stopped.clone()),
             );
         let endpoints = Arc::new(Endpoints {

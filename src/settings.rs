@@ -16,7 +16,7 @@ use crate::config::LoadOptions;
 use crate::duration;
 use crate::http::HttpEndpoints;
 use crate::limit::Charging;
-pub use crate::server::ConnectionLimits;
+pub use crate::server::{ConnectionLimits, TlsSettings};
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
 pub use redis::{RedisArgs, RedisSettings};
 
@@ -74,6 +74,22 @@ pub struct ServeArgs {
     /// With --use-prometheus: the path of the metrics there.
     #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics")]
     pub prometheus_path: String,
+    /// Serve the gRPC port over TLS (envoyproxy/ratelimit's variable), with
+    /// --grpc-server-tls-cert and --grpc-server-tls-key.
+    #[arg(long, env = "GRPC_SERVER_USE_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub grpc_server_use_tls: bool,
+    /// PEM certificate (chain) of the gRPC port; read again when the file changes.
+    #[arg(long, env = "GRPC_SERVER_TLS_CERT")]
+    pub grpc_server_tls_cert: Option<PathBuf>,
+    /// PEM private key of the gRPC port.
+    #[arg(long, env = "GRPC_SERVER_TLS_KEY")]
+    pub grpc_server_tls_key: Option<PathBuf>,
+    /// Require client certificates on the gRPC port, signed by this PEM CA.
+    #[arg(long, env = "GRPC_CLIENT_TLS_CACERT")]
+    pub grpc_client_tls_cacert: Option<PathBuf>,
+    /// ...and valid for this DNS name (a subject alternative name of the client's certificate).
+    #[arg(long, env = "GRPC_CLIENT_TLS_SAN")]
+    pub grpc_client_tls_san: Option<String>,
     /// Where limit state is kept: memory (the default) or redis. Unset, envoyproxy/ratelimit's
     /// BACKEND_TYPE=redis, or a REDIS_URL in the environment, choose redis.
     #[arg(long, env = "SLUICE_STORE", value_enum)]
@@ -245,6 +261,8 @@ pub struct Settings {
     pub http_addr: SocketAddr,
     /// `USE_PROMETHEUS`: a listener of the metrics' own.
     pub prometheus: Option<PrometheusListener>,
+    /// `GRPC_SERVER_USE_TLS`: the gRPC port's TLS.
+    pub grpc_tls: Option<TlsSettings>,
     pub store: StoreSettings,
     pub service: ServiceOptions,
     pub near_limit_ratio: f64,
@@ -297,12 +315,46 @@ pub enum SettingsError {
     Backend(String),
     #[error("{setting}: {value} is not between 0 and 1")]
     Ratio { setting: &'static str, value: f64 },
+    #[error("gRPC TLS: {0}")]
+    Tls(String),
 }
 
 impl ServeArgs {
+    /// The gRPC port's TLS, if asked for; a TLS setting that cannot be honoured as given is an
+    /// error, never plaintext.
+    fn grpc_tls(&self) -> Result<Option<TlsSettings>, SettingsError> {
+        let refuse = |reason: &str| Err(SettingsError::Tls(reason.to_string()));
+        if !self.grpc_server_use_tls {
+            if self.grpc_server_tls_cert.is_some()
+                || self.grpc_server_tls_key.is_some()
+                || self.grpc_client_tls_cacert.is_some()
+                || self.grpc_client_tls_san.is_some()
+            {
+                return refuse("GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT or GRPC_CLIENT_TLS_SAN is set but GRPC_SERVER_USE_TLS is not: set it, or unset them");
+            }
+            return Ok(None);
+        }
+        let (Some(cert), Some(key)) = (&self.grpc_server_tls_cert, &self.grpc_server_tls_key)
+        else {
+            return refuse(
+                "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+            );
+        };
+        if self.grpc_client_tls_san.is_some() && self.grpc_client_tls_cacert.is_none() {
+            return refuse("GRPC_CLIENT_TLS_SAN needs GRPC_CLIENT_TLS_CACERT (client certificates are checked against it)");
+        }
+        Ok(Some(TlsSettings {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: self.grpc_client_tls_cacert.clone(),
+            client_san: self.grpc_client_tls_san.clone(),
+        }))
+    }
+
     /// Resolves defaults and compatibility variables, and validates.
     pub fn into_settings(self) -> Result<Settings, SettingsError> {
         let store = self.store_kind()?;
+        let grpc_tls = self.grpc_tls()?;
         let grpc_addr = listen_addr(
             "--grpc-addr / SLUICE_GRPC_ADDR / GRPC_HOST:GRPC_PORT",
             self.grpc_addr.as_deref(),
@@ -360,6 +412,7 @@ impl ServeArgs {
             grpc_addr,
             http_addr,
             prometheus,
+            grpc_tls,
             store: match store {
                 StoreKind::Redis => StoreSettings::Redis(Box::new(self.redis.into_settings()?)),
                 StoreKind::Memory => StoreSettings::Memory {

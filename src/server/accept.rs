@@ -30,7 +30,7 @@ pub struct ConnectionLimits {
 pub struct Accepting {
     listener: TcpListener,
     permits: Arc<Semaphore>,
-    handshake_timeout: Duration,
+    pub handshake_timeout: Duration,
     /// The port's name, for logs.
     port: &'static str,
     /// When running out of descriptors was last logged.
@@ -196,12 +196,105 @@ impl tonic::transport::server::Connected for Connection {
     }
 }
 
-/// The connections of `accepting`, as the stream tonic serves.
+/// A connection of the gRPC port: plaintext, or TLS once its handshake is done.
+pub enum GrpcConnection {
+    Plain(Connection),
+    Tls(Box<tokio_rustls::server::TlsStream<Connection>>),
+}
+
+impl AsyncRead for GrpcConnection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(c) => Pin::new(c).poll_read(cx, buf),
+            GrpcConnection::Tls(c) => Pin::new(c.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for GrpcConnection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(c) => Pin::new(c).poll_write(cx, buf),
+            GrpcConnection::Tls(c) => Pin::new(c.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(c) => Pin::new(c).poll_flush(cx),
+            GrpcConnection::Tls(c) => Pin::new(c.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(c) => Pin::new(c).poll_shutdown(cx),
+            GrpcConnection::Tls(c) => Pin::new(c.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for GrpcConnection {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        match self {
+            GrpcConnection::Plain(c) => c.connect_info(),
+            GrpcConnection::Tls(c) => c.get_ref().0.connect_info(),
+        }
+    }
+}
+
+/// The connections of `accepting`, as the stream tonic serves: plaintext, or, with `tls`,
+/// each TLS handshake in a task of its own (a slow client never holds the accept loop),
+/// within the handshake timeout; a failed handshake is dropped.
 pub fn incoming(
     accepting: Accepting,
-) -> impl futures_util::Stream<Item = io::Result<Connection>> + Send + 'static {
-    futures_util::stream::unfold(accepting, |accepting| async move {
-        let (connection, _) = accepting.accept().await;
-        Some((Ok(connection), accepting))
-    })
+    tls: Option<Arc<crate::server::TlsConfig>>,
+) -> impl futures_util::Stream<Item = io::Result<GrpcConnection>> + Send + 'static {
+    use futures_util::future::Either;
+    let Some(tls) = tls else {
+        return Either::Left(futures_util::stream::unfold(
+            accepting,
+            |accepting| async move {
+                let (connection, _) = accepting.accept().await;
+                Some((Ok(GrpcConnection::Plain(connection)), accepting))
+            },
+        ));
+    };
+    let (done, handshaken) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (connection, addr) = tokio::select! {
+                accepted = accepting.accept() => accepted,
+                () = done.closed() => return,
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
+            let (done, limit) = (done.clone(), accepting.handshake_timeout);
+            tokio::spawn(async move {
+                match tokio::time::timeout(limit, acceptor.accept(connection)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = done.send(Ok(GrpcConnection::Tls(Box::new(stream)))).await;
+                    }
+                    Ok(Err(error)) => tracing::debug!(%addr, %error, "TLS handshake refused"),
+                    Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    Either::Right(futures_util::stream::unfold(
+        handshaken,
+        |mut handshaken| async move {
+            let connection = handshaken.recv().await?;
+            Some((connection, handshaken))
+        },
+    ))
 }

@@ -13,6 +13,7 @@ mod config_compat;
 mod deploy;
 mod grpc_service;
 mod grpc_standard_services;
+mod grpc_tls;
 mod hardening;
 mod in_process;
 mod load_tools;

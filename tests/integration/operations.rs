@@ -478,6 +478,7 @@ fn use_prometheus_serves_the_metrics_on_their_own_listener() {
             ("PROMETHEUS_PATH", "/stats/prometheus"),
         ],
     );
+    assert!(sluice.wait_for_log("sluice listening"));
     let log = sluice.log();
     let addr: std::net::SocketAddr = log
         .split("prometheus=")

@@ -1,0 +1,189 @@
+//! TLS and mTLS on the gRPC port (`GRPC_SERVER_USE_TLS`, `GRPC_CLIENT_TLS_CACERT`,
+//! `GRPC_CLIENT_TLS_SAN`), with certificates made by openssl in the test, and their rotation.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+use crate::support::*;
+
+const CONFIG: &str =
+    "domain: t\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
+
+/// Runs `command` in `dir`; panics when it fails.
+fn run(dir: &Path, command: &str) {
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .status();
+    assert!(status.is_ok_and(|s| s.success()), "failed: {command}");
+}
+
+/// A CA `name` in `dir`, and a version 3 certificate `leaf` it signs with `san`.
+fn certificate(dir: &Path, ca: &str, leaf: &str, san: &str, usage: &str) {
+    if !dir.join(format!("{ca}.crt")).exists() {
+        run(dir, &format!("openssl req -x509 -newkey rsa:2048 -nodes -keyout {ca}.key -out {ca}.crt -days 1 -subj /CN={ca} 2>/dev/null"));
+    }
+    std::fs::write(
+        dir.join(format!("{leaf}.cnf")),
+        format!("subjectAltName={san}\nextendedKeyUsage={usage}\n"),
+    )
+    .unwrap();
+    run(dir, &format!("openssl req -newkey rsa:2048 -nodes -keyout {leaf}.key -out {leaf}.csr -subj /CN={leaf} 2>/dev/null"));
+    run(dir, &format!("openssl x509 -req -in {leaf}.csr -CA {ca}.crt -CAkey {ca}.key -CAcreateserial -out {leaf}.crt -days 1 -extfile {leaf}.cnf 2>/dev/null"));
+}
+
+fn read(dir: &Path, name: &str) -> Vec<u8> {
+    std::fs::read(dir.join(name)).unwrap()
+}
+
+/// A TLS channel to `sluice` trusting `ca`, presenting the client certificate `client`.
+async fn connect(
+    sluice: &Sluice,
+    dir: &Path,
+    ca: &str,
+    client: Option<&str>,
+) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(dir, &format!("{ca}.crt"))))
+        .domain_name("localhost");
+    if let Some(client) = client {
+        tls = tls.identity(Identity::from_pem(
+            read(dir, &format!("{client}.crt")),
+            read(dir, &format!("{client}.key")),
+        ));
+    }
+    let channel = Channel::from_shared(format!("https://{}", sluice.grpc_addr))
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(channel)
+}
+
+/// Whether a call on `channel` is answered.
+async fn answered(channel: Channel) -> bool {
+    let mut client =
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    client
+        .should_rate_limit(request("t", vec![descriptor(&[("k", "v")])]))
+        .await
+        .is_ok()
+}
+
+#[tokio::test]
+async fn mtls_admits_only_clients_with_the_right_certificate_and_rotates_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificate(
+        d,
+        "ca",
+        "server",
+        "DNS:localhost,IP:127.0.0.1",
+        "serverAuth",
+    );
+    certificate(d, "clients", "gateway", "DNS:envoy-gateway", "clientAuth");
+    certificate(d, "clients", "stranger", "DNS:someone-else", "clientAuth");
+    let path = |name: &str| d.join(name).display().to_string();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[],
+        &[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", &path("server.crt")),
+            ("GRPC_SERVER_TLS_KEY", &path("server.key")),
+            ("GRPC_CLIENT_TLS_CACERT", &path("clients.crt")),
+            ("GRPC_CLIENT_TLS_SAN", "envoy-gateway"),
+        ],
+    );
+    let gateway = connect(&sluice, d, "ca", Some("gateway"))
+        .await
+        .expect("the gateway connects");
+    assert!(answered(gateway.clone()).await);
+    // Health answers over TLS too, and the HTTP port stays plaintext.
+    assert_eq!(grpc_health_on(gateway.clone()).await, 1);
+    assert_eq!(sluice.http_get("/healthcheck").0, 200);
+    // Refused: plaintext, no client certificate, a certificate for another name.
+    let plaintext = Channel::from_shared(format!("http://{}", sluice.grpc_addr))
+        .unwrap()
+        .connect()
+        .await;
+    let plaintext_answered = match plaintext {
+        Ok(channel) => answered(channel).await,
+        Err(_) => false,
+    };
+    assert!(!plaintext_answered, "a plaintext client was answered");
+    for client in [None, Some("stranger")] {
+        let refused = match connect(&sluice, d, "ca", client).await {
+            Ok(channel) => !answered(channel).await,
+            Err(_) => true,
+        };
+        assert!(refused, "{client:?} was answered");
+    }
+    // Rotation: a certificate from another CA replaces the files in place.
+    certificate(
+        d,
+        "ca2",
+        "server2",
+        "DNS:localhost,IP:127.0.0.1",
+        "serverAuth",
+    );
+    std::fs::copy(d.join("server2.key"), d.join("server.key")).unwrap();
+    std::fs::copy(d.join("server2.crt"), d.join("server.crt")).unwrap();
+    let started = Instant::now();
+    let mut rotated = false;
+    while started.elapsed() < Duration::from_secs(10) {
+        if let Ok(channel) = connect(&sluice, d, "ca2", Some("gateway")).await {
+            if answered(channel).await {
+                rotated = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        rotated,
+        "the new certificate was not served: {}",
+        sluice.log()
+    );
+    // The connection made before keeps being answered.
+    assert!(answered(gateway).await);
+}
+
+#[test]
+fn tls_asked_for_without_its_files_stops_sluice() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .env("GRPC_SERVER_USE_TLS", "true")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("GRPC_SERVER_TLS_CERT"), "{stderr}");
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .env("GRPC_SERVER_USE_TLS", "true")
+        .env("GRPC_SERVER_TLS_CERT", "/nonexistent/cert.pem")
+        .env("GRPC_SERVER_TLS_KEY", "/nonexistent/key.pem")
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("/nonexistent/cert.pem"), "{stderr}");
+}
