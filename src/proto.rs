@@ -1,4 +1,5 @@
-//! The Rust types of `proto/` (Envoy's RLS v3 subset), generated at build time, and the
+//! The Rust types of `proto/` (Envoy's RLS v3 subset, the xDS client's messages and the
+//! reference's rate limit config resource), generated at build time, and the
 //! encoded descriptor set that gRPC reflection serves.
 
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -29,6 +30,28 @@ pub mod envoy {
         pub mod ratelimit {
             pub mod v3 {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+        pub mod discovery {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.discovery.v3");
+            }
+        }
+    }
+}
+
+pub mod google {
+    pub mod rpc {
+        tonic::include_proto!("google.rpc");
+    }
+}
+
+/// envoyproxy/ratelimit's own API: the configuration resource it receives over xDS.
+pub mod ratelimit {
+    pub mod config {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("ratelimit.config.ratelimit.v3");
             }
         }
     }

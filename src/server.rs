@@ -22,7 +22,7 @@ use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::config::{self, Config, ConfigErrors, ReloadResult, Reloader};
+use crate::config::{self, Config, ConfigErrors, ReloadResult, Reloader, XdsSource};
 use crate::http::{self, Endpoints, Readiness, Scrapes};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
@@ -118,35 +118,13 @@ pub async fn run(
         settings.max_metric_series,
     ));
     tokio::spawn(metrics_upkeep(Arc::downgrade(&metrics)));
-    let (paths, options) = (settings.config_paths.clone(), settings.load_options);
-    let config = tokio::task::spawn_blocking(move || config::load(&paths, options))
-        .await
-        .map_err(ServerError::ConfigTask)?;
-    metrics.record_config_load(config.is_ok());
-    let config = match config {
-        Ok(config) => config,
-        Err(errors) if settings.force_start_without_initial_config => {
-            for error in &errors.0 {
-                tracing::error!(
-                    "config refused, starting without limits until a reload loads one: {error}"
-                );
-            }
-            Config::default()
-        }
-        Err(errors) => return Err(errors.into()),
+    let config = if let Some(xds) = &settings.xds {
+        // Nothing is limited until the management server's first snapshot.
+        tracing::info!(server = %xds.server_url, node = %xds.node_id, "configuration from xDS");
+        Config::default()
+    } else {
+        load_files(&settings, &metrics).await?
     };
-    config.log_warnings();
-    let paths: Vec<String> = settings
-        .config_paths
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    tracing::info!(
-        paths = %paths.join(","),
-        domains = config.domains().len(),
-        limits = config.rule_count(),
-        "config loaded"
-    );
     let run = Running {
         settings: &settings,
         listeners,
@@ -196,6 +174,41 @@ pub async fn run(
     }
 }
 
+/// Loads the configuration files at startup; with FORCE_START_WITHOUT_INITIAL_CONFIG a
+/// refused load starts with no limits.
+async fn load_files(settings: &Settings, metrics: &Metrics) -> Result<Config, ServerError> {
+    let (paths, options) = (settings.config_paths.clone(), settings.load_options);
+    let config = tokio::task::spawn_blocking(move || config::load(&paths, options))
+        .await
+        .map_err(ServerError::ConfigTask)?;
+    metrics.record_config_load(config.is_ok());
+    let config = match config {
+        Ok(config) => config,
+        Err(errors) if settings.force_start_without_initial_config => {
+            for error in &errors.0 {
+                tracing::error!(
+                    "config refused, starting without limits until a reload loads one: {error}"
+                );
+            }
+            Config::default()
+        }
+        Err(errors) => return Err(errors.into()),
+    };
+    config.log_warnings();
+    let paths: Vec<String> = settings
+        .config_paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    tracing::info!(
+        paths = %paths.join(","),
+        domains = config.domains().len(),
+        limits = config.rule_count(),
+        "config loaded"
+    );
+    Ok(config)
+}
+
 /// What serving needs besides the config and the store.
 struct Running<'a, F> {
     settings: &'a Settings,
@@ -222,14 +235,32 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             prometheus: prometheus_listener,
         } = self.listeners;
         let (domains, limits) = (config.domains().len(), config.rule_count());
-        let readiness = Arc::new(Readiness::new(config_ready(
-            settings.healthy_with_at_least_one_config_loaded,
-            &config,
-        )));
+        let require_domain = settings.healthy_with_at_least_one_config_loaded;
+        // From xDS, not serving until the first snapshot unless asked to start without one.
+        let ready = match settings.xds {
+            Some(_) => settings.force_start_without_initial_config && !require_domain,
+            None => config_ready(require_domain, &config),
+        };
+        let readiness = Arc::new(Readiness::new(ready));
         let config = Arc::new(ArcSwap::from_pointee(config));
+        let on_load = on_config_load(settings, &store, &self.metrics, &readiness);
         // Watching starts before the ports are announced: no change after that is missed.
-        let reloader = reloader(settings, &config, &store, &self.metrics, &readiness);
-        let reloading = tokio::spawn(reloader.start(self.reload, settings.watch_config));
+        let reloading = match &settings.xds {
+            Some(xds) => {
+                let source =
+                    XdsSource::new(xds.clone(), settings.load_options, config.clone(), on_load);
+                tokio::spawn(source.run())
+            }
+            None => {
+                let reloader = Reloader::new(
+                    settings.config_paths.clone(),
+                    settings.load_options,
+                    config.clone(),
+                    on_load,
+                );
+                tokio::spawn(reloader.start(self.reload, settings.watch_config))
+            }
+        };
         let prometheus_addr = match &prometheus_listener {
             Some(listener) => local_addr(listener)?.to_string(),
             None => "-".to_string(),
@@ -344,42 +375,36 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
     }
 }
 
-/// The reloader of the settings' config paths into `config`: counts every attempt, tells the
-/// store when the limits changed, logs refusals with path and line.
-fn reloader<S: Store>(
+/// What a configuration load (a reload of the files, an xDS snapshot) does besides the swap:
+/// counts it, tells the store, updates readiness, logs refusals with their place.
+fn on_config_load<S: Store>(
     settings: &Settings,
-    config: &Arc<ArcSwap<Config>>,
     store: &Arc<S>,
     metrics: &Arc<Metrics>,
     readiness: &Arc<Readiness>,
-) -> Reloader {
+) -> impl Fn(ReloadResult<'_>) + Send + Sync + 'static {
     let (store, metrics, readiness) = (store.clone(), metrics.clone(), readiness.clone());
     let require_domain = settings.healthy_with_at_least_one_config_loaded;
-    Reloader::new(
-        settings.config_paths.clone(),
-        settings.load_options,
-        config.clone(),
-        move |result: ReloadResult<'_>| {
-            metrics.record_config_load(result.is_ok());
-            match result {
-                Ok(config) => {
-                    store.config_changed();
-                    config.log_warnings();
-                    readiness.set_config_ready(config_ready(require_domain, config));
-                    tracing::info!(
-                        domains = config.domains().len(),
-                        limits = config.rule_count(),
-                        "config reloaded"
-                    );
-                }
-                Err(errors) => {
-                    for error in &errors.0 {
-                        tracing::error!("config refused, the previous one keeps serving: {error}");
-                    }
+    move |result: ReloadResult<'_>| {
+        metrics.record_config_load(result.is_ok());
+        match result {
+            Ok(config) => {
+                store.config_changed();
+                config.log_warnings();
+                readiness.set_config_ready(config_ready(require_domain, config));
+                tracing::info!(
+                    domains = config.domains().len(),
+                    limits = config.rule_count(),
+                    "config reloaded"
+                );
+            }
+            Err(errors) => {
+                for error in &errors.0 {
+                    tracing::error!("config refused, the previous one keeps serving: {error}");
                 }
             }
-        },
-    )
+        }
+    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {

@@ -13,6 +13,7 @@ mod compat;
 mod redis;
 
 use crate::config::LoadOptions;
+use crate::config::XdsSettings;
 use crate::duration;
 use crate::http::HttpEndpoints;
 use crate::limit::Charging;
@@ -90,6 +91,19 @@ pub struct ServeArgs {
     /// ...and valid for this DNS name (a subject alternative name of the client's certificate).
     #[arg(long, env = "GRPC_CLIENT_TLS_SAN")]
     pub grpc_client_tls_san: Option<String>,
+    /// Where the configuration comes from: `FILE` (the paths), or `GRPC_XDS_SOTW` (an xDS
+    /// management server, as Envoy Gateway runs envoyproxy/ratelimit).
+    #[arg(long, env = "CONFIG_TYPE", default_value = "FILE", value_parser = parse_config_type)]
+    pub config_type: ConfigType,
+    /// The xDS management server, `host:port` (or `http://host:port`).
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_URL")]
+    pub config_grpc_xds_server_url: Option<String>,
+    /// The node id sluice gives the management server.
+    #[arg(long, env = "CONFIG_GRPC_XDS_NODE_ID", default_value = "sluice")]
+    pub config_grpc_xds_node_id: String,
+    /// Time before a lost xDS stream is opened again (give or take a fifth).
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", default_value = "3s", value_parser = duration::parse)]
+    pub config_grpc_xds_server_connect_retry_interval: Duration,
     /// Where limit state is kept: memory (the default) or redis. Unset, envoyproxy/ratelimit's
     /// BACKEND_TYPE=redis, or a REDIS_URL in the environment, choose redis.
     #[arg(long, env = "SLUICE_STORE", value_enum)]
@@ -263,6 +277,8 @@ pub struct Settings {
     pub prometheus: Option<PrometheusListener>,
     /// `GRPC_SERVER_USE_TLS`: the gRPC port's TLS.
     pub grpc_tls: Option<TlsSettings>,
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: the configuration's management server.
+    pub xds: Option<XdsSettings>,
     pub store: StoreSettings,
     pub service: ServiceOptions,
     pub near_limit_ratio: f64,
@@ -317,9 +333,52 @@ pub enum SettingsError {
     Ratio { setting: &'static str, value: f64 },
     #[error("gRPC TLS: {0}")]
     Tls(String),
+    #[error("xDS: {0}")]
+    Xds(String),
+}
+
+/// Where the configuration comes from (`CONFIG_TYPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    File,
+    GrpcXdsSotw,
+}
+
+fn parse_config_type(text: &str) -> Result<ConfigType, String> {
+    match text.to_ascii_uppercase().as_str() {
+        "FILE" => Ok(ConfigType::File),
+        "GRPC_XDS_SOTW" => Ok(ConfigType::GrpcXdsSotw),
+        _ => Err(format!("'{text}' is not FILE or GRPC_XDS_SOTW")),
+    }
 }
 
 impl ServeArgs {
+    /// The xDS source, when the configuration comes from one.
+    fn xds(&self) -> Result<Option<XdsSettings>, SettingsError> {
+        if self.config_type == ConfigType::File {
+            return Ok(None);
+        }
+        let Some(url) = self
+            .config_grpc_xds_server_url
+            .as_deref()
+            .filter(|u| !u.is_empty())
+        else {
+            return Err(SettingsError::Xds(
+                "CONFIG_TYPE=GRPC_XDS_SOTW needs CONFIG_GRPC_XDS_SERVER_URL".into(),
+            ));
+        };
+        let server_url = if url.contains("://") {
+            url.to_string()
+        } else {
+            format!("http://{url}")
+        };
+        Ok(Some(XdsSettings {
+            server_url,
+            node_id: self.config_grpc_xds_node_id.clone(),
+            retry_interval: self.config_grpc_xds_server_connect_retry_interval,
+        }))
+    }
+
     /// The gRPC port's TLS, if asked for; a TLS setting that cannot be honoured as given is an
     /// error, never plaintext.
     fn grpc_tls(&self) -> Result<Option<TlsSettings>, SettingsError> {
@@ -355,6 +414,7 @@ impl ServeArgs {
     pub fn into_settings(self) -> Result<Settings, SettingsError> {
         let store = self.store_kind()?;
         let grpc_tls = self.grpc_tls()?;
+        let xds = self.xds()?;
         let grpc_addr = listen_addr(
             "--grpc-addr / SLUICE_GRPC_ADDR / GRPC_HOST:GRPC_PORT",
             self.grpc_addr.as_deref(),
@@ -413,6 +473,7 @@ impl ServeArgs {
             http_addr,
             prometheus,
             grpc_tls,
+            xds,
             store: match store {
                 StoreKind::Redis => StoreSettings::Redis(Box::new(self.redis.into_settings()?)),
                 StoreKind::Memory => StoreSettings::Memory {

@@ -52,8 +52,13 @@ impl<'a> FileCompiler<'a> {
 
     /// `reason`, placed at `key_path` in this file.
     fn at(&self, key_path: &str, reason: String) -> FileError {
-        let positions = self.positions.get_or_init(|| Positions::of(self.text));
-        let position = positions.find(key_path).or(Some((1, 1)));
+        // A document with no text (an xDS resource) has no lines to point at.
+        let position = if self.text.is_empty() {
+            None
+        } else {
+            let positions = self.positions.get_or_init(|| Positions::of(self.text));
+            positions.find(key_path).or(Some((1, 1)))
+        };
         let reason = if key_path.is_empty() {
             reason
         } else {

@@ -75,6 +75,40 @@ pub fn load_str(name: &str, text: &str, options: LoadOptions) -> Result<Config, 
     finish(domains, errors, warnings)
 }
 
+/// Compiles xDS resources (`name`, resource), all or nothing, as files are.
+pub fn load_docs_of(
+    resources: Vec<(
+        String,
+        crate::proto::ratelimit::config::ratelimit::v3::RateLimitConfig,
+    )>,
+    options: LoadOptions,
+) -> Result<Config, ConfigErrors> {
+    let docs = resources
+        .into_iter()
+        .map(|(name, resource)| (name, crate::config::resource::to_doc(&resource)))
+        .collect();
+    load_docs(docs, options)
+}
+
+/// Compiles the documents of xDS resources (`name`, document), all or nothing, as files are:
+/// errors name the resource instead of a file and a line.
+pub(crate) fn load_docs(
+    docs: Vec<(String, file::FileDoc)>,
+    options: LoadOptions,
+) -> Result<Config, ConfigErrors> {
+    let mut domains: HashMap<String, Domain> = HashMap::new();
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    for (name, doc) in docs {
+        let path = PathBuf::from(name);
+        let mut compiler = FileCompiler::new(&path, "", options);
+        compile_doc(&mut compiler, &mut domains, &path, doc, options);
+        warnings.append(&mut compiler.warnings);
+        errors.extend(compiler.errors.into_iter().map(Into::into));
+    }
+    finish(domains, errors, warnings)
+}
+
 /// The config of `domains`, or every error.
 fn finish(
     mut domains: HashMap<String, Domain>,

@@ -11,11 +11,14 @@ mod load;
 mod metadata;
 mod pattern;
 mod position;
+mod resource;
 mod tree;
 mod watch;
+mod xds;
 
 pub use crate::labels::MatchedLevel;
 pub use error::{ConfigError, ConfigErrors, FileError};
-pub use load::{load, load_str, LoadOptions};
+pub use load::{load, load_docs_of, load_str, LoadOptions};
 pub use tree::{Config, Domain, Match, NamedLimit, Rule, NOTHING_LIMITED};
 pub use watch::{ReloadResult, Reloader};
+pub use xds::{XdsSettings, XdsSource};

@@ -64,8 +64,18 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     ("TRACING_*", "no tracing export"),
     ("OTEL_*", "no tracing export"),
-    ("CONFIG_TYPE", "configuration comes from files"),
-    ("XDS_CLIENT_*", "configuration comes from files"),
+    (
+        "XDS_CLIENT_*",
+        "a lost xDS stream is opened again after CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, give or take a fifth",
+    ),
+    (
+        "CONFIG_GRPC_XDS_NODE_METADATA",
+        "the node sent to the xDS server carries its id only",
+    ),
+    (
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+        "the xDS stream carries no additional headers",
+    ),
     (
         "DISABLE_STATS",
         "metrics are always kept; /metrics renders them when scraped",
@@ -102,15 +112,21 @@ pub const IGNORED: &[(&str, &str)] = &[
         "REDIS_STARTUP_*",
         "startup waits up to --redis-startup-wait, backing off from 100 ms to 2 s",
     ),
-    ("CONFIG_GRPC_XDS_*", "configuration comes from files"),
 ];
 
 /// Security settings sluice cannot honour yet: set, they stop it (variable or prefix ending
 /// in `*`, what it asks for).
-pub const REFUSED: &[(&str, &str)] = &[(
-    "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-    "TLS towards the xDS server",
-)];
+pub const REFUSED: &[(&str, &str)] = &[
+    (
+        "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        "TLS towards the xDS server",
+    ),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_*", "TLS towards the xDS server"),
+    (
+        "CONFIG_GRPC_XDS_CLIENT_TLS_*",
+        "a client certificate towards the xDS server",
+    ),
+];
 
 /// The refused variables set in `vars` to something other than off (`false`, `0`, `no`,
 /// `off`, empty), each with what it asks for, sorted.

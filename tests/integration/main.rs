@@ -24,3 +24,4 @@ mod reference_cases;
 mod response_extras;
 mod simulate;
 mod store_contract;
+mod xds;
