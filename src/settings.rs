@@ -13,7 +13,7 @@ mod compat;
 mod redis;
 
 use crate::config::LoadOptions;
-use crate::config::XdsSettings;
+use crate::config::{XdsSettings, XdsTls};
 use crate::duration;
 use crate::http::HttpEndpoints;
 use crate::limit::Charging;
@@ -95,12 +95,31 @@ pub struct ServeArgs {
     /// management server, as Envoy Gateway runs envoyproxy/ratelimit).
     #[arg(long, env = "CONFIG_TYPE", default_value = "FILE", value_parser = parse_config_type)]
     pub config_type: ConfigType,
-    /// The xDS management server, `host:port` (or `http://host:port`).
-    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_URL")]
-    pub config_grpc_xds_server_url: Option<String>,
+    /// The xDS management server, `host:port` (or a URL).
+    #[arg(
+        long,
+        env = "CONFIG_GRPC_XDS_SERVER_URL",
+        default_value = "localhost:18000"
+    )]
+    pub config_grpc_xds_server_url: String,
     /// The node id sluice gives the management server.
-    #[arg(long, env = "CONFIG_GRPC_XDS_NODE_ID", default_value = "sluice")]
+    #[arg(long, env = "CONFIG_GRPC_XDS_NODE_ID", default_value = "default")]
     pub config_grpc_xds_node_id: String,
+    /// TLS towards the xDS server.
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_USE_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub config_grpc_xds_server_use_tls: bool,
+    /// The CA the xDS server's certificate must chain to (default: the system's roots).
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_TLS_CACERT")]
+    pub config_grpc_xds_server_tls_cacert: Option<PathBuf>,
+    /// The certificate sluice presents to the xDS server (with the key).
+    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT")]
+    pub config_grpc_xds_client_tls_cert: Option<PathBuf>,
+    /// The key of --config-grpc-xds-client-tls-cert.
+    #[arg(long, env = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY")]
+    pub config_grpc_xds_client_tls_key: Option<PathBuf>,
+    /// The name the xDS server's certificate must be valid for (default: the URL's host).
+    #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_TLS_SAN")]
+    pub config_grpc_xds_server_tls_san: Option<String>,
     /// Time before a lost xDS stream is opened again (give or take a fifth).
     #[arg(long, env = "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", default_value = "3s", value_parser = duration::parse)]
     pub config_grpc_xds_server_connect_retry_interval: Duration,
@@ -358,24 +377,47 @@ impl ServeArgs {
         if self.config_type == ConfigType::File {
             return Ok(None);
         }
-        let Some(url) = self
-            .config_grpc_xds_server_url
-            .as_deref()
-            .filter(|u| !u.is_empty())
-        else {
+        let url = self.config_grpc_xds_server_url.as_str();
+        if url.is_empty() {
             return Err(SettingsError::Xds(
                 "CONFIG_TYPE=GRPC_XDS_SOTW needs CONFIG_GRPC_XDS_SERVER_URL".into(),
             ));
+        }
+        let tls = self.config_grpc_xds_server_use_tls;
+        let server_url = match url.split_once("://") {
+            Some((_, rest)) if tls => format!("https://{rest}"),
+            Some(_) => url.to_string(),
+            None if tls => format!("https://{url}"),
+            None => format!("http://{url}"),
         };
-        let server_url = if url.contains("://") {
-            url.to_string()
-        } else {
-            format!("http://{url}")
+        let client = match (
+            &self.config_grpc_xds_client_tls_cert,
+            &self.config_grpc_xds_client_tls_key,
+        ) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => return Err(SettingsError::Xds(
+                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together"
+                    .into(),
+            )),
         };
+        let tls_files_without_tls = self.config_grpc_xds_server_tls_cacert.is_some()
+            || client.is_some()
+            || self.config_grpc_xds_server_tls_san.is_some();
+        if tls_files_without_tls && !tls {
+            return Err(SettingsError::Xds(
+                "xDS TLS files or SAN are set but CONFIG_GRPC_XDS_SERVER_USE_TLS is not".into(),
+            ));
+        }
         Ok(Some(XdsSettings {
             server_url,
             node_id: self.config_grpc_xds_node_id.clone(),
             retry_interval: self.config_grpc_xds_server_connect_retry_interval,
+            tls: tls.then(|| XdsTls {
+                ca: self.config_grpc_xds_server_tls_cacert.clone(),
+                client,
+                san: self.config_grpc_xds_server_tls_san.clone(),
+            }),
         }))
     }
 

@@ -21,4 +21,4 @@ pub use error::{ConfigError, ConfigErrors, FileError};
 pub use load::{load, load_docs_of, load_str, LoadOptions};
 pub use tree::{Config, Domain, Match, NamedLimit, Rule, NOTHING_LIMITED};
 pub use watch::{ReloadResult, Reloader};
-pub use xds::{XdsSettings, XdsSource};
+pub use xds::{XdsSettings, XdsSource, XdsTls};

@@ -27,10 +27,23 @@ pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.Ra
 /// Where the management server is and who sluice is to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XdsSettings {
-    /// `http://host:port` (the reference's `host:port` is turned into this).
+    /// `http://host:port`, or `https://` with TLS (the reference's `host:port` becomes this).
     pub server_url: String,
     pub node_id: String,
     pub retry_interval: Duration,
+    pub tls: Option<XdsTls>,
+}
+
+/// TLS towards the management server (`CONFIG_GRPC_XDS_SERVER_USE_TLS`), its files read at
+/// each connection, so that rotated ones are used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdsTls {
+    /// The CA the server's certificate must chain to; default: the system's roots.
+    pub ca: Option<std::path::PathBuf>,
+    /// The certificate and key sluice presents.
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The name the server's certificate must be valid for; default: the URL's host.
+    pub san: Option<String>,
 }
 
 /// Why one stream ended.
@@ -38,6 +51,8 @@ pub struct XdsSettings {
 enum StreamError {
     #[error("cannot connect: {0}")]
     Connect(#[from] tonic::transport::Error),
+    #[error("TLS files: {0}")]
+    TlsFiles(String),
     #[error("the stream failed: {0}")]
     Stream(#[from] tonic::Status),
     #[error("the server closed the stream")]
@@ -86,9 +101,12 @@ impl XdsSource {
 
     /// One stream: asks, then applies and answers every response until the stream ends.
     async fn follow(&self, applied: &mut String) -> Result<(), StreamError> {
-        let channel = tonic::transport::Endpoint::from_shared(self.settings.server_url.clone())?
-            .connect()
-            .await?;
+        let mut endpoint =
+            tonic::transport::Endpoint::from_shared(self.settings.server_url.clone())?;
+        if let Some(tls) = &self.settings.tls {
+            endpoint = endpoint.tls_config(client_tls(tls)?)?;
+        }
+        let channel = endpoint.connect().await?;
         let mut client = AggregatedDiscoveryServiceClient::new(channel);
         let (send, requests) = mpsc::channel::<DiscoveryRequest>(4);
         let _ = send.send(self.request(applied, "", None)).await;
@@ -180,6 +198,26 @@ impl XdsSource {
             error_detail: error,
         }
     }
+}
+
+/// tonic's TLS configuration of `tls`, its files read now.
+fn client_tls(tls: &XdsTls) -> Result<tonic::transport::ClientTlsConfig, StreamError> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| StreamError::TlsFiles(format!("{}: {e}", path.display())))
+    };
+    let mut config = ClientTlsConfig::new();
+    config = match &tls.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(read(ca)?)),
+        None => config.with_native_roots(),
+    };
+    if let Some((cert, key)) = &tls.client {
+        config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(san) = &tls.san {
+        config = config.domain_name(san.clone());
+    }
+    Ok(config)
 }
 
 fn describe(errors: &ConfigErrors) -> String {

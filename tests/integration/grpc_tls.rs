@@ -11,30 +11,6 @@ use crate::support::*;
 const CONFIG: &str =
     "domain: t\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
 
-/// Runs `command` in `dir`; panics when it fails.
-fn run(dir: &Path, command: &str) {
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .status();
-    assert!(status.is_ok_and(|s| s.success()), "failed: {command}");
-}
-
-/// A CA `name` in `dir`, and a version 3 certificate `leaf` it signs with `san`.
-fn certificate(dir: &Path, ca: &str, leaf: &str, san: &str, usage: &str) {
-    if !dir.join(format!("{ca}.crt")).exists() {
-        run(dir, &format!("openssl req -x509 -newkey rsa:2048 -nodes -keyout {ca}.key -out {ca}.crt -days 1 -subj /CN={ca} 2>/dev/null"));
-    }
-    std::fs::write(
-        dir.join(format!("{leaf}.cnf")),
-        format!("subjectAltName={san}\nextendedKeyUsage={usage}\n"),
-    )
-    .unwrap();
-    run(dir, &format!("openssl req -newkey rsa:2048 -nodes -keyout {leaf}.key -out {leaf}.csr -subj /CN={leaf} 2>/dev/null"));
-    run(dir, &format!("openssl x509 -req -in {leaf}.csr -CA {ca}.crt -CAkey {ca}.key -CAcreateserial -out {leaf}.crt -days 1 -extfile {leaf}.cnf 2>/dev/null"));
-}
-
 fn read(dir: &Path, name: &str) -> Vec<u8> {
     std::fs::read(dir.join(name)).unwrap()
 }

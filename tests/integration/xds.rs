@@ -84,11 +84,25 @@ fn serve(
     management: Management,
     listener: std::net::TcpListener,
 ) -> tokio::sync::oneshot::Sender<()> {
+    serve_tls(management, listener, None)
+}
+
+/// `serve`, over TLS with `identity` when given.
+fn serve_tls(
+    management: Management,
+    listener: std::net::TcpListener,
+    identity: Option<tonic::transport::Identity>,
+) -> tokio::sync::oneshot::Sender<()> {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     listener.set_nonblocking(true).unwrap();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(identity) = identity {
+        let tls = tonic::transport::ServerTlsConfig::new().identity(identity);
+        builder = builder.tls_config(tls).unwrap();
+    }
     tokio::spawn(
-        tonic::transport::Server::builder()
+        builder
             .add_service(AggregatedDiscoveryServiceServer::new(management))
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(listener),
@@ -288,4 +302,70 @@ async fn before_the_first_snapshot_nothing_is_limited_and_health_says_not_servin
             .await
     );
     drop(listener);
+}
+
+#[tokio::test]
+async fn the_xds_server_is_reached_over_tls_and_a_wrong_ca_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificate(d, "ca", "xds", "DNS:xds.example,IP:127.0.0.1", "serverAuth");
+    certificate(d, "other", "unused", "DNS:unused", "serverAuth");
+    let identity = tonic::transport::Identity::from_pem(
+        std::fs::read(d.join("xds.crt")).unwrap(),
+        std::fs::read(d.join("xds.key")).unwrap(),
+    );
+    let (_publish, snapshots) =
+        watch::channel::<Snapshot>(("t1".into(), vec![domain(3, RateLimitUnit::Hour)]));
+    let management = Management {
+        snapshots,
+        requests: Arc::new(Mutex::new(Vec::new())),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let _server = serve_tls(management, listener, Some(identity));
+    let ca = d.join("ca.crt").display().to_string();
+    let other = d.join("other.crt").display().to_string();
+    let envs = |ca: &str| {
+        vec![
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string()),
+            ("CONFIG_GRPC_XDS_SERVER_URL", addr.clone()),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".to_string()),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ca.to_string()),
+            ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.example".to_string()),
+            (
+                "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+                "200ms".to_string(),
+            ),
+        ]
+    };
+    let start = |envs: Vec<(&'static str, String)>| {
+        let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Sluice::start_with(&[], &[], &envs)
+    };
+    let trusted = start(envs(&ca));
+    assert!(
+        within(Duration::from_secs(10), async || limit_of(&trusted, "t")
+            .await
+            == Some(3))
+        .await,
+        "{}",
+        trusted.log()
+    );
+    let wrong_ca = start(envs(&other));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        limit_of(&wrong_ca, "t").await,
+        None,
+        "a server the CA does not vouch for gave limits"
+    );
+    assert!(
+        wrong_ca
+            .wait_health((ServingStatus::NotServing as i32, 500))
+            .await
+    );
+    assert!(
+        wrong_ca.log().contains("xDS stream lost"),
+        "{}",
+        wrong_ca.log()
+    );
 }

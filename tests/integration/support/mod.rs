@@ -308,3 +308,28 @@ pub fn series(text: &str, name_and_labels: &str) -> Option<f64> {
         })
         .and_then(|line| line.rsplit(' ').next()?.parse().ok())
 }
+
+/// Runs `command` in `dir`; panics when it fails.
+fn run_in(dir: &std::path::Path, command: &str) {
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .status();
+    assert!(status.is_ok_and(|s| s.success()), "failed: {command}");
+}
+
+/// In `dir`: a CA `ca` (made on first use) and a version 3 certificate `leaf` it signs, valid
+/// for `san` (`DNS:localhost,IP:127.0.0.1`) and `usage` (`serverAuth`, `clientAuth`).
+pub fn certificate(dir: &std::path::Path, ca: &str, leaf: &str, san: &str, usage: &str) {
+    if !dir.join(format!("{ca}.crt")).exists() {
+        run_in(dir, &format!("openssl req -x509 -newkey rsa:2048 -nodes -keyout {ca}.key -out {ca}.crt -days 1 -subj /CN={ca} 2>/dev/null"));
+    }
+    std::fs::write(
+        dir.join(format!("{leaf}.cnf")),
+        format!("subjectAltName={san}\nextendedKeyUsage={usage}\n"),
+    )
+    .expect("write the extensions");
+    run_in(dir, &format!("openssl req -newkey rsa:2048 -nodes -keyout {leaf}.key -out {leaf}.csr -subj /CN={leaf} 2>/dev/null"));
+    run_in(dir, &format!("openssl x509 -req -in {leaf}.csr -CA {ca}.crt -CAkey {ca}.key -CAcreateserial -out {leaf}.crt -days 1 -extfile {leaf}.cnf 2>/dev/null"));
+}
