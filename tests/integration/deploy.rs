@@ -630,3 +630,55 @@ fn the_binary_run_as_bin_ratelimit_with_the_references_variables_serves() {
     let _ = child.wait();
     assert!(healthy, "ratelimit did not serve");
 }
+
+/// The variables Envoy Gateway's rate limit Deployment sets on the reference's container.
+const ENVOY_GATEWAY_VARIABLES: [&str; 16] = [
+    "CONFIG_TYPE",
+    "CONFIG_GRPC_XDS_SERVER_URL",
+    "CONFIG_GRPC_XDS_NODE_ID",
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+    "FORCE_START_WITHOUT_INITIAL_CONFIG",
+    "GRPC_SERVER_USE_TLS",
+    "GRPC_SERVER_TLS_CERT",
+    "GRPC_SERVER_TLS_KEY",
+    "GRPC_CLIENT_TLS_CACERT",
+    "REDIS_TLS_CLIENT_CERT",
+    "REDIS_TLS_CLIENT_KEY",
+    "USE_PROMETHEUS",
+    "PROMETHEUS_ADDR",
+];
+
+#[test]
+fn envoy_gateway_runs_sluice_with_the_references_contract() {
+    let config = documents("deploy/envoy-gateway/envoy-gateway-config.yaml").remove(0);
+    assert_eq!(config["kind"], "ConfigMap");
+    let embedded: Value =
+        serde_yaml::from_str(config["data"]["envoy-gateway.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(embedded["kind"], "EnvoyGateway");
+    let container = &embedded["provider"]["kubernetes"]["rateLimitDeployment"]["container"];
+    assert!(container["image"].as_str().unwrap().contains("sluice"));
+    assert_eq!(embedded["rateLimit"]["backend"]["type"], "Redis");
+    assert!(embedded["rateLimit"]["backend"]["redis"]["url"]
+        .as_str()
+        .is_some());
+    let policy = documents("deploy/envoy-gateway/backend-traffic-policy.yaml").remove(0);
+    assert_eq!(policy["kind"], "BackendTrafficPolicy");
+    assert_eq!(policy["spec"]["rateLimit"]["type"], "Global");
+    // Every variable of the contract is one sluice serve reads (USE_STATSD=false it reports as
+    // not applicable).
+    let help = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    for name in ENVOY_GATEWAY_VARIABLES {
+        assert!(
+            help.contains(&format!("[env: {name}=")) || help.contains(&format!("[env: {name}]")),
+            "{name} is not read by sluice"
+        );
+    }
+    assert!(read("README.md").contains("### Envoy Gateway"));
+}
