@@ -701,6 +701,16 @@ mod tests {
         XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES";
 
     #[test]
+    fn the_readme_says_what_sluice_does_with_every_reference_variable() {
+        let readme = include_str!("../README.md");
+        let missing: Vec<&str> = REFERENCE_VARIABLES
+            .split_whitespace()
+            .filter(|name| !readme.contains(&format!("| `{name}` |")))
+            .collect();
+        assert!(missing.is_empty(), "not in the README's table: {missing:?}");
+    }
+
+    #[test]
     fn every_reference_variable_is_honoured_or_reported_as_ignored() {
         use clap::CommandFactory;
         let command = Cli::command();
