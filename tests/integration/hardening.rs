@@ -369,3 +369,94 @@ async fn out_of_file_descriptors_the_server_backs_off_and_keeps_serving_open_con
     let log = sluice.log();
     assert_eq!(log.matches("cannot accept connections").count(), 1, "{log}");
 }
+
+/// A TCP proxy on a free port that sends each new connection to the next of `backends`
+/// (round robin), as a Kubernetes Service spreads connections; `backends` may grow.
+async fn round_robin_proxy(
+    backends: std::sync::Arc<std::sync::Mutex<Vec<std::net::SocketAddr>>>,
+) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut next = 0;
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let backend = {
+                let backends = backends.lock().unwrap();
+                next += 1;
+                backends[next % backends.len()]
+            };
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_max_connection_age_one_client_reaches_replicas_added_later() {
+    let args = [
+        "--grpc-max-connection-age",
+        "500ms",
+        "--grpc-max-connection-age-grace",
+        "500ms",
+    ];
+    let replicas: Vec<Sluice> = (0..3).map(|_| Sluice::start(CONFIG, &args)).collect();
+    let backends = std::sync::Arc::new(std::sync::Mutex::new(vec![replicas[0].grpc_addr]));
+    let proxy = round_robin_proxy(backends.clone()).await;
+    // One long-lived client, as an Envoy is: it reconnects when told to go away.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{proxy}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    call(
+        &mut client,
+        request("h", vec![descriptor(&[("plain", "age")])]),
+    )
+    .await;
+    // The autoscaler adds two replicas.
+    backends
+        .lock()
+        .unwrap()
+        .extend([replicas[1].grpc_addr, replicas[2].grpc_addr]);
+    let served = || -> Vec<f64> {
+        replicas
+            .iter()
+            .map(|r| {
+                let (_, metrics) = r.http_get("/metrics");
+                series(
+                    &metrics,
+                    r#"ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}"#,
+                )
+                .unwrap_or(0.0)
+            })
+            .collect()
+    };
+    let started = Instant::now();
+    let (mut calls, mut failures) = (0, 0);
+    while started.elapsed() < Duration::from_secs(15) {
+        for _ in 0..50 {
+            let ask = request("h", vec![descriptor(&[("plain", "age")])]);
+            failures += usize::from(client.should_rate_limit(ask).await.is_err());
+            calls += 1;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if served().iter().all(|&n| n > 0.0) {
+            break;
+        }
+    }
+    let served = served();
+    assert!(
+        served.iter().all(|&n| n > 0.0),
+        "calls per replica: {served:?}"
+    );
+    // A call racing a GOAWAY may fail (Envoy retries those): rarely.
+    assert!(
+        failures * 20 <= calls,
+        "{failures} of {calls} calls failed while connections moved"
+    );
+}
