@@ -189,8 +189,10 @@ async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Respo
             .map(|line| line + "\n")
             .collect::<String>()
     });
+    let source = endpoints.config.load().source().to_string();
     match written.await {
-        Ok(text) => text.into_response(),
+        // Where the limits came from (files, or the xDS server and version), beside them.
+        Ok(text) => ([("x-sluice-config-source", source)], text).into_response(),
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response(),
     }
 }

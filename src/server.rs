@@ -393,6 +393,7 @@ fn on_config_load<S: Store>(
                 config.log_warnings();
                 readiness.set_config_ready(config_ready(require_domain, config));
                 tracing::info!(
+                    source = config.source(),
                     domains = config.domains().len(),
                     limits = config.rule_count(),
                     "config reloaded"

@@ -52,7 +52,9 @@ pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErr
             }),
         }
     }
-    finish(domains, errors, warnings)
+    let named: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let source = format!("files {}", named.join(","));
+    finish(domains, errors, warnings).map(|config| with_source(config, source))
 }
 
 /// The text of `path`, or `None` when it is larger than `bounds::MAX_FILE_BYTES` (read no
@@ -109,6 +111,12 @@ pub(crate) fn load_docs(
     finish(domains, errors, warnings)
 }
 
+/// `config` as coming from `source`.
+pub(crate) fn with_source(mut config: Config, source: String) -> Config {
+    config.source = source;
+    config
+}
+
 /// The config of `domains`, or every error.
 fn finish(
     mut domains: HashMap<String, Domain>,
@@ -121,7 +129,11 @@ fn finish(
     for domain in domains.values_mut() {
         domain.label_rules();
     }
-    Ok(Config { domains, warnings })
+    Ok(Config {
+        domains,
+        warnings,
+        source: String::new(),
+    })
 }
 
 /// Parses and compiles one file into `domains`, returning its errors; its warnings go to

@@ -21,9 +21,16 @@ pub struct Config {
     pub(crate) domains: HashMap<String, Domain>,
     /// What loaded but has no effect (keys in the wrong place), to be logged.
     pub(crate) warnings: Vec<FileError>,
+    /// Where it came from: its files, or the xDS server and version.
+    pub(crate) source: String,
 }
 
 impl Config {
+    /// Where the configuration came from (`files /etc/sluice/config`, `xDS http://... version 7`).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// What loaded but has no effect, each with its file, line and reason.
     pub fn warnings(&self) -> &[FileError] {
         &self.warnings

@@ -171,6 +171,8 @@ impl XdsSource {
         let version = &response.version_info;
         match loaded {
             Ok(config) => {
+                let source = format!("xDS {} version {version}", self.settings.server_url);
+                let config = crate::config::load::with_source(config, source);
                 tracing::info!(version = %version, domains = config.domains().len(), "xDS configuration applied");
                 (self.on_load)(Ok(&config));
                 self.current.store(Arc::new(config));

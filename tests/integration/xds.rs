@@ -256,6 +256,22 @@ async fn limits_come_from_an_xds_server_acked_nacked_and_followed_across_restart
         .await
     );
     eprintln!("v3 in force after {:?}", published.elapsed());
+    // /rlconfig says where the limits came from, and which version.
+    let head = {
+        use std::io::{Read, Write};
+        let mut http = std::net::TcpStream::connect(sluice.http_addr).unwrap();
+        http.write_all(b"GET /rlconfig HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        http.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(
+        head.contains(&format!(
+            "x-sluice-config-source: xDS http://{addr} version v3"
+        )),
+        "{head}"
+    );
     assert_eq!(caller.await.unwrap(), 0, "calls failed during the update");
     // The server goes away: sluice keeps serving v3, and follows the server once it is back.
     drop(stop.take());
