@@ -232,19 +232,40 @@ impl MemoryStore {
     fn charge_one(&self, hit: &Hit, now_us: u64) -> Result<Decision, StoreError> {
         let (id, index) = self.locate(&hit.key);
         let mut shard = self.lock(index);
-        let existing = shard.entries.get(&id);
-        let current = existing.filter(|entry| entry.expires_at_us > now_us);
-        let outcome = hit
-            .limit
-            .decide(current.map(|e| &e.state), hit.cost, now_us);
-        let Some((state, expires_at_us)) = outcome.new_state else {
-            return Ok(outcome.decision);
+        // A known key whose state does not grow (every algorithm but a lengthening log): one
+        // lookup, updated in place.
+        let Shard { entries, bytes, .. } = &mut *shard;
+        let before = match entries.get_mut(&id) {
+            Some(entry) => {
+                let live = (entry.expires_at_us > now_us).then_some(&entry.state);
+                let outcome = hit.limit.decide(live, hit.cost, now_us);
+                let Some((state, expires_at_us)) = outcome.new_state else {
+                    return Ok(outcome.decision);
+                };
+                let (was, now) = (weight(&entry.state), weight(&state));
+                if now <= was {
+                    *bytes -= was - now;
+                    *entry = Entry {
+                        state,
+                        expires_at_us,
+                    };
+                    return Ok(outcome.decision);
+                }
+                Some((outcome.decision, state, expires_at_us, was))
+            }
+            None => None,
         };
-        let (new_keys, before) = match existing {
-            Some(entry) => (0, weight(&entry.state)),
-            None => (1, 0),
+        let (decision, state, expires_at_us, new_keys, was) = match before {
+            Some((decision, state, expires_at_us, was)) => (decision, state, expires_at_us, 0, was),
+            None => {
+                let outcome = hit.limit.decide(None, hit.cost, now_us);
+                let Some((state, expires_at_us)) = outcome.new_state else {
+                    return Ok(outcome.decision);
+                };
+                (outcome.decision, state, expires_at_us, 1, 0)
+            }
         };
-        let grows = weight(&state).saturating_sub(before);
+        let grows = weight(&state).saturating_sub(was);
         if !self.room(&mut shard, new_keys, grows, now_us) {
             return Err(self.no_room());
         }
@@ -255,7 +276,7 @@ impl MemoryStore {
                 expires_at_us,
             },
         );
-        Ok(outcome.decision)
+        Ok(decision)
     }
 
     /// Decides a request's hits under the locks of every shard they touch, taken in shard
@@ -335,29 +356,49 @@ impl MemoryStore {
                 last.push(charge);
             }
         }
-        for (position, shard) in shards.iter_mut().enumerate() {
-            let (mut new_keys, mut grows) = (0, 0);
-            for charge in last.iter().filter(|c| shard_of(c.index) == position) {
-                match shard.entries.get(&charge.id) {
-                    Some(entry) => {
-                        grows += weight(&charge.state).saturating_sub(weight(&entry.state));
-                    }
-                    None => {
-                        new_keys += 1;
-                        grows += weight(&charge.state);
-                    }
-                }
+        // What each shard must take: new keys and added bytes (a charge that neither adds a
+        // key nor grows its state always fits).
+        let mut needs: SmallVec<[(usize, usize, usize); 4]> = SmallVec::new();
+        for charge in &last {
+            let position = shard_of(charge.index);
+            let (new_key, grows) = match shards[position].entries.get(&charge.id) {
+                Some(entry) => (0, weight(&charge.state).saturating_sub(weight(&entry.state))),
+                None => (1, weight(&charge.state)),
+            };
+            if new_key == 0 && grows == 0 {
+                continue;
             }
-            if (new_keys > 0 || grows > 0) && !self.room(shard, new_keys, grows, now_us) {
+            match needs.iter_mut().find(|n| n.0 == position) {
+                Some(need) => {
+                    need.1 += new_key;
+                    need.2 += grows;
+                }
+                None => needs.push((position, new_key, grows)),
+            }
+        }
+        for (position, new_keys, grows) in needs {
+            if !self.room(&mut shards[position], new_keys, grows, now_us) {
                 return Err(self.no_room());
             }
         }
         for charge in last {
-            let entry = Entry {
-                state: charge.state,
-                expires_at_us: charge.expires_at_us,
-            };
-            shards[shard_of(charge.index)].put(charge.id, entry);
+            let shard = &mut shards[shard_of(charge.index)];
+            let Shard { entries, bytes, .. } = &mut **shard;
+            match entries.get_mut(&charge.id) {
+                // In place: one lookup.
+                Some(entry) => {
+                    *bytes = *bytes + weight(&charge.state) - weight(&entry.state);
+                    entry.state = charge.state;
+                    entry.expires_at_us = charge.expires_at_us;
+                }
+                None => shard.put(
+                    charge.id,
+                    Entry {
+                        state: charge.state,
+                        expires_at_us: charge.expires_at_us,
+                    },
+                ),
+            }
         }
         for (i, decision) in decisions.iter_mut().enumerate() {
             if decision.admitted && hits[i].cost > 0 && !is_charged[i] {
