@@ -46,6 +46,8 @@ pub struct LimitLabels {
     /// The labels carry values taken from requests (detailed_metric, value_to_metric, a limit
     /// override's keys): their number is bounded.
     pub from_request: bool,
+    /// The whole sanitised stats key (`domain.key_value.subkey`): statsd's stat names.
+    pub stats_key: String,
 }
 
 impl LimitLabels {
@@ -92,6 +94,7 @@ impl LimitLabels {
             key1: parts.next().unwrap_or_default().to_string(),
             key2: parts.next().map(str::to_string),
             from_request,
+            stats_key: sanitized.clone(),
         }
     }
 }

@@ -27,4 +27,5 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod simulate;
+pub mod statsd;
 pub mod store;

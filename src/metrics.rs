@@ -4,7 +4,7 @@
 //! dashboards keep working; sluice's own metrics start with `sluice_`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, Prometheu
 
 use crate::labels::LimitLabels;
 use crate::limit::{Algorithm, Decision};
+use crate::statsd::Statsd;
 use crate::store::{StoreError, StoreStats};
 
 static METADATA: Metadata<'static> = Metadata::new("sluice", metrics::Level::INFO, Some("sluice"));
@@ -43,6 +44,8 @@ struct LimitCounters {
     near: Counter,
     over: Counter,
     shadow: Counter,
+    /// The same, under statsd's names, when a statsd sink is on.
+    statsd: Option<[Arc<AtomicU64>; 5]>,
 }
 
 /// The server's metrics. Handles are registered once and cached, so recording a decision is a
@@ -69,6 +72,10 @@ pub struct Metrics {
     store_latency: Histogram,
     /// By `StoreError::KINDS`.
     store_errors: [Counter; 4],
+    /// The statsd sink, when on (`USE_STATSD`, `USE_DOG_STATSD`).
+    statsd: Option<Arc<Statsd>>,
+    /// Its counter of ShouldRateLimit calls, counted on every call.
+    statsd_requests: Option<Arc<AtomicU64>>,
 }
 
 impl Metrics {
@@ -131,6 +138,23 @@ impl Metrics {
             limits: ArcSwap::default(),
             limits_writer: Mutex::new(()),
             request_valued_series: AtomicUsize::new(0),
+            statsd: None,
+            statsd_requests: None,
+        }
+    }
+
+    /// The same metrics, sent to `statsd` too under the reference's stat names.
+    pub fn with_statsd(mut self, statsd: Arc<Statsd>) -> Metrics {
+        self.statsd_requests =
+            Some(statsd.counter("ratelimit_server.ShouldRateLimit.total_requests"));
+        self.statsd = Some(statsd);
+        self
+    }
+
+    /// Adds `value` to the statsd counter `name`, when statsd is on.
+    fn statsd_count(&self, name: &str, value: u64) {
+        if let Some(statsd) = &self.statsd {
+            statsd.counter(name).fetch_add(value, Ordering::Relaxed);
         }
     }
 
@@ -184,6 +208,20 @@ impl Metrics {
         counters.near.increment(split.near);
         counters.over.increment(split.over);
         counters.shadow.increment(split.shadow);
+        if let Some(statsd) = &counters.statsd {
+            let values = [
+                outcome.cost,
+                split.within,
+                split.near,
+                split.over,
+                split.shadow,
+            ];
+            for (counter, value) in statsd.iter().zip(values) {
+                if value > 0 {
+                    counter.fetch_add(value, Ordering::Relaxed);
+                }
+            }
+        }
         let over = !(outcome.decision.admitted || outcome.shadow_mode);
         self.decisions[outcome.algorithm.index()][usize::from(over)].increment(1);
     }
@@ -192,11 +230,21 @@ impl Metrics {
     pub fn record_request(&self, seconds: f64) {
         self.requests.increment(1);
         self.request_latency.record(seconds);
+        if let Some(statsd) = &self.statsd {
+            statsd.time_ms(
+                "ratelimit_server.ShouldRateLimit.response_time",
+                (seconds * 1000.0) as u64,
+            );
+        }
+        if let Some(requests) = &self.statsd_requests {
+            requests.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A request global shadow mode answered OK though its limits denied it.
     pub fn record_global_shadow_mode(&self) {
         self.global_shadow_mode.increment(1);
+        self.statsd_count("ratelimit.service.global_shadow_mode", 1);
     }
 
     /// A failed ShouldRateLimit call, by `DecisionError::metric_label`.
@@ -206,6 +254,10 @@ impl Metrics {
             vec![Label::new("err_type", err_type)],
         );
         self.recorder.register_counter(&key, &METADATA).increment(1);
+        self.statsd_count(
+            &format!("ratelimit.service.call.should_rate_limit.{err_type}"),
+            1,
+        );
     }
 
     /// One store call's latency and, when it failed, its error (counted by kind).
@@ -227,6 +279,12 @@ impl Metrics {
         self.recorder
             .register_counter(&Key::from_name(name), &METADATA)
             .increment(1);
+        let statsd_name = if success {
+            "ratelimit.service.config_load_success"
+        } else {
+            "ratelimit.service.config_load_error"
+        };
+        self.statsd_count(statsd_name, 1);
     }
 
     /// The counters of `labels`, registered on first use; past the bound on request-valued
@@ -240,6 +298,7 @@ impl Metrics {
                 key1: OVERFLOW_LABEL.to_string(),
                 key2: None,
                 from_request: false,
+                stats_key: format!("{}.{OVERFLOW_LABEL}", labels.domain),
             }
         } else {
             labels.clone()
@@ -268,6 +327,21 @@ impl Metrics {
             near: counter("ratelimit_service_rate_limit_near_limit"),
             over: counter("ratelimit_service_rate_limit_over_limit"),
             shadow: counter("ratelimit_service_rate_limit_shadow_mode"),
+            statsd: self.statsd.as_ref().map(|statsd| {
+                [
+                    "total_hits",
+                    "within_limit",
+                    "near_limit",
+                    "over_limit",
+                    "shadow_mode",
+                ]
+                .map(|what| {
+                    statsd.counter(&format!(
+                        "ratelimit.service.rate_limit.{}.{what}",
+                        labels.stats_key
+                    ))
+                })
+            }),
         });
         let mut grown = HashMap::clone(&known);
         grown.insert(Arc::new(labels), counters.clone());

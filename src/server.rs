@@ -30,6 +30,7 @@ use crate::proto::rate_limit_service_server::SERVICE_NAME;
 use crate::proto::FILE_DESCRIPTOR_SET;
 use crate::service::RateLimiter;
 use crate::settings::{Settings, StoreSettings};
+use crate::statsd::Statsd;
 use crate::store::local_cache::WithLocalCache;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisStore, RedisTargets};
@@ -113,10 +114,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Arc<Notify>,
 ) -> Result<(), ServerError> {
-    let metrics = Arc::new(Metrics::new(
-        settings.near_limit_ratio,
-        settings.max_metric_series,
-    ));
+    let mut metrics = Metrics::new(settings.near_limit_ratio, settings.max_metric_series);
+    if let Some(statsd) = &settings.statsd {
+        let statsd = Arc::new(Statsd::new(statsd.clone()));
+        tokio::spawn(statsd.clone().run());
+        metrics = metrics.with_statsd(statsd);
+    }
+    let metrics = Arc::new(metrics);
     tokio::spawn(metrics_upkeep(Arc::downgrade(&metrics)));
     let config = if let Some(xds) = &settings.xds {
         // Nothing is limited until the management server's first snapshot.

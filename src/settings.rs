@@ -19,6 +19,7 @@ use crate::http::HttpEndpoints;
 use crate::limit::Charging;
 pub use crate::server::{ConnectionLimits, TlsSettings};
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
+use crate::statsd::StatsdSettings;
 pub use redis::{RedisArgs, RedisSettings};
 
 /// Which store keeps the limit state (`--store`).
@@ -75,6 +76,25 @@ pub struct ServeArgs {
     /// With --use-prometheus: the path of the metrics there.
     #[arg(long, env = "PROMETHEUS_PATH", default_value = "/metrics")]
     pub prometheus_path: String,
+    /// Send the stats to statsd too, under the reference's names (over TCP, as the reference).
+    /// Off by default (the reference's default is on: sluice's metrics are Prometheus first).
+    #[arg(long, env = "USE_STATSD", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub use_statsd: bool,
+    /// Send the stats to DogStatsD (UDP, with tags) instead of statsd.
+    #[arg(long, env = "USE_DOG_STATSD", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub use_dog_statsd: bool,
+    /// The statsd or DogStatsD host.
+    #[arg(long, env = "STATSD_HOST", default_value = "localhost")]
+    pub statsd_host: String,
+    /// The statsd or DogStatsD port.
+    #[arg(long, env = "STATSD_PORT", default_value_t = 8125)]
+    pub statsd_port: u16,
+    /// How often stats are sent.
+    #[arg(long, env = "STATS_FLUSH_INTERVAL", default_value = "10s", value_parser = duration::parse)]
+    pub stats_flush_interval: Duration,
+    /// Tags added to every stat: `key:value,key2:value2`.
+    #[arg(long, env = "EXTRA_TAGS", default_value = "")]
+    pub extra_tags: String,
     /// Serve the gRPC port over TLS (envoyproxy/ratelimit's variable), with
     /// --grpc-server-tls-cert and --grpc-server-tls-key.
     #[arg(long, env = "GRPC_SERVER_USE_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
@@ -298,6 +318,8 @@ pub struct Settings {
     pub grpc_tls: Option<TlsSettings>,
     /// `CONFIG_TYPE=GRPC_XDS_SOTW`: the configuration's management server.
     pub xds: Option<XdsSettings>,
+    /// `USE_STATSD` / `USE_DOG_STATSD`: the statsd sink.
+    pub statsd: Option<StatsdSettings>,
     pub store: StoreSettings,
     pub service: ServiceOptions,
     pub near_limit_ratio: f64,
@@ -354,6 +376,8 @@ pub enum SettingsError {
     Tls(String),
     #[error("xDS: {0}")]
     Xds(String),
+    #[error("EXTRA_TAGS: {0}")]
+    Statsd(String),
 }
 
 /// Where the configuration comes from (`CONFIG_TYPE`).
@@ -457,6 +481,16 @@ impl ServeArgs {
         let store = self.store_kind()?;
         let grpc_tls = self.grpc_tls()?;
         let xds = self.xds()?;
+        let statsd = if self.use_statsd || self.use_dog_statsd {
+            Some(StatsdSettings {
+                address: format!("{}:{}", self.statsd_host, self.statsd_port),
+                dog: self.use_dog_statsd,
+                flush_interval: self.stats_flush_interval.max(Duration::from_millis(10)),
+                tags: crate::statsd::parse_tags(&self.extra_tags).map_err(SettingsError::Statsd)?,
+            })
+        } else {
+            None
+        };
         let grpc_addr = listen_addr(
             "--grpc-addr / SLUICE_GRPC_ADDR / GRPC_HOST:GRPC_PORT",
             self.grpc_addr.as_deref(),
@@ -516,6 +550,7 @@ impl ServeArgs {
             prometheus,
             grpc_tls,
             xds,
+            statsd,
             store: match store {
                 StoreKind::Redis => StoreSettings::Redis(Box::new(self.redis.into_settings()?)),
                 StoreKind::Memory => StoreSettings::Memory {

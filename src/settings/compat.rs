@@ -6,18 +6,8 @@
 /// (variable or prefix ending in `*`, why sluice ignores it).
 pub const IGNORED: &[(&str, &str)] = &[
     (
-        "USE_STATSD",
-        "sluice exports Prometheus metrics at /metrics on the HTTP port",
-    ),
-    ("STATSD_HOST", "no statsd: Prometheus metrics at /metrics"),
-    ("STATSD_PORT", "no statsd: Prometheus metrics at /metrics"),
-    (
         "GOSTATS_FLUSH_INTERVAL_SECONDS",
-        "no statsd: Prometheus metrics at /metrics",
-    ),
-    (
-        "EXTRA_TAGS",
-        "no statsd tags: Prometheus labels are domain, key1, key2",
+        "stats are sent every STATS_FLUSH_INTERVAL",
     ),
     (
         "PROMETHEUS_MAPPER_YAML",
@@ -81,12 +71,8 @@ pub const IGNORED: &[(&str, &str)] = &[
         "metrics are always kept; /metrics renders them when scraped",
     ),
     (
-        "STATS_FLUSH_INTERVAL",
-        "no statsd: Prometheus metrics at /metrics",
-    ),
-    (
-        "USE_DOG_STATSD*",
-        "no DogStatsD: Prometheus metrics at /metrics",
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "DogStatsD stats keep the reference's names; tags come from EXTRA_TAGS",
     ),
     (
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
@@ -159,14 +145,14 @@ mod tests {
     #[test]
     fn finds_names_and_prefixes() {
         let vars = [
-            ("USE_STATSD", "true"),
+            ("USE_DOG_STATSD_MOGRIFIERS", "true"),
             ("MEMCACHE_HOST_PORT", "x"),
             ("PATH", "/bin"),
             ("REDIS_URL", "r"),
         ];
         let found = ignored_in(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["MEMCACHE_HOST_PORT", "USE_STATSD"]);
+        assert_eq!(names, ["MEMCACHE_HOST_PORT", "USE_DOG_STATSD_MOGRIFIERS"]);
     }
 
     #[test]

@@ -362,7 +362,10 @@ impl MemoryStore {
         for charge in &last {
             let position = shard_of(charge.index);
             let (new_key, grows) = match shards[position].entries.get(&charge.id) {
-                Some(entry) => (0, weight(&charge.state).saturating_sub(weight(&entry.state))),
+                Some(entry) => (
+                    0,
+                    weight(&charge.state).saturating_sub(weight(&entry.state)),
+                ),
                 None => (1, weight(&charge.state)),
             };
             if new_key == 0 && grows == 0 {

@@ -23,5 +23,6 @@ mod redis_store;
 mod reference_cases;
 mod response_extras;
 mod simulate;
+mod statsd;
 mod store_contract;
 mod xds;
