@@ -16,12 +16,14 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+pub mod client_tls;
 pub mod config;
 pub mod duration;
 pub mod http;
 pub mod labels;
 pub mod limit;
 pub mod metrics;
+pub mod otel;
 pub mod proto;
 pub mod server;
 pub mod service;

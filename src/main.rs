@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 
 use clap::{Parser, Subcommand};
 use sluice::config::{self, LoadOptions};
+use sluice::otel;
 use sluice::server::{self, Listeners};
 use sluice::settings::{LogFormat, ServeArgs};
 use sluice::simulate::{self, traffic, Simulation, Traffic};
@@ -235,7 +236,32 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    init_logging(&args.log_level, args.log_format);
+    let (log_level, log_format) = (args.log_level.clone(), args.log_format);
+    let settings = match args.into_settings() {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("sluice: invalid setting: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    // Started before the async runtime: the export runs on a thread of its own.
+    let export = match settings
+        .tracing
+        .as_ref()
+        .map(otel::Export::start)
+        .transpose()
+    {
+        Ok(export) => export,
+        Err(error) => {
+            eprintln!("sluice: tracing: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(
+        &log_level,
+        log_format,
+        export.as_ref().map(otel::Export::tracer),
+    );
     for (name, why) in sluice::settings::ignored_variables() {
         tracing::warn!("{name} is set but ignored: {why}");
     }
@@ -246,13 +272,6 @@ fn serve(args: ServeArgs) -> ExitCode {
     if !refused.is_empty() {
         return ExitCode::from(2);
     }
-    let settings = match args.into_settings() {
-        Ok(settings) => settings,
-        Err(error) => {
-            eprintln!("sluice: invalid setting: {error}");
-            return ExitCode::from(2);
-        }
-    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -272,6 +291,9 @@ fn serve(args: ServeArgs) -> ExitCode {
     });
     // A config still being parsed on a blocking thread does not hold the exit up.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    if let Some(export) = export {
+        export.shutdown();
+    }
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -282,17 +304,42 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
-fn init_logging(level: &str, format: LogFormat) {
+/// Logs to stderr at `level`; with `tracer`, the spans of `otel::spans::TARGET` are exported
+/// through it, and only there.
+fn init_logging(
+    level: &str,
+    format: LogFormat,
+    tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
+) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // The spans meant for export never reach the log, whatever the level.
+    let filter = match format!("{}=off", otel::spans::TARGET).parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    let fmt = match format {
+        LogFormat::Json => fmt.json().with_filter(filter).boxed(),
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+    };
+    let spans = tracer.map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_location(false)
+            .with_threads(false)
+            .with_tracked_inactivity(false)
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target(otel::spans::TARGET, tracing::Level::TRACE),
+            )
+    });
+    tracing_subscriber::registry().with(fmt).with(spans).init();
 }
 
 /// Registers for SIGHUP now and returns the task that asks for a config reload on each one.

@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, Prometheu
 
 use crate::labels::LimitLabels;
 use crate::limit::{Algorithm, Decision};
+use crate::otel::SpanCounts;
 use crate::statsd::Statsd;
 use crate::store::{StoreError, StoreStats};
 
@@ -76,6 +77,8 @@ pub struct Metrics {
     statsd: Option<Arc<Statsd>>,
     /// Its counter of ShouldRateLimit calls, counted on every call.
     statsd_requests: Option<Arc<AtomicU64>>,
+    /// The span export's counts, when tracing is on.
+    spans: Option<&'static SpanCounts>,
 }
 
 impl Metrics {
@@ -140,6 +143,7 @@ impl Metrics {
             request_valued_series: AtomicUsize::new(0),
             statsd: None,
             statsd_requests: None,
+            spans: None,
         }
     }
 
@@ -148,6 +152,12 @@ impl Metrics {
         self.statsd_requests =
             Some(statsd.counter("ratelimit_server.ShouldRateLimit.total_requests"));
         self.statsd = Some(statsd);
+        self
+    }
+
+    /// The span export's counts rendered too (`TRACING_ENABLED`).
+    pub fn with_span_counts(mut self, spans: &'static SpanCounts) -> Metrics {
+        self.spans = Some(spans);
         self
     }
 
@@ -185,6 +195,22 @@ impl Metrics {
         counter("sluice_memory_store_full_total", store.full);
         counter("sluice_redis_script_reloads_total", store.script_reloads);
         counter("sluice_local_cache_hits_total", store.local_cache_hits);
+        if let Some(spans) = self.spans {
+            let exported = spans.exported.load(Ordering::Relaxed);
+            counter("sluice_trace_spans_exported_total", Some(exported));
+            for (reason, count) in [
+                ("queue_full", &spans.dropped_queue_full),
+                ("export_failed", &spans.dropped_export_failed),
+            ] {
+                let labels = vec![Label::new("reason", reason)];
+                self.recorder
+                    .register_counter(
+                        &Key::from_parts("sluice_trace_spans_dropped_total", labels),
+                        &METADATA,
+                    )
+                    .absolute(count.load(Ordering::Relaxed));
+            }
+        }
         self.handle.run_upkeep();
         self.handle.render()
     }

@@ -120,6 +120,9 @@ pub async fn run(
         tokio::spawn(statsd.clone().run());
         metrics = metrics.with_statsd(statsd);
     }
+    if settings.tracing.is_some() {
+        metrics = metrics.with_span_counts(crate::otel::span_counts());
+    }
     let metrics = Arc::new(metrics);
     tokio::spawn(metrics_upkeep(Arc::downgrade(&metrics)));
     let config = if let Some(xds) = &settings.xds {
@@ -145,7 +148,7 @@ pub async fn run(
                 .with_max_bytes(*memory_max_bytes);
             let store = Arc::new(store);
             tokio::spawn(sweep_memory_store(Arc::downgrade(&store)));
-            run.serve(config, store, "memory").await
+            run.serve(config, store).await
         }
         StoreSettings::Redis(redis) => {
             tracing::info!(redis = %redis.target.describe(), "connecting to Redis");
@@ -166,14 +169,14 @@ pub async fn run(
             .await?;
             tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
             if redis.local_cache_size_in_bytes == 0 {
-                return run.serve(config, Arc::new(store), "redis").await;
+                return run.serve(config, Arc::new(store)).await;
             }
             let cached = WithLocalCache::new(
                 store,
                 redis.local_cache_size_in_bytes,
                 Arc::new(SystemClock),
             );
-            run.serve(config, Arc::new(cached), "redis").await
+            run.serve(config, Arc::new(cached)).await
         }
     }
 }
@@ -226,12 +229,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
     /// Serves gRPC and HTTP, reloads the config when asked, and on shutdown reports
     /// NOT_SERVING, waits the drain delay, then lets in-flight calls finish within the grace
     /// period.
-    async fn serve<S: Store>(
-        self,
-        config: Config,
-        store: Arc<S>,
-        store_name: &str,
-    ) -> Result<(), ServerError> {
+    async fn serve<S: Store>(self, config: Config, store: Arc<S>) -> Result<(), ServerError> {
         let settings = self.settings;
         let Listeners {
             grpc: grpc_listener,
@@ -273,7 +271,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             grpc = %local_addr(&grpc_listener)?,
             http = %local_addr(&http_listener)?,
             prometheus = %prometheus_addr,
-            store = store_name,
+            store = S::NAME,
             domains,
             limits,
             "sluice listening"

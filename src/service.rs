@@ -13,10 +13,12 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::config::Config;
 use crate::limit::{Charging, Decision, Hit};
 use crate::metrics::{LimitOutcome, Metrics};
+use crate::otel::spans;
 use crate::proto::rate_limit_response::Code;
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
@@ -39,6 +41,8 @@ pub struct ServiceOptions {
     pub response_headers: Option<HeaderNames>,
     /// `RESPONSE_DYNAMIC_METADATA`.
     pub response_dynamic_metadata: bool,
+    /// `TRACING_ENABLED`: a span per call and per store call.
+    pub tracing: bool,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: whether a denied request charges nothing.
     pub charging: Charging,
 }
@@ -150,7 +154,14 @@ impl<S: Store> RateLimiter<S> {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let result = self.store.charge(hits, self.options.charging).await;
+        let charged = self.store.charge(hits, self.options.charging);
+        let result = if self.options.tracing {
+            charged
+                .instrument(spans::store_span(S::NAME, hits.len()))
+                .await
+        } else {
+            charged.await
+        };
         let seconds = started.elapsed().as_secs_f64();
         self.metrics
             .record_store_call(seconds, result.as_ref().err());
@@ -208,7 +219,17 @@ impl<S: Store> RateLimitService for RateLimiter<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
-        let response = self.decide(request.get_ref()).await;
+        let response = if self.options.tracing {
+            let span = spans::request_span(request.metadata().as_ref(), request.get_ref());
+            let response = self
+                .decide(request.get_ref())
+                .instrument(span.clone())
+                .await;
+            spans::record_answer(&span, request.get_ref(), response.as_ref());
+            response
+        } else {
+            self.decide(request.get_ref()).await
+        };
         self.metrics.record_request(started.elapsed().as_secs_f64());
         response.map(Response::new).map_err(Status::from)
     }

@@ -17,6 +17,7 @@ use crate::config::{XdsSettings, XdsTls};
 use crate::duration;
 use crate::http::HttpEndpoints;
 use crate::limit::Charging;
+use crate::otel::{ExporterProtocol, TracingSettings};
 pub use crate::server::{ConnectionLimits, TlsSettings};
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
 use crate::statsd::StatsdSettings;
@@ -95,6 +96,39 @@ pub struct ServeArgs {
     /// Tags added to every stat: `key:value,key2:value2`.
     #[arg(long, env = "EXTRA_TAGS", default_value = "")]
     pub extra_tags: String,
+    /// Export a span of every decision over OTLP (OpenTelemetry).
+    #[arg(long, env = "TRACING_ENABLED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub tracing_enabled: bool,
+    /// The spans' service.name.
+    #[arg(long, env = "TRACING_SERVICE_NAME", default_value = "RateLimit")]
+    pub tracing_service_name: String,
+    /// The spans' service.namespace (none when empty).
+    #[arg(long, env = "TRACING_SERVICE_NAMESPACE", default_value = "")]
+    pub tracing_service_namespace: String,
+    /// The spans' service.instance.id (a random UUID when empty).
+    #[arg(long, env = "TRACING_SERVICE_INSTANCE_ID", default_value = "")]
+    pub tracing_service_instance_id: String,
+    /// The share of calls without a sampled caller span that are traced: 1 is every one, 0
+    /// none. A caller's sampled flag decides for its calls.
+    #[arg(long, env = "TRACING_SAMPLING_RATE", default_value_t = 1.0)]
+    pub tracing_sampling_rate: f64,
+    /// OTLP over `http` (protobuf, port 4318) or `grpc` (port 4317). The collector's address,
+    /// headers and timeout: the standard OTEL_EXPORTER_OTLP_* variables.
+    #[arg(long, env = "TRACING_EXPORTER_PROTOCOL", default_value = "http")]
+    pub tracing_exporter_protocol: String,
+    /// Spans waiting for export at most; past it they are dropped and counted.
+    #[arg(long, env = "OTEL_BSP_MAX_QUEUE_SIZE", default_value_t = 2048)]
+    pub tracing_max_queue_size: usize,
+    /// The PEM CA the collector's certificate chains to (an https:// endpoint; default: the
+    /// system's roots).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_CERTIFICATE")]
+    pub otel_exporter_otlp_certificate: Option<PathBuf>,
+    /// The PEM certificate sluice presents to the collector (with the key).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")]
+    pub otel_exporter_otlp_client_certificate: Option<PathBuf>,
+    /// The PEM key of that certificate.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_CLIENT_KEY")]
+    pub otel_exporter_otlp_client_key: Option<PathBuf>,
     /// Serve the gRPC port over TLS (envoyproxy/ratelimit's variable), with
     /// --grpc-server-tls-cert and --grpc-server-tls-key.
     #[arg(long, env = "GRPC_SERVER_USE_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
@@ -320,6 +354,8 @@ pub struct Settings {
     pub xds: Option<XdsSettings>,
     /// `USE_STATSD` / `USE_DOG_STATSD`: the statsd sink.
     pub statsd: Option<StatsdSettings>,
+    /// `TRACING_ENABLED`: the span export.
+    pub tracing: Option<TracingSettings>,
     pub store: StoreSettings,
     pub service: ServiceOptions,
     pub near_limit_ratio: f64,
@@ -378,6 +414,8 @@ pub enum SettingsError {
     Xds(String),
     #[error("EXTRA_TAGS: {0}")]
     Statsd(String),
+    #[error("tracing: {0}")]
+    Tracing(String),
 }
 
 /// Where the configuration comes from (`CONFIG_TYPE`).
@@ -396,6 +434,53 @@ fn parse_config_type(text: &str) -> Result<ConfigType, String> {
 }
 
 impl ServeArgs {
+    /// The span export, when tracing is on.
+    fn tracing(&self) -> Result<Option<TracingSettings>, SettingsError> {
+        if !self.tracing_enabled {
+            return Ok(None);
+        }
+        let protocol =
+            ExporterProtocol::parse(&self.tracing_exporter_protocol).map_err(|reason| {
+                SettingsError::Tracing(format!("TRACING_EXPORTER_PROTOCOL: {reason}"))
+            })?;
+        if !self.tracing_sampling_rate.is_finite() {
+            return Err(SettingsError::Tracing(
+                "TRACING_SAMPLING_RATE is not a number".into(),
+            ));
+        }
+        let client_certificate =
+            match (
+                &self.otel_exporter_otlp_client_certificate,
+                &self.otel_exporter_otlp_client_key,
+            ) {
+                (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+                (None, None) => None,
+                _ => return Err(SettingsError::Tracing(
+                    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go \
+                     together"
+                        .into(),
+                )),
+            };
+        let endpoint = [
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ]
+        .into_iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()));
+        Ok(Some(TracingSettings {
+            protocol,
+            service_name: self.tracing_service_name.clone(),
+            service_namespace: self.tracing_service_namespace.clone(),
+            service_instance_id: Some(self.tracing_service_instance_id.clone())
+                .filter(|id| !id.is_empty()),
+            sampling_rate: self.tracing_sampling_rate,
+            max_queue_size: at_least_one("--tracing-max-queue-size", self.tracing_max_queue_size)?,
+            ca_certificate: self.otel_exporter_otlp_certificate.clone(),
+            client_certificate,
+            endpoint,
+        }))
+    }
+
     /// The xDS source, when the configuration comes from one.
     fn xds(&self) -> Result<Option<XdsSettings>, SettingsError> {
         if self.config_type == ConfigType::File {
@@ -491,6 +576,7 @@ impl ServeArgs {
         } else {
             None
         };
+        let tracing = self.tracing()?;
         let grpc_addr = listen_addr(
             "--grpc-addr / SLUICE_GRPC_ADDR / GRPC_HOST:GRPC_PORT",
             self.grpc_addr.as_deref(),
@@ -551,6 +637,7 @@ impl ServeArgs {
             grpc_tls,
             xds,
             statsd,
+            tracing,
             store: match store {
                 StoreKind::Redis => StoreSettings::Redis(Box::new(self.redis.into_settings()?)),
                 StoreKind::Memory => StoreSettings::Memory {
@@ -569,6 +656,7 @@ impl ServeArgs {
                     form: self.response_headers_form,
                 }),
                 quota_mode: self.quota_mode,
+                tracing: self.tracing_enabled,
                 response_dynamic_metadata: self.response_dynamic_metadata,
                 charging: if self.stop_cache_key_increment_when_overlimit {
                     Charging::AllOrNothing

@@ -204,18 +204,8 @@ impl XdsSource {
 
 /// tonic's TLS configuration of `tls`, its files read now.
 fn client_tls(tls: &XdsTls) -> Result<tonic::transport::ClientTlsConfig, StreamError> {
-    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| StreamError::TlsFiles(format!("{}: {e}", path.display())))
-    };
-    let mut config = ClientTlsConfig::new();
-    config = match &tls.ca {
-        Some(ca) => config.ca_certificate(Certificate::from_pem(read(ca)?)),
-        None => config.with_native_roots(),
-    };
-    if let Some((cert, key)) = &tls.client {
-        config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
-    }
+    let mut config = crate::client_tls::client_tls(tls.ca.as_deref(), tls.client.as_ref())
+        .map_err(StreamError::TlsFiles)?;
     if let Some(san) = &tls.san {
         config = config.domain_name(san.clone());
     }

@@ -52,8 +52,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "MEMCACHE_*",
         "no memcached backend: use the memory or Redis store",
     ),
-    ("TRACING_*", "no tracing export"),
-    ("OTEL_*", "no tracing export"),
     (
         "XDS_CLIENT_*",
         "a lost xDS stream is opened again after CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, give or take a fifth",

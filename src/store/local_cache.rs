@@ -73,6 +73,8 @@ impl<S: Store> WithLocalCache<S> {
 }
 
 impl<S: Store> Store for WithLocalCache<S> {
+    const NAME: &'static str = S::NAME;
+
     /// Answers a request locally when every hit of it is known to be over; otherwise the
     /// request goes to the store whole, which must see every hit: a denial vetoes the others
     /// (`AllOrNothing`) or the other limits of its descriptor.

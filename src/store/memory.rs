@@ -447,6 +447,8 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
+    const NAME: &'static str = "memory";
+
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.clock.now_us();
         // One hit is charged alike either way: it is denied exactly when it would veto.

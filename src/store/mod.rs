@@ -15,6 +15,9 @@ use crate::limit::{Charging, Decision, Hit};
 
 /// Charges hits and decides them. One call per request: a remote store makes one round trip.
 pub trait Store: Send + Sync + 'static {
+    /// The store's kind, as spans and logs name it (`memory`, `redis`).
+    const NAME: &'static str;
+
     /// Decides every hit of one request, in order, each on the state the hits before it
     /// left, and charges them as `charging` says. A hit's decision never depends on a later
     /// hit.

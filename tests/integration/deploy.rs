@@ -530,6 +530,17 @@ async fn the_dashboard_queries_only_metrics_sluice_exports() {
     )
     .await;
     text.push_str(&memory.http_get("/metrics").1);
+    // The span counters come from a sluice with tracing on (towards a collector that is not
+    // there).
+    let traced = Sluice::start_with(
+        &[("config.yaml", &read("config/config.yaml"))],
+        &[],
+        &[
+            ("TRACING_ENABLED", "true"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"),
+        ],
+    );
+    text.push_str(&traced.http_get("/metrics").1);
     let exported: BTreeSet<String> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

@@ -18,6 +18,7 @@ mod hardening;
 mod in_process;
 mod load_tools;
 mod operations;
+mod otel_traces;
 mod redis_deployments;
 mod redis_store;
 mod reference_cases;

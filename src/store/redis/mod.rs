@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, RedisError, RedisResult};
+use tracing::Instrument;
 
 pub use args::ScriptArgs;
 use condition::Condition;
@@ -25,6 +26,7 @@ pub use connect::{Connection, RedisKind, RedisTarget};
 use scripts::Script;
 
 use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit, Unit};
+use crate::otel::spans;
 use crate::store::{key, Clock, Store, StoreError, StoreStats};
 
 /// Which clock the scripts read (`--redis-time`).
@@ -202,12 +204,15 @@ impl RedisStore {
         calls: &[HitCall],
         mode: Mode,
     ) -> RedisResult<Vec<i64>> {
-        let first = if backend.functions.load(Ordering::Relaxed) {
-            script_call("FCALL", self.script.function(), calls, mode)
+        let (command, script) = if backend.functions.load(Ordering::Relaxed) {
+            ("FCALL", self.script.function())
         } else {
-            script_call("EVALSHA", self.script.sha1(), calls, mode)
+            ("EVALSHA", self.script.sha1())
         };
-        let result = send(&backend.connection, &first).await;
+        let first = script_call(command, script, calls, mode);
+        let result = send(&backend.connection, &first)
+            .instrument(spans::redis_span(command, calls.len(), mode.as_str()))
+            .await;
         let lost = |e: &RedisError| {
             e.code() == Some("NOSCRIPT") || e.to_string().contains("Function not found")
         };
@@ -224,7 +229,9 @@ impl RedisStore {
             tracing::warn!(%error, "cannot load the scripts into Redis");
         }
         let code = script_call("EVAL", self.script.code(), calls, mode);
-        send(&backend.connection, &code).await
+        send(&backend.connection, &code)
+            .instrument(spans::redis_span("EVAL", calls.len(), mode.as_str()))
+            .await
     }
 
     /// Decides the hits: in one script call on a single node or Sentinel (atomic, as
@@ -514,6 +521,8 @@ impl Mode {
 }
 
 impl Store for RedisStore {
+    const NAME: &'static str = "redis";
+
     /// Every backend answers a PING in time.
     async fn healthy(&self) -> bool {
         let pings = join_all(self.backends.iter().map(|b| ping(&b.connection)));
