@@ -41,8 +41,9 @@ pub struct ServiceOptions {
     pub response_headers: Option<HeaderNames>,
     /// `RESPONSE_DYNAMIC_METADATA`.
     pub response_dynamic_metadata: bool,
-    /// `TRACING_ENABLED`: a span per call and per store call.
-    pub tracing: bool,
+    /// `TRACING_ENABLED`: spans of the calls, keeping this share of the calls without a
+    /// caller span (`TRACING_SAMPLING_RATE`).
+    pub tracing: Option<f64>,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: whether a denied request charges nothing.
     pub charging: Charging,
 }
@@ -155,7 +156,7 @@ impl<S: Store> RateLimiter<S> {
         }
         let started = Instant::now();
         let charged = self.store.charge(hits, self.options.charging);
-        let result = if self.options.tracing {
+        let result = if self.options.tracing.is_some() {
             charged
                 .instrument(spans::store_span(S::NAME, hits.len()))
                 .await
@@ -219,16 +220,19 @@ impl<S: Store> RateLimitService for RateLimiter<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
-        let response = if self.options.tracing {
-            let span = spans::request_span(request.metadata().as_ref(), request.get_ref());
-            let response = self
-                .decide(request.get_ref())
-                .instrument(span.clone())
-                .await;
-            spans::record_answer(&span, request.get_ref(), response.as_ref());
-            response
-        } else {
-            self.decide(request.get_ref()).await
+        let span = self.options.tracing.and_then(|ratio| {
+            spans::request_span(request.metadata().as_ref(), request.get_ref(), ratio)
+        });
+        let response = match span {
+            Some(span) => {
+                let response = self
+                    .decide(request.get_ref())
+                    .instrument(span.clone())
+                    .await;
+                spans::record_answer(&span, request.get_ref(), response.as_ref());
+                response
+            }
+            None => self.decide(request.get_ref()).await,
         };
         self.metrics.record_request(started.elapsed().as_secs_f64());
         response.map(Response::new).map_err(Status::from)

@@ -577,6 +577,7 @@ impl ServeArgs {
             None
         };
         let tracing = self.tracing()?;
+        let trace_ratio = tracing.as_ref().map(|t| t.sampling_rate);
         let grpc_addr = listen_addr(
             "--grpc-addr / SLUICE_GRPC_ADDR / GRPC_HOST:GRPC_PORT",
             self.grpc_addr.as_deref(),
@@ -656,7 +657,7 @@ impl ServeArgs {
                     form: self.response_headers_form,
                 }),
                 quota_mode: self.quota_mode,
-                tracing: self.tracing_enabled,
+                tracing: trace_ratio,
                 response_dynamic_metadata: self.response_dynamic_metadata,
                 charging: if self.stop_cache_key_increment_when_overlimit {
                     Charging::AllOrNothing

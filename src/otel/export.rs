@@ -1,5 +1,5 @@
-//! The span export pipeline: the OTLP exporter (gRPC or HTTP), the SDK's batching, and the
-//! parent-based ratio sampler, all on a runtime of their own (one thread), so a slow or absent
+//! The span export pipeline: the OTLP exporter (gRPC or HTTP) and the SDK's batching, on a
+//! runtime of their own (one thread), so a slow or absent
 //! collector costs the decision path nothing. Spans wait in a bounded queue: past it they are
 //! dropped and counted, as are the spans of a batch the collector did not take.
 
@@ -90,9 +90,9 @@ impl Export {
                 capacity: settings.max_queue_size as u64,
                 counts,
             })
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                settings.sampling_rate,
-            ))))
+            // Calls are sampled before their span is made (`spans::request_span`); what
+            // reaches the SDK is kept, and the spans beneath follow their parent.
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
             .with_resource(resource(settings))
             .build();
         drop(entered);

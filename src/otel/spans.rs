@@ -6,10 +6,11 @@
 use std::sync::LazyLock;
 
 use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
-use opentelemetry::trace::Status;
+use opentelemetry::trace::{Status, TraceContextExt};
 use opentelemetry_http::HeaderExtractor;
 use opentelemetry_propagator_b3::{B3Encoding, Propagator as B3Propagator};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -31,8 +32,25 @@ static PROPAGATOR: LazyLock<TextMapCompositePropagator> = LazyLock::new(|| {
     ])
 });
 
-/// The server span of one `ShouldRateLimit` call whose request headers are `headers`.
-pub fn request_span(headers: &tonic::codegen::http::HeaderMap, request: &RateLimitRequest) -> Span {
+/// The server span of one `ShouldRateLimit` call whose request headers are `headers`, or
+/// `None` when the call is not sampled: a caller's sampled flag decides; a call without a
+/// caller span is kept with probability `ratio`. Deciding here, before any span exists, makes
+/// an unsampled call cost nothing more than reading its headers.
+pub fn request_span(
+    headers: &tonic::codegen::http::HeaderMap,
+    request: &RateLimitRequest,
+    ratio: f64,
+) -> Option<Span> {
+    let parent = PROPAGATOR.extract(&HeaderExtractor(headers));
+    let caller = parent.span().span_context().clone();
+    let sampled = if caller.is_valid() {
+        caller.is_sampled()
+    } else {
+        sampled_at(ratio)
+    };
+    if !sampled {
+        return None;
+    }
     let span = tracing::info_span!(
         target: TARGET,
         "ShouldRateLimit",
@@ -45,10 +63,22 @@ pub fn request_span(headers: &tonic::codegen::http::HeaderMap, request: &RateLim
         ratelimit.descriptors = request.descriptors.len(),
         ratelimit.hits_addend = request.hits_addend,
     );
-    let parent = PROPAGATOR.extract(&HeaderExtractor(headers));
     // Only a span the layer never saw refuses a parent: then it is a root, as without one.
     let _ = span.set_parent(parent);
-    span
+    Some(span)
+}
+
+/// A draw that is true with probability `ratio` (always from 1, never at 0 or below).
+fn sampled_at(ratio: f64) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    if ratio <= 0.0 {
+        return false;
+    }
+    let bits = RandomIdGenerator::default().new_span_id().to_bytes();
+    let draw = u64::from_be_bytes(bits) >> 11; // 53 random bits
+    (draw as f64) < ratio * (1u64 << 53) as f64
 }
 
 /// Records the answer on the request's span: the overall code, and the first descriptor that
@@ -101,8 +131,12 @@ pub fn record_answer<E: std::fmt::Display>(
     span.set_attribute("ratelimit.denied.count", count);
 }
 
-/// The span of one store call deciding `hits` hits, beneath the current span.
+/// The span of one store call deciding `hits` hits, beneath the current span; none outside a
+/// traced call.
 pub fn store_span(store: &'static str, hits: usize) -> Span {
+    if Span::current().is_none() {
+        return Span::none();
+    }
     tracing::info_span!(
         target: TARGET,
         "store",
@@ -113,8 +147,11 @@ pub fn store_span(store: &'static str, hits: usize) -> Span {
 }
 
 /// The span of one Redis round trip: `command` (FCALL, EVALSHA or EVAL) running the script
-/// for `hits` hits at once, in `mode`.
+/// for `hits` hits at once, in `mode`; none outside a traced call.
 pub fn redis_span(command: &'static str, hits: usize, mode: &'static str) -> Span {
+    if Span::current().is_none() {
+        return Span::none();
+    }
     tracing::info_span!(
         target: TARGET,
         "redis",
@@ -125,4 +162,18 @@ pub fn redis_span(command: &'static str, hits: usize, mode: &'static str) -> Spa
         sluice.redis.scripts = hits,
         sluice.redis.mode = mode,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_draw_keeps_about_the_ratio() {
+        assert!(sampled_at(1.0));
+        assert!(!sampled_at(0.0));
+        let kept = (0..100_000).filter(|_| sampled_at(0.25)).count();
+        // 25,000 expected, standard deviation 137.
+        assert!((24_000..=26_000).contains(&kept), "{kept}");
+    }
 }
