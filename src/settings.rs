@@ -20,7 +20,7 @@ use crate::limit::Charging;
 use crate::otel::{ExporterProtocol, TracingSettings};
 pub use crate::server::{ConnectionLimits, TlsSettings};
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
-use crate::statsd::StatsdSettings;
+use crate::statsd::{Mogrifier, StatsdSettings};
 pub use redis::{RedisArgs, RedisSettings};
 
 /// Which store keeps the limit state (`--store`).
@@ -96,6 +96,10 @@ pub struct ServeArgs {
     /// Tags added to every stat: `key:value,key2:value2`.
     #[arg(long, env = "EXTRA_TAGS", default_value = "")]
     pub extra_tags: String,
+    /// DogStatsD mogrifiers, by name: each reads DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and
+    /// _TAGS (see the README).
+    #[arg(long, env = "USE_DOG_STATSD_MOGRIFIERS", value_delimiter = ',')]
+    pub use_dog_statsd_mogrifiers: Vec<String>,
     /// Export a span of every decision over OTLP (OpenTelemetry).
     #[arg(long, env = "TRACING_ENABLED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub tracing_enabled: bool,
@@ -412,7 +416,7 @@ pub enum SettingsError {
     Tls(String),
     #[error("xDS: {0}")]
     Xds(String),
-    #[error("EXTRA_TAGS: {0}")]
+    #[error("statsd: {0}")]
     Statsd(String),
     #[error("tracing: {0}")]
     Tracing(String),
@@ -571,7 +575,16 @@ impl ServeArgs {
                 address: format!("{}:{}", self.statsd_host, self.statsd_port),
                 dog: self.use_dog_statsd,
                 flush_interval: self.stats_flush_interval.max(Duration::from_millis(10)),
-                tags: crate::statsd::parse_tags(&self.extra_tags).map_err(SettingsError::Statsd)?,
+                tags: crate::statsd::parse_tags(&self.extra_tags)
+                    .map_err(|e| SettingsError::Statsd(format!("EXTRA_TAGS: {e}")))?,
+                mogrifiers: self
+                    .use_dog_statsd_mogrifiers
+                    .iter()
+                    .map(|key| key.trim())
+                    .filter(|key| !key.is_empty())
+                    .map(|key| Mogrifier::from_vars(key, |name| std::env::var(name).ok()))
+                    .collect::<Result<_, _>>()
+                    .map_err(SettingsError::Statsd)?,
             })
         } else {
             None

@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
+mod mogrifier;
+pub use mogrifier::Mogrifier;
+
 /// Most timer samples held between two flushes.
 const MAX_SAMPLES: usize = 65_536;
 
@@ -28,6 +31,8 @@ pub struct StatsdSettings {
     pub flush_interval: Duration,
     /// `EXTRA_TAGS`: added to every stat.
     pub tags: Vec<(String, String)>,
+    /// `USE_DOG_STATSD_MOGRIFIERS`: names turned into names and tags (DogStatsD only).
+    pub mogrifiers: Vec<Mogrifier>,
 }
 
 /// The stats, and their sender.
@@ -99,13 +104,16 @@ impl Statsd {
     }
 
     /// One stat: gostats writes tags into the name (`name.__key=value`, keys sorted); DogStatsD
-    /// after the type (`|#key:value`).
+    /// after the type (`|#key:value`), the name and tags mogrified first when a mogrifier
+    /// matches.
     fn line(&self, name: &str, value: u64, kind: &str) -> String {
         let tags = &self.settings.tags;
         if self.settings.dog {
+            let (name, mut joined) = mogrifier::mogrify(&self.settings.mogrifiers, name)
+                .unwrap_or_else(|| (name.to_string(), Vec::new()));
+            joined.extend(tags.iter().map(|(k, v)| format!("{k}:{v}")));
             let mut line = format!("{name}:{value}|{kind}");
-            if !tags.is_empty() {
-                let joined: Vec<String> = tags.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            if !joined.is_empty() {
                 line.push_str("|#");
                 line.push_str(&joined.join(","));
             }
@@ -207,6 +215,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            mogrifiers: Vec::new(),
         })
     }
 

@@ -69,10 +69,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "metrics are always kept; /metrics renders them when scraped",
     ),
     (
-        "USE_DOG_STATSD_MOGRIFIERS",
-        "DogStatsD stats keep the reference's names; tags come from EXTRA_TAGS",
-    ),
-    (
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
         "the response-time histogram is in seconds",
     ),
@@ -143,14 +139,14 @@ mod tests {
     #[test]
     fn finds_names_and_prefixes() {
         let vars = [
-            ("USE_DOG_STATSD_MOGRIFIERS", "true"),
+            ("DEBUG_PORT", "6070"),
             ("MEMCACHE_HOST_PORT", "x"),
             ("PATH", "/bin"),
             ("REDIS_URL", "r"),
         ];
         let found = ignored_in(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["MEMCACHE_HOST_PORT", "USE_DOG_STATSD_MOGRIFIERS"]);
+        assert_eq!(names, ["DEBUG_PORT", "MEMCACHE_HOST_PORT"]);
     }
 
     #[test]

@@ -415,6 +415,41 @@ async fn a_hung_collector_costs_the_calls_nothing_and_drops_are_counted() {
 }
 
 #[tokio::test]
+async fn a_stopped_collector_loses_the_spans_counted_and_nothing_else() {
+    // A port nothing listens on: every export is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let sluice = traced_sluice("grpc", &endpoint, &[], &[]);
+    let mut client = sluice.client().await;
+    for i in 0..200 {
+        let response = client
+            .should_rate_limit(with_headers(&format!("s{i}"), &[]))
+            .await
+            .unwrap();
+        assert_eq!(overall(response.get_ref()), Code::Ok);
+    }
+    let started = Instant::now();
+    let failed = loop {
+        let (_, metrics) = sluice.http_get("/metrics");
+        let failed = series(
+            &metrics,
+            "sluice_trace_spans_dropped_total{reason=\"export_failed\"}",
+        );
+        if failed.is_some_and(|f| f >= 400.0) || started.elapsed() > Duration::from_secs(10) {
+            break failed;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(failed, Some(400.0), "two spans a call, all refused");
+    assert!(
+        sluice.wait_for_log("cannot export spans"),
+        "{}",
+        sluice.log()
+    );
+}
+
+#[tokio::test]
 async fn tracing_settings_that_cannot_be_honoured_stop_sluice() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.yaml"), CONFIG).unwrap();

@@ -97,21 +97,19 @@ async fn statsd_receives_the_references_stats_over_tcp() {
     );
 }
 
-#[tokio::test]
-async fn dogstatsd_receives_them_over_udp_with_tags() {
+/// The DogStatsD lines sluice sends to a UDP sink, with `envs`, for `three_calls`.
+async fn dogstatsd_lines(envs: &[(&str, &str)]) -> Vec<String> {
     let sink = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let port = sink.local_addr().unwrap().port().to_string();
-    let sluice = Sluice::start_with(
-        &[("config.yaml", CONFIG)],
-        &[],
-        &[
-            ("USE_DOG_STATSD", "true"),
-            ("STATSD_HOST", "127.0.0.1"),
-            ("STATSD_PORT", &port),
-            ("STATS_FLUSH_INTERVAL", "100ms"),
-            ("EXTRA_TAGS", "cluster:eu"),
-        ],
-    );
+    let mut all = vec![
+        ("USE_DOG_STATSD", "true"),
+        ("STATSD_HOST", "127.0.0.1"),
+        ("STATSD_PORT", &port),
+        ("STATS_FLUSH_INTERVAL", "100ms"),
+        ("EXTRA_TAGS", "cluster:eu"),
+    ];
+    all.extend_from_slice(envs);
+    let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &all);
     three_calls(&sluice).await;
     let mut lines = Vec::new();
     let started = Instant::now();
@@ -127,6 +125,12 @@ async fn dogstatsd_receives_them_over_udp_with_tags() {
             );
         }
     }
+    lines
+}
+
+#[tokio::test]
+async fn dogstatsd_receives_them_over_udp_with_tags() {
+    let lines = dogstatsd_lines(&[]).await;
     assert!(
         lines.iter().all(|l| l.ends_with("|#cluster:eu")),
         "{lines:?}"
@@ -135,4 +139,67 @@ async fn dogstatsd_receives_them_over_udp_with_tags() {
     for (name, count) in expected("") {
         assert_eq!(totals.get(&name), Some(&count), "{name} in {totals:?}");
     }
+}
+
+#[tokio::test]
+async fn dogstatsd_mogrifiers_turn_names_into_names_and_tags() {
+    // The reference README's HITS mogrifier.
+    let lines = dogstatsd_lines(&[
+        ("USE_DOG_STATSD_MOGRIFIERS", "HITS"),
+        (
+            "DOG_STATSD_MOGRIFIER_HITS_PATTERN",
+            r"^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$",
+        ),
+        (
+            "DOG_STATSD_MOGRIFIER_HITS_NAME",
+            "ratelimit.service.rate_limit.$3",
+        ),
+        ("DOG_STATSD_MOGRIFIER_HITS_TAGS", "domain:$1,descriptor:$2"),
+    ])
+    .await;
+    let tagged = |stat: &str| {
+        lines
+            .iter()
+            .filter(|l| {
+                l.starts_with(&format!("ratelimit.service.rate_limit.{stat}:"))
+                    && l.ends_with("|#domain:s,descriptor:user,cluster:eu")
+            })
+            .count()
+    };
+    for stat in ["total_hits", "within_limit", "near_limit", "over_limit"] {
+        assert!(tagged(stat) >= 1, "{stat} mogrified in {lines:?}");
+    }
+    // A name the pattern does not match is sent as it is.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("ratelimit.service.config_load_success:1|c|#cluster:eu")),
+        "{lines:?}"
+    );
+    let totals = totals(&lines);
+    assert_eq!(
+        totals.get("ratelimit.service.rate_limit.total_hits"),
+        Some(&3),
+        "{totals:?}"
+    );
+}
+
+#[test]
+fn a_mogrifier_without_its_pattern_stops_sluice() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), CONFIG).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config"])
+        .arg(dir.path())
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .env("USE_DOG_STATSD", "true")
+        .env("USE_DOG_STATSD_MOGRIFIERS", "DOMAIN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("DOG_STATSD_MOGRIFIER_DOMAIN_PATTERN"),
+        "{stderr}"
+    );
 }
