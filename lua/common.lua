@@ -8,7 +8,7 @@
 --            descriptor that admits it is charged: envoyproxy/ratelimit's way), "any" (every
 --            admitted hit is charged: one Cluster slot's share of a request, sluice settles
 --            the rest), or "refund" (the hits were charged by an "any" call and are taken back)
--- then, for each hit i, 10 arguments from ARGV[2 + 10 x (i - 1)] on (src/store/redis/args.rs
+-- then, for each hit i, 12 arguments from ARGV[2 + 12 x (i - 1)] on (src/store/redis/args.rs
 -- builds them, in this order):
 --   ARGV[+0]  algorithm  its name, as in YAML (a script of lua/ registers it)
 --   ARGV[+1]  requests_per_unit  L
@@ -23,6 +23,8 @@
 --   ARGV[+8]  debt  "1" when the limit takes debt (a hit that does not fit is charged), else "0"
 --   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
 --                    charged together or not at all
+--   ARGV[+10]  warmup_us  warm_up: the warm-up period in microseconds (else the period)
+--   ARGV[+11]  cold_factor  warm_up: how much slower the coldest rate is (else 3)
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us (the
 -- fields of sluice's Decision, which src/algorithm/ specifies), and, for "any" and "refund",
 -- the time it was decided at.

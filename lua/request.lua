@@ -8,7 +8,7 @@
 -- (an enforced hit denied, or every quota hit denied: src/limit.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 
-local PER_HIT = 10
+local PER_HIT = 12
 -- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
 -- a function library, whose top level runs only when it is loaded.
 local made = {}
@@ -87,6 +87,8 @@ local function request(KEYS, ARGV)
       role = ARGV[at + 7],
       debt = ARGV[at + 8] == '1',
       group = ARGV[at + 9],
+      warmup = tonumber(ARGV[at + 10]),
+      cold_factor = tonumber(ARGV[at + 11]),
     }
   end
 

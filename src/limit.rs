@@ -115,6 +115,10 @@ pub struct Limit {
     /// A hit that does not fit is charged all the same: the limit goes into debt (costs
     /// reported after the response must land).
     pub debt: bool,
+    /// `warm_up`: the warm-up period in µs; `None` means one period.
+    pub warmup_us: Option<u64>,
+    /// `warm_up`: how much slower the coldest rate is; `None` means 3 (Guava's).
+    pub cold_factor: Option<u32>,
 }
 
 impl Limit {
@@ -127,12 +131,17 @@ impl Limit {
             unit_multiplier: 1,
             burst: None,
             debt: false,
+            warmup_us: None,
+            cold_factor: None,
         }
     }
 
     /// Bucket capacity: `burst`, else the algorithm's default (the token bucket: a full period
     /// at once; the leaky bucket: 1, strict pacing). Window algorithms: the limit.
     pub fn capacity(&self) -> u64 {
+        if let Some(fixed) = self.algorithm.fixed_capacity() {
+            return fixed;
+        }
         let default = self.algorithm.default_burst(self.requests_per_unit);
         u64::from(self.burst.or(default).unwrap_or(self.requests_per_unit))
     }
@@ -146,7 +155,12 @@ impl Limit {
 
     /// What the algorithm needs of the limit.
     pub fn rate(&self) -> Rate {
-        Rate::new(self.requests_per_unit, self.period_us(), self.capacity()).with_debt(self.debt)
+        Rate::new(self.requests_per_unit, self.period_us(), self.capacity())
+            .with_debt(self.debt)
+            .with_warm_up(
+                self.warmup_us.unwrap_or_else(|| self.period_us()),
+                self.cold_factor.unwrap_or(algorithm::DEFAULT_COLD_FACTOR),
+            )
     }
 
     /// Charges `cost` at `now_us` against the key's `state`, by this limit's algorithm.
@@ -172,6 +186,15 @@ impl fmt::Display for Limit {
         }
         if self.algorithm.has_burst() {
             write!(f, ", burst {}", self.capacity())?;
+        }
+        if self.algorithm.warms_up() {
+            let rate = self.rate();
+            write!(
+                f,
+                ", warming up over {} ms from {}x slower",
+                rate.warmup_us / 1000,
+                rate.cold_factor
+            )?;
         }
         if self.debt {
             write!(f, ", taking debt")?;

@@ -16,6 +16,7 @@ pub mod leaky_bucket;
 pub mod sliding_window_counter;
 pub mod sliding_window_log;
 pub mod token_bucket;
+pub mod warm_up;
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -44,6 +45,12 @@ pub trait LimitAlgorithm {
 
     /// The algorithm's own rule covers `requests_per_unit: 0` (else the common one applies).
     const DECIDES_ZERO_LIMIT: bool = false;
+
+    /// The capacity whatever the limit says (a pacer's 1), when the algorithm has one.
+    const FIXED_CAPACITY: Option<u64> = None;
+
+    /// The algorithm ramps up after idleness (takes `warmup` and `cold_factor`).
+    const WARMS_UP: bool = false;
 
     /// Decides one hit of `cost` at `now_us`; returns the decision and the state to store
     /// when it changed.
@@ -83,6 +90,7 @@ impl<T> HeapSize for Box<T> {
 
 impl HeapSize for fixed_window::Window {}
 impl HeapSize for sliding_window_counter::Counts {}
+impl HeapSize for warm_up::Ramp {}
 
 /// Declares `Algorithm`, `State` and their dispatch from one row per algorithm:
 /// `Variant => module::Implementation, "yaml_name", held state type;`.
@@ -131,6 +139,16 @@ macro_rules! registry {
             /// Whether the script needs a nonce unique to the hit.
             pub fn needs_nonce(self) -> bool {
                 match self { $(Algorithm::$variant => <$rule>::NEEDS_NONCE,)+ }
+            }
+
+            /// The capacity whatever the limit says, when the algorithm has one.
+            pub fn fixed_capacity(self) -> Option<u64> {
+                match self { $(Algorithm::$variant => <$rule>::FIXED_CAPACITY,)+ }
+            }
+
+            /// Whether the algorithm takes `warmup` and `cold_factor`.
+            pub fn warms_up(self) -> bool {
+                match self { $(Algorithm::$variant => <$rule>::WARMS_UP,)+ }
             }
         }
 
@@ -190,6 +208,8 @@ registry! {
     TokenBucket => token_bucket::TokenBucket, "token_bucket", Box<token_bucket::Bucket>;
     /// GCRA: a bucket draining at L per W, holding `burst` (default 1: strict pacing).
     LeakyBucket => leaky_bucket::LeakyBucket, "leaky_bucket", Box<leaky_bucket::Tat>;
+    /// Guava's SmoothWarmingUp: L per W once warm, `cold_factor` times slower after idleness.
+    WarmUp => warm_up::WarmUp, "warm_up", warm_up::Ramp;
 }
 
 impl Default for Algorithm {
@@ -242,6 +262,9 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// `warm_up`'s `cold_factor` when not given: Guava's.
+pub const DEFAULT_COLD_FACTOR: u32 = 3;
+
 /// What an algorithm needs of a limit: L, the period W, the capacity, and whether it takes
 /// debt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +275,10 @@ pub struct Rate {
     capacity: u64,
     /// A hit that does not fit is charged all the same (costs reported after the response).
     pub debt: bool,
+    /// `warm_up`: the warm-up period, in µs.
+    pub warmup_us: u64,
+    /// `warm_up`: how much slower the coldest rate is than the stable one.
+    pub cold_factor: u32,
 }
 
 impl Rate {
@@ -262,6 +289,17 @@ impl Rate {
             period_us,
             capacity,
             debt: false,
+            warmup_us: period_us,
+            cold_factor: DEFAULT_COLD_FACTOR,
+        }
+    }
+
+    /// The same rate, warming up over `warmup_us` from `cold_factor` times slower.
+    pub fn with_warm_up(self, warmup_us: u64, cold_factor: u32) -> Rate {
+        Rate {
+            warmup_us,
+            cold_factor,
+            ..self
         }
     }
 
@@ -441,6 +479,11 @@ mod tests {
         assert_eq!(
             Algorithm::names_with_burst(),
             "token_bucket and leaky_bucket"
+        );
+        assert_eq!(
+            Algorithm::ALL.iter().filter(|a| a.warms_up()).count(),
+            1,
+            "warm_up"
         );
     }
 }

@@ -225,8 +225,11 @@ impl<'a> FileCompiler<'a> {
             || doc.unit_multiplier.is_some()
             || doc.burst.is_some()
             || doc.debt.is_some()
+            || doc.warmup.is_some()
+            || doc.cold_factor.is_some()
         {
-            let reason = "unlimited takes no algorithm, unit_multiplier, burst or debt";
+            let reason =
+                "unlimited takes no algorithm, unit_multiplier, burst, debt, warmup or cold_factor";
             self.error(path, reason);
             return None;
         }
@@ -276,14 +279,90 @@ impl<'a> FileCompiler<'a> {
                 return None;
             }
         }
-        Some(Limit {
+        let mut limit = Limit {
             algorithm,
             requests_per_unit,
             unit,
             unit_multiplier,
             burst: doc.burst,
             debt: doc.debt.unwrap_or(self.options.debt),
-        })
+            warmup_us: None,
+            cold_factor: None,
+        };
+        self.warm_up(doc, &mut limit, path)?;
+        Some(limit)
+    }
+
+    /// `warmup` and `cold_factor`: only for `warm_up`, and within what its integers hold.
+    fn warm_up(&mut self, doc: &RateLimitDoc, limit: &mut Limit, path: &str) -> Option<()> {
+        if !limit.algorithm.warms_up() {
+            for (key, given) in [
+                ("warmup", doc.warmup.is_some()),
+                ("cold_factor", doc.cold_factor.is_some()),
+            ] {
+                if given {
+                    let reason =
+                        format!("{key} applies only to warm_up, not to {}", limit.algorithm);
+                    self.error(&format!("{path}.{key}"), reason);
+                    return None;
+                }
+            }
+            return Some(());
+        }
+        if let Some(text) = &doc.warmup {
+            match crate::duration::parse_us(text) {
+                Ok(us) if us > 0 => limit.warmup_us = Some(us),
+                Ok(_) => {
+                    self.error(&format!("{path}.warmup"), "must be longer than 0");
+                    return None;
+                }
+                Err(error) => {
+                    self.error(&format!("{path}.warmup"), error.to_string());
+                    return None;
+                }
+            }
+        }
+        if let Some(cold_factor) = doc.cold_factor {
+            if !(1..=100).contains(&cold_factor) {
+                self.error(&format!("{path}.cold_factor"), "must be between 1 and 100");
+                return None;
+            }
+            limit.cold_factor = Some(cold_factor);
+        }
+        let period_us = limit.period_us();
+        if u64::from(limit.requests_per_unit) > period_us {
+            let reason = "warm_up paces at most one request per microsecond";
+            self.error(&format!("{path}.requests_per_unit"), reason);
+            return None;
+        }
+        if limit.requests_per_unit == 0 {
+            return Some(());
+        }
+        let rate = limit.rate();
+        let shape = crate::algorithm::warm_up::Shape::of(&rate);
+        if rate.warmup_us < shape.stable_us {
+            let reason = format!(
+                "{} ms is shorter than one interval of the stable rate ({} ms)",
+                rate.warmup_us / 1000,
+                shape.stable_us / 1000
+            );
+            self.error(&format!("{path}.warmup"), reason);
+            return None;
+        }
+        let product = crate::algorithm::warm_up::Shape::largest_product(
+            shape.warmup_intervals,
+            shape.cold_factor,
+        );
+        if product >= 1 << 53 {
+            let reason = format!(
+                "the warm-up covers {} requests at the stable rate, too many for exact \
+                 arithmetic with cold_factor {}: shorten warmup or lower the rate",
+                shape.warmup_intervals, shape.cold_factor
+            );
+            self.error(&format!("{path}.warmup"), reason);
+            return None;
+        }
+        Some(())
     }
 
     fn algorithm(&mut self, name: Option<&str>, path: &str) -> Option<Algorithm> {

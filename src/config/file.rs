@@ -49,7 +49,8 @@ pub struct DescriptorDoc {
     pub metadata: Option<serde_yaml::Value>,
 }
 
-/// The limit of a node. `algorithm`, `unit_multiplier`, `burst` and `debt` are sluice's.
+/// The limit of a node. `algorithm`, `unit_multiplier`, `burst`, `debt`, `warmup` and
+/// `cold_factor` are sluice's.
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitDoc {
@@ -73,6 +74,12 @@ pub struct RateLimitDoc {
     /// `--debt` setting.
     #[serde(default)]
     pub debt: Option<bool>,
+    /// `warm_up`: the warm-up period (`10s`); default one period.
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub warmup: Option<String>,
+    /// `warm_up`: how much slower the coldest rate is; default 3.
+    #[serde(default)]
+    pub cold_factor: Option<u32>,
 }
 
 /// One entry of `replaces`.
@@ -153,6 +160,8 @@ impl Level {
                 "unit_multiplier",
                 "burst",
                 "debt",
+                "warmup",
+                "cold_factor",
             ],
             Level::Replaces => &["name"],
         }

@@ -28,11 +28,15 @@ pub struct ScriptArgs {
     pub debt: bool,
     /// The hits of one descriptor share a group (the index of its first hit).
     pub group: usize,
+    /// `warm_up`: the warm-up period, in µs.
+    pub warmup_us: u64,
+    /// `warm_up`: how much slower the coldest rate is.
+    pub cold_factor: u32,
 }
 
 impl ScriptArgs {
     /// The names of a hit's arguments, in the order `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 12] = [
         "algorithm",
         "requests_per_unit",
         "period_us",
@@ -43,6 +47,8 @@ impl ScriptArgs {
         "role",
         "debt",
         "group",
+        "warmup_us",
+        "cold_factor",
     ];
 
     /// Appends the arguments, in `NAMES` order; absent values are sent empty.
@@ -59,7 +65,9 @@ impl ScriptArgs {
         call.arg(self.nonce.as_deref().unwrap_or(""))
             .arg(self.role.as_str())
             .arg(if self.debt { "1" } else { "0" })
-            .arg(self.group);
+            .arg(self.group)
+            .arg(self.warmup_us)
+            .arg(self.cold_factor);
     }
 }
 
@@ -82,6 +90,8 @@ mod tests {
             role: Role::Quota,
             debt: true,
             group: 3,
+            warmup_us: 60_000_000,
+            cold_factor: 3,
         }
     }
 
@@ -131,6 +141,8 @@ mod tests {
                 "n-1",
                 "quota",
                 "1",
+                "3",
+                "60000000",
                 "3"
             ]
         );
@@ -156,7 +168,9 @@ mod tests {
                 "",
                 "enforced",
                 "0",
-                "0"
+                "0",
+                "60000000",
+                "3"
             ]
         );
     }

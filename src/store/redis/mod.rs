@@ -173,6 +173,7 @@ impl RedisStore {
     /// The script arguments of `hit` at `now_us`, in the group starting at hit `group`.
     fn script_args(&self, hit: &Hit, group: usize, now_us: u64) -> ScriptArgs {
         let algorithm = hit.limit.algorithm;
+        let rate = hit.limit.rate();
         // A key that names its window was built with sluice's clock (as envoyproxy/ratelimit
         // does for fixed windows): the script must use the same one.
         let sluice_clock = hit.limit.key_holds_window() || self.time_source == TimeSource::Sluice;
@@ -190,6 +191,8 @@ impl RedisStore {
             role: hit.role,
             debt: hit.limit.debt,
             group,
+            warmup_us: rate.warmup_us,
+            cold_factor: rate.cold_factor,
         }
     }
 

@@ -14,6 +14,8 @@ pub fn limit(algorithm: Algorithm, requests: u32, multiplier: u32, burst: Option
         unit_multiplier: multiplier,
         burst: burst.filter(|_| algorithm.has_burst()),
         debt: false,
+        warmup_us: None,
+        cold_factor: None,
     }
 }
 
