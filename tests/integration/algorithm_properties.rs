@@ -249,3 +249,111 @@ proptest! {
         prop_assert_eq!(u64::from(left), u64::from(l).saturating_sub(reported));
     }
 }
+
+/// `warm_up` at `l` per `m` seconds, warming up over `warmup_us` from `cold` times slower.
+fn warm_up(l: u32, m: u32, warmup_us: u64, cold: u32) -> Limit {
+    Limit {
+        warmup_us: Some(warmup_us),
+        cold_factor: Some(cold),
+        ..limit(Algorithm::WarmUp, l, m, None)
+    }
+}
+
+/// A client that sends a hit of cost 1 whenever the limit lets it, from `start` on a key at
+/// `state`, for `hits` hits; returns the admission times and the state after.
+fn saturate(
+    limit: &Limit,
+    mut state: Option<State>,
+    start: u64,
+    hits: usize,
+) -> (Vec<u64>, Option<State>) {
+    let mut now = start;
+    let mut times = Vec::new();
+    while times.len() < hits {
+        let outcome = limit.decide(state.as_ref(), 1, now);
+        if outcome.decision.admitted {
+            times.push(now);
+            state = outcome.new_state.map(|(s, _)| s);
+        } else {
+            now += outcome.decision.retry_after_us;
+        }
+    }
+    (times, state)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn warm_up_is_never_faster_than_the_stable_rate(
+        (l, m, _, steps) in scenario(80),
+        warm in 1u64..=4,
+        cold in 1u32..=6,
+    ) {
+        let period = u64::from(m) * 1_000_000;
+        let limit = warm_up(l, m, warm * period / 2, cold);
+        let stable = period.div_ceil(u64::from(l));
+        let hits: Vec<(u64, u64)> = admitted(&replay(&limit, &steps))
+            .into_iter()
+            .filter(|&(_, cost)| cost > 0)
+            .collect();
+        for pair in hits.windows(2) {
+            let ((t0, cost), (t1, _)) = (pair[0], pair[1]);
+            prop_assert!(t1 >= t0 + cost * stable, "{pair:?}, stable interval {stable}");
+        }
+    }
+
+    #[test]
+    fn after_a_warm_up_of_idleness_the_ramp_follows_the_trapezoid(
+        l in 1u32..=40,
+        m in 1u32..=3,
+        warm in 1u64..=6,
+        cold in 1u32..=6,
+        idle_more in 0u64..3_000_000,
+    ) {
+        let period = u64::from(m) * 1_000_000;
+        let limit = warm_up(l, m, warm * period / 2, cold);
+        let stable = period.div_ceil(u64::from(l));
+        let n = (warm * period / 2 / stable).max(1);
+        let warmup = n * stable;
+        // Above the threshold: 2N / (1 + cold) permits take the warm-up period.
+        let above = (2 * n).div_ceil(u64::from(1 + cold));
+        let hits = usize::try_from(above + n + 3).unwrap();
+        // A key never seen, then the same key after saturating it and idling a warm-up.
+        let (fresh, state) = saturate(&limit, None, START_US, hits);
+        let rested = fresh[hits - 1] + warmup * 4 + idle_more;
+        let (again, _) = saturate(&limit, state, rested, hits);
+        for times in [&fresh, &again] {
+            let start = times[0];
+            let in_warm_up = times.iter().filter(|&&t| t < start + warmup).count() as u64;
+            prop_assert!(in_warm_up <= above + 1, "{in_warm_up} admitted in the warm-up, {above} above the threshold");
+            for pair in times.windows(2) {
+                let interval = pair[1] - pair[0];
+                prop_assert!(interval <= u64::from(cold) * stable + 1, "an interval above the coldest: {interval}");
+                if pair[0] >= start + warmup {
+                    prop_assert_eq!(interval, stable, "past the warm-up, the stable rate");
+                }
+            }
+            prop_assert!(times.windows(2).all(|p| p[1] - p[0] >= stable));
+        }
+        // Idle for a warm-up, a key is as cold as one never seen.
+        let relative = |times: &[u64]| times.iter().map(|t| t - times[0]).collect::<Vec<_>>();
+        prop_assert_eq!(relative(&fresh), relative(&again));
+    }
+
+    #[test]
+    fn a_warm_up_client_that_never_idles_sees_the_stable_rate(
+        l in 1u32..=40,
+        m in 1u32..=3,
+        cold in 1u32..=6,
+    ) {
+        let period = u64::from(m) * 1_000_000;
+        let limit = warm_up(l, m, period, cold);
+        let stable = period.div_ceil(u64::from(l));
+        // Warm it up, then keep using it: every interval after is exactly the stable one.
+        let (warming, state) = saturate(&limit, None, START_US, 3 * l as usize + 3);
+        let next = warming[warming.len() - 1] + stable;
+        let (steady, _) = saturate(&limit, state, next, 2 * l as usize + 2);
+        prop_assert!(steady.windows(2).all(|p| p[1] - p[0] == stable), "{steady:?}");
+    }
+}

@@ -441,6 +441,42 @@ fn sluice_extensions_are_validated() {
         .expect("burst on a bucket");
 }
 
+#[test]
+fn warm_up_takes_a_warmup_and_a_cold_factor_within_what_its_integers_hold() {
+    let cases = [
+        ("requests_per_unit: 1\n      warmup: 10s", ":7:7: descriptors[0].rate_limit.warmup: warmup applies only to warm_up, not to fixed_window"),
+        ("requests_per_unit: 1\n      algorithm: token_bucket\n      cold_factor: 3", ":8:7: descriptors[0].rate_limit.cold_factor: cold_factor applies only to warm_up"),
+        ("requests_per_unit: 1\n      algorithm: warm_up\n      cold_factor: 0", ":8:7: descriptors[0].rate_limit.cold_factor: must be between 1 and 100"),
+        ("requests_per_unit: 1\n      algorithm: warm_up\n      warmup: soon", ":8:7: descriptors[0].rate_limit.warmup:"),
+        ("requests_per_unit: 1\n      algorithm: warm_up\n      warmup: 500ms", ":8:7: descriptors[0].rate_limit.warmup: 500 ms is shorter than one interval of the stable rate (1000 ms)"),
+        ("requests_per_unit: 1000000\n      algorithm: warm_up\n      warmup: 1h", "descriptors[0].rate_limit.warmup: the warm-up covers 3600000000 requests at the stable rate, too many"),
+        ("requests_per_unit: 2000000\n      algorithm: warm_up", "descriptors[0].rate_limit.requests_per_unit: warm_up paces at most one request per microsecond"),
+    ];
+    for (lines, expected) in cases {
+        let message = refused_limit(lines);
+        assert!(message.contains(expected), "{lines}: {message}");
+    }
+    let config = load_limit(
+        "requests_per_unit: 10\n      algorithm: warm_up\n      warmup: 30s\n      cold_factor: 4",
+    )
+    .expect("a warm_up limit");
+    let text = format!("{:?}", config.domains()[0]);
+    assert!(
+        text.contains("warmup_us: Some(30000000)") && text.contains("cold_factor: Some(4)"),
+        "{text}"
+    );
+    // Unlimited takes none of it.
+    let text =
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, warmup: 1s}\n";
+    let message = load_str("x.yaml", text, NO_MERGE).unwrap_err().to_string();
+    assert!(
+        message.contains(
+            "unlimited takes no algorithm, unit_multiplier, burst, debt, warmup or cold_factor"
+        ),
+        "{message}"
+    );
+}
+
 /// Loads a config with one limit on key `k`: `unit: second` and then `lines`.
 fn load_limit(lines: &str) -> Result<sluice::config::Config, ConfigErrors> {
     let text = format!(
@@ -500,7 +536,7 @@ fn several_limits_and_debt_are_validated() {
     );
     let unlimited_debt = refused("    rate_limit: {unlimited: true, debt: true}\n");
     assert!(
-        unlimited_debt.contains("unlimited takes no algorithm, unit_multiplier, burst or debt"),
+        unlimited_debt.contains("unlimited takes no algorithm, unit_multiplier, burst, debt"),
         "{unlimited_debt}"
     );
     let config = load_str(

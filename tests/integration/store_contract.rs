@@ -187,6 +187,35 @@ fn random_sequences_agree_for_every_algorithm() {
     }
 }
 
+#[test]
+fn warm_up_agrees_at_random_warm_ups_cold_factors_and_in_debt() {
+    let fixture = Fixture::new();
+    let config = ProptestConfig {
+        cases: 48,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let shapes = (1u64..=8, 1u32..=6, prop::bool::ANY);
+    let result = runner.run(
+        &(scenario(40), shapes),
+        |((l, m, _, steps), (warm, cold, debt))| {
+            let limit = Limit {
+                warmup_us: Some(warm * u64::from(m) * 250_000),
+                cold_factor: Some(cold),
+                debt,
+                ..limit(Algorithm::WarmUp, l * 3, m, None)
+            };
+            let (memory, redis) = both(&fixture, limit, &steps);
+            prop_assert_eq!(memory, redis, "{}", limit);
+            Ok(())
+        },
+    );
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
+
 /// Requests of one to three hits on three keys of random algorithms and limits (some taking
 /// debt), with random roles and costs (some beyond every limit), some hits joining the
 /// previous one's descriptor (a key may appear twice in a request), charged both ways.
