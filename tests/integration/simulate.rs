@@ -55,6 +55,44 @@ fn each_algorithm_admits_what_its_rules_say() {
 }
 
 #[test]
+fn warm_up_ramps_from_cold_along_the_trapezoid_then_holds_the_stable_rate() {
+    // 10 per second, a 2 s warm-up, cold factor 3, under 100 requests a second from a cold
+    // start: the 10 permits above the threshold take 290, 270, ..., 110 ms (the trapezoid's
+    // slices, 2 s in all), then one every 100 ms.
+    let text = simulate(&[
+        "--descriptor",
+        "algorithm=warm_up",
+        "--rate",
+        "100/s",
+        "--duration",
+        "4s",
+        "--csv",
+    ]);
+    let admitted: Vec<u64> = text
+        .lines()
+        .filter(|line| line.contains(",OK,"))
+        .filter_map(|line| line.split(',').nth(1)?.parse().ok())
+        .collect();
+    let intervals: Vec<u64> = admitted.windows(2).map(|p| (p[1] - p[0]) / 1000).collect();
+    assert_eq!(
+        intervals[..10],
+        [290, 270, 250, 230, 210, 190, 170, 150, 130, 110],
+        "{intervals:?}"
+    );
+    assert_eq!(admitted[10], 2_000_000, "the ramp takes the warm-up period");
+    assert!(
+        intervals[intervals.len() - 10..]
+            .iter()
+            .all(|&ms| ms == 100),
+        "{intervals:?}"
+    );
+    assert!(
+        text.contains("algorithm=warm_up,0,OK,0,"),
+        "a cold start admits at once"
+    );
+}
+
+#[test]
 fn output_is_deterministic_and_csv_has_every_decision() {
     let mut args = vec![
         "--descriptor",
