@@ -166,38 +166,41 @@ fn the_sliding_log_agrees_at_its_largest_limit() {
     assert_eq!(memory, redis);
 }
 
-#[test]
-fn random_sequences_agree_for_every_algorithm() {
-    let fixture = Fixture::new();
+/// Runs `test` on `cases` values of `strategy` (no regression file: the cases need Redis).
+fn check_cases<S: Strategy>(
+    cases: u32,
+    strategy: &S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) {
     let config = ProptestConfig {
-        cases: 48,
+        cases,
         failure_persistence: None,
         ..ProptestConfig::default()
     };
     let mut runner = proptest::test_runner::TestRunner::new(config);
-    let result = runner.run(&scenario(40), |(l, m, b, steps)| {
+    if let Err(failure) = runner.run(strategy, test) {
+        panic!("{failure}");
+    }
+}
+
+#[test]
+fn random_sequences_agree_for_every_algorithm() {
+    let fixture = Fixture::new();
+    check_cases(48, &scenario(40), |(l, m, b, steps)| {
         for &algorithm in Algorithm::ALL {
             let (memory, redis) = both(&fixture, limit(algorithm, l, m, Some(b)), &steps);
             prop_assert_eq!(memory, redis, "{}", algorithm);
         }
         Ok(())
     });
-    if let Err(failure) = result {
-        panic!("{failure}");
-    }
 }
 
 #[test]
 fn warm_up_agrees_at_random_warm_ups_cold_factors_and_in_debt() {
     let fixture = Fixture::new();
-    let config = ProptestConfig {
-        cases: 48,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    let mut runner = proptest::test_runner::TestRunner::new(config);
     let shapes = (1u64..=8, 1u32..=6, prop::bool::ANY);
-    let result = runner.run(
+    check_cases(
+        48,
         &(scenario(40), shapes),
         |((l, m, _, steps), (warm, cold, debt))| {
             let limit = Limit {
@@ -211,9 +214,6 @@ fn warm_up_agrees_at_random_warm_ups_cold_factors_and_in_debt() {
             Ok(())
         },
     );
-    if let Err(failure) = result {
-        panic!("{failure}");
-    }
 }
 
 /// Requests of one to three hits on three keys of random algorithms and limits (some taking
@@ -260,13 +260,7 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
 #[test]
 fn random_requests_of_several_hits_agree_both_ways_of_charging() {
     let fixture = Fixture::new();
-    let config = ProptestConfig {
-        cases: 96,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    let mut runner = proptest::test_runner::TestRunner::new(config);
-    let result = runner.run(&multi_hit_scenario(), |(limits, requests, all)| {
+    check_cases(96, &multi_hit_scenario(), |(limits, requests, all)| {
         let charging = if all {
             Charging::AllOrNothing
         } else {
@@ -276,9 +270,6 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
         prop_assert_eq!(memory, redis, "{:?} {:?}", limits, charging);
         Ok(())
     });
-    if let Err(failure) = result {
-        panic!("{failure}");
-    }
 }
 
 #[test]
