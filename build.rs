@@ -1,5 +1,5 @@
-//! Compiles `proto/` (Envoy's RLS v3 API subset, the xDS client's messages and the reference's
-//! rate limit config resource) with a vendored protoc and writes the
+//! Compiles `proto/` (Envoy's RLS v3 and RLQS API subsets, the xDS client's messages and the
+//! reference's rate limit config resource) with a vendored protoc and writes the
 //! descriptor set that gRPC reflection serves.
 
 use std::{env, path::PathBuf};
@@ -14,11 +14,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .file_descriptor_set_path(out_dir.join("sluice_descriptor.bin"))
+        // RLQS usage reports come in two forms (src/rlqs/wire.rs decodes both).
+        .extern_path(
+            ".envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports",
+            "crate::rlqs::wire::UsageReports",
+        )
         .compile_protos(
             &[
                 PathBuf::from("proto/envoy/service/ratelimit/v3/rls.proto"),
                 PathBuf::from("proto/envoy/service/discovery/v3/ads.proto"),
                 PathBuf::from("proto/ratelimit/config/ratelimit/v3/rls_conf.proto"),
+                PathBuf::from("proto/envoy/service/rate_limit_quota/v3/rlqs.proto"),
             ],
             &[PathBuf::from("proto"), includes],
         )?;

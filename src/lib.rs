@@ -25,6 +25,7 @@ pub mod limit;
 pub mod metrics;
 pub mod otel;
 pub mod proto;
+pub mod rlqs;
 pub mod server;
 pub mod service;
 pub mod settings;

@@ -215,6 +215,62 @@ impl Metrics {
         self.handle.render()
     }
 
+    /// An RLQS report of a bucket under `rule`: the requests the client allowed and denied.
+    pub fn record_rlqs_report(&self, domain: &str, rule: &str, allowed: u64, denied: u64) {
+        for (decision, count) in [("allowed", allowed), ("denied", denied)] {
+            let labels = vec![
+                Label::new("domain", domain.to_string()),
+                Label::new("rule", rule.to_string()),
+                Label::new("decision", decision),
+            ];
+            self.recorder
+                .register_counter(
+                    &Key::from_parts("sluice_rlqs_reported_requests_total", labels),
+                    &METADATA,
+                )
+                .increment(count);
+        }
+    }
+
+    /// The last share assigned under `rule`, and how many clients hold one.
+    pub fn record_rlqs_assignment(&self, domain: &str, rule: &str, share: u64, clients: usize) {
+        let labels = || {
+            vec![
+                Label::new("domain", domain.to_string()),
+                Label::new("rule", rule.to_string()),
+            ]
+        };
+        self.recorder
+            .register_gauge(
+                &Key::from_parts("sluice_rlqs_assigned_requests", labels()),
+                &METADATA,
+            )
+            .set(share as f64);
+        self.recorder
+            .register_gauge(
+                &Key::from_parts("sluice_rlqs_active_clients", labels()),
+                &METADATA,
+            )
+            .set(clients as f64);
+        self.recorder
+            .register_counter(
+                &Key::from_parts("sluice_rlqs_assignments_total", labels()),
+                &METADATA,
+            )
+            .increment(1);
+    }
+
+    /// A bucket of an RLQS report refused, and why.
+    pub fn record_rlqs_rejected(&self, reason: &'static str) {
+        let labels = vec![Label::new("reason", reason)];
+        self.recorder
+            .register_counter(
+                &Key::from_parts("sluice_rlqs_rejected_buckets_total", labels),
+                &METADATA,
+            )
+            .increment(1);
+    }
+
     /// Counts one limited descriptor's hits, split as envoyproxy/ratelimit's base limiter
     /// splits them (`split_hits`).
     pub fn record_limit(&self, labels: &LimitLabels, outcome: &LimitOutcome) {

@@ -37,6 +37,11 @@ pub mod envoy {
                 tonic::include_proto!("envoy.service.discovery.v3");
             }
         }
+        pub mod rate_limit_quota {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.rate_limit_quota.v3");
+            }
+        }
     }
 }
 

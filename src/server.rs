@@ -25,9 +25,11 @@ use tonic_health::ServingStatus;
 use crate::config::{self, Config, ConfigErrors, ReloadResult, Reloader, XdsSource};
 use crate::http::{self, Endpoints, Readiness, Scrapes};
 use crate::metrics::Metrics;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::rate_limit_service_server::SERVICE_NAME;
 use crate::proto::FILE_DESCRIPTOR_SET;
+use crate::rlqs::QuotaService;
 use crate::service::RateLimiter;
 use crate::settings::{Settings, StoreSettings};
 use crate::statsd::Statsd;
@@ -38,7 +40,10 @@ use crate::store::{Store, StoreError, SystemClock};
 
 /// Health service names reported: the server as a whole, the name envoyproxy/ratelimit uses,
 /// and the RLS service itself.
-const HEALTH_NAMES: [&str; 3] = ["", "ratelimit", SERVICE_NAME];
+const HEALTH_NAMES: [&str; 4] = ["", "ratelimit", SERVICE_NAME, QUOTA_SERVICE_NAME];
+
+/// The RLQS service's name, for health checks.
+const QUOTA_SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";
 
 /// How often the memory store drops expired state.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -314,6 +319,12 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             .add_service(reflection().build_v1()?)
             .add_service(reflection().build_v1alpha()?)
             .add_service(RateLimitServiceServer::from_arc(limiter.clone()))
+            .add_service(RateLimitQuotaServiceServer::new(QuotaService::new(
+                config.clone(),
+                settings.rlqs,
+                self.metrics.clone(),
+                stopped.clone(),
+            )))
             .serve_with_incoming_shutdown(
                 accept::incoming(
                     Accepting::new(grpc_listener, network.grpc, "grpc"),

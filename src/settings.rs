@@ -18,6 +18,7 @@ use crate::duration;
 use crate::http::HttpEndpoints;
 use crate::limit::Charging;
 use crate::otel::{ExporterProtocol, TracingSettings};
+use crate::rlqs::{DefaultAction, RlqsSettings};
 pub use crate::server::{ConnectionLimits, TlsSettings};
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
 use crate::statsd::{Mogrifier, StatsdSettings};
@@ -100,6 +101,23 @@ pub struct ServeArgs {
     /// _TAGS (see the README).
     #[arg(long, env = "USE_DOG_STATSD_MOGRIFIERS", value_delimiter = ',')]
     pub use_dog_statsd_mogrifiers: Vec<String>,
+    /// RLQS: what a bucket that no rule matches gets (`allow` all or `deny` all).
+    #[arg(long, env = "SLUICE_RLQS_DEFAULT_ACTION", value_enum, default_value_t = DefaultAction::Allow)]
+    pub rlqs_default_action: DefaultAction,
+    /// RLQS: the shortest time-to-live of an assignment (otherwise twice the client's report
+    /// interval, at most 10 minutes).
+    #[arg(long, env = "SLUICE_RLQS_MIN_ASSIGNMENT_TTL", default_value = "10s", value_parser = duration::parse)]
+    pub rlqs_min_assignment_ttl: Duration,
+    /// RLQS: a bucket a client has not reported for this long is abandoned.
+    #[arg(long, env = "SLUICE_RLQS_ABANDON_AFTER", default_value = "60s", value_parser = duration::parse)]
+    pub rlqs_abandon_after: Duration,
+    /// RLQS: most buckets one client stream may report.
+    #[arg(
+        long,
+        env = "SLUICE_RLQS_MAX_BUCKETS_PER_STREAM",
+        default_value_t = 1000
+    )]
+    pub rlqs_max_buckets_per_stream: usize,
     /// Export a span of every decision over OTLP (OpenTelemetry).
     #[arg(long, env = "TRACING_ENABLED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub tracing_enabled: bool,
@@ -360,6 +378,8 @@ pub struct Settings {
     pub statsd: Option<StatsdSettings>,
     /// `TRACING_ENABLED`: the span export.
     pub tracing: Option<TracingSettings>,
+    /// The RLQS service's behaviour.
+    pub rlqs: RlqsSettings,
     pub store: StoreSettings,
     pub service: ServiceOptions,
     pub near_limit_ratio: f64,
@@ -652,6 +672,15 @@ impl ServeArgs {
             xds,
             statsd,
             tracing,
+            rlqs: RlqsSettings {
+                default_action: self.rlqs_default_action,
+                min_assignment_ttl: self.rlqs_min_assignment_ttl,
+                abandon_after: self.rlqs_abandon_after,
+                max_buckets_per_stream: at_least_one(
+                    "--rlqs-max-buckets-per-stream",
+                    self.rlqs_max_buckets_per_stream,
+                )?,
+            },
             store: match store {
                 StoreKind::Redis => StoreSettings::Redis(Box::new(self.redis.into_settings()?)),
                 StoreKind::Memory => StoreSettings::Memory {

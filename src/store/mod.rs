@@ -49,6 +49,15 @@ pub struct StoreStats {
     pub local_cache_hits: Option<u64>,
 }
 
+/// A number distinct across processes, replicas and restarts (for ids that must not collide
+/// in a shared store: sliding-log nonces, RLQS client ids).
+pub fn unique_process_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
 /// An error of a store's own, kept as the cause of a `StoreError`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -23,6 +23,7 @@ mod redis_deployments;
 mod redis_store;
 mod reference_cases;
 mod response_extras;
+mod rlqs;
 mod simulate;
 mod statsd;
 mod store_contract;

@@ -111,7 +111,7 @@ impl RedisStore {
                 .map_or(targets.main.command_timeout, |per_second| {
                     per_second.command_timeout.max(targets.main.command_timeout)
                 }),
-            nonce_prefix: format!("{:x}", clock_seed() as u32),
+            nonce_prefix: format!("{:x}", super::unique_process_id() as u32),
             nonce: AtomicU64::new(0),
             script_reloads: AtomicU64::new(0),
             condition: Condition::new(),
@@ -620,12 +620,4 @@ fn store_error(error: RedisError) -> StoreError {
             source: Box::new(error),
         }
     }
-}
-
-/// A per-process seed for sliding-log nonces: distinct across replicas and restarts.
-fn clock_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    hasher.finish()
 }

@@ -1,0 +1,121 @@
+//! Envoy's quota-based global rate limiting: the Rate Limit Quota Service
+//! (`envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas`). Each Envoy
+//! keeps one stream open and reports per-bucket usage; sluice answers with quota assignments
+//! (a token bucket of the client's fair share of the bucket's configured limit, with a
+//! time-to-live) that Envoy enforces locally. `wire` decodes the reports, `bucket` maps a
+//! bucket to a limit and a share to a strategy, `share` divides a limit max-min fairly,
+//! `budget` holds the claims every client makes on a bucket, and `stream` runs one client's
+//! stream.
+
+pub mod bucket;
+pub mod budget;
+pub mod share;
+mod stream;
+pub mod wire;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
+use crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
+use budget::MemoryBudget;
+use wire::UsageReports;
+
+/// What a bucket no rule matches gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DefaultAction {
+    /// Allow all.
+    #[default]
+    Allow,
+    /// Deny all.
+    Deny,
+}
+
+/// How the service treats streams and buckets.
+#[derive(Debug, Clone, Copy)]
+pub struct RlqsSettings {
+    pub default_action: DefaultAction,
+    /// The shortest time-to-live of an assignment; it is otherwise twice the client's report
+    /// interval.
+    pub min_assignment_ttl: Duration,
+    /// A bucket a client has not reported for this long is abandoned.
+    pub abandon_after: Duration,
+    /// Most buckets one stream may subscribe to.
+    pub max_buckets_per_stream: usize,
+}
+
+impl Default for RlqsSettings {
+    fn default() -> Self {
+        RlqsSettings {
+            default_action: DefaultAction::Allow,
+            min_assignment_ttl: Duration::from_secs(2),
+            abandon_after: Duration::from_secs(60),
+            max_buckets_per_stream: 1000,
+        }
+    }
+}
+
+/// The RLQS service over the current config and the process's budgets.
+pub struct QuotaService {
+    shared: Arc<Shared>,
+}
+
+/// What every stream of the service shares.
+struct Shared {
+    config: Arc<ArcSwap<Config>>,
+    budget: MemoryBudget,
+    settings: RlqsSettings,
+    metrics: Arc<Metrics>,
+    /// Turns true when sluice stops: every stream expires its assignments and ends.
+    stopping: watch::Receiver<bool>,
+    next_client: AtomicU64,
+    /// This process, in client ids: ids stay unique across sluice replicas sharing a budget.
+    process: String,
+}
+
+impl QuotaService {
+    pub fn new(
+        config: Arc<ArcSwap<Config>>,
+        settings: RlqsSettings,
+        metrics: Arc<Metrics>,
+        stopping: watch::Receiver<bool>,
+    ) -> QuotaService {
+        let process = format!("{:x}", crate::store::unique_process_id());
+        QuotaService {
+            shared: Arc::new(Shared {
+                config,
+                budget: MemoryBudget::default(),
+                settings,
+                metrics,
+                stopping,
+                next_client: AtomicU64::new(0),
+                process,
+            }),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for QuotaService {
+    type StreamRateLimitQuotasStream = ReceiverStream<Result<RateLimitQuotaResponse, Status>>;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<UsageReports>>,
+    ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let (answers, answered) = mpsc::channel(16);
+        let number = self.shared.next_client.fetch_add(1, Ordering::Relaxed);
+        let client = format!("{}-{number}", self.shared.process);
+        let run = stream::ClientStream::new(self.shared.clone(), client, answers);
+        tokio::spawn(run.serve(request.into_inner()));
+        Ok(Response::new(ReceiverStream::new(answered)))
+    }
+}

@@ -1,0 +1,60 @@
+//! Max-min fair shares of one limit among the clients that want it: a client that wants less
+//! than an equal split gets what it wants, and what it leaves is split among the others.
+//! Integers only; the shares never add up to more than the limit.
+
+/// The max-min fair share of each of `demands` (in the order given) out of `limit`.
+pub fn max_min_fair(limit: u64, demands: &[u64]) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by_key(|&i| (demands[i], i));
+    let mut shares = vec![0; demands.len()];
+    let mut left = limit;
+    for (served, &i) in order.iter().enumerate() {
+        let waiting = (demands.len() - served) as u64;
+        let equal = left / waiting;
+        // The first clients of an uneven split get the remainder, one each.
+        let extra = u64::from(left % waiting > 0 && demands[i] > equal);
+        let share = demands[i].min(equal + extra);
+        shares[i] = share;
+        left -= share;
+    }
+    shares
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn small_demands_are_met_and_the_rest_is_split() {
+        assert_eq!(max_min_fair(1000, &[100, 900, 900]), [100, 450, 450]);
+        assert_eq!(
+            max_min_fair(1000, &[50, 100, 2000, 3000, 5000]),
+            [50, 100, 284, 283, 283]
+        );
+        assert_eq!(max_min_fair(10, &[1, 2, 3]), [1, 2, 3]);
+        assert_eq!(max_min_fair(10, &[]), Vec::<u64>::new());
+        assert_eq!(max_min_fair(0, &[5, 5]), [0, 0]);
+    }
+
+    proptest! {
+        #[test]
+        fn shares_are_max_min_fair(limit in 0u64..10_000, demands in prop::collection::vec(0u64..5_000, 0..12)) {
+            let shares = max_min_fair(limit, &demands);
+            let total: u64 = shares.iter().sum();
+            prop_assert!(total <= limit);
+            for (share, demand) in shares.iter().zip(&demands) {
+                prop_assert!(share <= demand);
+            }
+            // Nothing is left over while someone wants more.
+            let wanted: u64 = demands.iter().sum();
+            prop_assert_eq!(total, limit.min(wanted));
+            // A client short of its demand gets at least every other share, less one.
+            for (i, share) in shares.iter().enumerate() {
+                if *share < demands[i] {
+                    prop_assert!(shares.iter().all(|other| *other <= share + 1));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! One client's RLQS stream: its domain (named by its first report), the buckets it has
+//! subscribed to by reporting them, and what it was assigned. Reports are answered with
+//! assignments; a quiet bucket is abandoned, a bucket the config no longer has is abandoned,
+//! a changed limit is reassigned, and when sluice stops every assignment expires at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use super::bucket::{self, Resolved};
+use super::budget::Ask;
+use super::wire::{BucketQuotaUsage, UsageReports};
+use super::{DefaultAction, Shared};
+use crate::config::Config;
+use crate::proto::envoy::r#type::v3::RateLimitStrategy;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+};
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use crate::proto::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaResponse};
+use crate::store::{Clock, SystemClock};
+
+/// How often quiet buckets and config changes are looked at.
+const TICK: Duration = Duration::from_millis(250);
+
+/// The longest time-to-live of an assignment.
+const MAX_TTL: Duration = Duration::from_secs(600);
+
+/// Most requests one report may count (more is not a real report).
+const MAX_REPORTED: u64 = 1 << 50;
+
+/// A bucket's pairs, sorted: the same bucket whatever order its map came in.
+type Pairs = Vec<(String, String)>;
+
+/// A bucket the client reports.
+struct Subscribed {
+    id: BucketId,
+    resolved: Resolved,
+    last_report: Instant,
+    /// Requests per period it wants, as last measured.
+    demand: u64,
+    ttl: Duration,
+}
+
+pub(super) struct ClientStream {
+    shared: Arc<Shared>,
+    client: String,
+    answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
+    domain: Option<String>,
+    buckets: HashMap<Pairs, Subscribed>,
+    config_seen: Arc<Config>,
+}
+
+impl ClientStream {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        client: String,
+        answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
+    ) -> ClientStream {
+        let config_seen = shared.config.load_full();
+        ClientStream {
+            shared,
+            client,
+            answers,
+            domain: None,
+            buckets: HashMap::new(),
+            config_seen,
+        }
+    }
+
+    /// Answers `reports` until the client closes the stream, breaks it, sends something
+    /// invalid, or sluice stops.
+    pub(super) async fn serve(mut self, mut reports: Streaming<UsageReports>) {
+        let mut tick = tokio::time::interval(TICK);
+        let mut stopping = self.shared.stopping.clone();
+        loop {
+            tokio::select! {
+                report = reports.message() => match report {
+                    Ok(Some(report)) => {
+                        if let Err(status) = self.on_report(report).await {
+                            let _ = self.answers.send(Err(status)).await;
+                            break;
+                        }
+                    }
+                    Ok(None) | Err(_) => break,
+                },
+                _ = tick.tick() => self.on_tick().await,
+                changed = stopping.changed() => {
+                    if changed.is_err() || *stopping.borrow() {
+                        self.expire_all().await;
+                        break;
+                    }
+                }
+            }
+            if self.answers.is_closed() {
+                break;
+            }
+        }
+        self.release_all();
+    }
+
+    async fn on_report(&mut self, report: UsageReports) -> Result<(), Status> {
+        let domain = match (&self.domain, report.domain.as_str()) {
+            (None, "") => {
+                return Err(Status::invalid_argument(
+                    "domain: the first report of a stream must name its domain",
+                ))
+            }
+            (None, given) => {
+                self.domain = Some(given.to_string());
+                given.to_string()
+            }
+            (Some(known), given) if given.is_empty() || given == known => known.clone(),
+            (Some(known), given) => {
+                return Err(Status::invalid_argument(format!(
+                    "domain: this stream is for '{known}', not '{given}': open another stream"
+                )))
+            }
+        };
+        let mut actions = Vec::new();
+        for usage in report.bucket_quota_usages {
+            match self.on_usage(&domain, usage) {
+                Ok(action) => actions.push(action),
+                Err(reason) => self.shared.metrics.record_rlqs_rejected(reason),
+            }
+        }
+        self.send(actions).await;
+        Ok(())
+    }
+
+    /// The action answering one bucket's usage, or why the bucket is refused.
+    fn on_usage(
+        &mut self,
+        domain: &str,
+        usage: BucketQuotaUsage,
+    ) -> Result<BucketAction, &'static str> {
+        let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
+            tracing::debug!(client = %self.client, "RLQS report without a bucket id");
+            return Err("empty_bucket_id");
+        };
+        if id.bucket.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
+            return Err("empty_bucket_pair");
+        }
+        let reported = usage
+            .num_requests_allowed
+            .checked_add(usage.num_requests_denied)
+            .filter(|n| *n <= MAX_REPORTED)
+            .ok_or("absurd_counts")?;
+        let elapsed = match usage.time_elapsed {
+            Some(d) if d.seconds < 0 || d.nanos < 0 => return Err("negative_time_elapsed"),
+            Some(d) => Duration::new(d.seconds as u64, d.nanos as u32),
+            None => Duration::ZERO,
+        };
+        let mut pairs: Pairs = id
+            .bucket
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        pairs.sort();
+        let is_new = !self.buckets.contains_key(&pairs);
+        if is_new && self.buckets.len() >= self.shared.settings.max_buckets_per_stream {
+            return Err("too_many_buckets");
+        }
+        let config = self.shared.config.load();
+        let resolved = bucket::resolve(&config, domain, &pairs);
+        let ttl = (elapsed * 2).clamp(self.shared.settings.min_assignment_ttl, MAX_TTL);
+        let demand = match &resolved {
+            // Until a client has reported a while, it is taken to want the whole limit: it
+            // gets an equal split.
+            Resolved::Limited { limit, .. } if is_new || elapsed.is_zero() => {
+                u64::from(limit.requests_per_unit)
+            }
+            Resolved::Limited { limit, .. } => {
+                let per_period = u128::from(reported) * u128::from(limit.period_us())
+                    / elapsed.as_micros().max(1);
+                u64::try_from(per_period).unwrap_or(u64::MAX)
+            }
+            _ => 0,
+        };
+        if let Resolved::Limited { rule, .. } = &resolved {
+            self.shared.metrics.record_rlqs_report(
+                domain,
+                rule,
+                usage.num_requests_allowed,
+                usage.num_requests_denied,
+            );
+        }
+        let subscribed = Subscribed {
+            id,
+            resolved,
+            last_report: Instant::now(),
+            demand,
+            ttl,
+        };
+        let action = self.assign(domain, &subscribed);
+        self.buckets.insert(pairs, subscribed);
+        Ok(action)
+    }
+
+    /// The assignment of `bucket` now: its share of its limit, allow all, or the default.
+    fn assign(&self, domain: &str, bucket: &Subscribed) -> BucketAction {
+        let strategy = match &bucket.resolved {
+            Resolved::Unknown => {
+                bucket::blanket(self.shared.settings.default_action == DefaultAction::Allow)
+            }
+            Resolved::Unlimited { .. } => bucket::blanket(true),
+            Resolved::Limited {
+                budget_key,
+                rule,
+                limit,
+            } => {
+                let now = SystemClock.now_us();
+                let ask = Ask {
+                    bucket: budget_key,
+                    client: &self.client,
+                    demand: bucket.demand.min(u64::from(limit.requests_per_unit)),
+                    limit: u64::from(limit.requests_per_unit),
+                    now_us: now,
+                    expires_at_us: now + bucket.ttl.as_micros() as u64,
+                };
+                let share = self.shared.budget.claim(&ask);
+                let clients = self.shared.budget.active_clients(budget_key, now);
+                self.shared
+                    .metrics
+                    .record_rlqs_assignment(domain, rule, share, clients);
+                bucket::strategy(limit, share)
+            }
+        };
+        assignment(&bucket.id, strategy, bucket.ttl)
+    }
+
+    /// Abandons quiet buckets; reassigns or abandons buckets a config change touched.
+    async fn on_tick(&mut self) {
+        let mut actions = Vec::new();
+        let abandon_after = self.shared.settings.abandon_after;
+        let quiet: Vec<Pairs> = self
+            .buckets
+            .iter()
+            .filter(|(_, b)| b.last_report.elapsed() >= abandon_after)
+            .map(|(pairs, _)| pairs.clone())
+            .collect();
+        for pairs in quiet {
+            if let Some(bucket) = self.buckets.remove(&pairs) {
+                self.release(&bucket);
+                actions.push(abandon(&bucket.id));
+            }
+        }
+        let config = self.shared.config.load_full();
+        if !Arc::ptr_eq(&config, &self.config_seen) {
+            self.config_seen = config.clone();
+            if let Some(domain) = self.domain.clone() {
+                actions.extend(self.on_config_change(&config, &domain));
+            }
+        }
+        self.send(actions).await;
+    }
+
+    /// The actions a new config calls for: abandon what it no longer limits, reassign what
+    /// changed.
+    fn on_config_change(&mut self, config: &Config, domain: &str) -> Vec<BucketAction> {
+        let mut actions = Vec::new();
+        let pairs: Vec<Pairs> = self.buckets.keys().cloned().collect();
+        for key in pairs {
+            let resolved = bucket::resolve(config, domain, &key);
+            let Some(bucket) = self.buckets.get(&key) else {
+                continue;
+            };
+            if resolved == bucket.resolved {
+                continue;
+            }
+            if resolved == Resolved::Unknown {
+                if let Some(bucket) = self.buckets.remove(&key) {
+                    self.release(&bucket);
+                    actions.push(abandon(&bucket.id));
+                }
+                continue;
+            }
+            let Some(bucket) = self.buckets.get_mut(&key) else {
+                continue;
+            };
+            let old = std::mem::replace(&mut bucket.resolved, resolved);
+            let old_bucket = Subscribed {
+                id: bucket.id.clone(),
+                resolved: old,
+                last_report: bucket.last_report,
+                demand: bucket.demand,
+                ttl: bucket.ttl,
+            };
+            self.release(&old_bucket);
+            if let Some(bucket) = self.buckets.get(&key) {
+                actions.push(self.assign(domain, bucket));
+            }
+        }
+        actions
+    }
+
+    /// Every assignment expires now (time-to-live 0): the client falls back to its own
+    /// configured behaviour while sluice is away.
+    async fn expire_all(&mut self) {
+        let actions = self
+            .buckets
+            .values()
+            .map(|b| assignment(&b.id, bucket::blanket(true), Duration::ZERO))
+            .collect();
+        self.send(actions).await;
+    }
+
+    fn release(&self, bucket: &Subscribed) {
+        if let Resolved::Limited { budget_key, .. } = &bucket.resolved {
+            self.shared.budget.release(budget_key, &self.client);
+        }
+    }
+
+    fn release_all(&self) {
+        for bucket in self.buckets.values() {
+            self.release(bucket);
+        }
+    }
+
+    async fn send(&self, actions: Vec<BucketAction>) {
+        if actions.is_empty() {
+            return;
+        }
+        let response = RateLimitQuotaResponse {
+            bucket_action: actions,
+        };
+        let _ = self.answers.send(Ok(response)).await;
+    }
+}
+
+fn assignment(id: &BucketId, strategy: RateLimitStrategy, ttl: Duration) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(id.clone()),
+        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(bucket::duration(ttl)),
+            rate_limit_strategy: Some(strategy),
+        })),
+    }
+}
+
+fn abandon(id: &BucketId) -> BucketAction {
+    BucketAction {
+        bucket_id: Some(id.clone()),
+        bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+    }
+}

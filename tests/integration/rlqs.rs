@@ -1,0 +1,312 @@
+//! The Rate Limit Quota Service, played against by clients generated from Envoy's protos
+//! (`envoy-types`), as Envoy's `rate_limit_quota` filter would: each opens a stream, reports
+//! per-bucket usage, and reads the assignments.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+use crate::support::*;
+
+const CONFIG: &str = "domain: quota
+descriptors:
+  - key: api
+    value: search
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: api
+    value: free
+    rate_limit: {unlimited: true}
+";
+
+/// One Envoy's stream: reports go out through `reports`, assignments come in on `answers`.
+struct QuotaClient {
+    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
+    answers: Streaming<RateLimitQuotaResponse>,
+    first: bool,
+}
+
+impl QuotaClient {
+    async fn open(sluice: &Sluice) -> QuotaClient {
+        let mut client = RateLimitQuotaServiceClient::new(sluice.channel().await);
+        let (reports, outgoing) = mpsc::channel(16);
+        let answers = client
+            .stream_rate_limit_quotas(ReceiverStream::new(outgoing))
+            .await
+            .expect("open the RLQS stream")
+            .into_inner();
+        QuotaClient {
+            reports,
+            answers,
+            first: true,
+        }
+    }
+
+    /// Reports `requests` on bucket `api=<value>` over the last `elapsed` (the first report
+    /// of the stream names the domain).
+    async fn report(&mut self, value: &str, requests: u64, elapsed: Duration) {
+        let usage = BucketQuotaUsage {
+            bucket_id: Some(bucket(value)),
+            time_elapsed: Some(ProtoDuration {
+                seconds: elapsed.as_secs() as i64,
+                nanos: elapsed.subsec_nanos() as i32,
+            }),
+            num_requests_allowed: requests,
+            num_requests_denied: 0,
+        };
+        let domain = if self.first { "quota" } else { "" };
+        self.first = false;
+        self.reports
+            .send(RateLimitQuotaUsageReports {
+                domain: domain.into(),
+                bucket_quota_usages: vec![usage],
+            })
+            .await
+            .expect("sluice takes reports");
+    }
+
+    /// The next response (within 5 s).
+    async fn answer(&mut self) -> RateLimitQuotaResponse {
+        tokio::time::timeout(Duration::from_secs(5), self.answers.message())
+            .await
+            .expect("an answer within 5 s")
+            .expect("a healthy stream")
+            .expect("the stream stays open")
+    }
+
+    /// Reports, and returns the assigned action of that bucket.
+    async fn share(&mut self, value: &str, requests: u64, elapsed: Duration) -> Action {
+        self.report(value, requests, elapsed).await;
+        action(&self.answer().await)
+    }
+}
+
+fn bucket(value: &str) -> BucketId {
+    BucketId {
+        bucket: HashMap::from([("api".to_string(), value.to_string())]),
+    }
+}
+
+/// The one action of `response`.
+fn action(response: &RateLimitQuotaResponse) -> Action {
+    assert_eq!(response.bucket_action.len(), 1, "{response:?}");
+    response.bucket_action[0].bucket_action.expect("an action")
+}
+
+/// The token bucket's size of an assignment (0 for deny all), and its time-to-live.
+fn tokens(action: &Action) -> (u64, Duration) {
+    let Action::QuotaAssignmentAction(assignment) = action else {
+        panic!("not an assignment: {action:?}");
+    };
+    let ttl = assignment
+        .assignment_time_to_live
+        .map(|d| Duration::new(d.seconds as u64, d.nanos as u32))
+        .expect("a time-to-live");
+    let strategy = assignment
+        .rate_limit_strategy
+        .and_then(|s| s.strategy)
+        .expect("a strategy");
+    let size = match strategy {
+        Strategy::TokenBucket(bucket) => {
+            assert_eq!(
+                Some(bucket.max_tokens),
+                bucket.tokens_per_fill.map(|t| t.value)
+            );
+            assert_eq!(
+                bucket.fill_interval,
+                Some(ProtoDuration {
+                    seconds: 60,
+                    nanos: 0
+                })
+            );
+            u64::from(bucket.max_tokens)
+        }
+        Strategy::BlanketRule(rule) if rule == BlanketRule::DenyAll as i32 => 0,
+        other => panic!("not a share: {other:?}"),
+    };
+    (size, ttl)
+}
+
+fn blanket(action: &Action) -> BlanketRule {
+    let Action::QuotaAssignmentAction(assignment) = action else {
+        panic!("not an assignment: {action:?}");
+    };
+    match assignment.rate_limit_strategy.and_then(|s| s.strategy) {
+        Some(Strategy::BlanketRule(rule)) => BlanketRule::try_from(rule).expect("a blanket rule"),
+        other => panic!("not a blanket rule: {other:?}"),
+    }
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn five_clients_converge_to_max_min_fair_shares_that_never_exceed_the_limit() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        clients.push(QuotaClient::open(&sluice).await);
+    }
+    // Demands per minute (requests per second x 60): 60, 120, 600, 900, 1200 of 1000 a
+    // minute. Max-min fair: 60 and 120 met, 820 split three ways.
+    let per_second = [1, 2, 10, 15, 20];
+    let mut latest = [0u64; 5];
+    for round in 0..4 {
+        for (i, client) in clients.iter_mut().enumerate() {
+            let (share, ttl) = tokens(&client.share("search", per_second[i], SECOND).await);
+            latest[i] = share;
+            assert!(ttl >= Duration::from_secs(2), "{ttl:?}");
+            let total: u64 = latest.iter().sum();
+            assert!(total <= 1000, "round {round}: {latest:?} add up to {total}");
+        }
+    }
+    assert_eq!(latest, [60, 120, 274, 273, 273], "max-min fair shares");
+    let (_, metrics) = sluice.http_get("/metrics");
+    assert_eq!(
+        series(
+            &metrics,
+            "sluice_rlqs_active_clients{domain=\"quota\",rule=\"quota.api_search\"}"
+        ),
+        Some(5.0),
+        "{metrics}"
+    );
+    assert!(
+        series(
+            &metrics,
+            "sluice_rlqs_reported_requests_total{domain=\"quota\",rule=\"quota.api_search\",decision=\"allowed\"}"
+        )
+        .is_some_and(|n| n > 0.0),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_goes_quiet_gives_its_share_back_after_its_time_to_live() {
+    let sluice = Sluice::start(CONFIG, &["--rlqs-min-assignment-ttl", "1s"]);
+    let (mut a, mut b) = (
+        QuotaClient::open(&sluice).await,
+        QuotaClient::open(&sluice).await,
+    );
+    let short = Duration::from_millis(200);
+    tokens(&a.share("search", 100, short).await);
+    tokens(&b.share("search", 100, short).await);
+    assert_eq!(tokens(&a.share("search", 100, short).await).0, 500);
+    // b stops reporting (its stream stays open): its 1 s claim lapses, and a gets it all.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(tokens(&a.share("search", 100, short).await).0, 1000);
+    // b comes back; a client that closes its stream gives its share back at once.
+    tokens(&b.share("search", 100, short).await);
+    assert_eq!(tokens(&a.share("search", 100, short).await).0, 500);
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tokens(&a.share("search", 100, short).await).0, 1000);
+}
+
+#[tokio::test]
+async fn unlimited_and_unknown_buckets_get_blanket_rules() {
+    let allow = Sluice::start(CONFIG, &[]);
+    let mut client = QuotaClient::open(&allow).await;
+    assert_eq!(
+        blanket(&client.share("free", 5, SECOND).await),
+        BlanketRule::AllowAll
+    );
+    assert_eq!(
+        blanket(&client.share("nowhere", 5, SECOND).await),
+        BlanketRule::AllowAll,
+        "the default action"
+    );
+    let deny = Sluice::start(CONFIG, &["--rlqs-default-action", "deny"]);
+    let mut client = QuotaClient::open(&deny).await;
+    assert_eq!(
+        blanket(&client.share("nowhere", 5, SECOND).await),
+        BlanketRule::DenyAll
+    );
+}
+
+#[tokio::test]
+async fn quiet_buckets_and_buckets_the_config_drops_are_abandoned() {
+    let sluice = Sluice::start(CONFIG, &["--rlqs-abandon-after", "1s"]);
+    let mut client = QuotaClient::open(&sluice).await;
+    tokens(&client.share("search", 5, SECOND).await);
+    let abandoned = client.answer().await;
+    assert!(matches!(action(&abandoned), Action::AbandonAction(_)));
+    // Subscribed again, then the config no longer has the bucket.
+    tokens(&client.share("search", 5, SECOND).await);
+    std::fs::write(
+        sluice.config_dir.path().join("config.yaml"),
+        "domain: quota\ndescriptors:\n  - key: api\n    value: free\n    rate_limit: {unlimited: true}\n",
+    )
+    .unwrap();
+    let dropped = client.answer().await;
+    assert!(
+        matches!(action(&dropped), Action::AbandonAction(_)),
+        "{dropped:?}"
+    );
+}
+
+#[tokio::test]
+async fn on_shutdown_every_assignment_expires_at_once() {
+    let sluice = Sluice::start(CONFIG, &["--shutdown-drain-delay", "0s"]);
+    let mut client = QuotaClient::open(&sluice).await;
+    tokens(&client.share("search", 5, SECOND).await);
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &sluice.pid().to_string()])
+        .status();
+    assert!(status.is_ok_and(|s| s.success()));
+    let expired = client.answer().await;
+    let Action::QuotaAssignmentAction(assignment) = action(&expired) else {
+        panic!("{expired:?}");
+    };
+    assert_eq!(
+        assignment.assignment_time_to_live,
+        Some(ProtoDuration {
+            seconds: 0,
+            nanos: 0
+        })
+    );
+}
+
+#[tokio::test]
+async fn bad_reports_are_refused_clearly_and_counted() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    // A first report without a domain ends the stream with INVALID_ARGUMENT naming it.
+    let mut client = QuotaClient::open(&sluice).await;
+    client.first = false;
+    client.report("search", 1, SECOND).await;
+    let status = tokio::time::timeout(Duration::from_secs(5), client.answers.message())
+        .await
+        .expect("an answer")
+        .expect_err("a stream error");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("domain"), "{status:?}");
+    // An empty bucket id is refused and counted; the stream goes on.
+    let mut client = QuotaClient::open(&sluice).await;
+    client
+        .reports
+        .send(RateLimitQuotaUsageReports {
+            domain: "quota".into(),
+            bucket_quota_usages: vec![BucketQuotaUsage::default()],
+        })
+        .await
+        .unwrap();
+    client.first = false;
+    tokens(&client.share("search", 5, SECOND).await);
+    let (_, metrics) = sluice.http_get("/metrics");
+    assert_eq!(
+        series(
+            &metrics,
+            "sluice_rlqs_rejected_buckets_total{reason=\"empty_bucket_id\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+}
