@@ -29,6 +29,7 @@ use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::rate_limit_service_server::SERVICE_NAME;
 use crate::proto::FILE_DESCRIPTOR_SET;
+use crate::rlqs::budget::{Budget, MemoryBudget};
 use crate::rlqs::QuotaService;
 use crate::service::RateLimiter;
 use crate::settings::{Settings, StoreSettings};
@@ -153,7 +154,8 @@ pub async fn run(
                 .with_max_bytes(*memory_max_bytes);
             let store = Arc::new(store);
             tokio::spawn(sweep_memory_store(Arc::downgrade(&store)));
-            run.serve(config, store).await
+            run.serve(config, store, Arc::new(MemoryBudget::default()))
+                .await
         }
         StoreSettings::Redis(redis) => {
             tracing::info!(redis = %redis.target.describe(), "connecting to Redis");
@@ -174,14 +176,16 @@ pub async fn run(
             .await?;
             tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
             if redis.local_cache_size_in_bytes == 0 {
-                return run.serve(config, Arc::new(store)).await;
+                let budget = Arc::new(store.budget());
+                return run.serve(config, Arc::new(store), budget).await;
             }
             let cached = WithLocalCache::new(
                 store,
                 redis.local_cache_size_in_bytes,
                 Arc::new(SystemClock),
             );
-            run.serve(config, Arc::new(cached)).await
+            let budget = Arc::new(cached.inner().budget());
+            run.serve(config, Arc::new(cached), budget).await
         }
     }
 }
@@ -234,7 +238,12 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
     /// Serves gRPC and HTTP, reloads the config when asked, and on shutdown reports
     /// NOT_SERVING, waits the drain delay, then lets in-flight calls finish within the grace
     /// period.
-    async fn serve<S: Store>(self, config: Config, store: Arc<S>) -> Result<(), ServerError> {
+    async fn serve<S: Store, B: Budget>(
+        self,
+        config: Config,
+        store: Arc<S>,
+        budget: Arc<B>,
+    ) -> Result<(), ServerError> {
         let settings = self.settings;
         let Listeners {
             grpc: grpc_listener,
@@ -321,6 +330,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             .add_service(RateLimitServiceServer::from_arc(limiter.clone()))
             .add_service(RateLimitQuotaServiceServer::new(QuotaService::new(
                 config.clone(),
+                budget,
                 settings.rlqs,
                 self.metrics.clone(),
                 stopped.clone(),

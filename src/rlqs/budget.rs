@@ -1,12 +1,25 @@
 //! One bucket's budget shared by every client that reports it: each client's recent demand
 //! and current assignment, with the time its claim expires. A client's share is its max-min
 //! fair share of the limit, capped so that the assignments still in force never add up to more
-//! than the limit. The memory budget serves one sluice process.
+//! than the limit. The memory budget serves one sluice process; the Redis one
+//! (`store::redis::budget`, `lua/rlqs_budget.lua`) every replica on that Redis.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::Mutex;
 
 use super::share::max_min_fair;
+use crate::store::StoreError;
+
+/// Where the claims on buckets are kept.
+pub trait Budget: Send + Sync + 'static {
+    /// Records the client's demand and returns its share and how many clients hold a claim.
+    fn claim(&self, ask: &Ask<'_>)
+        -> impl Future<Output = Result<(u64, usize), StoreError>> + Send;
+
+    /// The client gives its share of the bucket back.
+    fn release(&self, bucket: &str, client: &str) -> impl Future<Output = ()> + Send;
+}
 
 /// One client's claim on a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +55,9 @@ pub fn settle(claims: &mut HashMap<String, Claim>, ask: &Ask<'_>) -> u64 {
             expires_at_us: ask.expires_at_us,
         },
     );
-    let clients: Vec<&String> = claims.keys().collect();
+    // Clients in id order, so that an uneven split's remainder goes the same way everywhere.
+    let ordered: BTreeMap<&String, &Claim> = claims.iter().collect();
+    let clients: Vec<&String> = ordered.keys().copied().collect();
     let demands: Vec<u64> = clients.iter().map(|c| claims[*c].demand).collect();
     let targets = max_min_fair(ask.limit, &demands);
     let mut target = 0;
@@ -67,9 +82,20 @@ pub struct MemoryBudget {
     buckets: Mutex<HashMap<String, HashMap<String, Claim>>>,
 }
 
+impl Budget for MemoryBudget {
+    async fn claim(&self, ask: &Ask<'_>) -> Result<(u64, usize), StoreError> {
+        let share = self.claim_now(ask);
+        Ok((share, self.active_clients(ask.bucket, ask.now_us)))
+    }
+
+    async fn release(&self, bucket: &str, client: &str) {
+        self.release_now(bucket, client);
+    }
+}
+
 impl MemoryBudget {
     /// The client's share of the bucket after recording its demand.
-    pub fn claim(&self, ask: &Ask<'_>) -> u64 {
+    pub fn claim_now(&self, ask: &Ask<'_>) -> u64 {
         let mut buckets = self
             .buckets
             .lock()
@@ -79,7 +105,7 @@ impl MemoryBudget {
     }
 
     /// The client gives its share of the bucket back.
-    pub fn release(&self, bucket: &str, client: &str) {
+    pub fn release_now(&self, bucket: &str, client: &str) {
         let mut buckets = self
             .buckets
             .lock()
@@ -124,14 +150,14 @@ mod tests {
         let budget = MemoryBudget::default();
         // The first client alone takes what it wants; the second gets what is left, then
         // each report moves both towards their fair shares.
-        assert_eq!(budget.claim(&ask("a", 900, 0)), 900);
-        assert_eq!(budget.claim(&ask("b", 900, 1)), 100);
-        assert_eq!(budget.claim(&ask("a", 900, 2)), 500);
-        assert_eq!(budget.claim(&ask("b", 900, 3)), 500);
+        assert_eq!(budget.claim_now(&ask("a", 900, 0)), 900);
+        assert_eq!(budget.claim_now(&ask("b", 900, 1)), 100);
+        assert_eq!(budget.claim_now(&ask("a", 900, 2)), 500);
+        assert_eq!(budget.claim_now(&ask("b", 900, 3)), 500);
         // a stops reporting: after its claim expires, b may take it all.
-        assert_eq!(budget.claim(&ask("b", 900, 30)), 900);
+        assert_eq!(budget.claim_now(&ask("b", 900, 30)), 900);
         assert_eq!(budget.active_clients("b", 30), 1);
-        budget.release("b", "b");
+        budget.release_now("b", "b");
         assert_eq!(budget.active_clients("b", 30), 0);
     }
 }

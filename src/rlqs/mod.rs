@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
-use budget::MemoryBudget;
+use budget::Budget;
 use wire::UsageReports;
 
 /// What a bucket no rule matches gets.
@@ -63,15 +63,15 @@ impl Default for RlqsSettings {
     }
 }
 
-/// The RLQS service over the current config and the process's budgets.
-pub struct QuotaService {
-    shared: Arc<Shared>,
+/// The RLQS service over the current config and a budget.
+pub struct QuotaService<B> {
+    shared: Arc<Shared<B>>,
 }
 
 /// What every stream of the service shares.
-struct Shared {
+struct Shared<B> {
     config: Arc<ArcSwap<Config>>,
-    budget: MemoryBudget,
+    budget: Arc<B>,
     settings: RlqsSettings,
     metrics: Arc<Metrics>,
     /// Turns true when sluice stops: every stream expires its assignments and ends.
@@ -81,18 +81,19 @@ struct Shared {
     process: String,
 }
 
-impl QuotaService {
+impl<B: Budget> QuotaService<B> {
     pub fn new(
         config: Arc<ArcSwap<Config>>,
+        budget: Arc<B>,
         settings: RlqsSettings,
         metrics: Arc<Metrics>,
         stopping: watch::Receiver<bool>,
-    ) -> QuotaService {
+    ) -> QuotaService<B> {
         let process = format!("{:x}", crate::store::unique_process_id());
         QuotaService {
             shared: Arc::new(Shared {
                 config,
-                budget: MemoryBudget::default(),
+                budget,
                 settings,
                 metrics,
                 stopping,
@@ -104,7 +105,7 @@ impl QuotaService {
 }
 
 #[tonic::async_trait]
-impl RateLimitQuotaService for QuotaService {
+impl<B: Budget> RateLimitQuotaService for QuotaService<B> {
     type StreamRateLimitQuotasStream = ReceiverStream<Result<RateLimitQuotaResponse, Status>>;
 
     async fn stream_rate_limit_quotas(

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::bucket::{self, Resolved};
-use super::budget::Ask;
+use super::budget::{Ask, Budget};
 use super::wire::{BucketQuotaUsage, UsageReports};
 use super::{DefaultAction, Shared};
 use crate::config::Config;
@@ -45,8 +45,8 @@ struct Subscribed {
     ttl: Duration,
 }
 
-pub(super) struct ClientStream {
-    shared: Arc<Shared>,
+pub(super) struct ClientStream<B> {
+    shared: Arc<Shared<B>>,
     client: String,
     answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     domain: Option<String>,
@@ -54,12 +54,12 @@ pub(super) struct ClientStream {
     config_seen: Arc<Config>,
 }
 
-impl ClientStream {
+impl<B: Budget> ClientStream<B> {
     pub(super) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<Shared<B>>,
         client: String,
         answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
-    ) -> ClientStream {
+    ) -> ClientStream<B> {
         let config_seen = shared.config.load_full();
         ClientStream {
             shared,
@@ -99,7 +99,7 @@ impl ClientStream {
                 break;
             }
         }
-        self.release_all();
+        self.release_all().await;
     }
 
     async fn on_report(&mut self, report: UsageReports) -> Result<(), Status> {
@@ -122,7 +122,7 @@ impl ClientStream {
         };
         let mut actions = Vec::new();
         for usage in report.bucket_quota_usages {
-            match self.on_usage(&domain, usage) {
+            match self.on_usage(&domain, usage).await {
                 Ok(action) => actions.push(action),
                 Err(reason) => self.shared.metrics.record_rlqs_rejected(reason),
             }
@@ -132,7 +132,7 @@ impl ClientStream {
     }
 
     /// The action answering one bucket's usage, or why the bucket is refused.
-    fn on_usage(
+    async fn on_usage(
         &mut self,
         domain: &str,
         usage: BucketQuotaUsage,
@@ -195,13 +195,13 @@ impl ClientStream {
             demand,
             ttl,
         };
-        let action = self.assign(domain, &subscribed);
+        let action = self.assign(domain, &subscribed).await;
         self.buckets.insert(pairs, subscribed);
         Ok(action)
     }
 
     /// The assignment of `bucket` now: its share of its limit, allow all, or the default.
-    fn assign(&self, domain: &str, bucket: &Subscribed) -> BucketAction {
+    async fn assign(&self, domain: &str, bucket: &Subscribed) -> BucketAction {
         let strategy = match &bucket.resolved {
             Resolved::Unknown => {
                 bucket::blanket(self.shared.settings.default_action == DefaultAction::Allow)
@@ -221,12 +221,21 @@ impl ClientStream {
                     now_us: now,
                     expires_at_us: now + bucket.ttl.as_micros() as u64,
                 };
-                let share = self.shared.budget.claim(&ask);
-                let clients = self.shared.budget.active_clients(budget_key, now);
-                self.shared
-                    .metrics
-                    .record_rlqs_assignment(domain, rule, share, clients);
-                bucket::strategy(limit, share)
+                match self.shared.budget.claim(&ask).await {
+                    Ok((share, clients)) => {
+                        self.shared
+                            .metrics
+                            .record_rlqs_assignment(domain, rule, share, clients);
+                        bucket::strategy(limit, share)
+                    }
+                    Err(error) => {
+                        // No share can be known: the bucket gets the default action until
+                        // the store answers again.
+                        tracing::warn!(%error, bucket = %budget_key, "RLQS budget unavailable");
+                        self.shared.metrics.record_rlqs_rejected("store_error");
+                        bucket::blanket(self.shared.settings.default_action == DefaultAction::Allow)
+                    }
+                }
             }
         };
         assignment(&bucket.id, strategy, bucket.ttl)
@@ -244,7 +253,7 @@ impl ClientStream {
             .collect();
         for pairs in quiet {
             if let Some(bucket) = self.buckets.remove(&pairs) {
-                self.release(&bucket);
+                self.release(&bucket).await;
                 actions.push(abandon(&bucket.id));
             }
         }
@@ -252,7 +261,7 @@ impl ClientStream {
         if !Arc::ptr_eq(&config, &self.config_seen) {
             self.config_seen = config.clone();
             if let Some(domain) = self.domain.clone() {
-                actions.extend(self.on_config_change(&config, &domain));
+                actions.extend(self.on_config_change(&config, &domain).await);
             }
         }
         self.send(actions).await;
@@ -260,7 +269,7 @@ impl ClientStream {
 
     /// The actions a new config calls for: abandon what it no longer limits, reassign what
     /// changed.
-    fn on_config_change(&mut self, config: &Config, domain: &str) -> Vec<BucketAction> {
+    async fn on_config_change(&mut self, config: &Config, domain: &str) -> Vec<BucketAction> {
         let mut actions = Vec::new();
         let pairs: Vec<Pairs> = self.buckets.keys().cloned().collect();
         for key in pairs {
@@ -273,7 +282,7 @@ impl ClientStream {
             }
             if resolved == Resolved::Unknown {
                 if let Some(bucket) = self.buckets.remove(&key) {
-                    self.release(&bucket);
+                    self.release(&bucket).await;
                     actions.push(abandon(&bucket.id));
                 }
                 continue;
@@ -289,9 +298,9 @@ impl ClientStream {
                 demand: bucket.demand,
                 ttl: bucket.ttl,
             };
-            self.release(&old_bucket);
+            self.release(&old_bucket).await;
             if let Some(bucket) = self.buckets.get(&key) {
-                actions.push(self.assign(domain, bucket));
+                actions.push(self.assign(domain, bucket).await);
             }
         }
         actions
@@ -308,15 +317,15 @@ impl ClientStream {
         self.send(actions).await;
     }
 
-    fn release(&self, bucket: &Subscribed) {
+    async fn release(&self, bucket: &Subscribed) {
         if let Resolved::Limited { budget_key, .. } = &bucket.resolved {
-            self.shared.budget.release(budget_key, &self.client);
+            self.shared.budget.release(budget_key, &self.client).await;
         }
     }
 
-    fn release_all(&self) {
+    async fn release_all(&self) {
         for bucket in self.buckets.values() {
-            self.release(bucket);
+            self.release(bucket).await;
         }
     }
 

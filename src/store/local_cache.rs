@@ -44,6 +44,11 @@ struct Over {
 
 impl<S: Store> WithLocalCache<S> {
     /// Caches over-limit keys of `inner` in at most about `max_bytes`.
+    /// The store behind the cache.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
     pub fn new(inner: S, max_bytes: usize, clock: Arc<dyn Clock>) -> Self {
         WithLocalCache {
             inner,

@@ -310,3 +310,30 @@ async fn bad_reports_are_refused_clearly_and_counted() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn two_sluice_processes_on_one_redis_assign_from_one_budget() {
+    let redis = crate::support::redis::RedisServer::start(&[]);
+    let url = redis.url();
+    let args = ["--store", "redis", "--redis-url", url.as_str()];
+    let (one, two) = (Sluice::start(CONFIG, &args), Sluice::start(CONFIG, &args));
+    let mut clients = vec![
+        QuotaClient::open(&one).await,
+        QuotaClient::open(&two).await,
+        QuotaClient::open(&two).await,
+    ];
+    // 600, 1200 and 1200 a minute wanted of 1000: a third each, across both processes.
+    let per_second = [10, 20, 20];
+    let mut latest = [0u64; 3];
+    for _ in 0..4 {
+        for (i, client) in clients.iter_mut().enumerate() {
+            latest[i] = tokens(&client.share("search", per_second[i], SECOND).await).0;
+            let total: u64 = latest.iter().sum();
+            assert!(total <= 1000, "{latest:?} add up to {total}");
+        }
+    }
+    assert_eq!(latest, [334, 333, 333]);
+    // The claims live in Redis, one hash for the bucket.
+    let claims = redis.cli(&["HLEN", "rlqs_quota_api_search"]);
+    assert_eq!(claims.trim(), "3", "{claims}");
+}

@@ -7,6 +7,7 @@
 //! logic lives here.
 
 mod args;
+pub mod budget;
 mod condition;
 mod connect;
 mod scripts;
@@ -83,6 +84,15 @@ pub struct RedisTargets<'a> {
 }
 
 impl RedisStore {
+    /// The RLQS budget in the main Redis, under the store's key prefix.
+    pub fn budget(&self) -> budget::RedisBudget {
+        budget::RedisBudget::new(
+            self.backends[0].connection.clone(),
+            self.key_prefix.clone(),
+            self.command_timeout,
+        )
+    }
+
     /// Connects to the targets (waiting up to `startup_wait`) and loads the scripts.
     pub async fn connect(
         targets: RedisTargets<'_>,
