@@ -317,7 +317,7 @@ async fn two_sluice_processes_on_one_redis_assign_from_one_budget() {
     let url = redis.url();
     let args = ["--store", "redis", "--redis-url", url.as_str()];
     let (one, two) = (Sluice::start(CONFIG, &args), Sluice::start(CONFIG, &args));
-    let mut clients = vec![
+    let mut clients = [
         QuotaClient::open(&one).await,
         QuotaClient::open(&two).await,
         QuotaClient::open(&two).await,
