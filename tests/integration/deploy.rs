@@ -693,3 +693,83 @@ fn envoy_gateway_runs_sluice_with_the_references_contract() {
     }
     assert!(read("README.md").contains("### Envoy Gateway"));
 }
+
+#[test]
+fn the_rate_limit_quota_example_streams_to_sluice_and_its_buckets_are_limited() {
+    let envoy = documents("deploy/envoy/rate-limit-quota.yaml").remove(0);
+    let hcm = at(
+        &envoy,
+        &[
+            "static_resources",
+            "listeners",
+            "0",
+            "filter_chains",
+            "0",
+            "filters",
+            "0",
+            "typed_config",
+        ],
+    );
+    let filter = &hcm["http_filters"][0];
+    assert_eq!(
+        filter["name"].as_str(),
+        Some("envoy.filters.http.rate_limit_quota")
+    );
+    let config = &filter["typed_config"];
+    assert_eq!(
+        config["@type"].as_str(),
+        Some("type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig")
+    );
+    assert_eq!(
+        config["rlqs_server"]["envoy_grpc"]["cluster_name"].as_str(),
+        Some("sluice")
+    );
+    let domain = config["domain"].as_str().expect("a domain");
+    let limits =
+        sluice::config::load(&[root().join("config")], Default::default()).expect("config/ loads");
+    let matchers = config["bucket_matchers"]["matcher_list"]["matchers"]
+        .as_sequence()
+        .expect("matchers");
+    assert!(!matchers.is_empty());
+    for matcher in matchers {
+        let settings = &matcher["on_match"]["action"]["typed_config"];
+        assert_eq!(
+            settings["@type"].as_str(),
+            Some("type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings")
+        );
+        assert!(settings["reporting_interval"].as_str().is_some());
+        let builder = settings["bucket_id_builder"]["bucket_id_builder"]
+            .as_mapping()
+            .expect("a bucket id builder");
+        let pairs: Vec<(String, String)> = builder
+            .iter()
+            .map(|(k, v)| {
+                let value = v["string_value"].as_str().expect("a fixed value");
+                (k.as_str().unwrap().to_string(), value.to_string())
+            })
+            .collect();
+        let resolved = sluice::rlqs::bucket::resolve(&limits, domain, &pairs);
+        assert!(
+            matches!(resolved, sluice::rlqs::bucket::Resolved::Limited { .. }),
+            "{pairs:?} is not limited in config/: {resolved:?}"
+        );
+    }
+    // The sluice cluster speaks HTTP/2 to the gRPC port.
+    let cluster = at(&envoy, &["static_resources", "clusters", "0"]);
+    assert_eq!(cluster["name"].as_str(), Some("sluice"));
+    assert!(!cluster["typed_extension_protocol_options"].is_null());
+    let address = at(
+        cluster,
+        &[
+            "load_assignment",
+            "endpoints",
+            "0",
+            "lb_endpoints",
+            "0",
+            "endpoint",
+            "address",
+            "socket_address",
+        ],
+    );
+    assert_eq!(address["port_value"].as_u64(), Some(8081));
+}
