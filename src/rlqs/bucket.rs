@@ -87,21 +87,32 @@ pub fn blanket(allow: bool) -> RateLimitStrategy {
     }
 }
 
-/// A share of `limit`: a token bucket of `share` tokens refilled whole every period; no share
-/// denies all.
+/// A share of `limit` as Envoy's token bucket: `share` per period, in fills of a tenth of it
+/// (at least 1), the bucket holding one fill. A client then admits at most its share plus a
+/// tenth in any period (a bucket holding the whole share would allow twice the share: a full
+/// bucket, then its refill). No share denies all.
 pub fn strategy(limit: &Limit, share: u64) -> RateLimitStrategy {
     if share == 0 {
         return blanket(false);
     }
-    let tokens = u32::try_from(share).unwrap_or(u32::MAX);
+    let fill = share.div_ceil(FILLS_PER_PERIOD).max(1);
+    // fill tokens every period x fill / share, rounded up: never faster than the share.
+    let interval_us =
+        (u128::from(limit.period_us()) * u128::from(fill)).div_ceil(u128::from(share));
+    let tokens = u32::try_from(fill).unwrap_or(u32::MAX);
     RateLimitStrategy {
         strategy: Some(Strategy::TokenBucket(TokenBucket {
             max_tokens: tokens,
             tokens_per_fill: Some(tokens),
-            fill_interval: Some(duration(Duration::from_micros(limit.period_us()))),
+            fill_interval: Some(duration(Duration::from_micros(
+                u64::try_from(interval_us).unwrap_or(u64::MAX),
+            ))),
         })),
     }
 }
+
+/// A share is handed out in this many fills per period.
+const FILLS_PER_PERIOD: u64 = 10;
 
 /// `d` as a protobuf duration.
 pub fn duration(d: Duration) -> prost_types::Duration {

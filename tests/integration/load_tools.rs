@@ -136,3 +136,45 @@ fn the_h2load_script_writes_a_request_sluice_decodes() {
     assert_eq!(counted(&sluice, "hot", "total_hits"), Some(50.0));
     assert_eq!(counted(&sluice, "hot", "over_limit"), Some(45.0));
 }
+
+#[test]
+fn sluice_quota_load_prints_the_shares_over_time_and_the_reports_the_server_counted() {
+    let config = "domain: edge_quota\ndescriptors:\n  - key: api\n    value: search\n    rate_limit: {unit: minute, requests_per_unit: 10000}\n";
+    let sluice = Sluice::start(config, &[]);
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice-quota-load"))
+        .args(["--target", &sluice.grpc_addr.to_string()])
+        .args(["--clients", "5", "--demand", "20,40,100,150,200"])
+        .args(["--interval", "200ms", "--duration", "3s"])
+        .output()
+        .expect("run sluice-quota-load");
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    // Demands of 1,200, 2,400, 6,000, 9,000 and 12,000 a minute of 10,000: the first met,
+    // 8,800 split four ways (2,400 is more than a fourth).
+    let last_row = text
+        .lines()
+        .filter(|line| line.contains(" = "))
+        .last()
+        .expect("a row of shares");
+    assert!(
+        last_row.ends_with("1200 2200 2200 2200 2200 = 10000"),
+        "{text}"
+    );
+    let summary = text.lines().last().unwrap_or_default();
+    let reports: u64 = summary
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(summary.contains("0 errors"), "{text}");
+    let (_, metrics) = sluice.http_get("/metrics");
+    let assigned = series(
+        &metrics,
+        "sluice_rlqs_assignments_total{domain=\"edge_quota\",rule=\"edge_quota.api_search\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(
+        reports > 0 && assigned >= reports as f64,
+        "{reports} reports, {assigned} assignments"
+    );
+}

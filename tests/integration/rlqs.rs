@@ -103,8 +103,19 @@ fn action(response: &RateLimitQuotaResponse) -> Action {
     response.bucket_action[0].bucket_action.expect("an action")
 }
 
-/// The token bucket's size of an assignment (0 for deny all), and its time-to-live.
+/// The share per minute an assignment gives (0 for deny all), and its time-to-live.
 fn tokens(action: &Action) -> (u64, Duration) {
+    let (bucket, ttl) = token_bucket(action);
+    // The interval is rounded up to a microsecond: the share, to the nearest request.
+    let share = bucket.map_or(0, |(fill, interval)| {
+        (fill as f64 * 60.0 / interval.as_secs_f64()).round() as u64
+    });
+    (share, ttl)
+}
+
+/// An assignment's token bucket (tokens per fill, fill interval; `None` for deny all), and
+/// its time-to-live. Its bucket holds one fill.
+fn token_bucket(action: &Action) -> (Option<(u64, Duration)>, Duration) {
     let Action::QuotaAssignmentAction(assignment) = action else {
         panic!("not an assignment: {action:?}");
     };
@@ -116,25 +127,18 @@ fn tokens(action: &Action) -> (u64, Duration) {
         .rate_limit_strategy
         .and_then(|s| s.strategy)
         .expect("a strategy");
-    let size = match strategy {
+    let bucket = match strategy {
         Strategy::TokenBucket(bucket) => {
-            assert_eq!(
-                Some(bucket.max_tokens),
-                bucket.tokens_per_fill.map(|t| t.value)
-            );
-            assert_eq!(
-                bucket.fill_interval,
-                Some(ProtoDuration {
-                    seconds: 60,
-                    nanos: 0
-                })
-            );
-            u64::from(bucket.max_tokens)
+            let fill = bucket.tokens_per_fill.map(|t| t.value).expect("a fill");
+            assert_eq!(bucket.max_tokens, fill, "the bucket holds one fill");
+            let interval = bucket.fill_interval.expect("a fill interval");
+            let interval = Duration::new(interval.seconds as u64, interval.nanos as u32);
+            Some((u64::from(fill), interval))
         }
-        Strategy::BlanketRule(rule) if rule == BlanketRule::DenyAll as i32 => 0,
+        Strategy::BlanketRule(rule) if rule == BlanketRule::DenyAll as i32 => None,
         other => panic!("not a share: {other:?}"),
     };
-    (size, ttl)
+    (bucket, ttl)
 }
 
 fn blanket(action: &Action) -> BlanketRule {
@@ -336,4 +340,130 @@ async fn two_sluice_processes_on_one_redis_assign_from_one_budget() {
     // The claims live in Redis, one hash for the bucket.
     let claims = redis.cli(&["HLEN", "rlqs_quota_api_search"]);
     assert_eq!(claims.trim(), "3", "{claims}");
+}
+
+/// A client's local enforcement, as Envoy's filter does it: a token bucket from the
+/// assignment (a new, full bucket when the assignment changes), refilled continuously.
+struct Enforcer {
+    bucket: Option<(u64, Duration)>,
+    tokens: f64,
+}
+
+impl Enforcer {
+    fn apply(&mut self, bucket: Option<(u64, Duration)>) {
+        if bucket != self.bucket {
+            self.bucket = bucket;
+            self.tokens = bucket.map_or(0.0, |(fill, _)| fill as f64);
+        }
+    }
+
+    fn refill(&mut self, elapsed: Duration) {
+        if let Some((fill, interval)) = self.bucket {
+            let added = fill as f64 * elapsed.as_secs_f64() / interval.as_secs_f64();
+            self.tokens = (self.tokens + added).min(fill as f64);
+        }
+    }
+
+    fn admit(&mut self) -> bool {
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return true;
+        }
+        false
+    }
+}
+
+#[tokio::test]
+async fn clients_enforcing_their_assignments_stay_within_the_limit_in_any_minute() {
+    // Five Envoys wanting 60, 120, 600, 900 and 1,200 requests a minute of one 1,000 a
+    // minute bucket, enforcing what they are assigned and reporting every 5 s, for 5 minutes
+    // of virtual time (10 ms steps); the reports go to the real server.
+    let sluice = Sluice::start(CONFIG, &[]);
+    let rates = [1.0, 2.0, 10.0, 15.0, 20.0];
+    let mut clients = Vec::new();
+    for _ in 0..rates.len() {
+        clients.push(QuotaClient::open(&sluice).await);
+    }
+    let mut enforcers: Vec<Enforcer> = (0..rates.len())
+        .map(|_| Enforcer {
+            bucket: None,
+            tokens: 0.0,
+        })
+        .collect();
+    let step = Duration::from_millis(10);
+    let report_every = 500; // steps: 5 s
+    let steps = 30_000; // 5 minutes
+    let mut owed = vec![0.0f64; rates.len()];
+    let mut usage = vec![(0u64, 0u64); rates.len()];
+    let mut admitted_at = vec![0u64; steps];
+    let mut changes = 0;
+    for t in 0..steps {
+        if t % report_every == 0 {
+            let elapsed = if t == 0 {
+                step
+            } else {
+                step * report_every as u32
+            };
+            for (i, client) in clients.iter_mut().enumerate() {
+                let (allowed, denied) = std::mem::take(&mut usage[i]);
+                client
+                    .reports
+                    .send(RateLimitQuotaUsageReports {
+                        domain: if client.first {
+                            "quota".into()
+                        } else {
+                            String::new()
+                        },
+                        bucket_quota_usages: vec![BucketQuotaUsage {
+                            bucket_id: Some(bucket("search")),
+                            time_elapsed: Some(ProtoDuration {
+                                seconds: elapsed.as_secs() as i64,
+                                nanos: elapsed.subsec_nanos() as i32,
+                            }),
+                            num_requests_allowed: allowed,
+                            num_requests_denied: denied,
+                        }],
+                    })
+                    .await
+                    .unwrap();
+                client.first = false;
+                let (bucket, _) = token_bucket(&action(&client.answer().await));
+                if bucket != enforcers[i].bucket {
+                    changes += 1;
+                }
+                enforcers[i].apply(bucket);
+            }
+        }
+        for (i, enforcer) in enforcers.iter_mut().enumerate() {
+            enforcer.refill(step);
+            owed[i] += rates[i] * step.as_secs_f64();
+            while owed[i] >= 1.0 {
+                owed[i] -= 1.0;
+                if enforcer.admit() {
+                    usage[i].0 += 1;
+                    admitted_at[t] += 1;
+                } else {
+                    usage[i].1 += 1;
+                }
+            }
+        }
+    }
+    // The most admitted in any minute, from the start and once the shares have settled
+    // (after two report intervals).
+    let minute = 6_000;
+    let window = |from: usize| {
+        (from..=steps - minute)
+            .map(|start| admitted_at[start..start + minute].iter().sum::<u64>())
+            .max()
+            .unwrap_or(0)
+    };
+    let (any, settled) = (window(0), window(2 * report_every));
+    // Each assignment's bucket holds a tenth of its share: a settled minute admits at most
+    // 1,100; a change of assignment starts a full bucket, a tenth of a share more each.
+    assert!(settled <= 1100, "{settled} admitted in a settled minute");
+    assert!(
+        any <= 1100 + changes * 100,
+        "{any} admitted in a minute with {changes} changes of assignment"
+    );
+    assert!(settled >= 900, "the limit is used: {settled} in a minute");
 }
