@@ -153,8 +153,7 @@ fn sluice_quota_load_prints_the_shares_over_time_and_the_reports_the_server_coun
     // 8,800 split four ways (2,400 is more than a fourth).
     let last_row = text
         .lines()
-        .filter(|line| line.contains(" = "))
-        .last()
+        .rfind(|line| line.contains(" = "))
         .expect("a row of shares");
     assert!(
         last_row.ends_with("1200 2200 2200 2200 2200 = 10000"),

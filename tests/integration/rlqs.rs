@@ -397,7 +397,7 @@ async fn clients_enforcing_their_assignments_stay_within_the_limit_in_any_minute
     let mut usage = vec![(0u64, 0u64); rates.len()];
     let mut admitted_at = vec![0u64; steps];
     let mut changes = 0;
-    for t in 0..steps {
+    for (t, admitted_now) in admitted_at.iter_mut().enumerate() {
         if t % report_every == 0 {
             let elapsed = if t == 0 {
                 step
@@ -441,7 +441,7 @@ async fn clients_enforcing_their_assignments_stay_within_the_limit_in_any_minute
                 owed[i] -= 1.0;
                 if enforcer.admit() {
                     usage[i].0 += 1;
-                    admitted_at[t] += 1;
+                    *admitted_now += 1;
                 } else {
                     usage[i].1 += 1;
                 }
