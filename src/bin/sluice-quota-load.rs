@@ -19,7 +19,7 @@ use sluice::proto::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuo
 use sluice::rlqs::wire::{BucketQuotaUsage, UsageReports};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser)]
 #[command(name = "sluice-quota-load", about = "RLQS clients for sluice")]
@@ -35,9 +35,12 @@ struct Args {
     /// The first bucket's value; more buckets are `<value>-1`, `<value>-2`, ...
     #[arg(long, default_value = "search")]
     value: String,
-    /// Clients, each on its own stream (its own connection).
+    /// Clients, each on its own stream.
     #[arg(long, default_value_t = 5)]
     clients: usize,
+    /// Connections the streams share (0: one per client, as separate Envoys have).
+    #[arg(long, default_value_t = 0)]
+    connections: usize,
     /// Buckets each client reports.
     #[arg(long, default_value_t = 1)]
     buckets: usize,
@@ -61,15 +64,33 @@ struct Seen {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), BoxError> {
     let args = Arc::new(Args::parse());
     let seen = Arc::new(Seen::default());
     let started = Instant::now();
+    let shared = if args.connections == 0 {
+        Vec::new()
+    } else {
+        let mut channels = Vec::new();
+        for _ in 0..args.connections {
+            channels.push(connect(&args.target).await?);
+        }
+        channels
+    };
     let mut tasks = Vec::new();
     for client in 0..args.clients {
         let (args, seen) = (args.clone(), seen.clone());
+        let channel = shared.get(client % shared.len().max(1)).cloned();
         tasks.push(tokio::spawn(async move {
-            if let Err(error) = run_client(client, &args, &seen, started).await {
+            let channel = match channel {
+                Some(channel) => Ok(channel),
+                None => connect(&args.target).await,
+            };
+            let run = match channel {
+                Ok(channel) => run_client(client, channel, &args, &seen, started).await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = run {
                 seen.errors.fetch_add(1, Ordering::Relaxed);
                 eprintln!("client {client}: {error}");
             }
@@ -114,16 +135,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn connect(target: &str) -> Result<Channel, BoxError> {
+    Ok(Endpoint::from_shared(format!("http://{target}"))?
+        .connect()
+        .await?)
+}
+
 /// One client: reports its buckets every interval and reads the assignments.
 async fn run_client(
     client: usize,
+    channel: Channel,
     args: &Args,
     seen: &Seen,
     started: Instant,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let channel = Endpoint::from_shared(format!("http://{}", args.target))?
-        .connect()
-        .await?;
+) -> Result<(), BoxError> {
     let mut rlqs = RateLimitQuotaServiceClient::new(channel);
     let (reports, outgoing) = mpsc::channel(4);
     let mut answers = rlqs

@@ -120,23 +120,36 @@ impl<B: Budget> ClientStream<B> {
                 )))
             }
         };
-        let mut actions = Vec::new();
+        let mut reported: Vec<(Pairs, Subscribed)> = Vec::new();
         for usage in report.bucket_quota_usages {
-            match self.on_usage(&domain, usage).await {
-                Ok(action) => actions.push(action),
+            let new_ones = reported
+                .iter()
+                .filter(|(pairs, _)| !self.buckets.contains_key(pairs))
+                .count();
+            match self.on_usage(&domain, usage, new_ones) {
+                Ok(bucket) => reported.push(bucket),
                 Err(reason) => self.shared.metrics.record_rlqs_rejected(reason),
             }
+        }
+        // The report's buckets are claimed together: one round trip's wait on Redis, not one
+        // per bucket.
+        let claims = reported.iter().map(|(_, bucket)| self.assign(&domain, bucket));
+        let actions = futures_util::future::join_all(claims).await;
+        for (pairs, bucket) in reported {
+            self.buckets.insert(pairs, bucket);
         }
         self.send(actions).await;
         Ok(())
     }
 
-    /// The action answering one bucket's usage, or why the bucket is refused.
-    async fn on_usage(
-        &mut self,
+    /// The bucket one usage reports, as it now stands, or why the bucket is refused;
+    /// `new_ones` buckets of the same report are new to the stream.
+    fn on_usage(
+        &self,
         domain: &str,
         usage: BucketQuotaUsage,
-    ) -> Result<BucketAction, &'static str> {
+        new_ones: usize,
+    ) -> Result<(Pairs, Subscribed), &'static str> {
         let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
             tracing::debug!(client = %self.client, "RLQS report without a bucket id");
             return Err("empty_bucket_id");
@@ -161,7 +174,7 @@ impl<B: Budget> ClientStream<B> {
             .collect();
         pairs.sort();
         let is_new = !self.buckets.contains_key(&pairs);
-        if is_new && self.buckets.len() >= self.shared.settings.max_buckets_per_stream {
+        if is_new && self.buckets.len() + new_ones >= self.shared.settings.max_buckets_per_stream {
             return Err("too_many_buckets");
         }
         let config = self.shared.config.load();
@@ -195,9 +208,7 @@ impl<B: Budget> ClientStream<B> {
             demand,
             ttl,
         };
-        let action = self.assign(domain, &subscribed).await;
-        self.buckets.insert(pairs, subscribed);
-        Ok(action)
+        Ok((pairs, subscribed))
     }
 
     /// The assignment of `bucket` now: its share of its limit, allow all, or the default.
