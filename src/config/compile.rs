@@ -9,7 +9,7 @@ use crate::config::file::{DescriptorDoc, RateLimitDoc};
 use crate::config::metadata;
 use crate::config::pattern::Pattern;
 use crate::config::position::Positions;
-use crate::config::tree::{Level, NamedLimit, Node, Rule};
+use crate::config::tree::{Level, NamedLimit, Node, RlqsStrategy, Rule};
 use crate::config::LoadOptions;
 use crate::limit::{Algorithm, Limit, Unit};
 
@@ -131,6 +131,7 @@ impl<'a> FileCompiler<'a> {
             }
             (None, Some(docs)) => self.several_limits(docs, &format!("{node_path}.rate_limits"))?,
         };
+        let rlqs_strategy = self.rlqs_strategy(node, &limits, node_path)?;
         Some(Rule {
             full_key: full_key.to_string(),
             limits,
@@ -140,7 +141,39 @@ impl<'a> FileCompiler<'a> {
             detailed_metric: node.detailed_metric,
             metadata: node.metadata.as_ref().map(metadata::to_struct),
             metric_labels: None,
+            rlqs_strategy,
         })
+    }
+
+    /// `rlqs_strategy`: a known name, and `requests_per_time_unit` only for a limit of one
+    /// whole unit (Envoy's strategy counts per unit).
+    fn rlqs_strategy(
+        &mut self,
+        node: &DescriptorDoc,
+        limits: &[NamedLimit],
+        node_path: &str,
+    ) -> Option<RlqsStrategy> {
+        let Some(name) = &node.rlqs_strategy else {
+            return Some(RlqsStrategy::default());
+        };
+        let path = format!("{node_path}.rlqs_strategy");
+        let Some(strategy) = RlqsStrategy::parse(name) else {
+            let reason = format!(
+                "unknown RLQS strategy '{name}' (expected token_bucket or requests_per_time_unit)"
+            );
+            self.error(&path, reason);
+            return None;
+        };
+        let multiplied = limits
+            .iter()
+            .filter_map(|named| named.limit)
+            .any(|limit| limit.unit_multiplier > 1);
+        if strategy == RlqsStrategy::RequestsPerTimeUnit && multiplied {
+            let reason = "requests_per_time_unit counts per whole unit: the limit cannot have a unit_multiplier";
+            self.error(&path, reason);
+            return None;
+        }
+        Some(strategy)
     }
 
     /// The limits of `rate_limits`, and every name they replace.

@@ -47,6 +47,9 @@ pub struct DescriptorDoc {
     /// Free-form; returned in dynamic metadata.
     #[serde(default)]
     pub metadata: Option<serde_yaml::Value>,
+    /// How RLQS clients enforce their share of this node's limit (sluice's extension).
+    #[serde(default, deserialize_with = "scalar_string")]
+    pub rlqs_strategy: Option<String>,
 }
 
 /// The limit of a node. `algorithm`, `unit_multiplier`, `burst`, `debt`, `warmup` and
@@ -149,6 +152,7 @@ impl Level {
                 "value_to_metric",
                 "share_threshold",
                 "metadata",
+                "rlqs_strategy",
             ],
             Level::RateLimit => &[
                 "unit",

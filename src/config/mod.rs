@@ -19,6 +19,6 @@ mod xds;
 pub use crate::labels::MatchedLevel;
 pub use error::{ConfigError, ConfigErrors, FileError};
 pub use load::{load, load_docs_of, load_str, LoadOptions};
-pub use tree::{Config, Domain, Match, NamedLimit, Rule, NOTHING_LIMITED};
+pub use tree::{Config, Domain, Match, NamedLimit, RlqsStrategy, Rule, NOTHING_LIMITED};
 pub use watch::{ReloadResult, Reloader};
 pub use xds::{XdsSettings, XdsSource, XdsTls};

@@ -27,6 +27,7 @@ fn descriptor(node: &xds::RateLimitDescriptor) -> DescriptorDoc {
         value_to_metric: false,
         share_threshold: false,
         metadata: node.metadata.as_ref().map(struct_yaml),
+        rlqs_strategy: None,
     }
 }
 

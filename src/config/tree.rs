@@ -117,6 +117,29 @@ pub struct Rule {
     /// The metric labels of the rule when no request value stands in them (set once the
     /// domain is built): the request path then builds no labels.
     pub metric_labels: Option<LimitLabels>,
+    /// How RLQS clients enforce their share of the rule's limit.
+    pub rlqs_strategy: RlqsStrategy,
+}
+
+/// The strategy an RLQS assignment carries for a rule (`rlqs_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RlqsStrategy {
+    /// Envoy's token bucket, refilled with the share over the period.
+    #[default]
+    TokenBucket,
+    /// Envoy's requests per time unit: the share per unit (a limit of one whole unit).
+    RequestsPerTimeUnit,
+}
+
+impl RlqsStrategy {
+    /// The YAML names.
+    pub fn parse(name: &str) -> Option<RlqsStrategy> {
+        match name {
+            "token_bucket" => Some(RlqsStrategy::TokenBucket),
+            "requests_per_time_unit" => Some(RlqsStrategy::RequestsPerTimeUnit),
+            _ => None,
+        }
+    }
 }
 
 /// One limit of a rule, with its `name`; `limit` is `None` for `unlimited: true`.

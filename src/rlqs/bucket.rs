@@ -7,8 +7,11 @@
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::config::RlqsStrategy;
 use crate::limit::Limit;
-use crate::proto::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use crate::proto::envoy::r#type::v3::rate_limit_strategy::{
+    BlanketRule, RequestsPerTimeUnit, Strategy,
+};
 use crate::proto::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 
 /// Most pairs whose every order is tried.
@@ -23,6 +26,7 @@ pub enum Resolved {
         /// The rule's composite key (`domain.key_value`), for metrics.
         rule: String,
         limit: Limit,
+        strategy: RlqsStrategy,
     },
     /// `unlimited: true`: allow all.
     Unlimited { rule: String },
@@ -54,6 +58,7 @@ pub fn resolve(config: &Config, domain: &str, pairs: &[(String, String)]) -> Res
                 budget_key,
                 rule,
                 limit,
+                strategy: matched.rule.rlqs_strategy,
             };
         }
         if pairs.len() > MAX_PERMUTED_PAIRS || !next_permutation(&mut order) {
@@ -91,9 +96,17 @@ pub fn blanket(allow: bool) -> RateLimitStrategy {
 /// (at least 1), the bucket holding one fill. A client then admits at most its share plus a
 /// tenth in any period (a bucket holding the whole share would allow twice the share: a full
 /// bucket, then its refill). No share denies all.
-pub fn strategy(limit: &Limit, share: u64) -> RateLimitStrategy {
+pub fn strategy(limit: &Limit, kind: RlqsStrategy, share: u64) -> RateLimitStrategy {
     if share == 0 {
         return blanket(false);
+    }
+    if kind == RlqsStrategy::RequestsPerTimeUnit {
+        return RateLimitStrategy {
+            strategy: Some(Strategy::RequestsPerTimeUnit(RequestsPerTimeUnit {
+                requests_per_time_unit: share,
+                time_unit: limit.unit.proto_number(),
+            })),
+        };
     }
     let fill = share.div_ceil(FILLS_PER_PERIOD).max(1);
     // fill tokens every period x fill / share, rounded up: never faster than the share.

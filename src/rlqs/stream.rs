@@ -133,7 +133,9 @@ impl<B: Budget> ClientStream<B> {
         }
         // The report's buckets are claimed together: one round trip's wait on Redis, not one
         // per bucket.
-        let claims = reported.iter().map(|(_, bucket)| self.assign(&domain, bucket));
+        let claims = reported
+            .iter()
+            .map(|(_, bucket)| self.assign(&domain, bucket));
         let actions = futures_util::future::join_all(claims).await;
         for (pairs, bucket) in reported {
             self.buckets.insert(pairs, bucket);
@@ -222,6 +224,7 @@ impl<B: Budget> ClientStream<B> {
                 budget_key,
                 rule,
                 limit,
+                strategy: kind,
             } => {
                 let now = SystemClock.now_us();
                 let ask = Ask {
@@ -237,7 +240,7 @@ impl<B: Budget> ClientStream<B> {
                         self.shared
                             .metrics
                             .record_rlqs_assignment(domain, rule, share, clients);
-                        bucket::strategy(limit, share)
+                        bucket::strategy(limit, *kind, share)
                     }
                     Err(error) => {
                         // No share can be known: the bucket gets the default action until

@@ -442,6 +442,29 @@ fn sluice_extensions_are_validated() {
 }
 
 #[test]
+fn rlqs_strategy_is_validated() {
+    let config = |extra: &str| {
+        format!("domain: d\ndescriptors:\n  - key: k\n    {extra}\n    rate_limit: {{unit: second, requests_per_unit: 5, unit_multiplier: 2}}\n")
+    };
+    let unknown = load_str("x.yaml", &config("rlqs_strategy: leaky"), NO_MERGE)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unknown.contains("descriptors[0].rlqs_strategy: unknown RLQS strategy 'leaky'"),
+        "{unknown}"
+    );
+    let multiplied = load_str(
+        "x.yaml",
+        &config("rlqs_strategy: requests_per_time_unit"),
+        NO_MERGE,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(multiplied.contains("counts per whole unit"), "{multiplied}");
+    load_str("x.yaml", &config("rlqs_strategy: token_bucket"), NO_MERGE).expect("a token bucket");
+}
+
+#[test]
 fn warm_up_takes_a_warmup_and_a_cold_factor_within_what_its_integers_hold() {
     let cases = [
         ("requests_per_unit: 1\n      warmup: 10s", ":7:7: descriptors[0].rate_limit.warmup: warmup applies only to warm_up, not to fixed_window"),

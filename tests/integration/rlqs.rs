@@ -27,6 +27,10 @@ descriptors:
   - key: api
     value: free
     rate_limit: {unlimited: true}
+  - key: api
+    value: report
+    rlqs_strategy: requests_per_time_unit
+    rate_limit: {unit: minute, requests_per_unit: 600}
 ";
 
 /// One Envoy's stream: reports go out through `reports`, assignments come in on `answers`.
@@ -234,6 +238,30 @@ async fn unlimited_and_unknown_buckets_get_blanket_rules() {
         blanket(&client.share("nowhere", 5, SECOND).await),
         BlanketRule::DenyAll
     );
+}
+
+#[tokio::test]
+async fn a_rule_can_assign_requests_per_time_unit() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let (mut a, mut b) = (
+        QuotaClient::open(&sluice).await,
+        QuotaClient::open(&sluice).await,
+    );
+    a.share("report", 20, SECOND).await;
+    b.share("report", 20, SECOND).await;
+    let Action::QuotaAssignmentAction(assignment) = a.share("report", 20, SECOND).await else {
+        panic!("not an assignment");
+    };
+    match assignment.rate_limit_strategy.and_then(|s| s.strategy) {
+        Some(Strategy::RequestsPerTimeUnit(per_unit)) => {
+            assert_eq!(per_unit.requests_per_time_unit, 300, "half of 600 a minute");
+            assert_eq!(
+                per_unit.time_unit,
+                envoy_types::pb::envoy::r#type::v3::RateLimitUnit::Minute as i32
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
