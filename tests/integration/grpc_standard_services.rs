@@ -1,5 +1,6 @@
-//! The standard gRPC services beside the RLS: health (for `""`, `ratelimit` and the RLS name)
-//! and reflection (v1 and v1alpha), so grpcurl and Kubernetes probes need no proto files.
+//! The standard gRPC services beside the RLS: health (for `""`, `ratelimit`, the RLS and the
+//! RLQS names) and reflection (v1 and v1alpha), so grpcurl and Kubernetes probes need no proto
+//! files.
 
 use crate::support::Sluice;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -9,12 +10,13 @@ use tonic_health::pb::HealthCheckRequest;
 const CONFIG: &str =
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
 const RLS: &str = "envoy.service.ratelimit.v3.RateLimitService";
+const RLQS: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";
 
 #[tokio::test]
 async fn health_reports_serving_for_every_name() {
     let sluice = Sluice::start(CONFIG, &[]);
     let mut health = HealthClient::new(sluice.channel().await);
-    for service in ["", "ratelimit", RLS] {
+    for service in ["", "ratelimit", RLS, RLQS] {
         let response = health
             .check(HealthCheckRequest {
                 service: service.to_string(),
@@ -100,6 +102,7 @@ async fn reflection_v1alpha_lists_services_for_older_grpcurl() {
         panic!("expected a service list, got {listed:?}");
     };
     assert!(list.service.iter().any(|s| s.name == RLS));
+    assert!(list.service.iter().any(|s| s.name == RLQS), "{list:?}");
 }
 
 #[tokio::test]
