@@ -49,6 +49,40 @@ fn at<'a>(value: &'a Value, path: &[&str]) -> &'a Value {
         })
 }
 
+/// The HTTP connection manager of an Envoy bootstrap's first listener.
+fn connection_manager(envoy: &Value) -> &Value {
+    at(
+        envoy,
+        &[
+            "static_resources",
+            "listeners",
+            "0",
+            "filter_chains",
+            "0",
+            "filters",
+            "0",
+            "typed_config",
+        ],
+    )
+}
+
+/// The socket address of a cluster's first endpoint.
+fn first_endpoint(cluster: &Value) -> &Value {
+    at(
+        cluster,
+        &[
+            "load_assignment",
+            "endpoints",
+            "0",
+            "lb_endpoints",
+            "0",
+            "endpoint",
+            "address",
+            "socket_address",
+        ],
+    )
+}
+
 fn deployment() -> Value {
     documents("deploy/kubernetes/deployment.yaml").remove(0)
 }
@@ -352,19 +386,7 @@ fn assert_limited(domain: &str, descriptors: &[Vec<(String, String)>], source: &
 #[test]
 fn envoy_and_istio_descriptors_are_limited_by_the_config() {
     let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
-    let hcm = at(
-        &envoy,
-        &[
-            "static_resources",
-            "listeners",
-            "0",
-            "filter_chains",
-            "0",
-            "filters",
-            "0",
-            "typed_config",
-        ],
-    );
+    let hcm = connection_manager(&envoy);
     let filter = &hcm["http_filters"][0]["typed_config"];
     let domain = filter["domain"].as_str().unwrap();
     assert_eq!(
@@ -380,20 +402,7 @@ fn envoy_and_istio_descriptors_are_limited_by_the_config() {
     }
     assert_limited(domain, &descriptors, "deploy/envoy/envoy.yaml");
     // The sluice cluster speaks HTTP/2 to the gRPC port.
-    let sluice_cluster = at(&envoy, &["static_resources", "clusters", "0"]);
-    let address = at(
-        sluice_cluster,
-        &[
-            "load_assignment",
-            "endpoints",
-            "0",
-            "lb_endpoints",
-            "0",
-            "endpoint",
-            "address",
-            "socket_address",
-        ],
-    );
+    let address = first_endpoint(at(&envoy, &["static_resources", "clusters", "0"]));
     assert_eq!(address["port_value"].as_u64(), Some(8081));
     let istio = documents("deploy/istio/envoyfilter.yaml");
     let istio_filter = at(
@@ -697,19 +706,7 @@ fn envoy_gateway_runs_sluice_with_the_references_contract() {
 #[test]
 fn the_rate_limit_quota_example_streams_to_sluice_and_its_buckets_are_limited() {
     let envoy = documents("deploy/envoy/rate-limit-quota.yaml").remove(0);
-    let hcm = at(
-        &envoy,
-        &[
-            "static_resources",
-            "listeners",
-            "0",
-            "filter_chains",
-            "0",
-            "filters",
-            "0",
-            "typed_config",
-        ],
-    );
+    let hcm = connection_manager(&envoy);
     let filter = &hcm["http_filters"][0];
     assert_eq!(
         filter["name"].as_str(),
@@ -758,18 +755,6 @@ fn the_rate_limit_quota_example_streams_to_sluice_and_its_buckets_are_limited() 
     let cluster = at(&envoy, &["static_resources", "clusters", "0"]);
     assert_eq!(cluster["name"].as_str(), Some("sluice"));
     assert!(!cluster["typed_extension_protocol_options"].is_null());
-    let address = at(
-        cluster,
-        &[
-            "load_assignment",
-            "endpoints",
-            "0",
-            "lb_endpoints",
-            "0",
-            "endpoint",
-            "address",
-            "socket_address",
-        ],
-    );
+    let address = first_endpoint(cluster);
     assert_eq!(address["port_value"].as_u64(), Some(8081));
 }
