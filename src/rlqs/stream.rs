@@ -181,7 +181,10 @@ impl<B: Budget> ClientStream<B> {
         }
         let config = self.shared.config.load();
         let resolved = bucket::resolve(&config, domain, &pairs);
-        let ttl = (elapsed * 2).clamp(self.shared.settings.min_assignment_ttl, MAX_TTL);
+        let ttl = elapsed
+            .saturating_mul(2)
+            .min(MAX_TTL)
+            .max(self.shared.settings.min_assignment_ttl);
         let demand = match &resolved {
             // Until a client has reported a while, it is taken to want the whole limit: it
             // gets an equal split.

@@ -332,6 +332,13 @@ async fn bad_reports_are_refused_clearly_and_counted() {
         .unwrap();
     client.first = false;
     tokens(&client.share("search", 5, SECOND).await);
+    // An absurd time elapsed (i64::MAX seconds) is answered, its time-to-live capped.
+    let (_, ttl) = tokens(
+        &client
+            .share("search", 5, Duration::from_secs(i64::MAX as u64))
+            .await,
+    );
+    assert_eq!(ttl, Duration::from_secs(600));
     let (_, metrics) = sluice.http_get("/metrics");
     assert_eq!(
         series(
