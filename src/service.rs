@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use smallvec::SmallVec;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
@@ -104,7 +105,7 @@ impl<S: Store> RateLimiter<S> {
         let config = self.config.load_full();
         let domain = config.domain(&request.domain);
         let default_cost = u64::from(request.hits_addend.max(1));
-        let mut planned: Vec<plan::Planned<'_>> = request
+        let mut planned: SmallVec<[plan::Planned<'_>; 4]> = request
             .descriptors
             .iter()
             .map(|descriptor| plan::plan(domain, &request.domain, descriptor, default_cost))
@@ -115,7 +116,7 @@ impl<S: Store> RateLimiter<S> {
                 .iter_mut()
                 .for_each(plan::Planned::all_in_quota_mode);
         }
-        let hits = plan::hits(&planned);
+        let hits = plan::hits(&mut planned);
         let decisions = self.charge(&hits).await?;
         let settled = plan::settle(planned, &decisions);
         self.record(&settled);
@@ -123,7 +124,7 @@ impl<S: Store> RateLimiter<S> {
             .iter()
             .map(|s| response::status(&s.verdict, s.decision.as_ref()))
             .collect();
-        let verdicts: Vec<Verdict<'_>> = settled.into_iter().map(|s| s.verdict).collect();
+        let verdicts: SmallVec<[Verdict<'_>; 4]> = settled.into_iter().map(|s| s.verdict).collect();
         let mut overall = response::overall_code(&verdicts, &statuses);
         if overall == Code::OverLimit && self.options.shadow_mode {
             // `SHADOW_MODE`: the answer is OK; the statuses stay truthful.

@@ -126,18 +126,21 @@ pub fn apply_replaces(planned: &mut [Planned<'_>]) {
     }
 }
 
+/// The hits of a request: a few descriptors take no allocation.
+pub type Hits = SmallVec<[Hit; 4]>;
+
 /// The hits of the request: one per limit of each descriptor, a descriptor's limits after
 /// its first joining it, each under its own key (a descriptor with one limit keeps the key
-/// envoyproxy/ratelimit uses).
-pub fn hits(planned: &[Planned<'_>]) -> Vec<Hit> {
-    let mut hits = Vec::with_capacity(planned.len());
+/// envoyproxy/ratelimit uses, moved out of the plan: nothing reads it after).
+pub fn hits(planned: &mut [Planned<'_>]) -> Hits {
+    let mut hits = Hits::with_capacity(planned.len());
     for p in planned {
         let several = p.limits.len() > 1;
         for (index, applied) in p.limits.iter().enumerate() {
             let key = if several {
                 key::limit_key(&p.key, index)
             } else {
-                p.key.clone()
+                std::mem::take(&mut p.key)
             };
             hits.push(Hit {
                 key,
@@ -162,7 +165,10 @@ pub struct Settled<'a> {
 
 /// Pairs each descriptor with its binding limit and that limit's decision, given the store's
 /// `decisions` for `hits(planned)`, in order.
-pub fn settle<'a>(planned: Vec<Planned<'a>>, decisions: &[Decision]) -> Vec<Settled<'a>> {
+pub fn settle<'a>(
+    planned: impl IntoIterator<Item = Planned<'a>>,
+    decisions: &[Decision],
+) -> SmallVec<[Settled<'a>; 4]> {
     let mut decisions = decisions.iter();
     planned
         .into_iter()

@@ -153,10 +153,17 @@ descriptors:
             ],
         )
     };
-    let first = call(&mut client, both("burst")).await;
-    assert_eq!(overall(&first), Code::Ok);
     let keys = |redis: &RedisServer| redis.cli(&["--scan"]);
-    assert!(keys(&fast).contains("p_burst_a_"), "{}", keys(&fast));
+    // A per-second key lives until its second ends: on a loaded machine the scan may come
+    // after that, so the call is made again until a scan sees its key.
+    let (mut seen, mut calls) = (false, 0u32);
+    while !seen && calls < 10 {
+        let call_result = call(&mut client, both("burst")).await;
+        assert_eq!(overall(&call_result), Code::Ok);
+        calls += 1;
+        seen = keys(&fast).contains("p_burst_a_");
+    }
+    assert!(seen, "{}", keys(&fast));
     assert!(!keys(&fast).contains("daily"), "{}", keys(&fast));
     assert!(keys(&main).contains("p_daily_a_"), "{}", keys(&main));
     assert!(!keys(&main).contains("burst"), "{}", keys(&main));
@@ -177,7 +184,7 @@ descriptors:
     .await;
     assert_eq!(
         daily.statuses[0].limit_remaining,
-        50 - 1 - (5 - denied as u32) - 1,
+        50 - calls - (5 - denied as u32) - 1,
         "only admitted requests charged the daily limit"
     );
 }
