@@ -7,7 +7,7 @@
 //!                     --clients 5 --demand 1,2,10,15,20 --interval 1s --duration 10s
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,9 @@ struct Args {
 struct Seen {
     reports: AtomicU64,
     errors: AtomicU64,
+    /// Set once the last row is printed: clients report until then, so none leaves (and
+    /// frees its share to the others) while the printer still reads the shares.
+    stop: AtomicBool,
     /// Client -> its share of the first bucket, per period.
     shares: Mutex<HashMap<usize, u64>>,
 }
@@ -87,7 +90,7 @@ async fn main() -> Result<(), BoxError> {
                 None => connect(&args.target).await,
             };
             let run = match channel {
-                Ok(channel) => run_client(client, channel, &args, &seen, started).await,
+                Ok(channel) => run_client(client, channel, &args, &seen).await,
                 Err(error) => Err(error),
             };
             if let Err(error) = run {
@@ -121,6 +124,7 @@ async fn main() -> Result<(), BoxError> {
         );
         last = reports;
     }
+    seen.stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.abort();
     }
@@ -149,7 +153,6 @@ async fn run_client(
     channel: Channel,
     args: &Args,
     seen: &Seen,
-    started: Instant,
 ) -> Result<(), BoxError> {
     let mut rlqs = RateLimitQuotaServiceClient::new(channel);
     let (reports, outgoing) = mpsc::channel(4);
@@ -163,7 +166,7 @@ async fn run_client(
     let mut domain = args.domain.clone();
     // Fractions of a request carry over to the next report.
     let mut owed = 0.0;
-    while started.elapsed() < args.duration {
+    while !seen.stop.load(Ordering::Relaxed) {
         every.tick().await;
         owed += per_second * args.interval.as_secs_f64();
         let requests = owed.floor() as u64;
