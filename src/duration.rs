@@ -1,5 +1,5 @@
 //! Durations as people write them on command lines and in environment variables: `500ms`,
-//! `10s`, `2m`, `1h`, `1d`, or a bare number of seconds.
+//! `150us` (or `µs`), `10s`, `2m`, `1h`, `1d`, or a bare number of seconds.
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ pub fn parse_us(text: &str) -> Result<u64, DurationError> {
     let (number, unit) = trimmed.split_at(split);
     let number: u64 = number.parse().map_err(|_| error())?;
     let scale: u64 = match unit {
-        "us" => 1,
+        "us" | "µs" => 1,
         "ms" => 1_000,
         "" | "s" => 1_000_000,
         "m" => 60_000_000,
@@ -42,6 +42,7 @@ mod tests {
     fn units() {
         assert_eq!(parse_us("500ms"), Ok(500_000));
         assert_eq!(parse_us("2m"), Ok(120_000_000));
+        assert_eq!(parse_us("150µs"), Ok(150));
         assert_eq!(parse_us("7"), Ok(7_000_000));
         assert!(parse_us("7 parsecs").is_err());
         assert!(parse_us("").is_err());

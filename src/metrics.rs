@@ -194,6 +194,8 @@ impl Metrics {
         gauge("sluice_memory_store_bytes", store.bytes);
         counter("sluice_memory_store_full_total", store.full);
         counter("sluice_redis_script_reloads_total", store.script_reloads);
+        counter("sluice_redis_pipelines_total", store.pipelines);
+        counter("sluice_redis_pipelined_calls_total", store.pipelined_calls);
         counter("sluice_local_cache_hits_total", store.local_cache_hits);
         if let Some(spans) = self.spans {
             let exported = spans.exported.load(Ordering::Relaxed);

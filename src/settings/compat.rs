@@ -33,20 +33,8 @@ pub const IGNORED: &[(&str, &str)] = &[
         "one multiplexed connection serves every request",
     ),
     (
-        "REDIS_PIPELINE_WINDOW",
-        "each request's descriptors go in one pipeline, sent at once",
-    ),
-    (
-        "REDIS_PIPELINE_LIMIT",
-        "each request's descriptors go in one pipeline, sent at once",
-    ),
-    (
         "REDIS_PERSECOND_POOL_SIZE",
         "one multiplexed connection serves every request",
-    ),
-    (
-        "REDIS_PERSECOND_PIPELINE_*",
-        "each request's descriptors go in one pipeline, sent at once",
     ),
     (
         "MEMCACHE_*",

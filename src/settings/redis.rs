@@ -12,7 +12,7 @@ use clap::{ArgAction, Args, ValueEnum};
 
 use crate::duration;
 use crate::settings::SettingsError;
-use crate::store::redis::{RedisKind, RedisTarget, TimeSource};
+use crate::store::redis::{Pipelining, RedisKind, RedisTarget, TimeSource};
 
 /// The flags of the Redis store.
 #[derive(Debug, Clone, Args)]
@@ -64,6 +64,14 @@ pub struct RedisArgs {
     /// envoyproxy/ratelimit's name of --redis-command-timeout.
     #[arg(long, env = "REDIS_TIMEOUT", hide = true, value_parser = duration::parse)]
     pub redis_timeout: Option<Duration>,
+    /// Implicit pipelining: how long the script calls of concurrent requests are gathered
+    /// before they go to Redis together, in one pipeline (e.g. 150us). 0 (with
+    /// --redis-pipeline-limit 0): off, every call is sent as it comes.
+    #[arg(long, env = "REDIS_PIPELINE_WINDOW", default_value = "0", value_parser = duration::parse)]
+    pub redis_pipeline_window: Duration,
+    /// Implicit pipelining: the most calls in one pipeline; 0: no limit but the window.
+    #[arg(long, env = "REDIS_PIPELINE_LIMIT", default_value_t = 0)]
+    pub redis_pipeline_limit: usize,
     /// How long startup waits for Redis, retrying with backoff, before giving up.
     #[arg(long, env = "SLUICE_REDIS_STARTUP_WAIT", default_value = "30s", value_parser = duration::parse)]
     pub redis_startup_wait: Duration,
@@ -106,6 +114,12 @@ pub struct RedisArgs {
     /// Redis's). A request that spans both Redis gets the longer of the two.
     #[arg(long, env = "REDIS_PERSECOND_TIMEOUT", value_parser = duration::parse)]
     pub redis_persecond_timeout: Option<Duration>,
+    /// The per-second Redis's pipelining window, as --redis-pipeline-window.
+    #[arg(long, env = "REDIS_PERSECOND_PIPELINE_WINDOW", default_value = "0", value_parser = duration::parse)]
+    pub redis_persecond_pipeline_window: Duration,
+    /// The per-second Redis's pipelining limit, as --redis-pipeline-limit.
+    #[arg(long, env = "REDIS_PERSECOND_PIPELINE_LIMIT", default_value_t = 0)]
+    pub redis_persecond_pipeline_limit: usize,
     /// The per-second Redis's socket type, as --redis-socket-type.
     #[arg(long, env = "REDIS_PERSECOND_SOCKET_TYPE", default_value = "tcp")]
     pub redis_persecond_socket_type: String,
@@ -123,6 +137,7 @@ struct Endpoint<'a> {
     tls: bool,
     socket_type: &'a str,
     command_timeout: Duration,
+    pipelining: Pipelining,
 }
 
 /// Validated Redis settings.
@@ -166,6 +181,10 @@ impl RedisArgs {
             tls: self.redis_tls,
             socket_type: &self.redis_socket_type,
             command_timeout,
+            pipelining: Pipelining {
+                window: self.redis_pipeline_window,
+                limit: self.redis_pipeline_limit,
+            },
         };
         let main = self.target(main)?;
         let per_second = if self.redis_persecond {
@@ -184,6 +203,10 @@ impl RedisArgs {
                 tls: self.redis_persecond_tls,
                 socket_type: &self.redis_persecond_socket_type,
                 command_timeout: self.redis_persecond_timeout.unwrap_or(command_timeout),
+                pipelining: Pipelining {
+                    window: self.redis_persecond_pipeline_window,
+                    limit: self.redis_persecond_pipeline_limit,
+                },
             };
             Some(self.target(endpoint)?)
         } else {
@@ -258,6 +281,7 @@ impl RedisArgs {
             tls_client,
             connect_timeout: self.redis_connect_timeout,
             command_timeout: endpoint.command_timeout,
+            pipelining: endpoint.pipelining,
         })
     }
 }
@@ -466,6 +490,27 @@ mod tests {
         assert_eq!(per_second.urls, ["rediss://:pw@fast:6380"]);
         assert_eq!(s.target.urls, ["redis://main:6379"]);
         assert_eq!(s.target.command_timeout, Duration::from_millis(500));
+        assert!(!s.target.pipelining.enabled() && !per_second.pipelining.enabled());
+        let s = settings(&[
+            "--redis-pipeline-window",
+            "150us",
+            "--redis-pipeline-limit",
+            "8",
+            "--redis-persecond",
+            "--redis-persecond-url",
+            "fast:6380",
+            "--redis-persecond-pipeline-limit",
+            "4",
+        ])
+        .unwrap();
+        let expected = Pipelining {
+            window: Duration::from_micros(150),
+            limit: 8,
+        };
+        assert_eq!(s.target.pipelining, expected);
+        let per_second = s.per_second.expect("a per-second target");
+        assert_eq!(per_second.pipelining.limit, 4);
+        assert!(per_second.pipelining.window.is_zero() && per_second.pipelining.enabled());
         let err = settings(&["--redis-persecond"]).unwrap_err();
         assert!(err.to_string().contains("REDIS_PERSECOND_URL"), "{err}");
     }

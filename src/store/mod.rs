@@ -46,6 +46,9 @@ pub struct StoreStats {
     /// Requests that found the store full.
     pub full: Option<u64>,
     pub script_reloads: Option<u64>,
+    /// Pipelines sent by implicit pipelining, and the script calls they held.
+    pub pipelines: Option<u64>,
+    pub pipelined_calls: Option<u64>,
     pub local_cache_hits: Option<u64>,
 }
 

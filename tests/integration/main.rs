@@ -20,6 +20,7 @@ mod load_tools;
 mod operations;
 mod otel_traces;
 mod redis_deployments;
+mod redis_pipelining;
 mod redis_store;
 mod reference_cases;
 mod response_extras;

@@ -9,7 +9,7 @@ use crate::support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::Code as GrpcCode;
 
-const CONFIG: &str = r#"
+pub(crate) const CONFIG: &str = r#"
 domain: r
 descriptors:
   - key: fixed_window
@@ -26,7 +26,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5}
 "#;
 
-const ALGORITHMS: [&str; 5] = [
+pub(crate) const ALGORITHMS: [&str; 5] = [
     "fixed_window",
     "sliding_window_log",
     "sliding_window_counter",
@@ -34,7 +34,7 @@ const ALGORITHMS: [&str; 5] = [
     "leaky_bucket",
 ];
 
-fn sluice_on(redis: &RedisServer, extra: &[&str]) -> Sluice {
+pub(crate) fn sluice_on(redis: &RedisServer, extra: &[&str]) -> Sluice {
     let url = redis.url();
     let mut args = vec!["--store", "redis", "--redis-url", url.as_str()];
     args.extend_from_slice(extra);
@@ -43,7 +43,12 @@ fn sluice_on(redis: &RedisServer, extra: &[&str]) -> Sluice {
 
 /// `clients` clients, each on its own connection to one of `servers`, fire `calls` each at
 /// `key`; returns how many were admitted.
-async fn admitted_by(servers: &[&Sluice], clients: usize, calls: usize, key: &str) -> usize {
+pub(crate) async fn admitted_by(
+    servers: &[&Sluice],
+    clients: usize,
+    calls: usize,
+    key: &str,
+) -> usize {
     let mut tasks = Vec::new();
     for index in 0..clients {
         let mut client = servers[index % servers.len()].client().await;
@@ -177,7 +182,7 @@ async fn script_and_function_flushes_under_load_are_invisible_to_clients() {
 }
 
 /// Three calls in a row fail with UNAVAILABLE saying `reason` (in any case), each within 2 s.
-async fn fails_fast(client: &mut Client, ask: &RateLimitRequest, reason: &str) {
+pub(crate) async fn fails_fast(client: &mut Client, ask: &RateLimitRequest, reason: &str) {
     for _ in 0..3 {
         let started = Instant::now();
         let status = client
@@ -222,7 +227,7 @@ async fn a_redis_without_functions_is_called_with_evalsha() {
 }
 
 /// Calls until one is answered OK, within 10 s; until then only UNAVAILABLE is allowed.
-async fn recovers(client: &mut Client, ask: &RateLimitRequest) {
+pub(crate) async fn recovers(client: &mut Client, ask: &RateLimitRequest) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match client.should_rate_limit(ask.clone()).await {

@@ -11,7 +11,9 @@ use crate::support::scenario::{limit, scenario};
 use proptest::prelude::*;
 use sluice::limit::{Algorithm, Charging, Decision, Hit, Limit, Role};
 use sluice::store::memory::MemoryStore;
-use sluice::store::redis::{RedisKind, RedisStore, RedisTarget, RedisTargets, TimeSource};
+use sluice::store::redis::{
+    Pipelining, RedisKind, RedisStore, RedisTarget, RedisTargets, TimeSource,
+};
 use sluice::store::{ManualClock, Store};
 
 const START_US: u64 = 1_700_000_000_123_456;
@@ -64,6 +66,7 @@ fn both_requests(
             tls_client: None,
             connect_timeout: Duration::from_secs(2),
             command_timeout: Duration::from_secs(5),
+            pipelining: Pipelining::default(),
         };
         let targets = RedisTargets {
             main: &target,

@@ -12,9 +12,12 @@ use redis::cluster_async::ClusterConnection;
 use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    Client, IntoConnectionInfo, RedisConnectionInfo, RedisResult, TlsCertificates, TlsMode,
+    Client, Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisResult,
+    TlsCertificates, TlsMode,
 };
 use tokio::sync::Mutex;
+
+use super::pipeline::Pipelining;
 
 /// Which Redis deployment sluice talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -41,6 +44,9 @@ pub struct RedisTarget {
     pub tls_client: Option<(PathBuf, PathBuf)>,
     pub connect_timeout: Duration,
     pub command_timeout: Duration,
+    /// How the calls of concurrent requests are gathered into pipelines (single node and
+    /// Sentinel; a Cluster's calls go to their slots' nodes as they come).
+    pub pipelining: Pipelining,
 }
 
 /// A live connection, shared by every request (multiplexed: no connection per request).
@@ -49,6 +55,46 @@ pub enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
     Sentinel(Arc<SentinelConnection>),
+}
+
+impl Connection {
+    /// Sends `command` to the node that serves its keys.
+    pub async fn command<T: FromRedisValue>(&self, command: &Cmd) -> RedisResult<T> {
+        let result = match self {
+            Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+            Connection::Sentinel(sentinel) => command.query_async(&mut sentinel.primary()).await,
+        };
+        self.after_failure(&result).await;
+        result
+    }
+
+    /// Sends `pipeline` (single node and Sentinel).
+    pub async fn pipeline<T: FromRedisValue>(&self, pipeline: &Pipeline) -> RedisResult<T> {
+        let result = match self {
+            Connection::Single(manager) => pipeline.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => pipeline.query_async(&mut cluster.clone()).await,
+            Connection::Sentinel(sentinel) => pipeline.query_async(&mut sentinel.primary()).await,
+        };
+        self.after_failure(&result).await;
+        result
+    }
+
+    /// After a connection failure through Sentinel, the primary may have moved: asks the
+    /// sentinels before the next call.
+    async fn after_failure<T>(&self, result: &RedisResult<T>) {
+        let Connection::Sentinel(sentinel) = self else {
+            return;
+        };
+        if result
+            .as_ref()
+            .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
+        {
+            if let Err(error) = sentinel.refresh().await {
+                tracing::warn!(%error, "cannot find the Redis primary through Sentinel");
+            }
+        }
+    }
 }
 
 /// The primary's connection, re-resolved through the sentinels when it fails.

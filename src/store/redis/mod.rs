@@ -10,6 +10,7 @@ mod args;
 pub mod budget;
 mod condition;
 mod connect;
+mod pipeline;
 mod scripts;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +25,8 @@ use tracing::Instrument;
 pub use args::ScriptArgs;
 use condition::Condition;
 pub use connect::{Connection, RedisKind, RedisTarget};
+pub use pipeline::Pipelining;
+use pipeline::{PipelineCounts, Pipeliner};
 use scripts::Script;
 
 use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit, Unit};
@@ -42,6 +45,8 @@ pub enum TimeSource {
 /// One Redis deployment the scripts run on, and what sluice learnt of it.
 struct Backend {
     connection: Connection,
+    /// With implicit pipelining: where script calls wait for their batch.
+    pipeliner: Option<Pipeliner>,
     /// Whether it took the function library (Redis 7+): calls are FCALL, else EVALSHA.
     functions: AtomicBool,
     /// Whether the scripts were ever loaded (the first load is logged either way).
@@ -51,12 +56,44 @@ struct Backend {
 }
 
 impl Backend {
-    fn new(connection: Connection, role: &'static str) -> Backend {
+    /// The backend of `connection`, its calls pipelined as `target` says (not on a Cluster,
+    /// whose calls go to their slots' nodes).
+    fn new(
+        connection: Connection,
+        target: &RedisTarget,
+        counts: &Arc<PipelineCounts>,
+        role: &'static str,
+    ) -> Backend {
+        let pipelining = target.pipelining;
+        let pipeliner = match &connection {
+            Connection::Cluster(_) if pipelining.enabled() => {
+                tracing::warn!(
+                    redis = role,
+                    "implicit pipelining is not applied on a Cluster: each call goes to its slot's node as it comes"
+                );
+                None
+            }
+            _ if pipelining.enabled() => Some(Pipeliner::start(
+                connection.clone(),
+                pipelining,
+                counts.clone(),
+            )),
+            _ => None,
+        };
         Backend {
             connection,
+            pipeliner,
             functions: AtomicBool::new(false),
             loaded_once: AtomicBool::new(false),
             role,
+        }
+    }
+
+    /// Sends a script call, in the next pipeline when calls are pipelined.
+    async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
+        match &self.pipeliner {
+            Some(pipeliner) => pipeliner.send(command).await,
+            None => self.connection.command(&command).await,
         }
     }
 }
@@ -75,6 +112,8 @@ pub struct RedisStore {
     script_reloads: AtomicU64,
     /// How Redis has been answering: changes are logged once, not per request.
     condition: Condition,
+    /// The pipelines of implicit pipelining, and the calls they held.
+    pipeline_counts: Arc<PipelineCounts>,
 }
 
 /// Where a store's limits live: one Redis, or per-second limits in a second one.
@@ -101,13 +140,17 @@ impl RedisStore {
         time_source: TimeSource,
         clock: Arc<dyn Clock>,
     ) -> Result<RedisStore, StoreError> {
-        let mut backends = vec![Backend::new(
-            connect_to(targets.main, startup_wait).await?,
-            "main",
-        )];
+        let pipeline_counts = Arc::new(PipelineCounts::default());
+        let main = connect_to(targets.main, startup_wait).await?;
+        let mut backends = vec![Backend::new(main, targets.main, &pipeline_counts, "main")];
         if let Some(per_second) = targets.per_second {
             let connection = connect_to(per_second, startup_wait).await?;
-            backends.push(Backend::new(connection, "per-second"));
+            backends.push(Backend::new(
+                connection,
+                per_second,
+                &pipeline_counts,
+                "per-second",
+            ));
         }
         let store = RedisStore {
             backends,
@@ -125,6 +168,7 @@ impl RedisStore {
             nonce: AtomicU64::new(0),
             script_reloads: AtomicU64::new(0),
             condition: Condition::new(),
+            pipeline_counts,
         };
         for backend in &store.backends {
             store.load_scripts_in_time(backend).await?;
@@ -163,9 +207,10 @@ impl RedisStore {
     /// EVALSHA.
     async fn load_scripts(&self, backend: &Backend) -> RedisResult<()> {
         let connection = &backend.connection;
-        let _: redis::Value = on_every_primary(connection, &self.script.load_command()).await?;
-        let loaded: RedisResult<redis::Value> =
-            on_every_primary(connection, &self.script.load_library_command()).await;
+        let _: redis::Value = connection.command(&self.script.load_command()).await?;
+        let loaded: RedisResult<redis::Value> = connection
+            .command(&self.script.load_library_command())
+            .await;
         let functions = loaded.is_ok();
         let first = !backend.loaded_once.swap(true, Ordering::Relaxed);
         if backend.functions.swap(functions, Ordering::Relaxed) != functions || first {
@@ -223,7 +268,8 @@ impl RedisStore {
             ("EVALSHA", self.script.sha1())
         };
         let first = script_call(command, script, calls, mode);
-        let result = send(&backend.connection, &first)
+        let result = backend
+            .send(first)
             .instrument(spans::redis_span(command, calls.len(), mode.as_str()))
             .await;
         let lost = |e: &RedisError| {
@@ -242,7 +288,8 @@ impl RedisStore {
             tracing::warn!(%error, "cannot load the scripts into Redis");
         }
         let code = script_call("EVAL", self.script.code(), calls, mode);
-        send(&backend.connection, &code)
+        backend
+            .send(code)
             .instrument(spans::redis_span("EVAL", calls.len(), mode.as_str()))
             .await
     }
@@ -441,36 +488,6 @@ async fn connect_to(
         })
 }
 
-/// Runs `command` where every primary of `connection` sees it.
-async fn on_every_primary(connection: &Connection, command: &Cmd) -> RedisResult<redis::Value> {
-    match connection {
-        Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
-        Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
-        Connection::Sentinel(sentinel) => command.query_async(&mut sentinel.primary()).await,
-    }
-}
-
-/// Sends one command to the node of `connection` that serves its keys.
-async fn send(connection: &Connection, command: &Cmd) -> RedisResult<Vec<i64>> {
-    match connection {
-        Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
-        Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
-        Connection::Sentinel(sentinel) => {
-            let result = command.query_async(&mut sentinel.primary()).await;
-            if result
-                .as_ref()
-                .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
-            {
-                // The primary may have moved: ask the sentinels before the next call.
-                if let Err(error) = sentinel.refresh().await {
-                    tracing::warn!(%error, "cannot find the Redis primary through Sentinel");
-                }
-            }
-            result
-        }
-    }
-}
-
 /// PING of `connection`.
 async fn ping(connection: &Connection) -> bool {
     let mut ping = redis::cmd("PING");
@@ -545,8 +562,12 @@ impl Store for RedisStore {
     }
 
     fn stats(&self) -> StoreStats {
+        let pipelines = &self.pipeline_counts;
+        let pipelined = self.backends.iter().any(|b| b.pipeliner.is_some());
         StoreStats {
             script_reloads: Some(self.script_reloads()),
+            pipelines: pipelined.then(|| pipelines.pipelines.load(Ordering::Relaxed)),
+            pipelined_calls: pipelined.then(|| pipelines.calls.load(Ordering::Relaxed)),
             ..StoreStats::default()
         }
     }

@@ -1,0 +1,180 @@
+//! Implicit pipelining (`REDIS_PIPELINE_WINDOW`, `REDIS_PIPELINE_LIMIT`, as the reference's
+//! radix client does it): the script calls of concurrent requests are gathered by one task for
+//! up to a window of time, or up to a number of calls, and sent as one redis-rs pipeline: one
+//! hand-off to the connection, one write and one reply to wait for per batch instead of per
+//! call. Each call keeps its own reply, error included (a NOSCRIPT is the caller's to handle).
+//!
+//! tokio's timers tick in milliseconds: a window under 1 ms is waited by yielding to the
+//! requests being served (which is how their calls join the batch), a longer one by a timer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Pipeline, RedisResult};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::connect::Connection;
+
+/// How calls are gathered into pipelines; both zero: not at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pipelining {
+    /// How long a batch stays open after its first call; zero: only the calls already waiting.
+    pub window: Duration,
+    /// The most calls in a batch; zero: no limit but the window.
+    pub limit: usize,
+}
+
+impl Pipelining {
+    /// Whether calls are gathered at all.
+    pub fn enabled(&self) -> bool {
+        !self.window.is_zero() || self.limit > 0
+    }
+
+    /// The most calls in one batch.
+    fn max_batch(&self) -> usize {
+        if self.limit == 0 {
+            usize::MAX
+        } else {
+            self.limit
+        }
+    }
+}
+
+/// How many pipelines were sent and how many calls they held, for the batch sizes reached.
+#[derive(Debug, Default)]
+pub struct PipelineCounts {
+    pub pipelines: AtomicU64,
+    pub calls: AtomicU64,
+}
+
+/// One call waiting for its batch.
+struct Queued {
+    command: Cmd,
+    reply: oneshot::Sender<RedisResult<Vec<i64>>>,
+}
+
+/// The handle requests send their calls through; the gathering task ends when it is dropped.
+pub struct Pipeliner {
+    queue: mpsc::Sender<Queued>,
+}
+
+/// Calls that may wait for a batch at once; past them, callers wait for room (within their
+/// own deadline).
+const QUEUE_CAPACITY: usize = 4096;
+
+impl Pipeliner {
+    /// Starts the task that gathers calls for `connection` as `pipelining` says.
+    pub fn start(
+        connection: Connection,
+        pipelining: Pipelining,
+        counts: Arc<PipelineCounts>,
+    ) -> Pipeliner {
+        let (queue, calls) = mpsc::channel(QUEUE_CAPACITY);
+        tokio::spawn(gather_and_send(calls, connection, pipelining, counts));
+        Pipeliner { queue }
+    }
+
+    /// Sends `command` in the next batch and waits for its own reply.
+    pub async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Queued { command, reply })
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// The error of a call whose batch was never answered (the runtime is shutting down).
+fn stopped() -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "the Redis pipelining task stopped"))
+}
+
+/// The gathering task: a batch opens with a call and closes when the window has passed or
+/// the limit is reached; it is then sent on a task of its own, so the next batch gathers
+/// while this one is answered.
+async fn gather_and_send(
+    mut calls: mpsc::Receiver<Queued>,
+    connection: Connection,
+    pipelining: Pipelining,
+    counts: Arc<PipelineCounts>,
+) {
+    while let Some(first) = calls.recv().await {
+        let batch = gather(&mut calls, first, pipelining).await;
+        counts.pipelines.fetch_add(1, Ordering::Relaxed);
+        counts
+            .calls
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        tokio::spawn(send_batch(connection.clone(), batch));
+    }
+}
+
+/// `first` and the calls that join it within the window, up to the limit.
+async fn gather(
+    calls: &mut mpsc::Receiver<Queued>,
+    first: Queued,
+    pipelining: Pipelining,
+) -> Vec<Queued> {
+    let max = pipelining.max_batch();
+    let mut batch = vec![first];
+    let closes = Instant::now() + pipelining.window;
+    while batch.len() < max {
+        match calls.try_recv() {
+            Ok(call) => batch.push(call),
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {
+                if Instant::now() >= closes {
+                    break;
+                }
+                if pipelining.window < Duration::from_millis(1) {
+                    tokio::task::yield_now().await;
+                } else {
+                    match tokio::time::timeout_at(closes, calls.recv()).await {
+                        Ok(Some(call)) => batch.push(call),
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
+        }
+    }
+    batch
+}
+
+/// Sends `batch` as one pipeline and hands each call its own reply; a failure of the whole
+/// pipeline (the connection) is every call's.
+async fn send_batch(connection: Connection, batch: Vec<Queued>) {
+    let mut pipeline = Pipeline::with_capacity(batch.len());
+    pipeline.ignore_errors();
+    let mut replies = Vec::with_capacity(batch.len());
+    for Queued { command, reply } in batch {
+        pipeline.add_command(command);
+        replies.push(reply);
+    }
+    let answered: RedisResult<Vec<RedisResult<Vec<i64>>>> = connection.pipeline(&pipeline).await;
+    match answered {
+        Ok(answers) if answers.len() == replies.len() => {
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                // A caller past its deadline has gone: its reply has no one to read it.
+                let _ = reply.send(answer);
+            }
+        }
+        Ok(answers) => {
+            let error = redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "a pipeline's replies do not match its calls",
+                format!("{} replies for {} calls", answers.len(), replies.len()),
+            ));
+            for reply in replies {
+                let _ = reply.send(Err(error.clone()));
+            }
+        }
+        Err(error) => {
+            for reply in replies {
+                let _ = reply.send(Err(error.clone()));
+            }
+        }
+    }
+}

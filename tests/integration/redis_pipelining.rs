@@ -1,0 +1,120 @@
+//! Implicit pipelining (`REDIS_PIPELINE_WINDOW`, `REDIS_PIPELINE_LIMIT`), on the real binary
+//! and a real `redis-server`: concurrent requests' calls go to Redis in shared pipelines, every
+//! call still gets exactly its own decision, a flushed script is healed call by call, and a
+//! lost Redis fails every waiting call fast.
+
+use crate::redis_store::{admitted_by, fails_fast, recovers, sluice_on, ALGORITHMS, CONFIG};
+use crate::support::redis::RedisServer;
+use crate::support::*;
+
+/// The pipelines sent and the calls they held, as /metrics counts them.
+fn pipelined(sluice: &Sluice) -> (f64, f64) {
+    let (_, metrics) = sluice.http_get("/metrics");
+    let pipelines = series(&metrics, "sluice_redis_pipelines_total").unwrap_or(0.0);
+    let calls = series(&metrics, "sluice_redis_pipelined_calls_total").unwrap_or(0.0);
+    (pipelines, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reference_variables_batch_concurrent_calls_and_every_algorithm_admits_exactly_the_limit(
+) {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let envs = [
+        ("REDIS_PIPELINE_WINDOW", "2ms"),
+        ("REDIS_PIPELINE_LIMIT", "6"),
+    ];
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &["--store", "redis", "--redis-url", &url],
+        &envs,
+    );
+    for algorithm in ALGORITHMS {
+        let admitted = admitted_by(&[&sluice], 16, 10, algorithm).await;
+        assert_eq!(admitted, 100, "{algorithm}: 160 calls on a limit of 100");
+    }
+    let (pipelines, calls) = pipelined(&sluice);
+    assert!(
+        calls >= 800.0,
+        "every call went through a pipeline: {calls}"
+    );
+    assert!(
+        calls > pipelines,
+        "16 clients within 2 ms share pipelines: {calls} calls in {pipelines}"
+    );
+    assert!(
+        pipelines * 6.0 >= calls,
+        "no pipeline holds more than the limit of 6: {calls} calls in {pipelines}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_window_under_a_millisecond_keeps_every_decision_exact() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--redis-pipeline-window", "150us"]);
+    for algorithm in ALGORITHMS {
+        let admitted = admitted_by(&[&sluice], 16, 10, algorithm).await;
+        assert_eq!(admitted, 100, "{algorithm}: 160 calls on a limit of 100");
+    }
+    let (pipelines, calls) = pipelined(&sluice);
+    assert!(calls >= 800.0 && pipelines >= 1.0, "{calls} in {pipelines}");
+}
+
+#[tokio::test]
+async fn without_the_settings_calls_are_not_pipelined() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &[]);
+    let mut client = sluice.client().await;
+    let ask = request("r", vec![descriptor(&[("envoy", "plain")])]);
+    assert_eq!(overall(&call(&mut client, ask).await), Code::Ok);
+    let (_, metrics) = sluice.http_get("/metrics");
+    assert!(
+        !metrics.contains("sluice_redis_pipelines_total"),
+        "no pipelining metric when pipelining is off"
+    );
+}
+
+#[tokio::test]
+async fn a_flushed_script_is_loaded_again_for_a_call_in_a_pipeline() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--redis-pipeline-window", "1ms"]);
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("envoy", "flushed")])]);
+    let mut admitted = 0;
+    for round in 0..7 {
+        if round == 3 {
+            redis.cli(&["FUNCTION", "FLUSH"]);
+            redis.cli(&["SCRIPT", "FLUSH"]);
+        }
+        admitted += usize::from(overall(&call(&mut client, ask()).await) == Code::Ok);
+    }
+    assert_eq!(admitted, 5, "5 a minute, across a flush");
+    assert!(
+        sluice.wait_for_log("Redis lost the scripts"),
+        "{}",
+        sluice.log()
+    );
+}
+
+#[tokio::test]
+async fn a_lost_redis_fails_pipelined_calls_fast_and_they_recover() {
+    let mut redis = RedisServer::start(&[]);
+    let sluice = sluice_on(
+        &redis,
+        &[
+            "--redis-command-timeout",
+            "300ms",
+            "--redis-pipeline-window",
+            "1ms",
+            "--redis-pipeline-limit",
+            "8",
+        ],
+    );
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("fixed_window", "down")])]);
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+    redis.stop();
+    fails_fast(&mut client, &ask(), "cannot reach Redis").await;
+    redis.restart();
+    recovers(&mut client, &ask()).await;
+}
