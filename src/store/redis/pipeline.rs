@@ -5,7 +5,9 @@
 //! call. Each call keeps its own reply, error included (a NOSCRIPT is the caller's to handle).
 //!
 //! tokio's timers tick in milliseconds: a window under 1 ms is waited by yielding to the
-//! requests being served (which is how their calls join the batch), a longer one by a timer.
+//! requests being served (which is how their calls join the batch), and closes early when a
+//! yield brought no call (none is coming soon: waiting on would only add latency and spin);
+//! a longer one is waited by a timer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -121,6 +123,8 @@ async fn gather(
     let max = pipelining.max_batch();
     let mut batch = vec![first];
     let closes = Instant::now() + pipelining.window;
+    // Sub-millisecond windows: the size of the batch when this task last yielded.
+    let mut before_yield = 0;
     while batch.len() < max {
         match calls.try_recv() {
             Ok(call) => batch.push(call),
@@ -130,6 +134,12 @@ async fn gather(
                     break;
                 }
                 if pipelining.window < Duration::from_millis(1) {
+                    // Every request ready to run has run during a yield: when none of them
+                    // joined, none is coming soon, and waiting longer only adds latency.
+                    if batch.len() == before_yield {
+                        break;
+                    }
+                    before_yield = batch.len();
                     tokio::task::yield_now().await;
                 } else {
                     match tokio::time::timeout_at(closes, calls.recv()).await {
