@@ -118,3 +118,25 @@ async fn a_lost_redis_fails_pipelined_calls_fast_and_they_recover() {
     redis.restart();
     recovers(&mut client, &ask()).await;
 }
+
+#[tokio::test]
+async fn a_hung_redis_fails_pipelined_calls_at_the_command_timeout_and_they_recover() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(
+        &redis,
+        &[
+            "--redis-command-timeout",
+            "300ms",
+            "--redis-pipeline-window",
+            "150us",
+        ],
+    );
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("fixed_window", "hung")])]);
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+    // Stopped, not killed: the connection stays open and no answer comes.
+    redis.signal("STOP");
+    fails_fast(&mut client, &ask(), "Redis did not answer within 300 ms").await;
+    redis.signal("CONT");
+    recovers(&mut client, &ask()).await;
+}

@@ -76,6 +76,7 @@ impl Backend {
             _ if pipelining.enabled() => Some(Pipeliner::start(
                 connection.clone(),
                 pipelining,
+                target.command_timeout,
                 counts.clone(),
             )),
             _ => None,

@@ -3,6 +3,9 @@
 //! up to a window of time, or up to a number of calls, and sent as one redis-rs pipeline: one
 //! hand-off to the connection, one write and one reply to wait for per batch instead of per
 //! call. Each call keeps its own reply, error included (a NOSCRIPT is the caller's to handle).
+//! A batch that Redis does not answer within half as long again as the command timeout fails
+//! (its callers have given up at their own deadline, and say so), so a hung Redis leaves no
+//! batches piling up behind them.
 //!
 //! tokio's timers tick in milliseconds: a window under 1 ms is waited by yielding to the
 //! requests being served (which is how their calls join the batch), and closes early when a
@@ -68,14 +71,20 @@ pub struct Pipeliner {
 const QUEUE_CAPACITY: usize = 4096;
 
 impl Pipeliner {
-    /// Starts the task that gathers calls for `connection` as `pipelining` says.
+    /// Starts the task that gathers calls for `connection` as `pipelining` says; a batch
+    /// not answered within 1.5 x `command_timeout` fails.
     pub fn start(
         connection: Connection,
         pipelining: Pipelining,
+        command_timeout: Duration,
         counts: Arc<PipelineCounts>,
     ) -> Pipeliner {
         let (queue, calls) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(gather_and_send(calls, connection, pipelining, counts));
+        let sender = BatchSender {
+            connection,
+            timeout: command_timeout + command_timeout / 2,
+        };
+        tokio::spawn(gather_and_send(calls, sender, pipelining, counts));
         Pipeliner { queue }
     }
 
@@ -100,7 +109,7 @@ fn stopped() -> redis::RedisError {
 /// while this one is answered.
 async fn gather_and_send(
     mut calls: mpsc::Receiver<Queued>,
-    connection: Connection,
+    sender: BatchSender,
     pipelining: Pipelining,
     counts: Arc<PipelineCounts>,
 ) {
@@ -110,7 +119,7 @@ async fn gather_and_send(
         counts
             .calls
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        tokio::spawn(send_batch(connection.clone(), batch));
+        tokio::spawn(sender.clone().send(batch));
     }
 }
 
@@ -153,17 +162,42 @@ async fn gather(
     batch
 }
 
-/// Sends `batch` as one pipeline and hands each call its own reply; a failure of the whole
-/// pipeline (the connection) is every call's.
-async fn send_batch(connection: Connection, batch: Vec<Queued>) {
-    let mut pipeline = Pipeline::with_capacity(batch.len());
-    pipeline.ignore_errors();
-    let mut replies = Vec::with_capacity(batch.len());
-    for Queued { command, reply } in batch {
-        pipeline.add_command(command);
-        replies.push(reply);
+/// Where batches go, and how long Redis has to answer one.
+#[derive(Clone)]
+struct BatchSender {
+    connection: Connection,
+    timeout: Duration,
+}
+
+impl BatchSender {
+    /// Sends `batch` as one pipeline and hands each call its own reply; a failure of the
+    /// whole pipeline (the connection, the timeout) is every call's.
+    async fn send(self, batch: Vec<Queued>) {
+        let mut pipeline = Pipeline::with_capacity(batch.len());
+        pipeline.ignore_errors();
+        let mut replies = Vec::with_capacity(batch.len());
+        for Queued { command, reply } in batch {
+            pipeline.add_command(command);
+            replies.push(reply);
+        }
+        let sent = self.connection.pipeline(&pipeline);
+        let answered: RedisResult<Vec<RedisResult<Vec<i64>>>> =
+            match tokio::time::timeout(self.timeout, sent).await {
+                Ok(answered) => answered,
+                Err(_) => Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "Redis did not answer a pipeline in time",
+                ))),
+            };
+        hand_out(answered, replies);
     }
-    let answered: RedisResult<Vec<RedisResult<Vec<i64>>>> = connection.pipeline(&pipeline).await;
+}
+
+/// Hands each call of a batch its reply from `answered`.
+fn hand_out(
+    answered: RedisResult<Vec<RedisResult<Vec<i64>>>>,
+    replies: Vec<oneshot::Sender<RedisResult<Vec<i64>>>>,
+) {
     match answered {
         Ok(answers) if answers.len() == replies.len() => {
             for (reply, answer) in replies.into_iter().zip(answers) {
