@@ -140,3 +140,29 @@ async fn a_hung_redis_fails_pipelined_calls_at_the_command_timeout_and_they_reco
     redis.signal("CONT");
     recovers(&mut client, &ask()).await;
 }
+
+#[tokio::test]
+async fn on_a_cluster_pipelining_is_reported_and_not_applied() {
+    let nodes = crate::support::redis::start_cluster();
+    let mut flags = crate::support::redis::cluster_flags(&nodes);
+    flags.extend(["--redis-pipeline-window".to_string(), "150us".to_string()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let sluice = Sluice::start(CONFIG, &flags);
+    assert!(
+        sluice.wait_for_log("implicit pipelining is not applied on a Cluster"),
+        "{}",
+        sluice.log()
+    );
+    let mut client = sluice.client().await;
+    let mut admitted = 0;
+    for _ in 0..7 {
+        let ask = request("r", vec![descriptor(&[("envoy", "cluster")])]);
+        admitted += usize::from(overall(&call(&mut client, ask).await) == Code::Ok);
+    }
+    assert_eq!(admitted, 5, "5 a minute");
+    let (_, metrics) = sluice.http_get("/metrics");
+    assert!(
+        !metrics.contains("sluice_redis_pipelines_total"),
+        "{metrics}"
+    );
+}
