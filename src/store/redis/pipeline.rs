@@ -198,27 +198,22 @@ fn hand_out(
     answered: RedisResult<Vec<RedisResult<Vec<i64>>>>,
     replies: Vec<oneshot::Sender<RedisResult<Vec<i64>>>>,
 ) {
-    match answered {
+    let error = match answered {
         Ok(answers) if answers.len() == replies.len() => {
             for (reply, answer) in replies.into_iter().zip(answers) {
                 // A caller past its deadline has gone: its reply has no one to read it.
                 let _ = reply.send(answer);
             }
+            return;
         }
-        Ok(answers) => {
-            let error = redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "a pipeline's replies do not match its calls",
-                format!("{} replies for {} calls", answers.len(), replies.len()),
-            ));
-            for reply in replies {
-                let _ = reply.send(Err(error.clone()));
-            }
-        }
-        Err(error) => {
-            for reply in replies {
-                let _ = reply.send(Err(error.clone()));
-            }
-        }
+        Ok(answers) => redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "a pipeline's replies do not match its calls",
+            format!("{} replies for {} calls", answers.len(), replies.len()),
+        )),
+        Err(error) => error,
+    };
+    for reply in replies {
+        let _ = reply.send(Err(error.clone()));
     }
 }
