@@ -4,11 +4,11 @@
 //! than the limit. The memory budget serves one sluice process; the Redis one
 //! (`store::redis::budget`, `lua/rlqs_budget.lua`) every replica on that Redis.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 
-use super::share::max_min_fair;
+use super::share::shares_in_demand_order;
 use crate::store::StoreError;
 
 /// Where the claims on buckets are kept.
@@ -55,20 +55,23 @@ pub fn settle(claims: &mut HashMap<String, Claim>, ask: &Ask<'_>) -> u64 {
             expires_at_us: ask.expires_at_us,
         },
     );
-    // Clients in id order, so that an uneven split's remainder goes the same way everywhere.
-    let ordered: BTreeMap<&String, &Claim> = claims.iter().collect();
-    let clients: Vec<&String> = ordered.keys().copied().collect();
-    let demands: Vec<u64> = clients.iter().map(|c| claims[*c].demand).collect();
-    let targets = max_min_fair(ask.limit, &demands);
-    let mut target = 0;
-    let mut others = 0u64;
-    for (client, share) in clients.iter().zip(targets) {
-        if client.as_str() == ask.client {
-            target = share;
-        } else {
-            others = others.saturating_add(claims[*client].assigned);
-        }
-    }
+    // Clients by demand, then id, so that an uneven split's remainder goes the same way
+    // everywhere (the order `max_min_fair` and the Lua budget use).
+    let mut order: Vec<(u64, &str)> = claims
+        .iter()
+        .map(|(client, claim)| (claim.demand, client.as_str()))
+        .collect();
+    order.sort_unstable();
+    let demands = order.iter().map(|&(demand, _)| demand);
+    let target = order
+        .iter()
+        .zip(shares_in_demand_order(ask.limit, demands))
+        .find(|((_, client), _)| *client == ask.client)
+        .map_or(0, |(_, share)| share);
+    let others = claims
+        .iter()
+        .filter(|(client, _)| client.as_str() != ask.client)
+        .fold(0u64, |sum, (_, claim)| sum.saturating_add(claim.assigned));
     let share = target.min(ask.limit.saturating_sub(others));
     if let Some(claim) = claims.get_mut(ask.client) {
         claim.assigned = share;
@@ -133,6 +136,8 @@ impl MemoryBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rlqs::share::max_min_fair;
+    use proptest::prelude::*;
 
     fn ask<'a>(client: &'a str, demand: u64, now_us: u64) -> Ask<'a> {
         Ask {
@@ -159,5 +164,40 @@ mod tests {
         assert_eq!(budget.active_clients("b", 30), 1);
         budget.release_now("b", "b");
         assert_eq!(budget.active_clients("b", 30), 0);
+    }
+
+    proptest! {
+        /// The share is the client's max-min fair share of every claim in force (clients in
+        /// id order, as the Lua budget orders them), capped by what the others hold.
+        #[test]
+        fn a_claim_gets_its_fair_share_capped_by_the_others(
+            others in prop::collection::vec((0u64..2_000, 0u64..1_000, 0u64..20), 0..40),
+            demand in 0u64..2_000,
+            limit in 0u64..5_000,
+        ) {
+            let mut claims: HashMap<String, Claim> = others
+                .iter()
+                .enumerate()
+                .map(|(i, &(demand, assigned, expires_at_us))| {
+                    (format!("c{i:02}"), Claim { demand, assigned, expires_at_us })
+                })
+                .collect();
+            let ask = Ask { bucket: "b", client: "me", demand, limit, now_us: 10, expires_at_us: 30 };
+            let share = settle(&mut claims, &ask);
+
+            let mut in_force: Vec<(&String, &Claim)> = claims.iter().collect();
+            in_force.sort_by_key(|(client, _)| *client);
+            prop_assert!(in_force.iter().all(|(c, claim)| claim.expires_at_us > 10 || *c == "me"));
+            let demands: Vec<u64> = in_force.iter().map(|(_, claim)| claim.demand).collect();
+            let fair = max_min_fair(limit, &demands);
+            let mine = in_force.iter().position(|(c, _)| *c == "me").map(|i| fair[i]);
+            let held: u64 = in_force
+                .iter()
+                .filter(|(c, _)| *c != "me")
+                .map(|(_, claim)| claim.assigned)
+                .sum();
+            prop_assert_eq!(Some(share), mine.map(|m| m.min(limit.saturating_sub(held))));
+            prop_assert_eq!(claims["me"].assigned, share);
+        }
     }
 }

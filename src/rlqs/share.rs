@@ -7,17 +7,31 @@ pub fn max_min_fair(limit: u64, demands: &[u64]) -> Vec<u64> {
     let mut order: Vec<usize> = (0..demands.len()).collect();
     order.sort_by_key(|&i| (demands[i], i));
     let mut shares = vec![0; demands.len()];
-    let mut left = limit;
-    for (served, &i) in order.iter().enumerate() {
-        let waiting = (demands.len() - served) as u64;
-        let equal = left / waiting;
-        // The first clients of an uneven split get the remainder, one each.
-        let extra = u64::from(left % waiting > 0 && demands[i] > equal);
-        let share = demands[i].min(equal + extra);
+    let sorted = order.iter().map(|&i| demands[i]);
+    for (&i, share) in order.iter().zip(shares_in_demand_order(limit, sorted)) {
         shares[i] = share;
-        left -= share;
     }
     shares
+}
+
+/// The max-min fair shares of demands already in ascending order (ties in the order the
+/// remainder should go), in that order: what `max_min_fair` computes after its sort, for a
+/// caller that keeps its own order and may stop at the share it wants.
+pub fn shares_in_demand_order(
+    limit: u64,
+    sorted: impl ExactSizeIterator<Item = u64>,
+) -> impl Iterator<Item = u64> {
+    let count = sorted.len();
+    let mut left = limit;
+    sorted.enumerate().map(move |(served, demand)| {
+        let waiting = (count - served) as u64;
+        let equal = left / waiting;
+        // The first clients of an uneven split get the remainder, one each.
+        let extra = u64::from(left % waiting > 0 && demand > equal);
+        let share = demand.min(equal + extra);
+        left -= share;
+        share
+    })
 }
 
 #[cfg(test)]
