@@ -4,8 +4,8 @@
 --
 -- The call takes:
 --   KEYS[i]  the key of hit i
---   ARGV[1]  the mode: "all" (a request is charged only if no hit vetoes it), "each" (every
---            descriptor that admits it is charged: envoyproxy/ratelimit's way), "any" (every
+--   ARGV[1]  the mode: "all" (a request is charged only if no hit vetoes it), "every" (every
+--            hit is charged, denied or not: envoyproxy/ratelimit's counting), "any" (every
 --            admitted hit is charged: one Cluster slot's share of a request, sluice settles
 --            the rest), or "refund" (the hits were charged by an "any" call and are taken back)
 -- then, for each hit i, 12 arguments from ARGV[2 + 12 x (i - 1)] on (src/store/redis/args.rs

@@ -5,7 +5,8 @@
 --      A limit that takes debt carries its excess into the next windows, so its key cannot
 --      name one window: CACHE_KEY_PREFIX .. fixed_window_domain_key_value_..., a hash
 --      s = window start (µs), c = count.
--- State: {s, c} as of the window holding hit.now. Admits when c + h <= L.
+-- State: {s, c} as of the window holding hit.now. Admits when c + h <= L. Charged by the
+--        reference's counting ("every"), c exceeds L within its window (its key) only.
 
 -- Made once per call that uses it (the driver asks `algorithm(name)`): a script's top level
 -- runs on every call, so what it defines there costs every call.
@@ -14,9 +15,10 @@ algorithms.fixed_window = function()
     return hit.now - hit.now % hit.period
   end
 
-  -- Windows (1: the next) until `count` has drained at L per window; at least one.
+  -- Windows (1: the next) until `count` has drained at L per window; at least one. Without
+  -- debt nothing carries (the reference's counting leaves its excess in its window's key).
   local function windows_to_drain(hit, count)
-    if count <= hit.limit or hit.limit == 0 then
+    if count <= hit.limit or hit.limit == 0 or not hit.debt then
       return 1
     end
     return div_ceil(count, hit.limit)
@@ -61,7 +63,7 @@ algorithms.fixed_window = function()
       local reset = window.s + windows_to_drain(hit, after) * hit.period - hit.now
       if not admitted then
         local fits = 1
-        if hit.cost <= hit.limit and hit.limit > 0 then
+        if hit.cost <= hit.limit and hit.limit > 0 and hit.debt then
           fits = math.max(1, div_ceil(window.c + hit.cost - hit.limit, hit.limit))
         end
         return decision(false, hit.limit - window.c, reset, window.s + fits * hit.period - hit.now), nil

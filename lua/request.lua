@@ -3,8 +3,8 @@
 -- Hits come in groups (the several limits of one descriptor), decided in order, each on the
 -- state the hits before it left. A group is charged only if none of its hits is denied; a hit
 -- of a limit that takes debt is charged even when it does not fit (it is denied all the
--- same, and told when a hit of cost 1 fits again); with "any", every admitted hit is. With
--- "all", a request that its hits veto
+-- same, and told when a hit of cost 1 fits again). With "every" (the reference's counting),
+-- every hit is charged so, denied or not. With "all", a request that its hits veto
 -- (an enforced hit denied, or every quota hit denied: src/limit.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 
@@ -37,12 +37,13 @@ local function decide(hit, state)
     return blocked(hit), nil
   end
   local d, changed = rules.decide(hit, state)
-  if d[1] == 1 or not hit.debt or hit.cost == 0 or hit.limit == 0 then
+  if d[1] == 1 or not hit.charges_denied or hit.cost == 0 or hit.limit == 0 then
     return d, changed
   end
+  -- Charged all the same: denied, reporting what remained before it (as every denial does).
   local in_debt = rules.force(hit, state)
   local next = rules.decide(with_cost(hit, 1), in_debt)
-  return decision(false, next[2], next[3], next[4]), in_debt
+  return decision(false, d[2], next[3], next[4]), in_debt
 end
 
 local function append(replies, d, now)
@@ -86,6 +87,7 @@ local function request(KEYS, ARGV)
       nonce = ARGV[at + 6],
       role = ARGV[at + 7],
       debt = ARGV[at + 8] == '1',
+      charges_denied = ARGV[at + 8] == '1' or mode == 'every',
       group = ARGV[at + 9],
       warmup = tonumber(ARGV[at + 10]),
       cold_factor = tonumber(ARGV[at + 11]),
@@ -105,7 +107,7 @@ local function request(KEYS, ARGV)
   end
 
   -- One hit (most requests): every mode charges it alike. It is charged when its decision
-  -- changed the state, which a denial does only in debt.
+  -- changed the state, which a denial does only in debt or with "every".
   if #hits == 1 then
     local hit = hits[1]
     local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
@@ -171,11 +173,11 @@ local function request(KEYS, ARGV)
       denied = denied or d[1] == 0
       i = i + 1
     end
-    -- A group stands whole or not at all; debt always stands. "any" (one Cluster slot's share
-    -- of a request) leaves the groups to sluice.
+    -- A group stands whole or not at all; debt, and every hit with "every", always stands.
+    -- "any" (one Cluster slot's share of a request) leaves the groups to sluice.
     for j = first, i - 1 do
       local change = changes[j]
-      if change ~= nil and (hits[j].debt or not denied or mode == 'any') then
+      if change ~= nil and (hits[j].charges_denied or not denied or mode == 'any') then
         stands[j] = true
         latest[hits[j].key] = change
       end

@@ -163,9 +163,24 @@ impl Limit {
             )
     }
 
-    /// Charges `cost` at `now_us` against the key's `state`, by this limit's algorithm.
+    /// Charges `cost` at `now_us` against the key's `state`, by this limit's algorithm; a
+    /// hit that does not fit is charged only in debt.
     pub fn decide(&self, state: Option<&State>, cost: u64, now_us: u64) -> Outcome {
-        algorithm::decide(self.algorithm, state, &self.rate(), cost, now_us)
+        self.decide_charging(Charging::AllOrNothing, state, cost, now_us)
+    }
+
+    /// `decide`, charging a hit that does not fit as `charging` says (`EveryHit`: always).
+    pub fn decide_charging(
+        &self,
+        charging: Charging,
+        state: Option<&State>,
+        cost: u64,
+        now_us: u64,
+    ) -> Outcome {
+        let rate = self
+            .rate()
+            .with_denied_charged(charging == Charging::EveryHit);
+        algorithm::decide(self.algorithm, state, &rate, cost, now_us)
     }
 
     /// The period W in microseconds: unit x multiplier.
@@ -286,9 +301,10 @@ pub enum Charging {
     /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`, sluice's default).
     #[default]
     AllOrNothing,
-    /// Every admitted hit is charged, even when another hit denies the request
-    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`, envoyproxy/ratelimit's default).
-    EachAdmitted,
+    /// Every hit of every descriptor is charged, denied or not, as envoyproxy/ratelimit
+    /// counts (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`, its default): a fixed window's
+    /// count goes past L within its window, the other algorithms take the hit as debt.
+    EveryHit,
 }
 
 /// Rounds microseconds up to whole seconds: Envoy truncates, so rounding down would tell a

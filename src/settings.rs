@@ -704,7 +704,7 @@ impl ServeArgs {
                 charging: if self.stop_cache_key_increment_when_overlimit {
                     Charging::AllOrNothing
                 } else {
-                    Charging::EachAdmitted
+                    Charging::EveryHit
                 },
             },
             near_limit_ratio: ratio(

@@ -1,6 +1,8 @@
 //! Fixed window: a counter per window [kW, (k+1)W), windows aligned to the Unix epoch as in
 //! envoyproxy/ratelimit. Admits when count + cost <= L; a denial and a cost of 0 change nothing.
 //! In debt the count exceeds L, and the excess carries into the next windows, L per window.
+//! Charged by the reference's counting (every hit, denied or not) the count exceeds L too, but
+//! within its window only: the reference's key names the window, so nothing carries over.
 //!
 //! Exact for any time below 2^64 microseconds and counts below 2^64.
 
@@ -12,7 +14,8 @@ use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 pub struct Window {
     /// Start of the window in microseconds since the epoch.
     pub start_us: u64,
-    /// Cost charged in this window so far; above L only in debt (the excess carries over).
+    /// Cost charged in this window so far; above L only in debt (the excess carries over)
+    /// or by the reference's counting (it does not).
     pub count: u64,
 }
 
@@ -21,14 +24,14 @@ pub fn window_start_us(limit: &Rate, now_us: u64) -> u64 {
     now_us - now_us % limit.period_us()
 }
 
-/// The stored window moved to the one holding `now_us`: every window that passed drains L
-/// (without debt a count never exceeds L, so a past window simply starts empty).
+/// The stored window moved to the one holding `now_us`: in debt every window that passed
+/// drains L; otherwise a past window's count is of its own window, and the next starts empty.
 fn rolled(stored: Option<Window>, limit: &Rate, now_us: u64) -> Window {
     let start_us = window_start_us(limit, now_us);
     match stored {
         // The current window, or one ahead of the clock (it went back): never admit more.
         Some(window) if window.start_us >= start_us => window,
-        Some(window) => {
+        Some(window) if limit.debt => {
             let passed = (start_us - window.start_us) / limit.period_us();
             let drained = u64::from(limit.requests_per_unit).saturating_mul(passed);
             Window {
@@ -36,23 +39,26 @@ fn rolled(stored: Option<Window>, limit: &Rate, now_us: u64) -> Window {
                 count: window.count.saturating_sub(drained),
             }
         }
-        None => Window { start_us, count: 0 },
+        _ => Window { start_us, count: 0 },
     }
 }
 
 /// Windows (1: the next) until `count` has drained to nothing at L per window; at least one,
-/// the reference's reset time: the window's end.
-fn windows_to_drain(count: u64, capacity: u64) -> u64 {
-    if capacity == 0 {
+/// the reference's reset time: the window's end (always, without debt: nothing carries).
+fn windows_to_drain(count: u64, limit: &Rate) -> u64 {
+    let capacity = u64::from(limit.requests_per_unit);
+    if capacity == 0 || !limit.debt {
         return 1;
     }
     count.div_ceil(capacity).max(1)
 }
 
 /// The first window (1: the next) in which `cost` fits after `count`; a cost that never fits
-/// is told the next window, as the reference does.
-fn windows_until_fits(count: u64, cost: u64, capacity: u64) -> u64 {
-    if cost > capacity || capacity == 0 {
+/// is told the next window, as the reference does (and every cost, without debt: the next
+/// window starts empty).
+fn windows_until_fits(count: u64, cost: u64, limit: &Rate) -> u64 {
+    let capacity = u64::from(limit.requests_per_unit);
+    if cost > capacity || capacity == 0 || !limit.debt {
         return 1;
     }
     (count.saturating_add(cost) - capacity)
@@ -90,7 +96,7 @@ impl LimitAlgorithm for FixedWindow {
         } else {
             window.count
         };
-        let drain = windows_to_drain(count_after, capacity);
+        let drain = windows_to_drain(count_after, limit);
         let decision = Decision {
             admitted,
             remaining: remaining(u128::from(capacity.saturating_sub(count_after))),
@@ -98,7 +104,7 @@ impl LimitAlgorithm for FixedWindow {
             retry_after_us: if admitted {
                 0
             } else {
-                let fits = windows_until_fits(window.count, cost, capacity);
+                let fits = windows_until_fits(window.count, cost, limit);
                 until(window.start_us, fits, period, now_us)
             },
         };
@@ -119,8 +125,7 @@ impl LimitAlgorithm for FixedWindow {
 
     /// The count has drained.
     fn expires_at_us(window: &Window, rate: &Rate) -> u64 {
-        let capacity = u64::from(rate.requests_per_unit);
-        let drain = windows_to_drain(window.count, capacity);
+        let drain = windows_to_drain(window.count, rate);
         window
             .start_us
             .saturating_add(drain.saturating_mul(rate.period_us()))

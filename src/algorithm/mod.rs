@@ -52,6 +52,14 @@ pub trait LimitAlgorithm {
     /// The algorithm ramps up after idleness (takes `warmup` and `cold_factor`).
     const WARMS_UP: bool = false;
 
+    /// What the state's numbers are measured in besides the period, when that is a setting
+    /// of the limit (the leaky bucket's times are in 1/L µs): the state's key names it, so a
+    /// state is never read under another measure.
+    fn state_measure(rate: &Rate) -> Option<u64> {
+        let _ = rate;
+        None
+    }
+
     /// Decides one hit of `cost` at `now_us`; returns the decision and the state to store
     /// when it changed.
     fn decide(
@@ -144,6 +152,11 @@ macro_rules! registry {
             /// The capacity whatever the limit says, when the algorithm has one.
             pub fn fixed_capacity(self) -> Option<u64> {
                 match self { $(Algorithm::$variant => <$rule>::FIXED_CAPACITY,)+ }
+            }
+
+            /// What the state's numbers are measured in besides the period, if anything.
+            pub fn state_measure(self, rate: &Rate) -> Option<u64> {
+                match self { $(Algorithm::$variant => <$rule>::state_measure(rate),)+ }
             }
 
             /// Whether the algorithm takes `warmup` and `cold_factor`.
@@ -273,8 +286,12 @@ pub struct Rate {
     pub requests_per_unit: u32,
     period_us: u64,
     capacity: u64,
-    /// A hit that does not fit is charged all the same (costs reported after the response).
+    /// A hit that does not fit is charged all the same (costs reported after the response),
+    /// and what it leaves above the limit carries over (a fixed window's excess included).
     pub debt: bool,
+    /// A hit that does not fit is charged all the same, without carrying over windows: the
+    /// reference's counting (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`).
+    pub charges_denied: bool,
     /// `warm_up`: the warm-up period, in µs.
     pub warmup_us: u64,
     /// `warm_up`: how much slower the coldest rate is than the stable one.
@@ -289,6 +306,7 @@ impl Rate {
             period_us,
             capacity,
             debt: false,
+            charges_denied: false,
             warmup_us: period_us,
             cold_factor: DEFAULT_COLD_FACTOR,
         }
@@ -308,6 +326,19 @@ impl Rate {
         Rate { debt, ..self }
     }
 
+    /// The same rate, charging a hit that does not fit or not.
+    pub fn with_denied_charged(self, charges_denied: bool) -> Rate {
+        Rate {
+            charges_denied,
+            ..self
+        }
+    }
+
+    /// Whether a hit that does not fit is charged: in debt, or by the reference's counting.
+    pub fn charges_what_does_not_fit(&self) -> bool {
+        self.debt || self.charges_denied
+    }
+
     /// The period W in microseconds.
     pub fn period_us(&self) -> u64 {
         self.period_us
@@ -323,7 +354,8 @@ impl Rate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     pub admitted: bool,
-    /// Requests still admitted after this one.
+    /// Requests still admitted after this one; for a denial, what remained before it (the
+    /// response says 0; metrics split the denied hits by it, as the reference does).
     pub remaining: u32,
     /// Time until the limit is fully replenished.
     pub reset_after_us: u64,
@@ -366,16 +398,21 @@ fn decide_by<A: LimitAlgorithm>(
         let expires_at_us = A::expires_at_us(&state, rate);
         (state, expires_at_us)
     };
-    // Debt: a hit that does not fit is charged all the same (a limit of 0 is never repaid,
-    // so it takes none). It is denied, and told when a hit of cost 1 fits again.
-    if decision.admitted || !rate.debt || cost == 0 || rate.requests_per_unit == 0 {
+    // Debt, or the reference's counting: a hit that does not fit is charged all the same (a
+    // limit of 0 is never repaid, so it takes none). It is denied, reports what remained
+    // before it (as every denial does), and is told when a hit of cost 1 fits again.
+    if decision.admitted
+        || !rate.charges_what_does_not_fit()
+        || cost == 0
+        || rate.requests_per_unit == 0
+    {
         return (decision, changed.map(with_expiry));
     }
     let in_debt = A::force(stored, rate, cost, now_us);
     let (next, _) = A::decide(Some(&in_debt), rate, 1, now_us);
     let decision = Decision {
         admitted: false,
-        remaining: next.remaining,
+        remaining: decision.remaining,
         reset_after_us: next.reset_after_us,
         retry_after_us: next.retry_after_us,
     };

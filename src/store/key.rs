@@ -1,12 +1,15 @@
 //! Store keys, built in one place. A descriptor's key is envoyproxy/ratelimit's cache key
-//! without its window suffix: `domain_key1_value1_key2_value2_`. The Redis store appends the
-//! window start for fixed windows (so the two servers share counters) and the memory store
-//! keeps the window in the state.
+//! without its window suffix: `domain_key1_value1_key2_value2_`. A hit's state is named by
+//! that key and its `Shape`: a fixed window's by its window's start (the reference's key), any
+//! other state by its algorithm, its period and what else its numbers are measured in. Both
+//! stores name state alike (the Redis store as text, the memory store as a hash of the same
+//! parts), so a limit whose unit, period or algorithm changes, by a reload or a descriptor's
+//! own `limit` override, never reads state of another shape, on either store.
 
 use std::fmt::Write;
 
-use crate::algorithm::fixed_window;
-use crate::limit::{Hit, MICROS_PER_SECOND};
+use crate::algorithm::{fixed_window, Algorithm};
+use crate::limit::{Hit, Limit, MICROS_PER_SECOND};
 
 /// The key of a descriptor counted under `entries` (key, value) in `domain`.
 pub fn descriptor_key<'a, I>(domain: &str, entries: I) -> String
@@ -36,24 +39,66 @@ pub fn limit_key(descriptor_key: &str, index: usize) -> String {
     key
 }
 
-/// The Redis key of `hit` at `now_us`, after `prefix` (`CACHE_KEY_PREFIX`).
-/// - fixed_window: `prefix` + descriptor key + window start in seconds, byte-identical to
+/// What names a hit's state besides its descriptor key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// A fixed window (without debt): the start of the window holding now, in seconds, as the
+    /// reference names its counters. Limits of one descriptor whose windows start at the same
+    /// second share the counter, there as here.
+    Window { start_s: u64 },
+    /// Any other state: its algorithm, its period in seconds, and what else its numbers are
+    /// measured in (`Algorithm::state_measure`).
+    Measured {
+        algorithm: Algorithm,
+        period_s: u64,
+        measure: Option<u64>,
+    },
+}
+
+impl Shape {
+    /// The shape of `limit`'s state at `now_us`.
+    pub fn of(limit: &Limit, now_us: u64) -> Shape {
+        let rate = limit.rate();
+        if limit.key_holds_window() {
+            let start_us = fixed_window::window_start_us(&rate, now_us);
+            return Shape::Window {
+                start_s: start_us / MICROS_PER_SECOND,
+            };
+        }
+        Shape::Measured {
+            algorithm: limit.algorithm,
+            period_s: rate.period_us() / MICROS_PER_SECOND,
+            measure: limit.algorithm.state_measure(&rate),
+        }
+    }
+}
+
+/// The Redis key of `hit` at `now_us`, after `prefix` (`CACHE_KEY_PREFIX`):
+/// - a fixed window: `prefix` + descriptor key + window start in seconds, byte-identical to
 ///   envoyproxy/ratelimit's, so both servers share counters during a migration;
-/// - the others, and a fixed window that takes debt (its excess carries over windows):
-///   `prefix` + algorithm name + `_` + descriptor key, so a limit whose algorithm changes
-///   never reads state of another shape.
+/// - any other state, and a fixed window that takes debt (its excess carries over windows):
+///   `prefix` + algorithm + `_` + period in seconds + `s_` (+ measure + `_`) + descriptor key,
+///   e.g. `token_bucket_60s_domain_key_value_`, `leaky_bucket_1s_10_domain_key_value_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
-    let mut key = String::with_capacity(prefix.len() + hit.key.len() + 24);
+    let mut key = String::with_capacity(prefix.len() + hit.key.len() + 32);
     key.push_str(prefix);
-    if hit.limit.key_holds_window() {
-        key.push_str(&hit.key);
-        let start_s = fixed_window::window_start_us(&hit.limit.rate(), now_us) / MICROS_PER_SECOND;
-        // Writing to a String cannot fail.
-        let _ = write!(key, "{start_s}");
-    } else {
-        key.push_str(hit.limit.algorithm.as_str());
-        key.push('_');
-        key.push_str(&hit.key);
+    // Writing to a String cannot fail.
+    match Shape::of(&hit.limit, now_us) {
+        Shape::Window { start_s } => {
+            key.push_str(&hit.key);
+            let _ = write!(key, "{start_s}");
+        }
+        Shape::Measured {
+            algorithm,
+            period_s,
+            measure,
+        } => {
+            let _ = write!(key, "{algorithm}_{period_s}s_");
+            if let Some(measure) = measure {
+                let _ = write!(key, "{measure}_");
+            }
+            key.push_str(&hit.key);
+        }
     }
     key
 }
@@ -100,6 +145,48 @@ mod redis_key_tests {
             role: Role::Enforced,
             joins_previous: false,
         };
-        assert_eq!(redis_key("", &hit, 5), "token_bucket_d_k_v_");
+        assert_eq!(redis_key("", &hit, 5), "token_bucket_1s_d_k_v_");
+    }
+
+    #[test]
+    fn keys_name_the_period_and_the_measure_so_shapes_never_share_state() {
+        let hit = |limit: Limit| Hit {
+            key: descriptor_key("d", [("k", "v")]),
+            limit,
+            cost: 1,
+            role: Role::Enforced,
+            joins_previous: false,
+        };
+        let leaky = |requests| Limit {
+            algorithm: Algorithm::LeakyBucket,
+            ..Limit::fixed_window(requests, Unit::Minute)
+        };
+        assert_eq!(
+            redis_key("", &hit(leaky(10)), 5),
+            "leaky_bucket_60s_10_d_k_v_"
+        );
+        assert_ne!(
+            redis_key("", &hit(leaky(10)), 5),
+            redis_key("", &hit(leaky(20)), 5)
+        );
+        let debt = Limit {
+            debt: true,
+            unit_multiplier: 5,
+            ..Limit::fixed_window(10, Unit::Hour)
+        };
+        assert_eq!(redis_key("", &hit(debt), 5), "fixed_window_18000s_d_k_v_");
+        // A day's window and a second's share a key only at the day's first second.
+        let day = Limit::fixed_window(10, Unit::Day);
+        let second = Limit::fixed_window(5, Unit::Second);
+        let at = 86_400 * 20_000 * MICROS_PER_SECOND;
+        assert_eq!(
+            redis_key("", &hit(day), at),
+            redis_key("", &hit(second), at)
+        );
+        let later = at + 3 * MICROS_PER_SECOND;
+        assert_ne!(
+            redis_key("", &hit(day), later),
+            redis_key("", &hit(second), later)
+        );
     }
 }

@@ -3,6 +3,11 @@
 //! are: their hits must be charged). Exact, because consumption (here or on any other
 //! replica) only ever pushes T later: when a hit of cost 1 is denied with a wait of R, no hit
 //! of cost 1 or more fits before now + R. Bounded in bytes; `clear` drops it on config reload.
+//!
+//! With the reference's counting (`Charging::EveryHit`) a denied hit is charged too, so only
+//! a fixed window is answered here, as the reference's cache does: its count is past L until
+//! its window ends whatever else is charged, so a denial of any cost holds until then. The
+//! other algorithms would take the hit as debt, which only the store can do.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -87,7 +92,7 @@ impl<S: Store> Store for WithLocalCache<S> {
         let now_us = self.cache.clock.now_us();
         let local: Option<Vec<Decision>> = hits
             .iter()
-            .map(|hit| self.cache.answer(hit, now_us))
+            .map(|hit| self.cache.answer(hit, charging, now_us))
             .collect();
         if let Some(local) = local {
             self.cache.count_hits(local.len());
@@ -95,7 +100,7 @@ impl<S: Store> Store for WithLocalCache<S> {
         }
         let decisions = self.inner.charge(hits, charging).await?;
         for (hit, decision) in hits.iter().zip(&decisions) {
-            self.cache.remember(hit, decision, now_us);
+            self.cache.remember(hit, decision, charging, now_us);
         }
         Ok(decisions)
     }
@@ -133,10 +138,19 @@ impl OverLimitCache {
         self.hits.fetch_add(count as u64, Ordering::Relaxed);
     }
 
-    /// The local answer for `hit`, when its key is known to be over at `now_us`. A limit that
-    /// takes debt is never answered here: every hit of it must be charged.
-    fn answer(&self, hit: &Hit, now_us: u64) -> Option<Decision> {
-        if hit.cost == 0 || hit.limit.debt {
+    /// Whether `hit`, charged as `charging` says, may be answered here at all: never a limit
+    /// that takes debt (every hit of it must be charged), and with the reference's counting
+    /// only a fixed window (the others take a denied hit as debt).
+    fn applies(hit: &Hit, charging: Charging) -> bool {
+        match charging {
+            Charging::AllOrNothing => !hit.limit.debt,
+            Charging::EveryHit => hit.limit.key_holds_window(),
+        }
+    }
+
+    /// The local answer for `hit`, when its key is known to be over at `now_us`.
+    fn answer(&self, hit: &Hit, charging: Charging, now_us: u64) -> Option<Decision> {
+        if hit.cost == 0 || !Self::applies(hit, charging) {
             return None;
         }
         let shard = self.lock(self.shard_of(hit));
@@ -151,9 +165,16 @@ impl OverLimitCache {
         })
     }
 
-    /// Remembers a denial of cost 1: nothing of cost 1 or more fits until its wait is over.
-    fn remember(&self, hit: &Hit, decision: &Decision, now_us: u64) {
-        if decision.admitted || hit.cost != 1 || decision.retry_after_us == 0 || hit.limit.debt {
+    /// Remembers a denial that holds for every cost until its wait is over: one of cost 1,
+    /// or, with the reference's counting, one of any cost (its window's count is past L).
+    fn remember(&self, hit: &Hit, decision: &Decision, charging: Charging, now_us: u64) {
+        let holds_for_every_cost = hit.cost == 1 || charging == Charging::EveryHit;
+        if decision.admitted
+            || hit.cost == 0
+            || !holds_for_every_cost
+            || decision.retry_after_us == 0
+            || !Self::applies(hit, charging)
+        {
             return;
         }
         let index = self.shard_of(hit);

@@ -23,6 +23,7 @@ use crate::algorithm::State;
 use smallvec::SmallVec;
 
 use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit};
+use crate::store::key::Shape;
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
 /// A shard's entries: state by key id, hashed by the id itself (it is already a keyed hash).
@@ -71,12 +72,31 @@ struct Entry {
     expires_at_us: u64,
 }
 
-/// The state of `id` in `shard`, if it is still live at `now_us`.
-fn live<'s>(shard: &'s Shard, id: &KeyId, now_us: u64) -> Option<&'s State> {
+/// Whether `entry`, the state of `hit`, still reads as what it holds at `now_us`. A fixed
+/// window's id names its window's start, which limits of other periods may share (as the
+/// reference's keys do): such a state is read for as long as it is held, whichever limit's
+/// window end set its expiry, as a Redis key shared so is. Any other state reads as absent
+/// once expired (it no longer matters then).
+fn readable(entry: &Entry, hit: &Hit, now_us: u64) -> bool {
+    entry.expires_at_us > now_us || hit.limit.key_holds_window()
+}
+
+/// When `entry`, rewritten by `hit` with a state that matters until `expires_at_us`, may go:
+/// a fixed window shared by limits of several periods stays until the longest one's end.
+fn kept_until(entry: &Entry, hit: &Hit, expires_at_us: u64) -> u64 {
+    if hit.limit.key_holds_window() {
+        expires_at_us.max(entry.expires_at_us)
+    } else {
+        expires_at_us
+    }
+}
+
+/// The state of `hit` (under `id`) in `shard`, if it still reads as held at `now_us`.
+fn live<'s>(shard: &'s Shard, id: &KeyId, hit: &Hit, now_us: u64) -> Option<&'s State> {
     shard
         .entries
         .get(id)
-        .filter(|entry| entry.expires_at_us > now_us)
+        .filter(|entry| readable(entry, hit, now_us))
         .map(|entry| &entry.state)
 }
 
@@ -219,26 +239,48 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The key's id, and the shard it lives in.
-    fn locate(&self, key: &str) -> (KeyId, usize) {
+    /// The id of `hit`'s state at `now_us` (its key and its `Shape`, as the Redis store names
+    /// it), and the shard it lives in.
+    fn locate(&self, hit: &Hit, now_us: u64) -> (KeyId, usize) {
         let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
-        hasher.write(key.as_bytes());
+        hasher.write(hit.key.as_bytes());
+        match Shape::of(&hit.limit, now_us) {
+            Shape::Window { start_s } => {
+                hasher.write_u8(0);
+                hasher.write_u64(start_s);
+            }
+            Shape::Measured {
+                algorithm,
+                period_s,
+                measure,
+            } => {
+                // 1 + the algorithm's index: never 0, the window's tag.
+                hasher.write_u8(1 + algorithm.index() as u8);
+                hasher.write_u64(period_s);
+                hasher.write_u64(measure.unwrap_or(u64::MAX));
+            }
+        }
         let hash = hasher.finish128();
         let id = KeyId(hash.h1, hash.h2);
         // The map uses the first half; the shard comes from the second.
         (id, (id.1 as usize) & (self.shards.len() - 1))
     }
 
-    fn charge_one(&self, hit: &Hit, now_us: u64) -> Result<Decision, StoreError> {
-        let (id, index) = self.locate(&hit.key);
+    fn charge_one(
+        &self,
+        hit: &Hit,
+        charging: Charging,
+        now_us: u64,
+    ) -> Result<Decision, StoreError> {
+        let (id, index) = self.locate(hit, now_us);
         let mut shard = self.lock(index);
         // A known key whose state does not grow (every algorithm but a lengthening log): one
         // lookup, updated in place.
         let Shard { entries, bytes, .. } = &mut *shard;
         let before = match entries.get_mut(&id) {
             Some(entry) => {
-                let live = (entry.expires_at_us > now_us).then_some(&entry.state);
-                let outcome = hit.limit.decide(live, hit.cost, now_us);
+                let live = readable(entry, hit, now_us).then_some(&entry.state);
+                let outcome = hit.limit.decide_charging(charging, live, hit.cost, now_us);
                 let Some((state, expires_at_us)) = outcome.new_state else {
                     return Ok(outcome.decision);
                 };
@@ -247,7 +289,7 @@ impl MemoryStore {
                     *bytes -= was - now;
                     *entry = Entry {
                         state,
-                        expires_at_us,
+                        expires_at_us: kept_until(entry, hit, expires_at_us),
                     };
                     return Ok(outcome.decision);
                 }
@@ -258,7 +300,7 @@ impl MemoryStore {
         let (decision, state, expires_at_us, new_keys, was) = match before {
             Some((decision, state, expires_at_us, was)) => (decision, state, expires_at_us, 0, was),
             None => {
-                let outcome = hit.limit.decide(None, hit.cost, now_us);
+                let outcome = hit.limit.decide_charging(charging, None, hit.cost, now_us);
                 let Some((state, expires_at_us)) = outcome.new_state else {
                     return Ok(outcome.decision);
                 };
@@ -292,7 +334,7 @@ impl MemoryStore {
         now_us: u64,
     ) -> Result<Vec<Decision>, StoreError> {
         let located: SmallVec<[(KeyId, usize); 4]> =
-            hits.iter().map(|hit| self.locate(&hit.key)).collect();
+            hits.iter().map(|hit| self.locate(hit, now_us)).collect();
         let mut indices: SmallVec<[usize; 4]> = located.iter().map(|&(_, index)| index).collect();
         indices.sort_unstable();
         indices.dedup();
@@ -313,10 +355,12 @@ impl MemoryStore {
                         Some(change) => Some(&change.1),
                         None => match charged.iter().rev().find(|c| c.id == id) {
                             Some(charge) => Some(&charge.state),
-                            None => live(&shards[shard_of(index)], &id, now_us),
+                            None => live(&shards[shard_of(index)], &id, &hits[i], now_us),
                         },
                     };
-                    hits[i].limit.decide(current, hits[i].cost, now_us)
+                    hits[i]
+                        .limit
+                        .decide_charging(charging, current, hits[i].cost, now_us)
                 };
                 if let Some((state, expires_at_us)) = outcome.new_state {
                     changes.push((i, state, expires_at_us));
@@ -325,7 +369,7 @@ impl MemoryStore {
             }
             let denied = group.clone().any(|i| !decisions[i].admitted);
             for (i, state, expires_at_us) in changes {
-                if hits[i].limit.debt || !denied {
+                if hits[i].limit.debt || charging == Charging::EveryHit || !denied {
                     let (id, index) = located[i];
                     charged.push(Charge {
                         hit: i,
@@ -391,8 +435,9 @@ impl MemoryStore {
                 // In place: one lookup.
                 Some(entry) => {
                     *bytes = *bytes + weight(&charge.state) - weight(&entry.state);
+                    entry.expires_at_us =
+                        kept_until(entry, &hits[charge.hit], charge.expires_at_us);
                     entry.state = charge.state;
-                    entry.expires_at_us = charge.expires_at_us;
                 }
                 None => shard.put(
                     charge.id,
@@ -406,7 +451,7 @@ impl MemoryStore {
         for (i, decision) in decisions.iter_mut().enumerate() {
             if decision.admitted && hits[i].cost > 0 && !is_charged[i] {
                 let (id, index) = located[i];
-                let now_stored = live(&shards[shard_of(index)], &id, now_us);
+                let now_stored = live(&shards[shard_of(index)], &id, &hits[i], now_us);
                 *decision = hits[i].limit.decide(now_stored, 0, now_us).decision;
             }
         }
@@ -451,9 +496,9 @@ impl Store for MemoryStore {
 
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.clock.now_us();
-        // One hit is charged alike either way: it is denied exactly when it would veto.
+        // One hit vetoes exactly when it is denied: all-or-nothing is the hit alone.
         if let [hit] = hits {
-            return Ok(vec![self.charge_one(hit, now_us)?]);
+            return Ok(vec![self.charge_one(hit, charging, now_us)?]);
         }
         self.charge_request(hits, charging, now_us)
     }
@@ -471,7 +516,8 @@ impl Store for MemoryStore {
         }
     }
 
-    /// State is keyed by descriptor and shaped by algorithm: a changed limit reads it as such.
+    /// State is named by descriptor and shape (`key::Shape`): a changed limit never reads
+    /// state of another shape.
     fn config_changed(&self) {}
 }
 
@@ -498,23 +544,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn counts_per_key_and_denials_do_not_consume() {
-        let (store, _) = store(100);
+    async fn counts_per_key_and_the_reference_counting_charges_denied_hits_in_their_window() {
+        let (store, clock) = store(100);
         let hits = [
             hit("a", 2, 1),
             hit("a", 2, 1),
             hit("a", 2, 1),
             hit("b", 2, 1),
         ];
-        let admitted: Vec<bool> = store
-            .charge(&hits, Charging::EachAdmitted)
-            .await
-            .unwrap()
-            .iter()
-            .map(|d| d.admitted)
-            .collect();
+        let decided = store.charge(&hits, Charging::EveryHit).await.unwrap();
+        let admitted: Vec<bool> = decided.iter().map(|d| d.admitted).collect();
         assert_eq!(admitted, [true, true, false, true]);
+        assert_eq!(decided[2].remaining, 0, "what remained before the denial");
         assert_eq!(store.key_count(), 2);
+        // The denied hit was counted: a is at 3 of 2, so even cost 0 is over, until the
+        // window ends; the next window starts empty (nothing carries).
+        let read = store
+            .charge(&[hit("a", 2, 0)], Charging::EveryHit)
+            .await
+            .unwrap();
+        assert!(!read[0].admitted);
+        clock.advance(1_000_000);
+        let next = store
+            .charge(&[hit("a", 2, 2)], Charging::EveryHit)
+            .await
+            .unwrap();
+        assert!(next[0].admitted && next[0].remaining == 0);
     }
 
     #[tokio::test]

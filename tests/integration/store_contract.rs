@@ -9,7 +9,9 @@ use std::time::Duration;
 use crate::support::redis::RedisServer;
 use crate::support::scenario::{limit, scenario};
 use proptest::prelude::*;
-use sluice::limit::{Algorithm, Charging, Decision, Hit, Limit, Role};
+use sluice::algorithm::State;
+use sluice::limit::{Algorithm, Charging, Decision, Hit, Limit, Role, Unit};
+use sluice::store::key::Shape;
 use sluice::store::memory::MemoryStore;
 use sluice::store::redis::{
     Pipelining, RedisKind, RedisStore, RedisTarget, RedisTargets, TimeSource,
@@ -54,6 +56,20 @@ fn both_requests(
     requests: &[RequestSpec],
     charging: Charging,
 ) -> (Vec<Decision>, Vec<Decision>) {
+    let own_keys: Vec<usize> = (0..limits.len()).collect();
+    both_requests_on(fixture, limits, &own_keys, requests, charging)
+}
+
+/// `both_requests` with the key of each limit given: `key_of[i]` is the key (by index) that
+/// limit `i` counts under, so several limits may count one descriptor (its limit changed by
+/// a reload, or overridden by the request).
+fn both_requests_on(
+    fixture: &Fixture,
+    limits: &[Limit],
+    key_of: &[usize],
+    requests: &[RequestSpec],
+    charging: Charging,
+) -> (Vec<Decision>, Vec<Decision>) {
     fixture.runtime.block_on(async {
         let clock = Arc::new(ManualClock::at(START_US));
         let memory = MemoryStore::new(1000, clock.clone());
@@ -81,7 +97,8 @@ fn both_requests(
         )
         .await
         .expect("connect to the test Redis");
-        let keys: Vec<String> = limits.iter().map(|_| unique_key()).collect();
+        let key_count = key_of.iter().max().map_or(0, |&k| k + 1);
+        let keys: Vec<String> = (0..key_count).map(|_| unique_key()).collect();
         let (mut from_memory, mut from_redis) = (Vec::new(), Vec::new());
         for (step, specs) in requests {
             clock.advance(*step);
@@ -89,7 +106,7 @@ fn both_requests(
                 .iter()
                 .enumerate()
                 .map(|(i, &(index, cost, role, joins))| Hit {
-                    key: keys[index].clone(),
+                    key: keys[key_of[index]].clone(),
                     limit: limits[index],
                     cost,
                     role,
@@ -267,7 +284,7 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
         let charging = if all {
             Charging::AllOrNothing
         } else {
-            Charging::EachAdmitted
+            Charging::EveryHit
         };
         let (memory, redis) = both_requests(&fixture, &limits, &requests, charging);
         prop_assert_eq!(memory, redis, "{:?} {:?}", limits, charging);
@@ -311,7 +328,7 @@ fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
             let read = limits[0].decide(state.as_ref(), 0, START_US + 21);
             assert!(memory[2].admitted, "{algorithm}: {memory:?}");
             assert_eq!(memory[6].reset_after_us, read.decision.reset_after_us);
-            let (each, _) = both_requests(&fixture, &limits, &requests, Charging::EachAdmitted);
+            let (each, _) = both_requests(&fixture, &limits, &requests, Charging::EveryHit);
             assert!(
                 each[6].reset_after_us > read.decision.reset_after_us,
                 "{algorithm}: the reference's way charges every time"
@@ -323,7 +340,7 @@ fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
             memory[6].remaining, 4,
             "{algorithm}: only the first request was charged"
         );
-        let (each, _) = both_requests(&fixture, &limits, &requests, Charging::EachAdmitted);
+        let (each, _) = both_requests(&fixture, &limits, &requests, Charging::EveryHit);
         assert_eq!(
             each[6].remaining, 2,
             "{algorithm}: the reference's way charges every time"
@@ -335,7 +352,7 @@ fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
 fn in_debt(algorithm: Algorithm) -> Limit {
     Limit {
         debt: true,
-        unit: sluice::limit::Unit::Minute,
+        unit: Unit::Minute,
         ..limit(algorithm, 1000, 1, Some(1000))
     }
 }
@@ -359,7 +376,10 @@ fn reported_costs_land_and_the_debt_blocks_until_repaid_not_a_microsecond_earlie
             !memory[2].admitted,
             "{algorithm}: 1200 of 1000 used, cost 0 is over"
         );
-        assert_eq!(memory[1].remaining, 0, "{algorithm}");
+        assert_eq!(
+            memory[1].remaining, memory[0].remaining,
+            "{algorithm}: a denial reports what remained before it"
+        );
 
         // A lone report of 1200 blocks a hit of cost 1 until exactly when it said.
         let (first, _) = both_requests(&fixture, &limits, &[report(1200)], Charging::AllOrNothing);
@@ -375,5 +395,110 @@ fn reported_costs_land_and_the_debt_blocks_until_repaid_not_a_microsecond_earlie
                 "{algorithm}: {after} µs after the report"
             );
         }
+    }
+}
+
+/// What a descriptor's limit may become between two calls (a reload, an override): another
+/// rate, unit, period, algorithm or measure, or debt.
+fn changing_limit() -> impl Strategy<Value = Limit> {
+    let unit = prop_oneof![Just(Unit::Second), Just(Unit::Minute)];
+    (
+        0..Algorithm::ALL.len(),
+        1u32..=6,
+        1u32..=2,
+        unit,
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(a, requests, multiplier, unit, debt)| Limit {
+            unit,
+            debt,
+            ..limit(Algorithm::ALL[a], requests, multiplier, Some(3))
+        })
+}
+
+/// The decisions of `requests` (one hit each: which limit, its cost) when every state is
+/// named by its descriptor and `Shape` and nothing else: the model both stores must follow.
+fn by_shape(limits: &[Limit], requests: &[RequestSpec], charging: Charging) -> Vec<Decision> {
+    let mut states: Vec<(Shape, State)> = Vec::new();
+    let mut now = START_US;
+    let mut decided = Vec::new();
+    for (step, hits) in requests {
+        now += step;
+        let (index, cost, _, _) = hits[0];
+        let limit = limits[index];
+        let shape = Shape::of(&limit, now);
+        let at = states.iter().position(|(s, _)| *s == shape);
+        let state = at.map(|i| &states[i].1);
+        let outcome = limit.decide_charging(charging, state, cost, now);
+        if let Some((state, _)) = outcome.new_state {
+            match at {
+                Some(i) => states[i].1 = state,
+                None => states.push((shape, state)),
+            }
+        }
+        decided.push(outcome.decision);
+    }
+    decided
+}
+
+#[test]
+fn a_descriptor_whose_limit_changes_never_reads_state_of_another_shape() {
+    let fixture = Fixture::new();
+    let requests = prop::collection::vec(
+        (
+            prop_oneof![Just(0), 0u64..1_500_000],
+            0usize..3,
+            prop_oneof![4 => 0u64..=3, 1 => 4u64..=8],
+        ),
+        1..30,
+    );
+    let case = (
+        prop::collection::vec(changing_limit(), 3),
+        requests,
+        any::<bool>(),
+    );
+    check_cases(64, &case, |(limits, requests, all)| {
+        let charging = if all {
+            Charging::AllOrNothing
+        } else {
+            Charging::EveryHit
+        };
+        // Three limits, one descriptor: each call is counted by one of them.
+        let requests: Vec<RequestSpec> = requests
+            .into_iter()
+            .map(|(step, index, cost)| (step, vec![(index, cost, Role::Enforced, false)]))
+            .collect();
+        let (memory, redis) = both_requests_on(&fixture, &limits, &[0, 0, 0], &requests, charging);
+        prop_assert_eq!(&memory, &redis, "{:?}", limits);
+        prop_assert_eq!(
+            memory,
+            by_shape(&limits, &requests, charging),
+            "{:?}",
+            limits
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn an_override_of_another_unit_counts_on_its_own_window_in_both_stores() {
+    let fixture = Fixture::new();
+    // 5 a second, then overrides of 10 a day and 42 an hour on the same descriptor.
+    let limits = [
+        Limit::fixed_window(5, Unit::Second),
+        Limit::fixed_window(10, Unit::Day),
+        Limit::fixed_window(42, Unit::Hour),
+    ];
+    let one = |index| (0, vec![(index, 1, Role::Enforced, false)]);
+    let requests = [one(0), one(0), one(1), one(2)];
+    for charging in [Charging::AllOrNothing, Charging::EveryHit] {
+        let (memory, redis) = both_requests_on(&fixture, &limits, &[0, 0, 0], &requests, charging);
+        assert_eq!(memory, redis);
+        let remaining: Vec<u32> = memory.iter().map(|d| d.remaining).collect();
+        assert_eq!(remaining, [4, 3, 9, 41]);
+        // Each window ends where the epoch's days and hours do.
+        let until = |period_us: u64| period_us - START_US % period_us;
+        assert_eq!(memory[2].reset_after_us, until(86_400 * S));
+        assert_eq!(memory[3].reset_after_us, until(3_600 * S));
     }
 }

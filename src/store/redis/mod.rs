@@ -317,12 +317,15 @@ impl RedisStore {
         let backend = calls.first().map_or(0, |call| call.backend);
         let one_backend = calls.iter().all(|call| call.backend == backend);
         let on_cluster = matches!(self.backends[backend].connection, Connection::Cluster(_));
+        if (!one_backend || on_cluster) && charging == Charging::EveryHit {
+            return self.decide_every_hit_across_shards(calls).await;
+        }
         if !one_backend || on_cluster {
-            return self.decide_across_shards(calls, charging).await;
+            return self.decide_across_shards(calls).await;
         }
         let mode = match charging {
             Charging::AllOrNothing => Mode::All,
-            Charging::EachAdmitted => Mode::Each,
+            Charging::EveryHit => Mode::Every,
         };
         let reply = self
             .call(&self.backends[backend], &calls, mode)
@@ -353,49 +356,14 @@ impl RedisStore {
     /// Nothing is ever over-admitted (a charge lands before the decision that could rely on
     /// it); meanwhile a concurrent request may see charges that are then taken back. A hit
     /// whose charge is taken back reports what remains without it.
-    async fn decide_across_shards(
-        &self,
-        calls: Vec<HitCall>,
-        charging: Charging,
-    ) -> Result<Vec<Decision>, StoreError> {
-        let mut shards: Vec<(Shard, Vec<usize>)> = Vec::new();
-        for (index, call) in calls.iter().enumerate() {
-            let shard = self.shard_of(call);
-            match shards.iter_mut().find(|(s, _)| *s == shard) {
-                Some((_, members)) => members.push(index),
-                None => shards.push((shard, vec![index])),
-            }
-        }
-        let groups: Vec<Vec<HitCall>> = shards
-            .iter()
-            .map(|(_, members)| members.iter().map(|&i| calls[i].clone()).collect())
-            .collect();
-        let replies =
-            join_all(shards.iter().zip(&groups).map(|((shard, _), group)| {
-                self.call(&self.backends[shard.backend], group, Mode::Any)
-            }))
-            .await;
-        let mut decided: Vec<Option<(Decision, u64)>> = vec![None; calls.len()];
-        let mut failure = None;
-        for ((_, members), reply) in shards.iter().zip(replies) {
-            match reply
-                .map_err(store_error)
-                .and_then(|r| decisions(&r, members.len(), Mode::Any))
-            {
-                Ok(found) => {
-                    for (&index, decision) in members.iter().zip(found) {
-                        decided[index] = Some(decision);
-                    }
-                }
-                Err(error) => failure = Some(error),
-            }
-        }
+    async fn decide_across_shards(&self, calls: Vec<HitCall>) -> Result<Vec<Decision>, StoreError> {
+        let (mut decided, failure) = self.call_each_shard(&calls, Mode::Any).await;
         let admitted = |index: usize| decided[index].is_some_and(|(d, _)| d.admitted);
         let roles = calls
             .iter()
             .enumerate()
             .map(|(i, call)| (call.args.role, admitted(i)));
-        let vetoed = failure.is_some() || (charging == Charging::AllOrNothing && vetoed(roles));
+        let vetoed = failure.is_some() || vetoed(roles);
         let group_denied = |group: usize| {
             calls
                 .iter()
@@ -420,6 +388,67 @@ impl RedisStore {
             .map(|decision| decision.map(|(d, _)| d))
             .collect::<Option<Vec<Decision>>>()
             .ok_or_else(|| protocol("a slot answered fewer hits than asked"))
+    }
+
+    /// The reference's counting across shards: every hit is charged, denied or not, so each
+    /// shard's call is the whole answer and nothing is taken back.
+    async fn decide_every_hit_across_shards(
+        &self,
+        calls: Vec<HitCall>,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let (decided, failure) = self.call_each_shard(&calls, Mode::Every).await;
+        if let Some(error) = failure {
+            return Err(error);
+        }
+        decided
+            .into_iter()
+            .map(|decision| decision.map(|(d, _)| d))
+            .collect::<Option<Vec<Decision>>>()
+            .ok_or_else(|| protocol("a slot answered fewer hits than asked"))
+    }
+
+    /// One script call per shard of `calls`, concurrently, as `mode` says: each hit's
+    /// decision (by index; `None` where its shard failed) and a failure, if any.
+    async fn call_each_shard(
+        &self,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> (Vec<Option<(Decision, u64)>>, Option<StoreError>) {
+        let mut shards: Vec<(Shard, Vec<usize>)> = Vec::new();
+        for (index, call) in calls.iter().enumerate() {
+            let shard = self.shard_of(call);
+            match shards.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, members)) => members.push(index),
+                None => shards.push((shard, vec![index])),
+            }
+        }
+        let groups: Vec<Vec<HitCall>> = shards
+            .iter()
+            .map(|(_, members)| members.iter().map(|&i| calls[i].clone()).collect())
+            .collect();
+        let replies = join_all(
+            shards
+                .iter()
+                .zip(&groups)
+                .map(|((shard, _), group)| self.call(&self.backends[shard.backend], group, mode)),
+        )
+        .await;
+        let mut decided: Vec<Option<(Decision, u64)>> = vec![None; calls.len()];
+        let mut failure = None;
+        for ((_, members), reply) in shards.iter().zip(replies) {
+            match reply
+                .map_err(store_error)
+                .and_then(|r| decisions(&r, members.len(), mode))
+            {
+                Ok(found) => {
+                    for (&index, decision) in members.iter().zip(found) {
+                        decided[index] = Some(decision);
+                    }
+                }
+                Err(error) => failure = Some(error),
+            }
+        }
+        (decided, failure)
     }
 
     /// Takes back the charges `decided` made (admitted hits of cost > 0) of the hits `undo`
@@ -532,8 +561,8 @@ fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cm
 pub enum Mode {
     /// Charge only if no hit vetoes the request.
     All,
-    /// Charge every descriptor that admits the request.
-    Each,
+    /// Charge every hit, denied or not (the reference's counting).
+    Every,
     /// Charge every admitted hit (one Cluster slot's share of a request).
     Any,
     /// Take back charges an earlier `Any` made.
@@ -544,7 +573,7 @@ impl Mode {
     fn as_str(self) -> &'static str {
         match self {
             Mode::All => "all",
-            Mode::Each => "each",
+            Mode::Every => "every",
             Mode::Any => "any",
             Mode::Refund => "refund",
         }

@@ -180,6 +180,41 @@ async fn test_config_limit_override() {
     }
 }
 
+/// `TestConfigLimitOverride`'s counting: an override has its own counter, named by its unit,
+/// in a window aligned to the epoch; it never reads the configured limit's count.
+#[tokio::test]
+async fn test_config_limit_override_counts_on_its_own_window() {
+    const FIVE_A_SECOND: &str = "domain: o\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+    for on in on_both_stores(&[("o.yaml", FIVE_A_SECOND)], &[], &[]) {
+        let s = &on.sluice;
+        let mut last = None;
+        for _ in 0..2 {
+            last = Some(status_of(s, "o", descriptor(&[("k", "v")])).await);
+        }
+        assert_eq!(last.map(|s| s.limit_remaining), Some(3), "{}", on.store);
+        for (requests, unit, seconds) in [(10, Unit::Day, 86_400), (42, Unit::Hour, 3_600)] {
+            let before = now_seconds();
+            let overridden = descriptor_with_limit(&[("k", "v")], requests, unit as i32);
+            let status = status_of(s, "o", overridden).await;
+            let after = now_seconds();
+            assert_eq!(
+                status.limit_remaining,
+                requests - 1,
+                "{}: {requests} per {unit:?} reads no other count",
+                on.store
+            );
+            let reset = status.duration_until_reset.map_or(0, |d| d.seconds as u64);
+            // The window's end, aligned to the epoch (whole seconds, rounded up).
+            let ends = [before, after].map(|now| seconds - now % seconds);
+            assert!(
+                ends.contains(&reset),
+                "{}: {requests} per {unit:?} resets in {reset} s, not {ends:?}",
+                on.store
+            );
+        }
+    }
+}
+
 #[test]
 fn test_empty_domain() {
     assert_refused(
