@@ -6,6 +6,7 @@
 //! "Differences from envoyproxy/ratelimit").
 
 mod config;
+mod counting;
 mod integration;
 mod limiter;
 mod service;
