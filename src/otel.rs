@@ -41,6 +41,8 @@ pub struct TracingSettings {
     pub sampling_rate: f64,
     /// Spans waiting for export at most; past it they are dropped and counted.
     pub max_queue_size: usize,
+    /// `OTEL_BSP_SCHEDULE_DELAY`: the time between exports, the first one included.
+    pub schedule_delay: std::time::Duration,
     /// `OTEL_EXPORTER_OTLP_CERTIFICATE`: the CA the collector's certificate chains to.
     pub ca_certificate: Option<std::path::PathBuf>,
     /// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` and `..._CLIENT_KEY`: sluice's certificate.

@@ -141,6 +141,9 @@ pub struct ServeArgs {
     /// Spans waiting for export at most; past it they are dropped and counted.
     #[arg(long, env = "OTEL_BSP_MAX_QUEUE_SIZE", default_value_t = 2048)]
     pub tracing_max_queue_size: usize,
+    /// Milliseconds between span exports, the first one included (one delay after start).
+    #[arg(long, env = "OTEL_BSP_SCHEDULE_DELAY", default_value_t = 5000)]
+    pub tracing_schedule_delay_ms: u64,
     /// The PEM CA the collector's certificate chains to (an https:// endpoint; default: the
     /// system's roots).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_CERTIFICATE")]
@@ -499,6 +502,14 @@ impl ServeArgs {
                 .filter(|id| !id.is_empty()),
             sampling_rate: self.tracing_sampling_rate,
             max_queue_size: at_least_one("--tracing-max-queue-size", self.tracing_max_queue_size)?,
+            schedule_delay: match self.tracing_schedule_delay_ms {
+                0 => {
+                    return Err(SettingsError::Zero {
+                        setting: "--tracing-schedule-delay-ms",
+                    })
+                }
+                ms => std::time::Duration::from_millis(ms),
+            },
             ca_certificate: self.otel_exporter_otlp_certificate.clone(),
             client_certificate,
             endpoint,

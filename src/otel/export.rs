@@ -60,6 +60,8 @@ pub fn span_counts() -> &'static SpanCounts {
 pub struct Export {
     provider: SdkTracerProvider,
     runtime: Option<tokio::runtime::Runtime>,
+    /// The first export, one schedule delay after start (`first_export_on_schedule`).
+    first_export: tokio::task::JoinHandle<()>,
 }
 
 impl Export {
@@ -80,6 +82,7 @@ impl Export {
         };
         let batching = BatchConfigBuilder::default()
             .with_max_queue_size(settings.max_queue_size)
+            .with_scheduled_delay(settings.schedule_delay)
             .build();
         let batcher = BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio)
             .with_batch_config(batching)
@@ -95,10 +98,12 @@ impl Export {
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
             .with_resource(resource(settings))
             .build();
+        let first_export = first_export_on_schedule(&provider, settings.schedule_delay);
         drop(entered);
         Ok(Export {
             provider,
             runtime: Some(runtime),
+            first_export,
         })
     }
 
@@ -110,6 +115,7 @@ impl Export {
     /// Sends the queued spans (waiting up to 5 s) and stops. Must not be called on an async
     /// runtime.
     pub fn shutdown(mut self) {
+        self.first_export.abort();
         if let Err(error) = self.provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT) {
             tracing::warn!(%error, "spans still queued when sluice stopped are lost");
         }
@@ -121,10 +127,30 @@ impl Export {
 
 impl Drop for Export {
     fn drop(&mut self) {
+        self.first_export.abort();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
     }
+}
+
+/// Exports what is queued `delay` after start, on the runtime entered. The SDK's batching
+/// task skips the first tick of its interval, which it takes to fire at once, but its
+/// interval is a sleep that fires after one delay: left alone, the first export would come
+/// at twice the delay (10 s with the default 5 s), and every one after it on schedule.
+fn first_export_on_schedule(
+    provider: &SdkTracerProvider,
+    delay: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let provider = provider.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        // A flush waits for the batching task, which runs on this runtime's one worker.
+        let flushed = tokio::task::spawn_blocking(move || provider.force_flush()).await;
+        if let Ok(Err(error)) = flushed {
+            tracing::debug!(%error, "the first span export did not complete");
+        }
+    })
 }
 
 /// service.name, service.namespace and service.instance.id, as the reference sets them, over

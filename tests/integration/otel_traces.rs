@@ -483,3 +483,34 @@ async fn tracing_settings_that_cannot_be_honoured_stop_sluice() {
     let stderr = String::from_utf8_lossy(&missing_ca.stderr);
     assert!(stderr.contains("/nonexistent/ca.pem"), "{stderr}");
 }
+
+#[tokio::test]
+async fn with_the_default_schedule_the_first_export_comes_one_delay_after_start_not_two() {
+    let (endpoint, received) = grpc_collector().await;
+    let started = Instant::now();
+    let envs = [
+        ("TRACING_ENABLED", "true"),
+        ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+    ];
+    let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
+    let mut client = sluice.client().await;
+    // A call 2 s after start, as an operator's first traffic: with OTEL_BSP_SCHEDULE_DELAY at
+    // its default of 5 s its span leaves 5 s after start (the SDK alone sent it at 10 s).
+    tokio::time::sleep_until((started + Duration::from_secs(2)).into()).await;
+    client
+        .should_rate_limit(with_headers("gil", &[]))
+        .await
+        .unwrap();
+    assert!(
+        received.named(SERVER_SPAN).is_empty(),
+        "not before the schedule"
+    );
+    let spans = received.wait_for(SERVER_SPAN, 1).await;
+    let arrived = started.elapsed();
+    assert_eq!(spans.len(), 1, "exported within 12 s of start");
+    assert!(
+        arrived >= Duration::from_millis(4_900) && arrived < Duration::from_secs(8),
+        "the first export came {arrived:?} after start; the schedule says 5 s"
+    );
+}
