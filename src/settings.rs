@@ -244,9 +244,9 @@ pub struct ServeArgs {
     /// Most keys the memory store holds; at the bound only expired state makes room.
     #[arg(long, env = "SLUICE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
-    /// Most bytes of state the memory store holds (about 120 per key, and 8 more per entry of
-    /// a sliding log). At either bound only expired state is dropped to make room; when none
-    /// is, a request needing a new key gets --failure-mode.
+    /// Most bytes of state the memory store holds: its map's table as allocated, and each
+    /// state's heap block (README, "The memory store"). At either bound only expired state is
+    /// dropped to make room; when none is, a request needing a new key gets --failure-mode.
     #[arg(long, env = "SLUICE_MEMORY_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub memory_max_bytes: usize,
     /// Add RateLimit-Limit, -Remaining, -Reset (and Retry-After when over) to responses.

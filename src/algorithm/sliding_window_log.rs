@@ -22,15 +22,21 @@ fn live(stored: Option<&Log>, period: u64, now_us: u64) -> &[u64] {
 
 /// `live` with `count` entries stamped `now_us` added in time order, keeping the newest
 /// L + 1 at most. Exact: while L + 1 entries are live every hit is denied, and a decision only
-/// ever looks at the newest L + 1 - cost entries.
+/// ever looks at the newest L + 1 - cost entries. Allocated to its length: no spare capacity.
 fn with_entries(live: &[u64], count: u64, capacity: u64, now_us: u64) -> Log {
-    let kept = capacity.saturating_add(1);
-    let mut log = live.to_vec();
-    let at = log.partition_point(|&ts| ts <= now_us);
-    let added = count.min(kept) as usize;
-    log.splice(at..at, std::iter::repeat_n(now_us, added));
-    let excess = log.len().saturating_sub(kept as usize);
-    log.drain(..excess);
+    let kept = capacity.saturating_add(1) as usize;
+    let at = live.partition_point(|&ts| ts <= now_us);
+    let added = count.min(kept as u64) as usize;
+    let total = live.len() + added;
+    let excess = total.saturating_sub(kept);
+    // The oldest `excess` of (entries up to now, the new ones, entries after now) are dropped.
+    let from_before = excess.min(at);
+    let from_added = (excess - from_before).min(added);
+    let from_after = excess - from_before - from_added;
+    let mut log = Vec::with_capacity(total - excess);
+    log.extend_from_slice(&live[from_before..at]);
+    log.resize(log.len() + added - from_added, now_us);
+    log.extend_from_slice(&live[at + from_after..]);
     log
 }
 

@@ -1,15 +1,18 @@
 //! The embedded store: state in a sharded map in this process. No lock is held across an
 //! `.await` (there is none inside `charge`), expired state is swept by `sweep_expired`, and
-//! what is held is bounded, in keys and in bytes (a sliding log holds 8 bytes per entry): at a
-//! bound, only state that no longer matters (expired) is dropped to make room, by a sweep of
-//! the shard at most every `ROOM_SWEEP_EVERY_US`; state that still restricts a client is never
-//! dropped. When no room can be made, the request fails with `StoreError::Full` (the service
-//! answers it as `--failure-mode` says), counted, and logged once.
+//! what is held is bounded, in keys and in bytes (what the map's table and each state's heap
+//! block take, as `footprint` counts them): at a bound, only state that no longer matters
+//! (expired) is dropped to make room, by a sweep of the shard at most every
+//! `ROOM_SWEEP_EVERY_US`; state that still restricts a client is never dropped. When no room
+//! can be made, the request fails with `StoreError::Full` (the service answers it as
+//! `--failure-mode` says), counted, and logged once.
 //!
 //! Keys are held as a 128-bit keyed hash of the store key, not the key itself: 16 bytes
-//! instead of a heap string, so a million keys fit in about 120 bytes each. Two distinct keys
+//! instead of a heap string, so an entry is 56 bytes in the map's table. Two distinct keys
 //! share state only if their 128-bit hashes collide: for a million keys, a chance of about
 //! 1 in 10^27.
+
+mod footprint;
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -29,30 +32,22 @@ use crate::store::{Clock, Store, StoreError, StoreStats};
 /// A shard's entries: state by key id, hashed by the id itself (it is already a keyed hash).
 type Entries = HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>;
 
-/// A shard: its entries, what they weigh, and when it last dropped expired ones for room.
+/// A shard: its entries, the heap bytes of their states, and when it last dropped expired
+/// ones for room.
 #[derive(Default)]
 struct Shard {
     entries: Entries,
-    bytes: usize,
+    state_bytes: usize,
     room_swept_at_us: u64,
 }
-
-/// The bytes an entry costs besides its state's heap: the map slot, the key id, the state's
-/// own size and the map's spare capacity (measured: about 120 bytes per key).
-const ENTRY_BYTES: usize = 120;
 
 /// The most often a full shard is swept for expired entries (µs): a flood of new keys into a
 /// store full of live state costs one shard scan per this time, not one per key.
 const ROOM_SWEEP_EVERY_US: u64 = 100_000;
 
 /// The least bytes a shard may hold: the largest state one key can have (a sliding log of
-/// 10,000 entries, 128 KiB with its spare capacity) fits twice.
+/// 10,000 entries, 128 KiB as held) fits twice.
 const MIN_SHARD_BYTES: usize = 256 * 1024;
-
-/// What an entry of `state` weighs.
-fn weight(state: &State) -> usize {
-    ENTRY_BYTES + state.heap_bytes()
-}
 
 /// The in-memory store.
 pub struct MemoryStore {
@@ -116,28 +111,65 @@ struct Charge {
 struct ShardLock(Mutex<Shard>);
 
 impl Shard {
-    /// Stores `entry` under `id`, keeping the byte count.
-    fn put(&mut self, id: KeyId, entry: Entry) {
-        let added = weight(&entry.state);
-        if let Some(old) = self.entries.insert(id, entry) {
-            self.bytes -= weight(&old.state);
-        }
-        self.bytes += added;
+    /// The bytes the shard holds: its table and its states' heap blocks.
+    fn bytes(&self) -> usize {
+        footprint::table_bytes(self.entries.capacity()) + self.state_bytes
     }
 
-    /// Drops the entries expired at `now_us`; returns how many.
+    /// What storing `state` under `id` takes: a new key (0 or 1), and heap bytes more.
+    fn needs(&self, id: &KeyId, state: &State) -> (usize, usize) {
+        match self.entries.get(id) {
+            Some(entry) => {
+                let held = footprint::heap_bytes(&entry.state);
+                let after = footprint::heap_bytes_held(Some(&entry.state), state);
+                (0, after.saturating_sub(held))
+            }
+            None => (1, footprint::heap_bytes_held(None, state)),
+        }
+    }
+
+    /// Stores `state` for `hit` under `id`, in place when the key is held, keeping the byte
+    /// count.
+    fn write(&mut self, id: KeyId, hit: &Hit, state: State, expires_at_us: u64) {
+        match self.entries.get_mut(&id) {
+            Some(entry) => {
+                let before = footprint::heap_bytes(&entry.state);
+                footprint::hold(&mut entry.state, state);
+                self.state_bytes = self.state_bytes - before + footprint::heap_bytes(&entry.state);
+                entry.expires_at_us = kept_until(entry, hit, expires_at_us);
+            }
+            None => {
+                let state = footprint::fresh(state);
+                self.state_bytes += footprint::heap_bytes(&state);
+                self.entries.insert(
+                    id,
+                    Entry {
+                        state,
+                        expires_at_us,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Drops the entries expired at `now_us`, and gives back a table left mostly empty;
+    /// returns how many.
     fn drop_expired(&mut self, now_us: u64) -> usize {
         let before = self.entries.len();
         let mut freed = 0;
         self.entries.retain(|_, entry| {
             let keep = entry.expires_at_us > now_us;
             if !keep {
-                freed += weight(&entry.state);
+                freed += footprint::heap_bytes(&entry.state);
             }
             keep
         });
-        self.bytes -= freed;
-        before - self.entries.len()
+        self.state_bytes -= freed;
+        let len = self.entries.len();
+        if self.entries.capacity() > 64 && len * 4 < self.entries.capacity() {
+            self.entries.shrink_to(len * 2);
+        }
+        before - len
     }
 }
 
@@ -222,7 +254,7 @@ impl MemoryStore {
 
     /// The bytes held, as the store counts them.
     pub fn bytes_held(&self) -> usize {
-        (0..self.shards.len()).map(|i| self.lock(i).bytes).sum()
+        (0..self.shards.len()).map(|i| self.lock(i).bytes()).sum()
     }
 
     /// How many requests found the store full of state that still matters.
@@ -274,51 +306,21 @@ impl MemoryStore {
     ) -> Result<Decision, StoreError> {
         let (id, index) = self.locate(hit, now_us);
         let mut shard = self.lock(index);
-        // A known key whose state does not grow (every algorithm but a lengthening log): one
-        // lookup, updated in place.
-        let Shard { entries, bytes, .. } = &mut *shard;
-        let before = match entries.get_mut(&id) {
-            Some(entry) => {
-                let live = readable(entry, hit, now_us).then_some(&entry.state);
-                let outcome = hit.limit.decide_charging(charging, live, hit.cost, now_us);
-                let Some((state, expires_at_us)) = outcome.new_state else {
-                    return Ok(outcome.decision);
-                };
-                let (was, now) = (weight(&entry.state), weight(&state));
-                if now <= was {
-                    *bytes -= was - now;
-                    *entry = Entry {
-                        state,
-                        expires_at_us: kept_until(entry, hit, expires_at_us),
-                    };
-                    return Ok(outcome.decision);
-                }
-                Some((outcome.decision, state, expires_at_us, was))
-            }
-            None => None,
+        let live = shard
+            .entries
+            .get(&id)
+            .filter(|entry| readable(entry, hit, now_us))
+            .map(|entry| &entry.state);
+        let outcome = hit.limit.decide_charging(charging, live, hit.cost, now_us);
+        let Some((state, expires_at_us)) = outcome.new_state else {
+            return Ok(outcome.decision);
         };
-        let (decision, state, expires_at_us, new_keys, was) = match before {
-            Some((decision, state, expires_at_us, was)) => (decision, state, expires_at_us, 0, was),
-            None => {
-                let outcome = hit.limit.decide_charging(charging, None, hit.cost, now_us);
-                let Some((state, expires_at_us)) = outcome.new_state else {
-                    return Ok(outcome.decision);
-                };
-                (outcome.decision, state, expires_at_us, 1, 0)
-            }
-        };
-        let grows = weight(&state).saturating_sub(was);
-        if !self.room(&mut shard, new_keys, grows, now_us) {
+        let (new_keys, grows) = shard.needs(&id, &state);
+        if (new_keys, grows) != (0, 0) && !self.room(&mut shard, new_keys, grows, now_us) {
             return Err(self.no_room());
         }
-        shard.put(
-            id,
-            Entry {
-                state,
-                expires_at_us,
-            },
-        );
-        Ok(decision)
+        shard.write(id, hit, state, expires_at_us);
+        Ok(outcome.decision)
     }
 
     /// Decides a request's hits under the locks of every shard they touch, taken in shard
@@ -405,13 +407,7 @@ impl MemoryStore {
         let mut needs: SmallVec<[(usize, usize, usize); 4]> = SmallVec::new();
         for charge in &last {
             let position = shard_of(charge.index);
-            let (new_key, grows) = match shards[position].entries.get(&charge.id) {
-                Some(entry) => (
-                    0,
-                    weight(&charge.state).saturating_sub(weight(&entry.state)),
-                ),
-                None => (1, weight(&charge.state)),
-            };
+            let (new_key, grows) = shards[position].needs(&charge.id, &charge.state);
             if new_key == 0 && grows == 0 {
                 continue;
             }
@@ -430,23 +426,12 @@ impl MemoryStore {
         }
         for charge in last {
             let shard = &mut shards[shard_of(charge.index)];
-            let Shard { entries, bytes, .. } = &mut **shard;
-            match entries.get_mut(&charge.id) {
-                // In place: one lookup.
-                Some(entry) => {
-                    *bytes = *bytes + weight(&charge.state) - weight(&entry.state);
-                    entry.expires_at_us =
-                        kept_until(entry, &hits[charge.hit], charge.expires_at_us);
-                    entry.state = charge.state;
-                }
-                None => shard.put(
-                    charge.id,
-                    Entry {
-                        state: charge.state,
-                        expires_at_us: charge.expires_at_us,
-                    },
-                ),
-            }
+            shard.write(
+                charge.id,
+                &hits[charge.hit],
+                charge.state,
+                charge.expires_at_us,
+            );
         }
         for (i, decision) in decisions.iter_mut().enumerate() {
             if decision.admitted && hits[i].cost > 0 && !is_charged[i] {
@@ -463,8 +448,10 @@ impl MemoryStore {
     /// does the rest). Live state is never dropped.
     fn room(&self, shard: &mut Shard, new_keys: usize, bytes: usize, now_us: u64) -> bool {
         let fits = |shard: &Shard| {
-            shard.entries.len() + new_keys <= self.keys_per_shard
-                && shard.bytes + bytes <= self.bytes_per_shard
+            let len = shard.entries.len() + new_keys;
+            let table =
+                footprint::table_bytes(footprint::capacity_for(shard.entries.capacity(), len));
+            len <= self.keys_per_shard && table + shard.state_bytes + bytes <= self.bytes_per_shard
         };
         if fits(shard) {
             return true;
@@ -740,10 +727,7 @@ mod tests {
                 Err(other) => panic!("{other}"),
             }
         }
-        assert!(
-            refused,
-            "the logs' 8 bytes per entry count against the bound"
-        );
+        assert!(refused, "the logs' blocks count against the bound");
         let bound = MIN_SHARD_BYTES * store.shards.len();
         assert!(store.bytes_held() <= bound, "{} bytes", store.bytes_held());
         assert!(store.key_count() <= 200);
