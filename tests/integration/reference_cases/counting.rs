@@ -71,6 +71,17 @@ const CASES: &[Case] = &[
         counts: &[("eight", [7, 7, 1, 0])],
     },
     Case {
+        replays: "TestNearLimit key7: 20 per unit at 16, 3 more: all within and all near",
+        calls: &[&[("twenty", 16, OK)], &[("twenty", 3, OK)]],
+        counts: &[("twenty", [19, 19, 3, 0])],
+    },
+    Case {
+        replays: "TestNearLimit key8: 20 per unit at 19, 3 more: 2 over and 1 near; then 1 more, over",
+        calls: &[&[("twenty", 19, OK)], &[("twenty", 3, OVER)], &[("twenty", 1, OVER)]],
+        // 19 within, 3 past the threshold of 16; 22: 2 over, 1 near; 23: 1 over.
+        counts: &[("twenty", [23, 19, 4, 3])],
+    },
+    Case {
         replays: "TestNearLimit key10: all of it over the limit (27 of 10, 3 more)",
         calls: &[&[("ten", 10, OK)], &[("ten", 17, OVER)], &[("ten", 3, OVER)]],
         counts: &[("ten", [30, 10, 2, 20])],
