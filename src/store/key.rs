@@ -8,7 +8,7 @@
 
 use std::fmt::Write;
 
-use crate::algorithm::{fixed_window, Algorithm};
+use crate::algorithm::Algorithm;
 use crate::limit::{Hit, Limit, MICROS_PER_SECOND};
 
 /// The key of a descriptor counted under `entries` (key, value) in `domain`.
@@ -58,17 +58,19 @@ pub enum Shape {
 impl Shape {
     /// The shape of `limit`'s state at `now_us`.
     pub fn of(limit: &Limit, now_us: u64) -> Shape {
-        let rate = limit.rate();
+        let period_us = limit.period_us();
         if limit.key_holds_window() {
-            let start_us = fixed_window::window_start_us(&rate, now_us);
+            // The fixed window's start (`fixed_window::window_start_us`), without building
+            // the whole rate: this runs on every hit.
+            let start_us = now_us - now_us % period_us.max(1);
             return Shape::Window {
                 start_s: start_us / MICROS_PER_SECOND,
             };
         }
         Shape::Measured {
             algorithm: limit.algorithm,
-            period_s: rate.period_us() / MICROS_PER_SECOND,
-            measure: limit.algorithm.state_measure(&rate),
+            period_s: period_us / MICROS_PER_SECOND,
+            measure: limit.algorithm.state_measure(&limit.rate()),
         }
     }
 }
@@ -146,6 +148,19 @@ mod redis_key_tests {
             joins_previous: false,
         };
         assert_eq!(redis_key("", &hit, 5), "token_bucket_1s_d_k_v_");
+    }
+
+    #[test]
+    fn a_windows_shape_is_the_fixed_windows_own_start() {
+        let limit = Limit {
+            unit_multiplier: 7,
+            ..Limit::fixed_window(10, Unit::Minute)
+        };
+        for now_us in [0, 1, 419_999_999, 420_000_000, 1_700_000_123_456_789] {
+            let start_us = crate::algorithm::fixed_window::window_start_us(&limit.rate(), now_us);
+            let start_s = start_us / MICROS_PER_SECOND;
+            assert_eq!(Shape::of(&limit, now_us), Shape::Window { start_s });
+        }
     }
 
     #[test]
