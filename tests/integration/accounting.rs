@@ -1,6 +1,6 @@
 //! How a request of several descriptors is charged, through the real binary on every store:
 //! a denied request charges none of its descriptors (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
-//! true by default), or, set to false, every descriptor that admits it, as the reference does.
+//! true by default), or, set to false, every hit of every descriptor, as the reference does.
 
 use crate::support::redis::{cluster_flags, script_calls, start_cluster, RedisServer};
 use crate::support::*;
@@ -99,13 +99,26 @@ async fn a_denied_request_charges_none_of_its_descriptors_on_every_store() {
 #[tokio::test]
 async fn stop_cache_key_increment_when_overlimit_false_charges_as_the_reference() {
     let redis = RedisServer::start(&[]);
-    let args = redis_args(&redis);
-    let mut on_redis: Vec<&str> = args.iter().map(String::as_str).collect();
-    for flag in [vec![], std::mem::take(&mut on_redis)] {
+    let nodes = start_cluster();
+    let (single, cluster) = (redis_args(&redis), cluster_flags(&nodes));
+    let stores: [Vec<&str>; 3] = [
+        vec![],
+        single.iter().map(String::as_str).collect(),
+        cluster.iter().map(String::as_str).collect(),
+    ];
+    for flag in stores {
         let env = [("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false")];
         let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &flag, &env);
         let (remaining, _) = four_requests(&sluice).await;
         assert_eq!(remaining, [4, 3, 2, 1], "{flag:?}");
+        // b's denied hits were counted too (4 of 1): a read of it is over.
+        let mut client = sluice.client().await;
+        let b = call(
+            &mut client,
+            request("acct", vec![descriptor_with_hits(&[("b", "y")], 0)]),
+        )
+        .await;
+        assert_eq!(code(&b.statuses[0]), Code::OverLimit, "{flag:?}");
     }
 }
 
