@@ -10,6 +10,7 @@ use clap::builder::{BoolishValueParser, FalseyValueParser};
 use clap::{ArgAction, Args, ValueEnum};
 
 mod compat;
+mod listen;
 mod redis;
 
 use crate::config::LoadOptions;
@@ -19,9 +20,9 @@ use crate::http::HttpEndpoints;
 use crate::limit::Charging;
 use crate::otel::{ExporterProtocol, TracingSettings};
 use crate::rlqs::{DefaultAction, RlqsSettings};
-pub use crate::server::{ConnectionLimits, TlsSettings};
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
 use crate::statsd::{Mogrifier, StatsdSettings};
+pub use listen::{ConnectionLimits, TlsSettings};
 pub use redis::{RedisArgs, RedisSettings};
 
 /// Which store keeps the limit state (`--store`).

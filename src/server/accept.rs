@@ -18,13 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
-/// What one port allows its connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    pub max_connections: usize,
-    /// The time a new connection has to send its first bytes.
-    pub handshake_timeout: Duration,
-}
+pub use crate::settings::ConnectionLimits;
 
 /// A listener that accepts within `ConnectionLimits`.
 pub struct Accepting {

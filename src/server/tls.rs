@@ -19,16 +19,7 @@ use rustls::{
     DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
 };
 
-/// The TLS files and checks of the gRPC port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsSettings {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// Client certificates are required and must chain to this CA.
-    pub client_ca: Option<PathBuf>,
-    /// ...and be valid for this name (a DNS name in their subject alternative names).
-    pub client_san: Option<String>,
-}
+pub use crate::settings::TlsSettings;
 
 /// Why the TLS files could not be used.
 #[derive(Debug, thiserror::Error)]

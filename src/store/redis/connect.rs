@@ -17,8 +17,6 @@ use redis::{
 };
 use tokio::sync::Mutex;
 
-use super::pipeline::Pipelining;
-
 /// Which Redis deployment sluice talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RedisKind {
@@ -284,6 +282,31 @@ fn without_password(url: &str) -> String {
 /// concurrent requests otherwise wait for the ACK of the ones before them.
 fn tcp_settings() -> TcpSettings {
     TcpSettings::default().set_nodelay(true)
+}
+
+/// How calls are gathered into pipelines; both zero: not at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pipelining {
+    /// How long a batch stays open after its first call; zero: only the calls already waiting.
+    pub window: Duration,
+    /// The most calls in a batch; zero: no limit but the window.
+    pub limit: usize,
+}
+
+impl Pipelining {
+    /// Whether calls are gathered at all.
+    pub fn enabled(&self) -> bool {
+        !self.window.is_zero() || self.limit > 0
+    }
+
+    /// The most calls in one batch.
+    pub(super) fn max_batch(&self) -> usize {
+        if self.limit == 0 {
+            usize::MAX
+        } else {
+            self.limit
+        }
+    }
 }
 
 #[cfg(test)]

@@ -24,8 +24,7 @@ use tracing::Instrument;
 
 pub use args::ScriptArgs;
 use condition::Condition;
-pub use connect::{Connection, RedisKind, RedisTarget};
-pub use pipeline::Pipelining;
+pub use connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use pipeline::{PipelineCounts, Pipeliner};
 use scripts::Script;
 

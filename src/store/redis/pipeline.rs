@@ -21,32 +21,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::connect::Connection;
-
-/// How calls are gathered into pipelines; both zero: not at all.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pipelining {
-    /// How long a batch stays open after its first call; zero: only the calls already waiting.
-    pub window: Duration,
-    /// The most calls in a batch; zero: no limit but the window.
-    pub limit: usize,
-}
-
-impl Pipelining {
-    /// Whether calls are gathered at all.
-    pub fn enabled(&self) -> bool {
-        !self.window.is_zero() || self.limit > 0
-    }
-
-    /// The most calls in one batch.
-    fn max_batch(&self) -> usize {
-        if self.limit == 0 {
-            usize::MAX
-        } else {
-            self.limit
-        }
-    }
-}
+use super::connect::{Connection, Pipelining};
 
 /// How many pipelines were sent and how many calls they held, for the batch sizes reached.
 #[derive(Debug, Default)]
