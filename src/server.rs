@@ -29,7 +29,7 @@ use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service
 use crate::proto::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::rate_limit_service_server::SERVICE_NAME;
 use crate::proto::FILE_DESCRIPTOR_SET;
-use crate::rlqs::budget::{Budget, MemoryBudget};
+use crate::rlqs::budget::{Budget, MemoryBudget, RedisBudget};
 use crate::rlqs::QuotaService;
 use crate::service::RateLimiter;
 use crate::settings::{Settings, StoreSettings};
@@ -176,7 +176,7 @@ pub async fn run(
             .await?;
             tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
             if redis.local_cache_size_in_bytes == 0 {
-                let budget = Arc::new(store.budget());
+                let budget = Arc::new(RedisBudget::of(&store));
                 return run.serve(config, Arc::new(store), budget).await;
             }
             let cached = WithLocalCache::new(
@@ -184,7 +184,7 @@ pub async fn run(
                 redis.local_cache_size_in_bytes,
                 Arc::new(SystemClock),
             );
-            let budget = Arc::new(cached.inner().budget());
+            let budget = Arc::new(RedisBudget::of(cached.inner()));
             run.serve(config, Arc::new(cached), budget).await
         }
     }

@@ -1,8 +1,12 @@
 //! One bucket's budget shared by every client that reports it: each client's recent demand
 //! and current assignment, with the time its claim expires. A client's share is its max-min
 //! fair share of the limit, capped so that the assignments still in force never add up to more
-//! than the limit. The memory budget serves one sluice process; the Redis one
-//! (`store::redis::budget`, `lua/rlqs_budget.lua`) every replica on that Redis.
+//! than the limit. The memory budget serves one sluice process; the Redis one (`in_redis`,
+//! `lua/rlqs_budget.lua`) every replica on that Redis.
+
+mod in_redis;
+
+pub use in_redis::RedisBudget;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -7,7 +7,6 @@
 //! logic lives here.
 
 mod args;
-pub mod budget;
 mod condition;
 mod connect;
 mod pipeline;
@@ -123,13 +122,19 @@ pub struct RedisTargets<'a> {
 }
 
 impl RedisStore {
-    /// The RLQS budget in the main Redis, under the store's key prefix.
-    pub fn budget(&self) -> budget::RedisBudget {
-        budget::RedisBudget::new(
-            self.backends[0].connection.clone(),
-            self.key_prefix.clone(),
-            self.command_timeout,
-        )
+    /// The connection to the main Redis (beside it, the RLQS budget keeps its claims).
+    pub fn main_connection(&self) -> &Connection {
+        &self.backends[0].connection
+    }
+
+    /// `CACHE_KEY_PREFIX`, which every key starts with.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// How long a command may take.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
     }
 
     /// Connects to the targets (waiting up to `startup_wait`) and loads the scripts.
@@ -659,11 +664,11 @@ fn protocol(what: &str) -> StoreError {
 }
 
 /// The store's name in errors.
-const STORE: &str = "Redis";
+pub(crate) const STORE: &str = "Redis";
 
 /// A Redis error by kind: a connection that failed, else an error reply. (Timeouts are the
 /// store's own deadline, `timed_out`.)
-fn store_error(error: RedisError) -> StoreError {
+pub(crate) fn store_error(error: RedisError) -> StoreError {
     let unreachable = error.is_io_error()
         || error.is_connection_refusal()
         || error.is_connection_dropped()

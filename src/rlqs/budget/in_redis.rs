@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, ScriptInvocation};
 
-use super::connect::Connection;
-use super::{store_error, STORE};
-use crate::rlqs::budget::{Ask, Budget};
+use super::{Ask, Budget};
+use crate::store::redis::{store_error, Connection, RedisStore, STORE};
 use crate::store::StoreError;
 
 /// The claims on buckets, in the store's main Redis.
@@ -20,16 +19,14 @@ pub struct RedisBudget {
 }
 
 impl RedisBudget {
-    pub(super) fn new(
-        connection: Connection,
-        key_prefix: String,
-        timeout: Duration,
-    ) -> RedisBudget {
+    /// The budget in `store`'s main Redis, under its key prefix and within its command
+    /// timeout.
+    pub fn of(store: &RedisStore) -> RedisBudget {
         RedisBudget {
-            connection,
+            connection: store.main_connection().clone(),
             script: Script::new(include_str!("../../../lua/rlqs_budget.lua")),
-            key_prefix,
-            timeout,
+            key_prefix: store.key_prefix().to_string(),
+            timeout: store.command_timeout(),
         }
     }
 
