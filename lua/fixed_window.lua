@@ -3,7 +3,7 @@
 --      envoyproxy/ratelimit's key, holding the same integer counter. The window is in the key,
 --      so sluice computes it: now is always given.
 --      A limit that takes debt carries its excess into the next windows, so its key cannot
---      name one window: CACHE_KEY_PREFIX .. fixed_window_<W in s>s_domain_key_value_..., a hash
+--      name one window: CACHE_KEY_PREFIX .. fixed_window_<L>per<W in s>s_domain_key_value_..., a hash
 --      s = window start (µs), c = count.
 -- State: {s, c} as of the window holding hit.now. Admits when c + h <= L. Charged by the
 --        reference's counting ("every"), c exceeds L within its window (its key) only.

@@ -1,6 +1,6 @@
 -- sliding_window_log: one sorted-set member per admitted unit of cost, scored by its time
 -- (src/algorithm/sliding_window_log.rs). Members are `<nonce>:<i>`: the nonce is unique per hit.
--- Key: CACHE_KEY_PREFIX .. sliding_window_log_<W in s>s_domain_key_value_...
+-- Key: CACHE_KEY_PREFIX .. sliding_window_log_<L>per<W in s>s_domain_key_value_...
 -- State: {count = live stored entries, added = {hits charged earlier in this call}}; an
 -- entry stamped ts is in the window iff ts + W > now. At most the newest L + 1 entries are
 -- kept: while L + 1 are live every hit is denied, and a decision only ever looks at the newest

@@ -3,7 +3,7 @@
 -- from cold_factor x S at the coldest down to S at the threshold, along the trapezoid that
 -- takes the warm-up period (N whole intervals S) to cross. A hit is admitted when the next
 -- permit is free, and its permits' time moves that on; more than L permits never fit.
--- Key: CACHE_KEY_PREFIX .. warm_up_<W in s>s_<cold_factor>_domain_key_value_..., a hash:
+-- Key: CACHE_KEY_PREFIX .. warm_up_<L>per<W in s>s_w<warmup µs>c<cold_factor>_domain_key_value_..., a hash:
 --      f = when the next permit is free (µs), s = permits stored as of then, in units of
 --      1 / (2 (1 + cold_factor)) permit, d = 1 when f was pushed on by a hit that did not
 --      fit (debt: until f, even cost 0 is denied).

@@ -25,11 +25,6 @@ impl LimitAlgorithm for LeakyBucket {
         Some(1)
     }
 
-    /// The TAT is in units of 1/L µs.
-    fn state_measure(rate: &Rate) -> Option<u64> {
-        Some(u64::from(rate.requests_per_unit))
-    }
-
     /// Decides one hit; returns the decision and the TAT to store when it changed.
     fn decide(
         stored: Option<&Tat>,

@@ -52,14 +52,6 @@ pub trait LimitAlgorithm {
     /// The algorithm ramps up after idleness (takes `warmup` and `cold_factor`).
     const WARMS_UP: bool = false;
 
-    /// What the state's numbers are measured in besides the period, when that is a setting
-    /// of the limit (the leaky bucket's times are in 1/L µs): the state's key names it, so a
-    /// state is never read under another measure.
-    fn state_measure(rate: &Rate) -> Option<u64> {
-        let _ = rate;
-        None
-    }
-
     /// Decides one hit of `cost` at `now_us`; returns the decision and the state to store
     /// when it changed.
     fn decide(
@@ -152,11 +144,6 @@ macro_rules! registry {
             /// The capacity whatever the limit says, when the algorithm has one.
             pub fn fixed_capacity(self) -> Option<u64> {
                 match self { $(Algorithm::$variant => <$rule>::FIXED_CAPACITY,)+ }
-            }
-
-            /// What the state's numbers are measured in besides the period, if anything.
-            pub fn state_measure(self, rate: &Rate) -> Option<u64> {
-                match self { $(Algorithm::$variant => <$rule>::state_measure(rate),)+ }
             }
 
             /// Whether the algorithm takes `warmup` and `cold_factor`.

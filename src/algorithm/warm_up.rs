@@ -156,11 +156,6 @@ impl LimitAlgorithm for WarmUp {
 
     const WARMS_UP: bool = true;
 
-    /// Stored permits are in units of 1 / (2 (1 + cold_factor)).
-    fn state_measure(rate: &Rate) -> Option<u64> {
-        Some(u64::from(rate.cold_factor))
-    }
-
     /// Decides one hit: admitted when the next permit is free; its permits' time moves
     /// `next_free` on.
     fn decide(

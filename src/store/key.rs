@@ -1,10 +1,11 @@
 //! Store keys, built in one place. A descriptor's key is envoyproxy/ratelimit's cache key
 //! without its window suffix: `domain_key1_value1_key2_value2_`. A hit's state is named by
-//! that key and its `Shape`: a fixed window's by its window's start (the reference's key), any
-//! other state by its algorithm, its period and what else its numbers are measured in. Both
-//! stores name state alike (the Redis store as text, the memory store as a hash of the same
-//! parts), so a limit whose unit, period or algorithm changes, by a reload or a descriptor's
-//! own `limit` override, never reads state of another shape, on either store.
+//! that key and its `Shape`: a fixed window's by its window's start (the reference's key, which
+//! any limit of the descriptor whose window starts then reads), any other state by its
+//! algorithm and every number of its limit (the state's units and its lifetime depend on
+//! them), so only the limit that wrote it reads it. Both stores name state alike (the Redis
+//! store as text, the memory store as a hash of the same parts), so a limit that changes, by a
+//! reload or a descriptor's own `limit` override, never reads state of another shape.
 
 use std::fmt::Write;
 
@@ -46,12 +47,15 @@ pub enum Shape {
     /// reference names its counters. Limits of one descriptor whose windows start at the same
     /// second share the counter, there as here.
     Window { start_s: u64 },
-    /// Any other state: its algorithm, its period in seconds, and what else its numbers are
-    /// measured in (`Algorithm::state_measure`).
-    Measured {
+    /// Any other state: its algorithm and its limit's numbers (the burst and the warm-up only
+    /// where the algorithm takes them, else 0).
+    Limited {
         algorithm: Algorithm,
+        requests_per_unit: u32,
         period_s: u64,
-        measure: Option<u64>,
+        burst: u64,
+        warmup_us: u64,
+        cold_factor: u32,
     },
 }
 
@@ -67,10 +71,20 @@ impl Shape {
                 start_s: start_us / MICROS_PER_SECOND,
             };
         }
-        Shape::Measured {
-            algorithm: limit.algorithm,
+        let algorithm = limit.algorithm;
+        let rate = limit.rate();
+        let warms_up = algorithm.warms_up();
+        Shape::Limited {
+            algorithm,
+            requests_per_unit: limit.requests_per_unit,
             period_s: period_us / MICROS_PER_SECOND,
-            measure: limit.algorithm.state_measure(&limit.rate()),
+            burst: if algorithm.has_burst() {
+                rate.capacity()
+            } else {
+                0
+            },
+            warmup_us: if warms_up { rate.warmup_us } else { 0 },
+            cold_factor: if warms_up { rate.cold_factor } else { 0 },
         }
     }
 }
@@ -79,10 +93,11 @@ impl Shape {
 /// - a fixed window: `prefix` + descriptor key + window start in seconds, byte-identical to
 ///   envoyproxy/ratelimit's, so both servers share counters during a migration;
 /// - any other state, and a fixed window that takes debt (its excess carries over windows):
-///   `prefix` + algorithm + `_` + period in seconds + `s_` (+ measure + `_`) + descriptor key,
-///   e.g. `token_bucket_60s_domain_key_value_`, `leaky_bucket_1s_10_domain_key_value_`.
+///   `prefix` + algorithm + `_` + L + `per` + period in seconds + `s_` (+ `b` + burst + `_`
+///   for the buckets, + `w` + warm-up in µs + `c` + cold factor + `_` for `warm_up`) +
+///   descriptor key, e.g. `token_bucket_10per60s_b20_domain_key_value_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
-    let mut key = String::with_capacity(prefix.len() + hit.key.len() + 32);
+    let mut key = String::with_capacity(prefix.len() + hit.key.len() + 48);
     key.push_str(prefix);
     // Writing to a String cannot fail.
     match Shape::of(&hit.limit, now_us) {
@@ -90,14 +105,20 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
             key.push_str(&hit.key);
             let _ = write!(key, "{start_s}");
         }
-        Shape::Measured {
+        Shape::Limited {
             algorithm,
+            requests_per_unit,
             period_s,
-            measure,
+            burst,
+            warmup_us,
+            cold_factor,
         } => {
-            let _ = write!(key, "{algorithm}_{period_s}s_");
-            if let Some(measure) = measure {
-                let _ = write!(key, "{measure}_");
+            let _ = write!(key, "{algorithm}_{requests_per_unit}per{period_s}s_");
+            if algorithm.has_burst() {
+                let _ = write!(key, "b{burst}_");
+            }
+            if algorithm.warms_up() {
+                let _ = write!(key, "w{warmup_us}c{cold_factor}_");
             }
             key.push_str(&hit.key);
         }
@@ -147,7 +168,7 @@ mod redis_key_tests {
             role: Role::Enforced,
             joins_previous: false,
         };
-        assert_eq!(redis_key("", &hit, 5), "token_bucket_1s_d_k_v_");
+        assert_eq!(redis_key("", &hit, 5), "token_bucket_10per1s_b10_d_k_v_");
     }
 
     #[test]
@@ -164,7 +185,7 @@ mod redis_key_tests {
     }
 
     #[test]
-    fn keys_name_the_period_and_the_measure_so_shapes_never_share_state() {
+    fn keys_name_every_number_of_the_limit_so_shapes_never_share_state() {
         let hit = |limit: Limit| Hit {
             key: descriptor_key("d", [("k", "v")]),
             limit,
@@ -178,7 +199,7 @@ mod redis_key_tests {
         };
         assert_eq!(
             redis_key("", &hit(leaky(10)), 5),
-            "leaky_bucket_60s_10_d_k_v_"
+            "leaky_bucket_10per60s_b1_d_k_v_"
         );
         assert_ne!(
             redis_key("", &hit(leaky(10)), 5),
@@ -189,7 +210,19 @@ mod redis_key_tests {
             unit_multiplier: 5,
             ..Limit::fixed_window(10, Unit::Hour)
         };
-        assert_eq!(redis_key("", &hit(debt), 5), "fixed_window_18000s_d_k_v_");
+        assert_eq!(
+            redis_key("", &hit(debt), 5),
+            "fixed_window_10per18000s_d_k_v_"
+        );
+        let warm = Limit {
+            algorithm: Algorithm::WarmUp,
+            warmup_us: Some(30_000_000),
+            ..Limit::fixed_window(10, Unit::Minute)
+        };
+        assert_eq!(
+            redis_key("", &hit(warm), 5),
+            "warm_up_10per60s_w30000000c3_d_k_v_"
+        );
         // A day's window and a second's share a key only at the day's first second.
         let day = Limit::fixed_window(10, Unit::Day);
         let second = Limit::fixed_window(5, Unit::Second);

@@ -282,28 +282,35 @@ impl MemoryStore {
     }
 
     /// The id of `hit`'s state at `now_us` (its key and its `Shape`, as the Redis store names
-    /// it), and the shard it lives in. The shape is folded into the key's keyed hash as a
-    /// value unique to it: the same key under two shapes never shares an id, and two keys do
-    /// only if their hashes collide (hashing the shape as well cost 76 instructions a hit).
+    /// it), and the shard it lives in. A fixed window's start is folded into the key's keyed
+    /// hash as it is (the same key in two windows never shares an id, and two keys do only if
+    /// their hashes collide; hashing it as well cost 76 instructions a hit); any other shape is
+    /// hashed with the key.
     fn locate(&self, hit: &Hit, now_us: u64) -> (KeyId, usize) {
         let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
         hasher.write(hit.key.as_bytes());
-        let hash = hasher.finish128();
-        let (low, high) = match Shape::of(&hit.limit, now_us) {
-            Shape::Window { start_s } => (start_s, 0),
-            Shape::Measured {
+        let window = match Shape::of(&hit.limit, now_us) {
+            Shape::Window { start_s } => start_s,
+            Shape::Limited {
                 algorithm,
+                requests_per_unit,
                 period_s,
-                measure,
+                burst,
+                warmup_us,
+                cold_factor,
             } => {
-                // 1 + the algorithm's index in the top byte (never 0, the window's), and the
-                // measure (a u32 setting, or none) below it.
-                let tag = (1 + algorithm.index() as u64) << 56;
-                let measure = measure.map_or(u64::from(u32::MAX) + 1, |m| m & 0xff_ffff_ffff);
-                (period_s, tag | measure)
+                // The algorithm, then every number of its limit.
+                hasher.write_u8(1 + algorithm.index() as u8);
+                hasher.write_u32(requests_per_unit);
+                hasher.write_u64(period_s);
+                hasher.write_u64(burst);
+                hasher.write_u64(warmup_us);
+                hasher.write_u32(cold_factor);
+                0
             }
         };
-        let id = KeyId(hash.h1 ^ low, hash.h2 ^ high);
+        let hash = hasher.finish128();
+        let id = KeyId(hash.h1 ^ window, hash.h2);
         // The map uses the first half; the shard comes from the second.
         (id, (id.1 as usize) & (self.shards.len() - 1))
     }

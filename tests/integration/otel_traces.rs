@@ -510,7 +510,7 @@ async fn with_the_default_schedule_the_first_export_comes_one_delay_after_start_
     let arrived = started.elapsed();
     assert_eq!(spans.len(), 1, "exported within 12 s of start");
     assert!(
-        arrived >= Duration::from_millis(4_900) && arrived < Duration::from_secs(8),
+        arrived >= Duration::from_millis(4_900) && arrived < Duration::from_secs(9),
         "the first export came {arrived:?} after start; the schedule says 5 s"
     );
 }

@@ -113,8 +113,12 @@ async fn tls_with_a_private_ca() {
     );
     let counts = admitted_per_value(&sluice, "bucket", &["t1".to_string()], 5).await;
     assert_eq!(counts, [3]);
-    let keys = redis.cli(&["--scan", "--pattern", "token_bucket_86400s_d_bucket_t1_"]);
-    assert_eq!(keys.trim(), "token_bucket_86400s_d_bucket_t1_");
+    let keys = redis.cli(&[
+        "--scan",
+        "--pattern",
+        "token_bucket_3per86400s_b3_d_bucket_t1_",
+    ]);
+    assert_eq!(keys.trim(), "token_bucket_3per86400s_b3_d_bucket_t1_");
 }
 
 #[tokio::test]
