@@ -384,14 +384,7 @@ impl RedisStore {
                 decided[index] = Some(decision);
             }
         }
-        if let Some(error) = failure {
-            return Err(error);
-        }
-        decided
-            .into_iter()
-            .map(|decision| decision.map(|(d, _)| d))
-            .collect::<Option<Vec<Decision>>>()
-            .ok_or_else(|| protocol("a slot answered fewer hits than asked"))
+        every_decided(decided, failure)
     }
 
     /// The reference's counting across shards: every hit is charged, denied or not, so each
@@ -401,14 +394,7 @@ impl RedisStore {
         calls: Vec<HitCall>,
     ) -> Result<Vec<Decision>, StoreError> {
         let (decided, failure) = self.call_each_shard(&calls, Mode::Every).await;
-        if let Some(error) = failure {
-            return Err(error);
-        }
-        decided
-            .into_iter()
-            .map(|decision| decision.map(|(d, _)| d))
-            .collect::<Option<Vec<Decision>>>()
-            .ok_or_else(|| protocol("a slot answered fewer hits than asked"))
+        every_decided(decided, failure)
     }
 
     /// One script call per shard of `calls`, concurrently, as `mode` says: each hit's
@@ -499,6 +485,21 @@ impl RedisStore {
         }
         refunded
     }
+}
+
+/// The decisions of a request decided shard by shard: the first failure, else every hit's.
+fn every_decided(
+    decided: Vec<Option<(Decision, u64)>>,
+    failure: Option<StoreError>,
+) -> Result<Vec<Decision>, StoreError> {
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    decided
+        .into_iter()
+        .map(|decision| decision.map(|(d, _)| d))
+        .collect::<Option<Vec<Decision>>>()
+        .ok_or_else(|| protocol("a slot answered fewer hits than asked"))
 }
 
 /// Where a script call runs: a backend, and on a Cluster one slot of it.
