@@ -162,8 +162,7 @@ impl Shard {
         }
     }
 
-    /// Drops the entries expired at `now_us`, and gives back a table left mostly empty;
-    /// returns how many.
+    /// Drops the entries expired at `now_us`; returns how many.
     fn drop_expired(&mut self, now_us: u64) -> usize {
         let before = self.entries.len();
         let mut freed = 0;
@@ -175,11 +174,16 @@ impl Shard {
             keep
         });
         self.state_bytes -= freed;
+        before - self.entries.len()
+    }
+
+    /// Gives back a table left mostly empty (by the background sweep only: making room on
+    /// the request path must not reallocate a table it is about to fill).
+    fn shrink_if_sparse(&mut self) {
         let len = self.entries.len();
         if self.entries.capacity() > 64 && len * 4 < self.entries.capacity() {
             self.entries.shrink_to(len * 2);
         }
-        before - len
     }
 }
 
@@ -250,7 +254,9 @@ impl MemoryStore {
         let now_us = self.clock.now_us();
         let mut removed = 0;
         for index in 0..self.shards.len() {
-            removed += self.lock(index).drop_expired(now_us);
+            let mut shard = self.lock(index);
+            removed += shard.drop_expired(now_us);
+            shard.shrink_if_sparse();
         }
         removed
     }
@@ -682,6 +688,26 @@ mod tests {
         clock.set(6_000_000);
         assert_eq!(store.sweep_expired(), 1);
         assert_eq!(store.key_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_sweep_gives_back_what_expired_state_held() {
+        let (store, clock) = store(100_000);
+        for i in 0..20_000 {
+            store
+                .charge(&[hit(&format!("k{i}"), 5, 1)], Charging::AllOrNothing)
+                .await
+                .unwrap();
+        }
+        let full = store.bytes_held();
+        assert!(full >= 20_000 * 65, "{full} bytes for 20,000 keys");
+        clock.advance(1_000_000);
+        assert_eq!(store.sweep_expired(), 20_000);
+        assert!(
+            store.bytes_held() < full / 10,
+            "{} bytes left",
+            store.bytes_held()
+        );
     }
 
     fn hourly(key: &str, limit: u32, cost: u64) -> Hit {
