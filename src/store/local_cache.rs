@@ -271,6 +271,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn with_the_references_counting_only_a_fixed_window_is_answered_here() {
+        let clock = Arc::new(ManualClock::at(10_000_000));
+        let store =
+            WithLocalCache::new(MemoryStore::new(100, clock.clone()), 1 << 20, clock.clone());
+        // A fixed window of 2: a denied hit of 3 is remembered (the count is past 2 until the
+        // window ends), and hits of any cost are then answered here.
+        let big = Hit { cost: 3, ..hit(1) };
+        for _ in 0..2 {
+            store
+                .charge(std::slice::from_ref(&big), Charging::EveryHit)
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            store.cache_hits(),
+            1,
+            "the second hit of 3 was answered here"
+        );
+        // A token bucket takes every denied hit as debt: each must reach the store.
+        let mut bucket = hit(1);
+        bucket.key = "bucket".into();
+        bucket.limit.algorithm = crate::limit::Algorithm::TokenBucket;
+        for _ in 0..5 {
+            store
+                .charge(std::slice::from_ref(&bucket), Charging::EveryHit)
+                .await
+                .unwrap();
+        }
+        assert_eq!(store.cache_hits(), 1, "no bucket hit was answered here");
+    }
+
+    #[tokio::test]
     async fn a_limit_taking_debt_is_never_answered_here() {
         let clock = Arc::new(ManualClock::at(10_000_000));
         let store =
