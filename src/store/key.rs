@@ -41,7 +41,7 @@ pub fn limit_key(descriptor_key: &str, index: usize) -> String {
 }
 
 /// What names a hit's state besides its descriptor key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Shape {
     /// A fixed window (without debt): the start of the window holding now, in seconds, as the
     /// reference names its counters. Limits of one descriptor whose windows start at the same

@@ -297,21 +297,8 @@ impl MemoryStore {
         hasher.write(hit.key.as_bytes());
         let window = match Shape::of(&hit.limit, now_us) {
             Shape::Window { start_s } => start_s,
-            Shape::Limited {
-                algorithm,
-                requests_per_unit,
-                period_s,
-                burst,
-                warmup_us,
-                cold_factor,
-            } => {
-                // The algorithm, then every number of its limit.
-                hasher.write_u8(1 + algorithm.index() as u8);
-                hasher.write_u32(requests_per_unit);
-                hasher.write_u64(period_s);
-                hasher.write_u64(burst);
-                hasher.write_u64(warmup_us);
-                hasher.write_u32(cold_factor);
+            limited => {
+                limited.hash(&mut hasher);
                 0
             }
         };
