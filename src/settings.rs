@@ -12,18 +12,20 @@ use clap::{ArgAction, Args, ValueEnum};
 mod compat;
 mod listen;
 mod redis;
+mod traces;
 
 use crate::config::LoadOptions;
 use crate::config::{XdsSettings, XdsTls};
 use crate::duration;
 use crate::http::HttpEndpoints;
 use crate::limit::Charging;
-use crate::otel::{ExporterProtocol, TracingSettings};
+use crate::otel::TracingSettings;
 use crate::rlqs::{DefaultAction, RlqsSettings};
 use crate::service::{FailureMode, HeaderForm, HeaderNames, RequestBounds, ServiceOptions};
 use crate::statsd::{Mogrifier, StatsdSettings};
 pub use listen::{ConnectionLimits, TlsSettings};
 pub use redis::{RedisArgs, RedisSettings};
+pub use traces::TracingArgs;
 
 /// Which store keeps the limit state (`--store`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,42 +121,9 @@ pub struct ServeArgs {
         default_value_t = 1000
     )]
     pub rlqs_max_buckets_per_stream: usize,
-    /// Export a span of every decision over OTLP (OpenTelemetry).
-    #[arg(long, env = "TRACING_ENABLED", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
-    pub tracing_enabled: bool,
-    /// The spans' service.name.
-    #[arg(long, env = "TRACING_SERVICE_NAME", default_value = "RateLimit")]
-    pub tracing_service_name: String,
-    /// The spans' service.namespace (none when empty).
-    #[arg(long, env = "TRACING_SERVICE_NAMESPACE", default_value = "")]
-    pub tracing_service_namespace: String,
-    /// The spans' service.instance.id (a random UUID when empty).
-    #[arg(long, env = "TRACING_SERVICE_INSTANCE_ID", default_value = "")]
-    pub tracing_service_instance_id: String,
-    /// The share of calls without a sampled caller span that are traced: 1 is every one, 0
-    /// none. A caller's sampled flag decides for its calls.
-    #[arg(long, env = "TRACING_SAMPLING_RATE", default_value_t = 1.0)]
-    pub tracing_sampling_rate: f64,
-    /// OTLP over `http` (protobuf, port 4318) or `grpc` (port 4317). The collector's address,
-    /// headers and timeout: the standard OTEL_EXPORTER_OTLP_* variables.
-    #[arg(long, env = "TRACING_EXPORTER_PROTOCOL", default_value = "http")]
-    pub tracing_exporter_protocol: String,
-    /// Spans waiting for export at most; past it they are dropped and counted.
-    #[arg(long, env = "OTEL_BSP_MAX_QUEUE_SIZE", default_value_t = 2048)]
-    pub tracing_max_queue_size: usize,
-    /// Milliseconds between span exports, the first one included (one delay after start).
-    #[arg(long, env = "OTEL_BSP_SCHEDULE_DELAY", default_value_t = 5000)]
-    pub tracing_schedule_delay_ms: u64,
-    /// The PEM CA the collector's certificate chains to (an https:// endpoint; default: the
-    /// system's roots).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_CERTIFICATE")]
-    pub otel_exporter_otlp_certificate: Option<PathBuf>,
-    /// The PEM certificate sluice presents to the collector (with the key).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")]
-    pub otel_exporter_otlp_client_certificate: Option<PathBuf>,
-    /// The PEM key of that certificate.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_CLIENT_KEY")]
-    pub otel_exporter_otlp_client_key: Option<PathBuf>,
+    /// OpenTelemetry traces (`TRACING_ENABLED` and its companions).
+    #[command(flatten)]
+    pub tracing: TracingArgs,
     /// Serve the gRPC port over TLS (envoyproxy/ratelimit's variable), with
     /// --grpc-server-tls-cert and --grpc-server-tls-key.
     #[arg(long, env = "GRPC_SERVER_USE_TLS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
@@ -462,61 +431,6 @@ fn parse_config_type(text: &str) -> Result<ConfigType, String> {
 }
 
 impl ServeArgs {
-    /// The span export, when tracing is on.
-    fn tracing(&self) -> Result<Option<TracingSettings>, SettingsError> {
-        if !self.tracing_enabled {
-            return Ok(None);
-        }
-        let protocol =
-            ExporterProtocol::parse(&self.tracing_exporter_protocol).map_err(|reason| {
-                SettingsError::Tracing(format!("TRACING_EXPORTER_PROTOCOL: {reason}"))
-            })?;
-        if !self.tracing_sampling_rate.is_finite() {
-            return Err(SettingsError::Tracing(
-                "TRACING_SAMPLING_RATE is not a number".into(),
-            ));
-        }
-        let client_certificate =
-            match (
-                &self.otel_exporter_otlp_client_certificate,
-                &self.otel_exporter_otlp_client_key,
-            ) {
-                (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
-                (None, None) => None,
-                _ => return Err(SettingsError::Tracing(
-                    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go \
-                     together"
-                        .into(),
-                )),
-            };
-        let endpoint = [
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-        ]
-        .into_iter()
-        .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()));
-        Ok(Some(TracingSettings {
-            protocol,
-            service_name: self.tracing_service_name.clone(),
-            service_namespace: self.tracing_service_namespace.clone(),
-            service_instance_id: Some(self.tracing_service_instance_id.clone())
-                .filter(|id| !id.is_empty()),
-            sampling_rate: self.tracing_sampling_rate,
-            max_queue_size: at_least_one("--tracing-max-queue-size", self.tracing_max_queue_size)?,
-            schedule_delay: match self.tracing_schedule_delay_ms {
-                0 => {
-                    return Err(SettingsError::Zero {
-                        setting: "--tracing-schedule-delay-ms",
-                    })
-                }
-                ms => std::time::Duration::from_millis(ms),
-            },
-            ca_certificate: self.otel_exporter_otlp_certificate.clone(),
-            client_certificate,
-            endpoint,
-        }))
-    }
-
     /// The xDS source, when the configuration comes from one.
     fn xds(&self) -> Result<Option<XdsSettings>, SettingsError> {
         if self.config_type == ConfigType::File {
@@ -621,7 +535,7 @@ impl ServeArgs {
         } else {
             None
         };
-        let tracing = self.tracing()?;
+        let tracing = self.tracing.settings()?;
         let trace_ratio = tracing.as_ref().map(|t| t.sampling_rate);
         let grpc_addr = listen_addr(
             "--grpc-addr / SLUICE_GRPC_ADDR / GRPC_HOST:GRPC_PORT",
