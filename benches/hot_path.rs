@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluice::config::{load, Config, LoadOptions};
-use sluice::limit::{Algorithm, Charging, Hit, Limit, Role, Unit};
+use sluice::engine::Charging;
+use sluice::limit::{Algorithm, Hit, Limit, Role, Unit};
 use sluice::store::key::descriptor_key;
 use sluice::store::memory::MemoryStore;
 use sluice::store::{Store, SystemClock};

@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use sluice::limit::{Charging, Hit, Limit, Role, Unit};
+use sluice::engine::Charging;
+use sluice::limit::{Hit, Limit, Role, Unit};
 use sluice::store::memory::MemoryStore;
 use sluice::store::{Store, SystemClock};
 

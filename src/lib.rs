@@ -19,6 +19,7 @@ pub mod algorithm;
 pub mod client_tls;
 pub mod config;
 pub mod duration;
+pub mod engine;
 pub mod http;
 pub mod labels;
 pub mod limit;

@@ -164,23 +164,10 @@ impl Limit {
     }
 
     /// Charges `cost` at `now_us` against the key's `state`, by this limit's algorithm; a
-    /// hit that does not fit is charged only in debt.
+    /// hit that does not fit is charged only in debt (`engine::decide_hit` for the other
+    /// charging).
     pub fn decide(&self, state: Option<&State>, cost: u64, now_us: u64) -> Outcome {
-        self.decide_charging(Charging::AllOrNothing, state, cost, now_us)
-    }
-
-    /// `decide`, charging a hit that does not fit as `charging` says (`EveryHit`: always).
-    pub fn decide_charging(
-        &self,
-        charging: Charging,
-        state: Option<&State>,
-        cost: u64,
-        now_us: u64,
-    ) -> Outcome {
-        let rate = self
-            .rate()
-            .with_denied_charged(charging == Charging::EveryHit);
-        algorithm::decide(self.algorithm, state, &rate, cost, now_us)
+        algorithm::decide(self.algorithm, state, &self.rate(), cost, now_us)
     }
 
     /// The period W in microseconds: unit x multiplier.
@@ -234,25 +221,6 @@ pub struct Hit {
     pub joins_previous: bool,
 }
 
-/// The hits of `hits` by descriptor: runs of a hit and those that join it.
-pub fn descriptor_groups(hits: &[Hit]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-    let mut start = 0;
-    std::iter::from_fn(move || {
-        if start >= hits.len() {
-            return None;
-        }
-        let end = start
-            + 1
-            + hits[start + 1..]
-                .iter()
-                .take_while(|hit| hit.joins_previous)
-                .count();
-        let group = start..end;
-        start = end;
-        Some(group)
-    })
-}
-
 /// How a hit's denial weighs on the request it belongs to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -274,37 +242,6 @@ impl Role {
             Role::Quota => "quota",
         }
     }
-}
-
-/// Whether hits of these roles, admitted or not, deny their request: an enforced hit denied,
-/// or every quota hit denied (when there is one). The stores charge nothing for such a
-/// request (`Charging::AllOrNothing`), and its overall code is OVER_LIMIT.
-pub fn vetoed(outcomes: impl IntoIterator<Item = (Role, bool)>) -> bool {
-    let (mut quota_hits, mut quota_denied) = (0, 0);
-    for (role, admitted) in outcomes {
-        match role {
-            Role::Enforced if !admitted => return true,
-            Role::Quota => {
-                quota_hits += 1;
-                quota_denied += usize::from(!admitted);
-            }
-            _ => {}
-        }
-    }
-    quota_hits > 0 && quota_denied == quota_hits
-}
-
-/// How a store charges the hits of one request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Charging {
-    /// A request is charged only if it is not `vetoed`: a denied request charges nothing
-    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`, sluice's default).
-    #[default]
-    AllOrNothing,
-    /// Every hit of every descriptor is charged, denied or not, as envoyproxy/ratelimit
-    /// counts (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`, its default): a fixed window's
-    /// count goes past L within its window, the other algorithms take the hit as debt.
-    EveryHit,
 }
 
 /// Rounds microseconds up to whole seconds: Envoy truncates, so rounding down would tell a

@@ -17,7 +17,8 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::config::Config;
-use crate::limit::{Charging, Decision, Hit};
+use crate::engine::Charging;
+use crate::limit::{Decision, Hit};
 use crate::metrics::{LimitOutcome, Metrics};
 use crate::otel::spans;
 use crate::proto::rate_limit_response::Code;

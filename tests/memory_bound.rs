@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::limit::{Algorithm, Charging, Hit, Limit, Role, Unit};
+use sluice::engine::Charging;
+use sluice::limit::{Algorithm, Hit, Limit, Role, Unit};
 use sluice::store::memory::MemoryStore;
 use sluice::store::{ManualClock, Store, StoreError};
 

@@ -1,7 +1,8 @@
 //! Building the response: one `DescriptorStatus` per descriptor, in request order, and the
 //! overall code.
 
-use crate::limit::{ceil_seconds, vetoed, Decision, Limit, Role};
+use crate::engine::vetoed;
+use crate::limit::{ceil_seconds, Decision, Limit, Role};
 use crate::proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 
 /// What applies to one descriptor after matching, overrides and `replaces`.
@@ -85,7 +86,7 @@ fn limited_status(applied: &Applied<'_>, decision: &Decision) -> DescriptorStatu
     }
 }
 
-/// OVER_LIMIT iff the limited descriptors veto the request (`limit::vetoed`: any
+/// OVER_LIMIT iff the limited descriptors veto the request (`engine::vetoed`: any
 /// enforced one over, or every quota one over, when there are any), the rule by which the
 /// store charged it. (Global shadow mode turns it into OK afterwards, in the service.)
 pub fn overall_code(verdicts: &[Verdict<'_>], statuses: &[DescriptorStatus]) -> Code {

@@ -15,7 +15,8 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::limit::{Charging, Decision, Hit, Limit};
+use crate::engine::Charging;
+use crate::limit::{Decision, Hit, Limit};
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
 /// What one entry costs beside its key: the limit, two times, and the map's own overhead.

@@ -25,7 +25,8 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use crate::algorithm::State;
 use smallvec::SmallVec;
 
-use crate::limit::{descriptor_groups, vetoed, Charging, Decision, Hit};
+use crate::engine::{self, Charging};
+use crate::limit::{Decision, Hit};
 use crate::store::key::Shape;
 use crate::store::{Clock, Store, StoreError, StoreStats};
 
@@ -110,13 +111,15 @@ fn live<'s>(shard: &'s Shard, id: &KeyId, hit: &Hit, now_us: u64) -> Option<&'s 
         .map(|entry| &entry.state)
 }
 
-/// A charge a request makes: its hit (by index), the key and the state after it.
-struct Charge {
-    hit: usize,
-    id: KeyId,
-    index: usize,
-    state: State,
-    expires_at_us: u64,
+/// The state of `hit` (its id, and the position of its shard in `shards`), as `live` reads
+/// it.
+fn held_state<'a>(
+    shards: &'a [MutexGuard<'_, Shard>],
+    (id, position): (KeyId, usize),
+    hit: &Hit,
+    now_us: u64,
+) -> Option<&'a State> {
+    live(&shards[position], &id, hit, now_us)
 }
 
 /// A shard's lock on a cache line of its own: threads working on neighbouring shards do not
@@ -326,7 +329,7 @@ impl MemoryStore {
         let (outcome, needs) = match entries.get_mut(&id) {
             Some(entry) => {
                 let live = readable(entry, hit, now_us).then_some(&entry.state);
-                let outcome = hit.limit.decide_charging(charging, live, hit.cost, now_us);
+                let outcome = engine::decide_hit(&hit.limit, charging, live, hit.cost, now_us);
                 let Some((state, _)) = &outcome.new_state else {
                     return Ok(outcome.decision);
                 };
@@ -342,7 +345,7 @@ impl MemoryStore {
                 (outcome, (0, after - held))
             }
             None => {
-                let outcome = hit.limit.decide_charging(charging, None, hit.cost, now_us);
+                let outcome = engine::decide_hit(&hit.limit, charging, None, hit.cost, now_us);
                 let needs = match &outcome.new_state {
                     Some((state, _)) => (1, footprint::heap_bytes_held(None, state)),
                     None => return Ok(outcome.decision),
@@ -361,11 +364,8 @@ impl MemoryStore {
     }
 
     /// Decides a request's hits under the locks of every shard they touch, taken in shard
-    /// order (so two requests never wait on each other in a cycle), each hit on the state the
-    /// hits before it left. A descriptor's hits (its limits) are charged only if none is
-    /// denied, and, with `AllOrNothing`, only if the request is not `vetoed`; a limit that
-    /// takes debt is charged regardless. An admitted hit left uncharged reports the state as
-    /// it stays: the decision of cost 0.
+    /// order (so two requests never wait on each other in a cycle), by the request's rules
+    /// (`engine::decide`); the charges that stand are written only if there is room for all.
     fn charge_request(
         &self,
         hits: &[Hit],
@@ -374,77 +374,50 @@ impl MemoryStore {
     ) -> Result<Vec<Decision>, StoreError> {
         let located: SmallVec<[(KeyId, usize); 4]> =
             hits.iter().map(|hit| self.locate(hit, now_us)).collect();
+        let ids: SmallVec<[KeyId; 4]> = located.iter().map(|&(id, _)| id).collect();
         let mut indices: SmallVec<[usize; 4]> = located.iter().map(|&(_, index)| index).collect();
         indices.sort_unstable();
         indices.dedup();
         let mut shards: SmallVec<[MutexGuard<'_, Shard>; 4]> =
             indices.iter().map(|&index| self.lock(index)).collect();
-        // Every index is in `indices`: the shards are locked in its order.
-        let shard_of = |index: usize| indices.iter().position(|&i| i == index).unwrap_or(0);
-        let mut charged: Vec<Charge> = Vec::new();
-        let mut decisions = Vec::with_capacity(hits.len());
-        for group in descriptor_groups(hits) {
-            let mut changes: SmallVec<[(usize, State, u64); 2]> = SmallVec::new();
-            for i in group.clone() {
-                let (id, index) = located[i];
-                // The state the hits before left: this group's, the request's, or the store's.
-                let outcome = {
-                    let in_group = changes.iter().rev().find(|c| located[c.0].0 == id);
-                    let current = match in_group {
-                        Some(change) => Some(&change.1),
-                        None => match charged.iter().rev().find(|c| c.id == id) {
-                            Some(charge) => Some(&charge.state),
-                            None => live(&shards[shard_of(index)], &id, &hits[i], now_us),
-                        },
-                    };
-                    hits[i]
-                        .limit
-                        .decide_charging(charging, current, hits[i].cost, now_us)
-                };
-                if let Some((state, expires_at_us)) = outcome.new_state {
-                    changes.push((i, state, expires_at_us));
-                }
-                decisions.push(outcome.decision);
-            }
-            let denied = group.clone().any(|i| !decisions[i].admitted);
-            for (i, state, expires_at_us) in changes {
-                if hits[i].limit.debt || charging == Charging::EveryHit || !denied {
-                    let (id, index) = located[i];
-                    charged.push(Charge {
-                        hit: i,
-                        id,
-                        index,
-                        state,
-                        expires_at_us,
-                    });
-                }
-            }
+        // Every index is in `indices`: the shards are locked in its order. Each hit's key, and
+        // the position of its shard among those locked.
+        let placed: SmallVec<[(KeyId, usize); 4]> = located
+            .iter()
+            .map(|&(id, index)| (id, indices.iter().position(|&i| i == index).unwrap_or(0)))
+            .collect();
+        let mut plan = {
+            let held = &shards[..];
+            engine::decide(hits, &ids, charging, now_us, |i| {
+                held_state(held, placed[i], &hits[i], now_us)
+            })
+        };
+        let writes = plan.take_writes();
+        self.make_room(&mut shards, &writes, |hit| placed[hit].1, now_us)?;
+        for write in writes {
+            let hit = &hits[write.hit];
+            shards[placed[write.hit].1].write(write.key, hit, write.state, write.expires_at_us);
         }
-        let vetoed = charging == Charging::AllOrNothing
-            && vetoed(
-                hits.iter()
-                    .zip(&decisions)
-                    .map(|(h, d)| (h.role, d.admitted)),
-            );
-        charged.retain(|charge| hits[charge.hit].limit.debt || !vetoed);
-        let mut is_charged: SmallVec<[bool; 8]> = SmallVec::from_elem(false, hits.len());
-        for charge in &charged {
-            is_charged[charge.hit] = true;
-        }
-        // The last charge of each key is its new state; there must be room for all of them
-        // before any is written.
-        let mut last: SmallVec<[Charge; 4]> = SmallVec::new();
-        for charge in charged.into_iter().rev() {
-            if !last.iter().any(|c| c.id == charge.id) {
-                last.push(charge);
-            }
-        }
-        // What each shard must take: new keys and added bytes (a charge that neither adds a
-        // key nor grows its state always fits).
+        let held = &shards[..];
+        Ok(plan.settle(hits, now_us, |i| {
+            held_state(held, placed[i], &hits[i], now_us)
+        }))
+    }
+
+    /// Makes room for `writes` in the shards they go to (`position(hit)` in `shards`): new
+    /// keys and added bytes (a write that neither adds a key nor grows its state always fits);
+    /// an error when some shard has none.
+    fn make_room(
+        &self,
+        shards: &mut [MutexGuard<'_, Shard>],
+        writes: &[engine::Write<KeyId>],
+        position: impl Fn(usize) -> usize,
+        now_us: u64,
+    ) -> Result<(), StoreError> {
         let mut needs: SmallVec<[(usize, usize, usize); 4]> = SmallVec::new();
-        for charge in &last {
-            let position = shard_of(charge.index);
-            let (new_key, grows) = shards[position].needs(&charge.id, &charge.state);
+        for write in writes {
+            let position = position(write.hit);
+            let (new_key, grows) = shards[position].needs(&write.key, &write.state);
             if new_key == 0 && grows == 0 {
                 continue;
             }
@@ -461,23 +434,7 @@ impl MemoryStore {
                 return Err(self.no_room());
             }
         }
-        for charge in last {
-            let shard = &mut shards[shard_of(charge.index)];
-            shard.write(
-                charge.id,
-                &hits[charge.hit],
-                charge.state,
-                charge.expires_at_us,
-            );
-        }
-        for (i, decision) in decisions.iter_mut().enumerate() {
-            if decision.admitted && hits[i].cost > 0 && !is_charged[i] {
-                let (id, index) = located[i];
-                let now_stored = live(&shards[shard_of(index)], &id, &hits[i], now_us);
-                *decision = hits[i].limit.decide(now_stored, 0, now_us).decision;
-            }
-        }
-        Ok(decisions)
+        Ok(())
     }
 
     /// Whether `shard` can take `new_keys` more keys and `bytes` more bytes, dropping its

@@ -11,7 +11,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::limit::{Charging, Decision, Hit};
+use crate::engine::Charging;
+use crate::limit::{Decision, Hit};
 
 /// Charges hits and decides them. One call per request: a remote store makes one round trip.
 pub trait Store: Send + Sync + 'static {

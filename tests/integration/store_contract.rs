@@ -10,7 +10,8 @@ use crate::support::redis::RedisServer;
 use crate::support::scenario::{limit, scenario};
 use proptest::prelude::*;
 use sluice::algorithm::State;
-use sluice::limit::{Algorithm, Charging, Decision, Hit, Limit, Role, Unit};
+use sluice::engine::{self, Charging};
+use sluice::limit::{Algorithm, Decision, Hit, Limit, Role, Unit};
 use sluice::store::key::Shape;
 use sluice::store::memory::MemoryStore;
 use sluice::store::redis::{
@@ -429,7 +430,7 @@ fn by_shape(limits: &[Limit], requests: &[RequestSpec], charging: Charging) -> V
         let shape = Shape::of(&limit, now);
         let at = states.iter().position(|(s, _)| *s == shape);
         let state = at.map(|i| &states[i].1);
-        let outcome = limit.decide_charging(charging, state, cost, now);
+        let outcome = engine::decide_hit(&limit, charging, state, cost, now);
         if let Some((state, _)) = outcome.new_state {
             match at {
                 Some(i) => states[i].1 = state,

@@ -27,7 +27,8 @@ pub use connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use pipeline::{PipelineCounts, Pipeliner};
 use scripts::Script;
 
-use crate::limit::{descriptor_groups, Charging, Decision, Hit, Unit};
+use crate::engine::{descriptor_groups, Charging};
+use crate::limit::{Decision, Hit, Unit};
 use crate::otel::spans;
 use crate::store::{key, Clock, Store, StoreError, StoreStats};
 
@@ -325,7 +326,7 @@ impl RedisStore {
             return self.decide_every_hit_across_shards(calls).await;
         }
         if !one_backend || on_cluster {
-            return self.decide_across_shards(calls).await;
+            return self.decide_across_shards(hits, calls).await;
         }
         let mode = match charging {
             Charging::AllOrNothing => Mode::All,

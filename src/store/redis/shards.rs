@@ -6,7 +6,8 @@ use futures_util::future::join_all;
 use redis::cluster_routing::Slot;
 
 use super::{decisions, protocol, store_error, Connection, HitCall, Mode, RedisStore};
-use crate::limit::{vetoed, Decision};
+use crate::engine::{standing, Charging};
+use crate::limit::{Decision, Hit};
 use crate::store::StoreError;
 
 impl RedisStore {
@@ -24,32 +25,20 @@ impl RedisStore {
 
     /// Keys in different shards (a Cluster's slots, or the two Redis of `REDIS_PERSECOND`)
     /// cannot be touched by one script: each shard's admitted hits are charged (`Mode::Any`),
-    /// then the charges that must not stand (a descriptor with a denied limit, a vetoed
-    /// request; never debt) are taken back (`Mode::Refund`) before the answer goes out.
+    /// then the charges that must not stand (`engine::standing`: a descriptor with a denied
+    /// limit, a vetoed request; never debt) are taken back (`Mode::Refund`) before the answer goes out.
     /// Nothing is ever over-admitted (a charge lands before the decision that could rely on
     /// it); meanwhile a concurrent request may see charges that are then taken back. A hit
     /// whose charge is taken back reports what remains without it.
     pub(super) async fn decide_across_shards(
         &self,
+        hits: &[Hit],
         calls: Vec<HitCall>,
     ) -> Result<Vec<Decision>, StoreError> {
         let (mut decided, failure) = self.call_each_shard(&calls, Mode::Any).await;
         let admitted = |index: usize| decided[index].is_some_and(|(d, _)| d.admitted);
-        let roles = calls
-            .iter()
-            .enumerate()
-            .map(|(i, call)| (call.args.role, admitted(i)));
-        let vetoed = failure.is_some() || vetoed(roles);
-        let group_denied = |group: usize| {
-            calls
-                .iter()
-                .enumerate()
-                .any(|(i, call)| call.args.group == group && !admitted(i))
-        };
-        let undo: Vec<bool> = calls
-            .iter()
-            .map(|call| !call.args.debt && (vetoed || group_denied(call.args.group)))
-            .collect();
+        let stands = standing(hits, admitted, Charging::AllOrNothing, failure.is_some());
+        let undo: Vec<bool> = stands.iter().map(|&stands| !stands).collect();
         if undo.iter().any(|&undo| undo) {
             // A hit whose charge is taken back reports what remains without it.
             for (index, decision) in self.refund(&calls, &decided, &undo).await {

@@ -1,0 +1,285 @@
+//! The rules of one request, pure: given its hits and a view of their state, which hits are
+//! admitted, which charges stand, and what each key holds afterwards. All-or-nothing, debt,
+//! the veto of enforced and quota hits, descriptor groups and the state each hit is decided
+//! on are written here once; the memory store calls `decide` under its locks (and keeps
+//! what is its own: locking, room, bytes), the Redis Cluster path calls `standing` to know
+//! which charges to take back. `lua/request.lua` is the one other copy (atomic on one Redis),
+//! held to this one by the contract test.
+
+use smallvec::SmallVec;
+
+use crate::algorithm::{self, Outcome, State};
+use crate::limit::{Decision, Hit, Limit, Role};
+
+/// How a store charges the hits of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Charging {
+    /// A request is charged only if it is not `vetoed`: a denied request charges nothing
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`, sluice's default).
+    #[default]
+    AllOrNothing,
+    /// Every hit of every descriptor is charged, denied or not, as envoyproxy/ratelimit
+    /// counts (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`, its default): a fixed window's
+    /// count goes past L within its window, the other algorithms take the hit as debt.
+    EveryHit,
+}
+
+/// The hits of `hits` by descriptor: runs of a hit and those that join it.
+pub fn descriptor_groups(hits: &[Hit]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= hits.len() {
+            return None;
+        }
+        let end = start
+            + 1
+            + hits[start + 1..]
+                .iter()
+                .take_while(|hit| hit.joins_previous)
+                .count();
+        let group = start..end;
+        start = end;
+        Some(group)
+    })
+}
+
+/// Whether hits of these roles, admitted or not, deny their request: an enforced hit denied,
+/// or every quota hit denied (when there is one). The stores charge nothing for such a
+/// request (`Charging::AllOrNothing`), and its overall code is OVER_LIMIT.
+pub fn vetoed(outcomes: impl IntoIterator<Item = (Role, bool)>) -> bool {
+    let (mut quota_hits, mut quota_denied) = (0, 0);
+    for (role, admitted) in outcomes {
+        match role {
+            Role::Enforced if !admitted => return true,
+            Role::Quota => {
+                quota_hits += 1;
+                quota_denied += usize::from(!admitted);
+            }
+            _ => {}
+        }
+    }
+    quota_hits > 0 && quota_denied == quota_hits
+}
+
+/// Charges `cost` against `limit` at `now_us` on the key's `state`, a hit that does not fit
+/// charged as `charging` says (`EveryHit`: always; else only in debt).
+pub fn decide_hit(
+    limit: &Limit,
+    charging: Charging,
+    state: Option<&State>,
+    cost: u64,
+    now_us: u64,
+) -> Outcome {
+    let rate = limit
+        .rate()
+        .with_denied_charged(charging == Charging::EveryHit);
+    algorithm::decide(limit.algorithm, state, &rate, cost, now_us)
+}
+
+/// Whether the charge of `hit` stands: debt always does, every hit with `EveryHit`; otherwise
+/// only when no limit of its descriptor denied and the request is not vetoed.
+pub fn charge_stands(hit: &Hit, charging: Charging, group_denied: bool, vetoed: bool) -> bool {
+    hit.limit.debt || charging == Charging::EveryHit || !(group_denied || vetoed)
+}
+
+/// Whether a request whose hits were admitted as `admitted` says is vetoed under `charging`
+/// (the reference's counting vetoes nothing: every hit is charged).
+fn request_vetoed(hits: &[Hit], admitted: impl Fn(usize) -> bool, charging: Charging) -> bool {
+    charging == Charging::AllOrNothing
+        && vetoed(
+            hits.iter()
+                .enumerate()
+                .map(|(i, hit)| (hit.role, admitted(i))),
+        )
+}
+
+/// For a request decided hit by hit elsewhere (one call per Cluster slot), whether each
+/// hit's charge stands, given which hits were admitted; `failed`: part of the request could
+/// not be decided, so it is vetoed.
+pub fn standing(
+    hits: &[Hit],
+    admitted: impl Fn(usize) -> bool,
+    charging: Charging,
+    failed: bool,
+) -> SmallVec<[bool; 8]> {
+    let vetoed = failed || request_vetoed(hits, &admitted, charging);
+    let mut stands = SmallVec::from_elem(false, hits.len());
+    for group in descriptor_groups(hits) {
+        let denied = group.clone().any(|i| !admitted(i));
+        for i in group {
+            stands[i] = charge_stands(&hits[i], charging, denied, vetoed);
+        }
+    }
+    stands
+}
+
+/// A state a request leaves under one key: the hit that wrote it last, and until when it
+/// matters.
+#[derive(Debug)]
+pub struct Write<K> {
+    pub hit: usize,
+    pub key: K,
+    pub state: State,
+    pub expires_at_us: u64,
+}
+
+/// What a request decided: each hit's decision, and the last state of every key its
+/// standing charges touched (to be written together, or not at all).
+#[derive(Debug)]
+pub struct Plan<K> {
+    pub decisions: Vec<Decision>,
+    pub writes: SmallVec<[Write<K>; 4]>,
+    charged: SmallVec<[bool; 8]>,
+}
+
+/// Decides `hits` in order, each on the state the hits before it left: its descriptor's
+/// earlier hits, the charges of earlier descriptors that stand, else what the store holds
+/// (`stored(i)`, for hit `i` under `keys[i]`). Only the charges that stand are planned.
+pub fn decide<'s, K: Copy + Eq>(
+    hits: &[Hit],
+    keys: &[K],
+    charging: Charging,
+    now_us: u64,
+    stored: impl Fn(usize) -> Option<&'s State>,
+) -> Plan<K> {
+    let mut charged: Vec<Write<K>> = Vec::new();
+    let mut decisions = Vec::with_capacity(hits.len());
+    for group in descriptor_groups(hits) {
+        let mut changes: SmallVec<[Write<K>; 2]> = SmallVec::new();
+        for i in group.clone() {
+            let key = keys[i];
+            let current = match changes.iter().rev().find(|c| c.key == key) {
+                Some(change) => Some(&change.state),
+                None => match charged.iter().rev().find(|c| c.key == key) {
+                    Some(charge) => Some(&charge.state),
+                    None => stored(i),
+                },
+            };
+            let outcome = decide_hit(&hits[i].limit, charging, current, hits[i].cost, now_us);
+            if let Some((state, expires_at_us)) = outcome.new_state {
+                changes.push(Write {
+                    hit: i,
+                    key,
+                    state,
+                    expires_at_us,
+                });
+            }
+            decisions.push(outcome.decision);
+        }
+        let denied = group.clone().any(|i| !decisions[i].admitted);
+        charged.extend(
+            changes
+                .into_iter()
+                .filter(|c| charge_stands(&hits[c.hit], charging, denied, false)),
+        );
+    }
+    let vetoed = request_vetoed(hits, |i| decisions[i].admitted, charging);
+    charged.retain(|c| charge_stands(&hits[c.hit], charging, false, vetoed));
+    let mut is_charged = SmallVec::from_elem(false, hits.len());
+    for charge in &charged {
+        is_charged[charge.hit] = true;
+    }
+    // The last charge of each key is its new state.
+    let mut writes: SmallVec<[Write<K>; 4]> = SmallVec::new();
+    for charge in charged.into_iter().rev() {
+        if !writes.iter().any(|w| w.key == charge.key) {
+            writes.push(charge);
+        }
+    }
+    Plan {
+        decisions,
+        writes,
+        charged: is_charged,
+    }
+}
+
+impl<K> Plan<K> {
+    /// The decisions to answer, once the writes are made: an admitted hit whose charge did not
+    /// stand reports the state as it stays (`stored(i)`, read after the writes), the decision
+    /// of cost 0.
+    pub fn settle<'s>(
+        mut self,
+        hits: &[Hit],
+        now_us: u64,
+        stored: impl Fn(usize) -> Option<&'s State>,
+    ) -> Vec<Decision> {
+        for (i, decision) in self.decisions.iter_mut().enumerate() {
+            if decision.admitted && hits[i].cost > 0 && !self.charged[i] {
+                *decision = hits[i].limit.decide(stored(i), 0, now_us).decision;
+            }
+        }
+        self.decisions
+    }
+
+    /// Takes the writes out, leaving the decisions to `settle`.
+    pub fn take_writes(&mut self) -> SmallVec<[Write<K>; 4]> {
+        std::mem::take(&mut self.writes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::{Limit, Unit};
+
+    fn hit(key: u8, limit: u32, cost: u64, role: Role, joins_previous: bool) -> Hit {
+        Hit {
+            key: key.to_string(),
+            limit: Limit::fixed_window(limit, Unit::Hour),
+            cost,
+            role,
+            joins_previous,
+        }
+    }
+
+    #[test]
+    fn a_denied_limit_of_a_descriptor_leaves_its_other_limits_uncharged() {
+        let hits = [
+            hit(1, 10, 1, Role::Enforced, false),
+            hit(2, 0, 1, Role::Shadow, true),
+        ];
+        let plan = decide(&hits, &[1u8, 2], Charging::AllOrNothing, 0, |_| None);
+        assert!(plan.writes.is_empty());
+        let decisions = plan.settle(&hits, 0, |_| None);
+        assert!(decisions[0].admitted);
+        assert_eq!(decisions[0].remaining, 10, "reports what remains uncharged");
+        assert!(!decisions[1].admitted);
+    }
+
+    #[test]
+    fn the_reference_counting_charges_every_hit_and_a_key_keeps_its_last_state() {
+        let hits = [
+            hit(1, 1, 1, Role::Enforced, false),
+            hit(1, 1, 1, Role::Enforced, false),
+        ];
+        let plan = decide(&hits, &[1u8, 1], Charging::EveryHit, 0, |_| None);
+        assert_eq!(plan.writes.len(), 1);
+        assert_eq!(plan.writes[0].hit, 1);
+        assert!(plan.decisions[0].admitted && !plan.decisions[1].admitted);
+    }
+
+    #[test]
+    fn standing_takes_back_all_but_debt_of_a_vetoed_or_failed_request() {
+        let mut debt = hit(3, 5, 1, Role::Enforced, false);
+        debt.limit.debt = true;
+        let hits = [
+            hit(1, 5, 1, Role::Enforced, false),
+            hit(2, 5, 1, Role::Quota, false),
+            debt,
+        ];
+        let all = |_| true;
+        assert_eq!(
+            standing(&hits, all, Charging::AllOrNothing, false).as_slice(),
+            [true; 3]
+        );
+        assert_eq!(
+            standing(&hits, |i| i != 1, Charging::AllOrNothing, false).as_slice(),
+            [false, false, true],
+            "every quota hit denied vetoes the request"
+        );
+        assert_eq!(
+            standing(&hits, all, Charging::AllOrNothing, true).as_slice(),
+            [false, false, true]
+        );
+    }
+}
