@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 use sluice::config::{load, Config, LoadOptions};
 use sluice::engine::Charging;
-use sluice::limit::{Algorithm, Hit, Limit, Role, Unit};
+use sluice::limit::{Algorithm, Counting, Hit, Limit, Role, Unit};
 use sluice::store::key::descriptor_key;
 use sluice::store::memory::MemoryStore;
 use sluice::store::{Store, SystemClock};
@@ -62,11 +62,8 @@ fn matching(c: &mut Criterion) {
 
 fn algorithms(c: &mut Criterion) {
     for &algorithm in Algorithm::ALL {
-        let limit = Limit {
-            algorithm,
-            burst: algorithm.has_burst().then_some(100),
-            ..Limit::fixed_window(100, Unit::Second)
-        };
+        let counting = Counting::of(algorithm).with_burst(Some(100));
+        let limit = Limit::new(counting, 100, Unit::Second);
         let state = limit.decide(None, 1, 1_000_000).new_state.map(|(s, _)| s);
         let mut now = 1_000_000u64;
         c.bench_function(&format!("algorithm/{algorithm}"), |b| {

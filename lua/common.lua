@@ -8,8 +8,10 @@
 --            hit is charged, denied or not: envoyproxy/ratelimit's counting), "any" (every
 --            admitted hit is charged: one Cluster slot's share of a request, sluice settles
 --            the rest), or "refund" (the hits were charged by an "any" call and are taken back)
--- then, for each hit i, 12 arguments from ARGV[2 + 12 x (i - 1)] on (src/store/redis/args.rs
--- builds them, in this order):
+-- then, for each hit i in turn, 10 common arguments, then the algorithm's own (as many as the
+-- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
+-- read into the hit's fields of those names (src/store/redis/args.rs builds them, in this
+-- order):
 --   ARGV[+0]  algorithm  its name, as in YAML (a script of lua/ registers it)
 --   ARGV[+1]  requests_per_unit  L
 --   ARGV[+2]  period_us  W, the period in microseconds (unit x unit_multiplier)
@@ -23,8 +25,6 @@
 --   ARGV[+8]  debt  "1" when the limit takes debt (a hit that does not fit is charged), else "0"
 --   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
 --                    charged together or not at all
---   ARGV[+10]  warmup_us  warm_up: the warm-up period in microseconds (else the period)
---   ARGV[+11]  cold_factor  warm_up: how much slower the coldest rate is (else 3)
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us (the
 -- fields of sluice's Decision, which src/algorithm/ specifies), and, for "any" and "refund",
 -- the time it was decided at.
@@ -40,6 +40,8 @@
 -- are formatted with %d, never tostring (which would write 1e+15).
 
 local algorithms = {}
+-- The names of each algorithm's own arguments, by algorithm (none when absent).
+local params = {}
 
 local function now_us(given)
   local now = tonumber(given)

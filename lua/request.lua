@@ -5,10 +5,11 @@
 -- of a limit that takes debt is charged even when it does not fit (it is denied all the
 -- same, and told when a hit of cost 1 fits again). With "every" (the reference's counting),
 -- every hit is charged so, denied or not. With "all", a request that its hits veto
--- (an enforced hit denied, or every quota hit denied: src/limit.rs, `vetoed`) charges
+-- (an enforced hit denied, or every quota hit denied: src/engine.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 
-local PER_HIT = 12
+-- The common arguments of a hit; the algorithm's own follow them.
+local COMMON = 10
 -- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
 -- a function library, whose top level runs only when it is loaded.
 local made = {}
@@ -74,8 +75,8 @@ local function request(KEYS, ARGV)
   end
 
   local hits = {}
+  local at = 2
   for i, key in ipairs(KEYS) do
-    local at = 2 + PER_HIT * (i - 1)
     hits[i] = {
       key = key,
       algorithm = ARGV[at],
@@ -89,9 +90,12 @@ local function request(KEYS, ARGV)
       debt = ARGV[at + 8] == '1',
       charges_denied = ARGV[at + 8] == '1' or mode == 'every',
       group = ARGV[at + 9],
-      warmup = tonumber(ARGV[at + 10]),
-      cold_factor = tonumber(ARGV[at + 11]),
     }
+    local own = params[hits[i].algorithm] or {}
+    for j, field in ipairs(own) do
+      hits[i][field] = tonumber(ARGV[at + COMMON + j - 1])
+    end
+    at = at + COMMON + #own
   end
 
   if mode == 'refund' then

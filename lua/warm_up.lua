@@ -12,6 +12,9 @@
 
 -- Made once per call that uses it (the driver asks `algorithm(name)`): a script's top level
 -- runs on every call, so what it defines there costs every call.
+-- Its own arguments: the warm-up period (µs) and the cold factor.
+params.warm_up = { 'warmup', 'cold_factor' }
+
 algorithms.warm_up = function()
   -- ceil(s x n / d) without forming s x n.
   local function scaled_ceil(s, n, d)

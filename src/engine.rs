@@ -73,7 +73,7 @@ pub fn decide_hit(
     let rate = limit
         .rate()
         .with_denied_charged(charging == Charging::EveryHit);
-    algorithm::decide(limit.algorithm, state, &rate, cost, now_us)
+    algorithm::decide(&limit.counting, state, &rate, cost, now_us)
 }
 
 /// Whether the charge of `hit` stands: debt always does, every hit with `EveryHit`; otherwise

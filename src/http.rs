@@ -166,8 +166,8 @@ impl IntoResponse for DecisionError {
 }
 
 async fn metrics<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {
-    let (metrics, stats) = (endpoints.metrics.clone(), endpoints.store.stats());
-    match endpoints.scrapes.text(move || metrics.render(&stats)).await {
+    let metrics = endpoints.metrics.clone();
+    match endpoints.scrapes.text(move || metrics.render()).await {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response(),
     }
@@ -215,14 +215,15 @@ fn describe_limit(full_key: &str, limit: &Limit, shadow_mode: bool) -> String {
         limit.unit.as_str().to_uppercase(),
         limit.requests_per_unit,
     );
-    if limit.algorithm != Algorithm::default() || limit.unit_multiplier > 1 {
+    if limit.algorithm() != Algorithm::default() || limit.unit_multiplier > 1 {
         line.push_str(&format!(
             ", algorithm: {}, period: {} x {}",
-            limit.algorithm, limit.unit_multiplier, limit.unit
+            limit.algorithm(),
+            limit.unit_multiplier,
+            limit.unit
         ));
-        if limit.algorithm.has_burst() {
-            line.push_str(&format!(", burst: {}", limit.capacity()));
-        }
+        // The algorithm's own settings, as it shows them (`, burst 20`).
+        line.push_str(&limit.counting.describe(&limit.rate()));
     }
     if limit.debt {
         line.push_str(", debt: true");

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::algorithm::{self, Outcome, Rate, State};
-pub use crate::algorithm::{Algorithm, Decision};
+pub use crate::algorithm::{Algorithm, Counting, Decision};
 
 /// A time unit of envoyproxy/ratelimit's format. Month is 30 days and year 365, as there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,71 +103,78 @@ impl fmt::Display for Unit {
     }
 }
 
-/// A rate: `requests_per_unit` per `unit_multiplier` x `unit`, counted by `algorithm`.
+/// A rate: `requests_per_unit` per `unit_multiplier` x `unit`, counted as `counting` says
+/// (an algorithm with its own settings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
-    pub algorithm: Algorithm,
+    pub counting: Counting,
     pub requests_per_unit: u32,
     pub unit: Unit,
     pub unit_multiplier: u32,
-    /// Bucket capacity for the bucket algorithms; `None` means the algorithm's default.
-    pub burst: Option<u32>,
     /// A hit that does not fit is charged all the same: the limit goes into debt (costs
     /// reported after the response must land).
     pub debt: bool,
-    /// `warm_up`: the warm-up period in µs; `None` means one period.
-    pub warmup_us: Option<u64>,
-    /// `warm_up`: how much slower the coldest rate is; `None` means 3 (Guava's).
-    pub cold_factor: Option<u32>,
 }
 
 impl Limit {
-    /// A fixed-window limit of `requests_per_unit` per one `unit`: Envoy's only kind.
-    pub fn fixed_window(requests_per_unit: u32, unit: Unit) -> Limit {
+    /// A limit of `requests_per_unit` per one `unit`, counted as `counting` says.
+    pub fn new(counting: Counting, requests_per_unit: u32, unit: Unit) -> Limit {
         Limit {
-            algorithm: Algorithm::FixedWindow,
+            counting,
             requests_per_unit,
             unit,
             unit_multiplier: 1,
-            burst: None,
             debt: false,
-            warmup_us: None,
-            cold_factor: None,
         }
+    }
+
+    /// A fixed-window limit of `requests_per_unit` per one `unit`: Envoy's only kind.
+    pub fn fixed_window(requests_per_unit: u32, unit: Unit) -> Limit {
+        Limit::new(
+            Counting::of(Algorithm::FixedWindow),
+            requests_per_unit,
+            unit,
+        )
+    }
+
+    /// The algorithm that counts.
+    pub fn algorithm(&self) -> Algorithm {
+        self.counting.algorithm()
     }
 
     /// Bucket capacity: `burst`, else the algorithm's default (the token bucket: a full period
     /// at once; the leaky bucket: 1, strict pacing). Window algorithms: the limit.
     pub fn capacity(&self) -> u64 {
-        if let Some(fixed) = self.algorithm.fixed_capacity() {
+        let algorithm = self.algorithm();
+        if let Some(fixed) = algorithm.fixed_capacity() {
             return fixed;
         }
-        let default = self.algorithm.default_burst(self.requests_per_unit);
-        u64::from(self.burst.or(default).unwrap_or(self.requests_per_unit))
+        let default = algorithm.default_burst(self.requests_per_unit);
+        u64::from(
+            self.counting
+                .burst()
+                .or(default)
+                .unwrap_or(self.requests_per_unit),
+        )
     }
 
     /// Whether the limit's Redis key names its window (the fixed window's, byte-identical to
     /// envoyproxy/ratelimit's); a limit that takes debt carries its excess over windows, so its
     /// key cannot name one.
     pub fn key_holds_window(&self) -> bool {
-        self.algorithm.key_holds_window() && !self.debt
+        self.algorithm().key_holds_window() && !self.debt
     }
 
-    /// What the algorithm needs of the limit.
+    /// What the algorithm needs of the limit besides its own settings.
     pub fn rate(&self) -> Rate {
-        Rate::new(self.requests_per_unit, self.period_us(), self.capacity())
-            .with_debt(self.debt)
-            .with_warm_up(
-                self.warmup_us.unwrap_or_else(|| self.period_us()),
-                self.cold_factor.unwrap_or(algorithm::DEFAULT_COLD_FACTOR),
-            )
+        Rate::new(self.requests_per_unit, self.period_us(), self.capacity()).with_debt(self.debt)
     }
 
     /// Charges `cost` at `now_us` against the key's `state`, by this limit's algorithm; a
     /// hit that does not fit is charged only in debt (`engine::decide_hit` for the other
     /// charging).
     pub fn decide(&self, state: Option<&State>, cost: u64, now_us: u64) -> Outcome {
-        algorithm::decide(self.algorithm, state, &self.rate(), cost, now_us)
+        algorithm::decide(&self.counting, state, &self.rate(), cost, now_us)
     }
 
     /// The period W in microseconds: unit x multiplier.
@@ -181,23 +188,12 @@ impl Limit {
 impl fmt::Display for Limit {
     /// `token_bucket: 10 per second, burst 20`, `fixed_window: 5 per 5 minutes`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} per ", self.algorithm, self.requests_per_unit)?;
+        write!(f, "{}: {} per ", self.algorithm(), self.requests_per_unit)?;
         match self.unit_multiplier {
             0 | 1 => write!(f, "{}", self.unit)?,
             n => write!(f, "{n} {}s", self.unit)?,
         }
-        if self.algorithm.has_burst() {
-            write!(f, ", burst {}", self.capacity())?;
-        }
-        if self.algorithm.warms_up() {
-            let rate = self.rate();
-            write!(
-                f,
-                ", warming up over {} ms from {}x slower",
-                rate.warmup_us / 1000,
-                rate.cold_factor
-            )?;
-        }
+        f.write_str(&self.counting.describe(&self.rate()))?;
         if self.debt {
             write!(f, ", taking debt")?;
         }

@@ -240,7 +240,10 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    let (log_level, log_format) = (args.log_level.clone(), args.log_format);
+    let (log_level, log_format) = (
+        args.observability.log_level.clone(),
+        args.observability.log_format,
+    );
     let settings = match args.into_settings() {
         Ok(settings) => settings,
         Err(error) => {
@@ -250,6 +253,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     };
     // Started before the async runtime: the export runs on a thread of its own.
     let export = match settings
+        .observability
         .tracing
         .as_ref()
         .map(otel::Export::start)

@@ -1,7 +1,8 @@
-//! Metric names and recording, in one place. The server owns one Prometheus recorder (there is
-//! no global recorder, so several servers in one process never mix their counts), and
-//! `/metrics` renders it. Names follow envoyproxy/ratelimit's Prometheus mapping so existing
-//! dashboards keep working; sluice's own metrics start with `sluice_`.
+//! The service's metrics: every call, every limited descriptor's hits, store calls and config
+//! loads, written to the server's one recorder (`series`) and, when on, to statsd under the
+//! reference's stat names (`statsd::ServiceStats`). Names follow envoyproxy/ratelimit's
+//! Prometheus mapping so existing dashboards keep working; sluice's own metrics start with
+//! `sluice_`. Other components write their own series (`series::Reporting`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -9,21 +10,13 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use metrics::{Counter, Histogram, Key, Label, Metadata, Recorder};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use metrics::{Counter, Histogram, Label};
 
 use crate::labels::LimitLabels;
 use crate::limit::{Algorithm, Decision};
-use crate::otel::SpanCounts;
-use crate::statsd::Statsd;
-use crate::store::{StoreError, StoreStats};
-
-static METADATA: Metadata<'static> = Metadata::new("sluice", metrics::Level::INFO, Some("sluice"));
-
-/// Histogram buckets for latencies, in seconds: 50 µs to 1 s.
-const LATENCY_BUCKETS: [f64; 14] = [
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-];
+use crate::series::Series;
+use crate::statsd::ServiceStats;
+use crate::store::StoreError;
 
 /// The per-limit label value of every series past the request-valued series bound.
 pub const OVERFLOW_LABEL: &str = "_overflow_";
@@ -52,8 +45,7 @@ struct LimitCounters {
 /// The server's metrics. Handles are registered once and cached, so recording a decision is a
 /// map lookup and a few atomic increments.
 pub struct Metrics {
-    recorder: PrometheusRecorder,
-    handle: PrometheusHandle,
+    series: Series,
     near_limit_ratio: f64,
     max_request_valued_series: usize,
     /// Read on every decision without a lock; replaced whole (under `limits_writer`) when a
@@ -73,26 +65,17 @@ pub struct Metrics {
     store_latency: Histogram,
     /// By `StoreError::KINDS`.
     store_errors: [Counter; 4],
-    /// The statsd sink, when on (`USE_STATSD`, `USE_DOG_STATSD`).
-    statsd: Option<Arc<Statsd>>,
-    /// Its counter of ShouldRateLimit calls, counted on every call.
-    statsd_requests: Option<Arc<AtomicU64>>,
-    /// The span export's counts, when tracing is on.
-    spans: Option<&'static SpanCounts>,
+    /// The statsd sink's stats, when on (`USE_STATSD`, `USE_DOG_STATSD`).
+    statsd: Option<ServiceStats>,
 }
 
 impl Metrics {
-    /// A recorder with latency buckets. `near_limit_ratio`: the share of a limit past which
-    /// admitted hits count as near the limit (`NEAR_LIMIT_RATIO`). At most
+    /// The service's metrics on a recorder of their own. `near_limit_ratio`: the share of a
+    /// limit past which admitted hits count as near the limit (`NEAR_LIMIT_RATIO`). At most
     /// `max_request_valued_series` label sets carry values from requests; the rest share
     /// `key1="_overflow_"`.
     pub fn new(near_limit_ratio: f64, max_request_valued_series: usize) -> Metrics {
-        let recorder = match PrometheusBuilder::new().set_buckets(&LATENCY_BUCKETS) {
-            Ok(builder) => builder.build_recorder(),
-            // Only an empty bucket list is refused; ours is not, but never fail over it.
-            Err(_) => PrometheusBuilder::new().build_recorder(),
-        };
-        let handle = recorder.handle();
+        let series = Series::new();
         let decisions = Algorithm::ALL
             .iter()
             .map(|algorithm| {
@@ -101,176 +84,51 @@ impl Metrics {
                         Label::new("algorithm", algorithm.as_str()),
                         Label::new("code", code),
                     ];
-                    recorder.register_counter(
-                        &Key::from_parts("sluice_decisions_total", labels),
-                        &METADATA,
-                    )
+                    series.counter("sluice_decisions_total", labels)
                 })
             })
             .collect();
-        let histogram =
-            |name: &'static str| recorder.register_histogram(&Key::from_name(name), &METADATA);
         // The reference names its gRPC method metrics after the method (its interceptor).
         let of_method = || vec![Label::new("grpc_method", "ShouldRateLimit")];
         Metrics {
-            requests: recorder.register_counter(
-                &Key::from_parts("ratelimit_service_total_requests", of_method()),
-                &METADATA,
-            ),
-            request_latency: recorder.register_histogram(
-                &Key::from_parts("ratelimit_service_response_time_seconds", of_method()),
-                &METADATA,
-            ),
-            global_shadow_mode: recorder.register_counter(
-                &Key::from_name("ratelimit_service_global_shadow_mode"),
-                &METADATA,
-            ),
-            store_latency: histogram("sluice_store_duration_seconds"),
+            requests: series.counter("ratelimit_service_total_requests", of_method()),
+            request_latency: series
+                .histogram("ratelimit_service_response_time_seconds", of_method()),
+            global_shadow_mode: series.counter("ratelimit_service_global_shadow_mode", vec![]),
+            store_latency: series.histogram("sluice_store_duration_seconds", vec![]),
             store_errors: StoreError::KINDS.map(|kind| {
-                let labels = vec![Label::new("kind", kind)];
-                recorder.register_counter(
-                    &Key::from_parts("sluice_store_errors_total", labels),
-                    &METADATA,
-                )
+                series.counter("sluice_store_errors_total", vec![Label::new("kind", kind)])
             }),
             decisions,
-            recorder,
-            handle,
+            series,
             near_limit_ratio,
             max_request_valued_series,
             limits: ArcSwap::default(),
             limits_writer: Mutex::new(()),
             request_valued_series: AtomicUsize::new(0),
             statsd: None,
-            statsd_requests: None,
-            spans: None,
         }
     }
 
-    /// The same metrics, sent to `statsd` too under the reference's stat names.
-    pub fn with_statsd(mut self, statsd: Arc<Statsd>) -> Metrics {
-        self.statsd_requests =
-            Some(statsd.counter("ratelimit_server.ShouldRateLimit.total_requests"));
+    /// The same metrics, sent to statsd too under the reference's stat names.
+    pub fn with_statsd(mut self, statsd: ServiceStats) -> Metrics {
         self.statsd = Some(statsd);
         self
     }
 
-    /// The span export's counts rendered too (`TRACING_ENABLED`).
-    pub fn with_span_counts(mut self, spans: &'static SpanCounts) -> Metrics {
-        self.spans = Some(spans);
-        self
+    /// The recorder, for the components that write series of their own.
+    pub fn series(&self) -> &Series {
+        &self.series
     }
 
-    /// Adds `value` to the statsd counter `name`, when statsd is on.
-    fn statsd_count(&self, name: &str, value: u64) {
-        if let Some(statsd) = &self.statsd {
-            statsd.counter(name).fetch_add(value, Ordering::Relaxed);
-        }
-    }
-
-    /// Folds recorded histogram samples into their buckets. Samples wait in a queue until this
-    /// runs, so it must run periodically even when nothing scrapes `/metrics`.
+    /// Folds recorded histogram samples into their buckets (`Series::upkeep`).
     pub fn upkeep(&self) {
-        self.handle.run_upkeep();
+        self.series.upkeep();
     }
 
-    /// The Prometheus text exposition, with the store's own numbers as of now.
-    pub fn render(&self, store: &StoreStats) -> String {
-        let gauge = |name: &'static str, value: Option<u64>| {
-            if let Some(value) = value {
-                self.recorder
-                    .register_gauge(&Key::from_name(name), &METADATA)
-                    .set(value as f64);
-            }
-        };
-        let counter = |name: &'static str, value: Option<u64>| {
-            if let Some(value) = value {
-                self.recorder
-                    .register_counter(&Key::from_name(name), &METADATA)
-                    .absolute(value);
-            }
-        };
-        gauge("sluice_memory_store_keys", store.keys);
-        gauge("sluice_memory_store_bytes", store.bytes);
-        counter("sluice_memory_store_full_total", store.full);
-        counter("sluice_redis_script_reloads_total", store.script_reloads);
-        counter("sluice_redis_pipelines_total", store.pipelines);
-        counter("sluice_redis_pipelined_calls_total", store.pipelined_calls);
-        counter("sluice_local_cache_hits_total", store.local_cache_hits);
-        if let Some(spans) = self.spans {
-            let exported = spans.exported.load(Ordering::Relaxed);
-            counter("sluice_trace_spans_exported_total", Some(exported));
-            for (reason, count) in [
-                ("queue_full", &spans.dropped_queue_full),
-                ("export_failed", &spans.dropped_export_failed),
-            ] {
-                let labels = vec![Label::new("reason", reason)];
-                self.recorder
-                    .register_counter(
-                        &Key::from_parts("sluice_trace_spans_dropped_total", labels),
-                        &METADATA,
-                    )
-                    .absolute(count.load(Ordering::Relaxed));
-            }
-        }
-        self.handle.run_upkeep();
-        self.handle.render()
-    }
-
-    /// An RLQS report of a bucket under `rule`: the requests the client allowed and denied.
-    pub fn record_rlqs_report(&self, domain: &str, rule: &str, allowed: u64, denied: u64) {
-        for (decision, count) in [("allowed", allowed), ("denied", denied)] {
-            let labels = vec![
-                Label::new("domain", domain.to_string()),
-                Label::new("rule", rule.to_string()),
-                Label::new("decision", decision),
-            ];
-            self.recorder
-                .register_counter(
-                    &Key::from_parts("sluice_rlqs_reported_requests_total", labels),
-                    &METADATA,
-                )
-                .increment(count);
-        }
-    }
-
-    /// The last share assigned under `rule`, and how many clients hold one.
-    pub fn record_rlqs_assignment(&self, domain: &str, rule: &str, share: u64, clients: usize) {
-        let labels = || {
-            vec![
-                Label::new("domain", domain.to_string()),
-                Label::new("rule", rule.to_string()),
-            ]
-        };
-        self.recorder
-            .register_gauge(
-                &Key::from_parts("sluice_rlqs_assigned_requests", labels()),
-                &METADATA,
-            )
-            .set(share as f64);
-        self.recorder
-            .register_gauge(
-                &Key::from_parts("sluice_rlqs_active_clients", labels()),
-                &METADATA,
-            )
-            .set(clients as f64);
-        self.recorder
-            .register_counter(
-                &Key::from_parts("sluice_rlqs_assignments_total", labels()),
-                &METADATA,
-            )
-            .increment(1);
-    }
-
-    /// A bucket of an RLQS report refused, and why.
-    pub fn record_rlqs_rejected(&self, reason: &'static str) {
-        let labels = vec![Label::new("reason", reason)];
-        self.recorder
-            .register_counter(
-                &Key::from_parts("sluice_rlqs_rejected_buckets_total", labels),
-                &METADATA,
-            )
-            .increment(1);
+    /// The Prometheus text exposition, every component's series included.
+    pub fn render(&self) -> String {
+        self.series.render()
     }
 
     /// Counts one limited descriptor's hits, split as envoyproxy/ratelimit's base limiter
@@ -315,33 +173,27 @@ impl Metrics {
         self.requests.increment(1);
         self.request_latency.record(seconds);
         if let Some(statsd) = &self.statsd {
-            statsd.time_ms(
-                "ratelimit_server.ShouldRateLimit.response_time",
-                (seconds * 1000.0) as u64,
-            );
-        }
-        if let Some(requests) = &self.statsd_requests {
-            requests.fetch_add(1, Ordering::Relaxed);
+            statsd.request((seconds * 1000.0) as u64);
         }
     }
 
     /// A request global shadow mode answered OK though its limits denied it.
     pub fn record_global_shadow_mode(&self) {
         self.global_shadow_mode.increment(1);
-        self.statsd_count("ratelimit.service.global_shadow_mode", 1);
+        if let Some(statsd) = &self.statsd {
+            statsd.global_shadow_mode();
+        }
     }
 
     /// A failed ShouldRateLimit call, by `DecisionError::metric_label`.
     pub fn record_error(&self, err_type: &'static str) {
-        let key = Key::from_parts(
-            "ratelimit_service_should_rate_limit_error",
-            vec![Label::new("err_type", err_type)],
-        );
-        self.recorder.register_counter(&key, &METADATA).increment(1);
-        self.statsd_count(
-            &format!("ratelimit.service.call.should_rate_limit.{err_type}"),
-            1,
-        );
+        let labels = vec![Label::new("err_type", err_type)];
+        self.series
+            .counter("ratelimit_service_should_rate_limit_error", labels)
+            .increment(1);
+        if let Some(statsd) = &self.statsd {
+            statsd.error(err_type);
+        }
     }
 
     /// One store call's latency and, when it failed, its error (counted by kind).
@@ -360,15 +212,10 @@ impl Metrics {
         } else {
             "ratelimit_service_config_load_error"
         };
-        self.recorder
-            .register_counter(&Key::from_name(name), &METADATA)
-            .increment(1);
-        let statsd_name = if success {
-            "ratelimit.service.config_load_success"
-        } else {
-            "ratelimit.service.config_load_error"
-        };
-        self.statsd_count(statsd_name, 1);
+        self.series.counter(name, vec![]).increment(1);
+        if let Some(statsd) = &self.statsd {
+            statsd.config_load(success);
+        }
     }
 
     /// The counters of `labels`, registered on first use; past the bound on request-valued
@@ -401,31 +248,17 @@ impl Metrics {
         if labels.from_request {
             self.request_valued_series.fetch_add(1, Ordering::Relaxed);
         }
-        let counter = |name: &'static str| {
-            self.recorder
-                .register_counter(&limit_key(name, &labels), &METADATA)
-        };
+        let counter = |name: &'static str| self.series.counter(name, limit_labels(&labels));
         let counters = Arc::new(LimitCounters {
             total: counter("ratelimit_service_rate_limit_total_hits"),
             within: counter("ratelimit_service_rate_limit_within_limit"),
             near: counter("ratelimit_service_rate_limit_near_limit"),
             over: counter("ratelimit_service_rate_limit_over_limit"),
             shadow: counter("ratelimit_service_rate_limit_shadow_mode"),
-            statsd: self.statsd.as_ref().map(|statsd| {
-                [
-                    "total_hits",
-                    "within_limit",
-                    "near_limit",
-                    "over_limit",
-                    "shadow_mode",
-                ]
-                .map(|what| {
-                    statsd.counter(&format!(
-                        "ratelimit.service.rate_limit.{}.{what}",
-                        labels.stats_key
-                    ))
-                })
-            }),
+            statsd: self
+                .statsd
+                .as_ref()
+                .map(|statsd| statsd.limit_counters(&labels.stats_key)),
         });
         let mut grown = HashMap::clone(&known);
         grown.insert(Arc::new(labels), counters.clone());
@@ -484,7 +317,8 @@ fn split_hits(outcome: &LimitOutcome, near_limit_ratio: f64) -> SplitHits {
     }
 }
 
-fn limit_key(name: &'static str, labels: &LimitLabels) -> Key {
+/// The labels of one limit's series.
+fn limit_labels(labels: &LimitLabels) -> Vec<Label> {
     let mut parts = vec![
         Label::new("domain", labels.domain.clone()),
         Label::new("key1", labels.key1.clone()),
@@ -492,7 +326,7 @@ fn limit_key(name: &'static str, labels: &LimitLabels) -> Key {
     if let Some(key2) = &labels.key2 {
         parts.push(Label::new("key2", key2.clone()));
     }
-    Key::from_parts(name, parts)
+    parts
 }
 
 #[cfg(test)]
@@ -593,7 +427,7 @@ mod tests {
             let labels = LimitLabels::of_override("d", [value].into_iter());
             metrics.record_limit(&labels, &outcome);
         }
-        let text = metrics.render(&StoreStats::default());
+        let text = metrics.render();
         assert!(
             text.contains(r#"key1="a""#) && text.contains(r#"key1="b""#),
             "{text}"

@@ -51,7 +51,7 @@ pub struct ServiceOptions {
 }
 
 /// What a call gets when the store cannot decide.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum FailureMode {
     /// gRPC UNAVAILABLE with the reason: Envoy's `failure_mode_deny` decides.
     #[default]
@@ -160,7 +160,7 @@ impl<S: Store> RateLimiter<S> {
         let charged = self.store.charge(hits, self.options.charging);
         let result = if self.options.tracing.is_some() {
             charged
-                .instrument(spans::store_span(S::NAME, hits.len()))
+                .instrument(spans::store_span(self.store.name(), hits.len()))
                 .await
         } else {
             charged.await
@@ -183,7 +183,7 @@ impl<S: Store> RateLimiter<S> {
                 continue;
             };
             let outcome = LimitOutcome {
-                algorithm: applied.limit.algorithm,
+                algorithm: applied.limit.algorithm(),
                 capacity: applied.limit.capacity(),
                 cost: s.cost,
                 decision,

@@ -35,6 +35,69 @@ pub struct StatsdSettings {
     pub mogrifiers: Vec<Mogrifier>,
 }
 
+/// The reference's stat names for what the service records, on one statsd sink.
+pub struct ServiceStats {
+    statsd: Arc<Statsd>,
+    /// Counted on every call, so registered once.
+    requests: Arc<AtomicU64>,
+}
+
+impl ServiceStats {
+    pub fn new(statsd: Arc<Statsd>) -> ServiceStats {
+        ServiceStats {
+            requests: statsd.counter("ratelimit_server.ShouldRateLimit.total_requests"),
+            statsd,
+        }
+    }
+
+    /// A ShouldRateLimit call that took `ms`.
+    pub fn request(&self, ms: u64) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.statsd
+            .time_ms("ratelimit_server.ShouldRateLimit.response_time", ms);
+    }
+
+    /// A request global shadow mode answered OK.
+    pub fn global_shadow_mode(&self) {
+        self.add("ratelimit.service.global_shadow_mode");
+    }
+
+    /// A failed call, by its error type.
+    pub fn error(&self, err_type: &str) {
+        self.add(&format!(
+            "ratelimit.service.call.should_rate_limit.{err_type}"
+        ));
+    }
+
+    /// A configuration load.
+    pub fn config_load(&self, success: bool) {
+        self.add(if success {
+            "ratelimit.service.config_load_success"
+        } else {
+            "ratelimit.service.config_load_error"
+        });
+    }
+
+    /// The counters of one limit (by its stats key): total, within, near, over and shadow.
+    pub fn limit_counters(&self, stats_key: &str) -> [Arc<AtomicU64>; 5] {
+        [
+            "total_hits",
+            "within_limit",
+            "near_limit",
+            "over_limit",
+            "shadow_mode",
+        ]
+        .map(|what| {
+            self.statsd
+                .counter(&format!("ratelimit.service.rate_limit.{stats_key}.{what}"))
+        })
+    }
+
+    fn add(&self, name: &str) {
+        self.statsd.counter(name).fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The stats, and their sender.
 pub struct Statsd {
     settings: StatsdSettings,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice::engine::Charging;
-use sluice::limit::{Algorithm, Hit, Limit, Role, Unit};
+use sluice::limit::{Algorithm, Counting, Hit, Limit, Role, Unit};
 use sluice::store::memory::MemoryStore;
 use sluice::store::{ManualClock, Store, StoreError};
 
@@ -77,10 +77,7 @@ fn flood(algorithm: Algorithm, entries: bool, bound: usize) -> Found {
         } else {
             (10, usize::MAX)
         };
-        let limit = Limit {
-            algorithm,
-            ..Limit::fixed_window(requests, Unit::Hour)
-        };
+        let limit = Limit::new(Counting::of(algorithm), requests, Unit::Hour);
         let clock = Arc::new(ManualClock::at(1_700_000_000_000_000));
         let before = resident_bytes();
         let store =

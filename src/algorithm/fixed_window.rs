@@ -6,6 +6,7 @@
 //!
 //! Exact for any time below 2^64 microseconds and counts below 2^64.
 
+use crate::algorithm::params::NoParameters;
 use crate::algorithm::remaining;
 use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
@@ -78,6 +79,7 @@ pub struct FixedWindow;
 
 impl LimitAlgorithm for FixedWindow {
     type State = Window;
+    type Params = NoParameters;
     const KEY_HOLDS_WINDOW: bool = true;
     const DECIDES_ZERO_LIMIT: bool = true;
 
@@ -85,6 +87,7 @@ impl LimitAlgorithm for FixedWindow {
     fn decide(
         stored: Option<&Window>,
         limit: &Rate,
+        _own: &Self::Params,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Window>) {
@@ -115,7 +118,13 @@ impl LimitAlgorithm for FixedWindow {
         (decision, changed)
     }
 
-    fn force(stored: Option<&Window>, limit: &Rate, cost: u64, now_us: u64) -> Window {
+    fn force(
+        stored: Option<&Window>,
+        limit: &Rate,
+        _own: &Self::Params,
+        cost: u64,
+        now_us: u64,
+    ) -> Window {
         let window = rolled(stored.copied(), limit, now_us);
         Window {
             count: window.count.saturating_add(cost),
@@ -124,7 +133,7 @@ impl LimitAlgorithm for FixedWindow {
     }
 
     /// The count has drained.
-    fn expires_at_us(window: &Window, rate: &Rate) -> u64 {
+    fn expires_at_us(window: &Window, rate: &Rate, _own: &Self::Params) -> u64 {
         let drain = windows_to_drain(window.count, rate);
         window
             .start_us

@@ -6,6 +6,7 @@
 //! Times are kept in units of 1/L microsecond so that T = W is an integer: exact in 128-bit
 //! integers for every u32 limit and burst, u64 cost and period.
 
+use crate::algorithm::params::Burst;
 use crate::algorithm::{remaining, wait_us};
 use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
@@ -20,6 +21,7 @@ pub struct LeakyBucket;
 
 impl LimitAlgorithm for LeakyBucket {
     type State = Tat;
+    type Params = Burst;
 
     fn default_burst(_requests_per_unit: u32) -> Option<u32> {
         Some(1)
@@ -29,6 +31,7 @@ impl LimitAlgorithm for LeakyBucket {
     fn decide(
         stored: Option<&Tat>,
         limit: &Rate,
+        _own: &Self::Params,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Tat>) {
@@ -61,7 +64,13 @@ impl LimitAlgorithm for LeakyBucket {
     }
 
     /// When the state no longer matters: the bucket is empty.
-    fn force(stored: Option<&Tat>, limit: &Rate, cost: u64, now_us: u64) -> Tat {
+    fn force(
+        stored: Option<&Tat>,
+        limit: &Rate,
+        _own: &Self::Params,
+        cost: u64,
+        now_us: u64,
+    ) -> Tat {
         let now = u128::from(now_us) * u128::from(limit.requests_per_unit);
         let empty_at = stored.map_or(now, |tat| tat.scaled_empty_at).max(now);
         let interval = u128::from(limit.period_us());
@@ -70,7 +79,7 @@ impl LimitAlgorithm for LeakyBucket {
         }
     }
 
-    fn expires_at_us(tat: &Tat, limit: &Rate) -> u64 {
+    fn expires_at_us(tat: &Tat, limit: &Rate, _own: &Self::Params) -> u64 {
         let rate = u128::from(limit.requests_per_unit.max(1));
         u64::try_from(tat.scaled_empty_at.div_ceil(rate)).unwrap_or(u64::MAX)
     }

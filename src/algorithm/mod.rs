@@ -7,12 +7,15 @@
 //! and the limit denies until the debt is repaid at its own rate.
 //!
 //! `registry!` below is the one place that lists the algorithms: each row ties an `Algorithm`
-//! to the module that decides (its `LimitAlgorithm` implementation), its name in YAML (which
-//! is also the name of its script, `lua/<name>.lua`) and how its state is held. Adding an
-//! algorithm is one Rust file, one Lua file and one row.
+//! to the module that decides (its `LimitAlgorithm` implementation, which names its own
+//! settings, `Parameters`), its name in YAML (which is also the name of its script,
+//! `lua/<name>.lua`) and how its state is held. From the rows come `Algorithm`, `State` and
+//! `Counting` (an algorithm with its settings, as a limit holds it). Adding an algorithm, with
+//! settings of its own or not, is one Rust file, one Lua file and one row.
 
 pub mod fixed_window;
 pub mod leaky_bucket;
+pub mod params;
 pub mod sliding_window_counter;
 pub mod sliding_window_log;
 pub mod token_bucket;
@@ -21,10 +24,15 @@ pub mod warm_up;
 use std::borrow::Borrow;
 use std::fmt;
 
+use params::{Given, Parameters, Refusal};
+
 /// One algorithm's rules. Implemented once per algorithm module, named in the registry.
 pub trait LimitAlgorithm {
     /// What the store keeps under one key.
     type State: Clone;
+
+    /// The algorithm's own settings (`params::NoParameters` when it has none).
+    type Params: Parameters;
 
     /// The bucket capacity when `burst` is not set; `None`: the algorithm takes no `burst`
     /// (its capacity is `requests_per_unit`).
@@ -49,24 +57,28 @@ pub trait LimitAlgorithm {
     /// The capacity whatever the limit says (a pacer's 1), when the algorithm has one.
     const FIXED_CAPACITY: Option<u64> = None;
 
-    /// The algorithm ramps up after idleness (takes `warmup` and `cold_factor`).
-    const WARMS_UP: bool = false;
-
     /// Decides one hit of `cost` at `now_us`; returns the decision and the state to store
     /// when it changed.
     fn decide(
         stored: Option<&Self::State>,
         rate: &Rate,
+        own: &Self::Params,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Self::State>);
 
     /// The state after charging `cost` that does not fit: the limit goes into debt (a
     /// counter above L, a bucket below empty), repaid at the limit's own rate.
-    fn force(stored: Option<&Self::State>, rate: &Rate, cost: u64, now_us: u64) -> Self::State;
+    fn force(
+        stored: Option<&Self::State>,
+        rate: &Rate,
+        own: &Self::Params,
+        cost: u64,
+        now_us: u64,
+    ) -> Self::State;
 
     /// When `state` no longer matters (it reads as absent from then on).
-    fn expires_at_us(state: &Self::State, rate: &Rate) -> u64;
+    fn expires_at_us(state: &Self::State, rate: &Rate, own: &Self::Params) -> u64;
 }
 
 /// What a held state keeps on the heap, so that the memory store can bound its bytes.
@@ -146,9 +158,90 @@ macro_rules! registry {
                 match self { $(Algorithm::$variant => <$rule>::FIXED_CAPACITY,)+ }
             }
 
-            /// Whether the algorithm takes `warmup` and `cold_factor`.
-            pub fn warms_up(self) -> bool {
-                match self { $(Algorithm::$variant => <$rule>::WARMS_UP,)+ }
+            /// The YAML keys of the algorithm's own settings.
+            pub fn own_keys(self) -> &'static [&'static str] {
+                match self {
+                    $(Algorithm::$variant => <<$rule as LimitAlgorithm>::Params>::KEYS,)+
+                }
+            }
+
+            /// The names of the algorithm's own script arguments, after the common ones.
+            pub fn own_script_args(self) -> &'static [&'static str] {
+                match self {
+                    $(Algorithm::$variant => <<$rule as LimitAlgorithm>::Params>::SCRIPT_ARGS,)+
+                }
+            }
+
+            /// Writes the part of a Redis key that the algorithm's settings' `shape` stands for.
+            pub fn write_key(self, shape: [u64; 2], key: &mut String) {
+                match self {
+                    $(Algorithm::$variant => {
+                        <<$rule as LimitAlgorithm>::Params>::write_key(shape, key)
+                    })+
+                }
+            }
+        }
+
+        /// An algorithm with its own settings, as a limit holds it: a setting of one algorithm
+        /// cannot be given to another.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Counting {
+            $( $(#[$doc])* $variant(<$rule as LimitAlgorithm>::Params), )+
+        }
+
+        impl Counting {
+            /// The algorithm.
+            pub fn algorithm(&self) -> Algorithm {
+                match self { $(Counting::$variant(_) => Algorithm::$variant,)+ }
+            }
+
+            /// `algorithm` with its settings' defaults.
+            pub fn of(algorithm: Algorithm) -> Counting {
+                match algorithm {
+                    $(Algorithm::$variant => Counting::$variant(Default::default()),)+
+                }
+            }
+
+            /// `algorithm` with its settings read from `given` (only its own keys), for a
+            /// limit of `requests_per_unit` per `period_us`.
+            pub fn parse(
+                algorithm: Algorithm,
+                given: &Given,
+                requests_per_unit: u32,
+                period_us: u64,
+            ) -> Result<Counting, Refusal> {
+                Ok(match algorithm {
+                    $(Algorithm::$variant => Counting::$variant(
+                        Parameters::parse(given, requests_per_unit, period_us)?,
+                    ),)+
+                })
+            }
+
+            /// The capacity the settings ask for, when they name one (`burst`).
+            pub fn burst(&self) -> Option<u32> {
+                match self { $(Counting::$variant(own) => own.burst(),)+ }
+            }
+
+            /// The same, asking for a capacity of `burst` where the algorithm takes one.
+            pub fn with_burst(self, burst: Option<u32>) -> Counting {
+                match self {
+                    $(Counting::$variant(own) => Counting::$variant(own.with_burst(burst)),)+
+                }
+            }
+
+            /// How a limit shows the settings after its rate.
+            pub fn describe(&self, rate: &Rate) -> String {
+                match self { $(Counting::$variant(own) => own.describe(rate),)+ }
+            }
+
+            /// The numbers that name the settings' state.
+            pub fn shape(&self, rate: &Rate) -> [u64; 2] {
+                match self { $(Counting::$variant(own) => own.shape(rate),)+ }
+            }
+
+            /// The settings' script arguments (`own_script_args` names them).
+            pub fn script_args(&self, rate: &Rate) -> [u64; 2] {
+                match self { $(Counting::$variant(own) => own.script_args(rate),)+ }
             }
         }
 
@@ -166,22 +259,23 @@ macro_rules! registry {
             }
         }
 
-        /// Charges `cost` against `rate` counted by `algorithm` at `now_us`, given the key's
-        /// current `state` (if any). State of another algorithm's shape is treated as absent.
+        /// Charges `cost` against `rate` counted as `counting` says at `now_us`, given the
+        /// key's current `state` (if any). State of another algorithm's shape is treated as
+        /// absent.
         pub fn decide(
-            algorithm: Algorithm,
+            counting: &Counting,
             state: Option<&State>,
             rate: &Rate,
             cost: u64,
             now_us: u64,
         ) -> Outcome {
-            match algorithm {
-                $(Algorithm::$variant => {
+            match counting {
+                $(Counting::$variant(own) => {
                     let stored = match state {
                         Some(State::$variant(held)) => Some(Borrow::borrow(held)),
                         _ => None,
                     };
-                    let (decision, changed) = decide_by::<$rule>(stored, rate, cost, now_us);
+                    let (decision, changed) = decide_by::<$rule>(stored, rate, own, cost, now_us);
                     Outcome {
                         decision,
                         new_state: changed
@@ -235,6 +329,27 @@ impl Algorithm {
         self.default_burst(1).is_some()
     }
 
+    /// Every algorithm's own YAML keys, each once.
+    pub fn parameter_keys() -> Vec<&'static str> {
+        let mut keys: Vec<&'static str> = Vec::new();
+        for key in Algorithm::ALL.iter().flat_map(|a| a.own_keys()) {
+            if !keys.contains(key) {
+                keys.push(key);
+            }
+        }
+        keys
+    }
+
+    /// The names of the algorithms that take the YAML key `key`, for messages.
+    pub fn names_taking(key: &str) -> String {
+        let names: Vec<&str> = Algorithm::ALL
+            .iter()
+            .filter(|a| a.own_keys().contains(&key))
+            .map(|a| a.as_str())
+            .collect();
+        names.join(" and ")
+    }
+
     /// Every name, for messages: `a, b or c`.
     pub fn names() -> String {
         let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
@@ -244,16 +359,6 @@ impl Algorithm {
             None => String::new(),
         }
     }
-
-    /// The names of the algorithms that take `burst`, for messages.
-    pub fn names_with_burst() -> String {
-        let names: Vec<&str> = Algorithm::ALL
-            .iter()
-            .filter(|a| a.has_burst())
-            .map(|a| a.as_str())
-            .collect();
-        names.join(" and ")
-    }
 }
 
 impl fmt::Display for Algorithm {
@@ -261,9 +366,6 @@ impl fmt::Display for Algorithm {
         f.write_str(self.as_str())
     }
 }
-
-/// `warm_up`'s `cold_factor` when not given: Guava's.
-pub const DEFAULT_COLD_FACTOR: u32 = 3;
 
 /// What an algorithm needs of a limit: L, the period W, the capacity, and whether it takes
 /// debt.
@@ -279,10 +381,6 @@ pub struct Rate {
     /// A hit that does not fit is charged all the same, without carrying over windows: the
     /// reference's counting (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`).
     pub charges_denied: bool,
-    /// `warm_up`: the warm-up period, in µs.
-    pub warmup_us: u64,
-    /// `warm_up`: how much slower the coldest rate is than the stable one.
-    pub cold_factor: u32,
 }
 
 impl Rate {
@@ -294,17 +392,6 @@ impl Rate {
             capacity,
             debt: false,
             charges_denied: false,
-            warmup_us: period_us,
-            cold_factor: DEFAULT_COLD_FACTOR,
-        }
-    }
-
-    /// The same rate, warming up over `warmup_us` from `cold_factor` times slower.
-    pub fn with_warm_up(self, warmup_us: u64, cold_factor: u32) -> Rate {
-        Rate {
-            warmup_us,
-            cold_factor,
-            ..self
         }
     }
 
@@ -374,15 +461,16 @@ pub struct Outcome {
 fn decide_by<A: LimitAlgorithm>(
     stored: Option<&A::State>,
     rate: &Rate,
+    own: &A::Params,
     cost: u64,
     now_us: u64,
 ) -> (Decision, Option<(A::State, u64)>) {
     if rate.requests_per_unit == 0 && !A::DECIDES_ZERO_LIMIT {
         return (blocked(rate, cost), None);
     }
-    let (decision, changed) = A::decide(stored, rate, cost, now_us);
+    let (decision, changed) = A::decide(stored, rate, own, cost, now_us);
     let with_expiry = |state: A::State| {
-        let expires_at_us = A::expires_at_us(&state, rate);
+        let expires_at_us = A::expires_at_us(&state, rate, own);
         (state, expires_at_us)
     };
     // Debt, or the reference's counting: a hit that does not fit is charged all the same (a
@@ -395,8 +483,8 @@ fn decide_by<A: LimitAlgorithm>(
     {
         return (decision, changed.map(with_expiry));
     }
-    let in_debt = A::force(stored, rate, cost, now_us);
-    let (next, _) = A::decide(Some(&in_debt), rate, 1, now_us);
+    let in_debt = A::force(stored, rate, own, cost, now_us);
+    let (next, _) = A::decide(Some(&in_debt), rate, own, 1, now_us);
     let decision = Decision {
         admitted: false,
         remaining: decision.remaining,
@@ -443,11 +531,11 @@ pub(crate) mod vectors {
 
     /// A limit of `requests` per second counted by `algorithm`, with `burst`.
     pub fn per_second(algorithm: Algorithm, requests: u32, burst: Option<u32>) -> Limit {
-        Limit {
-            algorithm,
-            burst,
-            ..Limit::fixed_window(requests, Unit::Second)
-        }
+        Limit::new(
+            Counting::of(algorithm).with_burst(burst),
+            requests,
+            Unit::Second,
+        )
     }
 
     /// Runs (time in µs, cost) on a fresh key; returns (admitted, remaining, reset, retry).
@@ -469,16 +557,11 @@ pub(crate) mod vectors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::{Limit, Unit};
 
     #[test]
     fn a_zero_limit_blocks_every_algorithm_whatever_the_burst() {
         for &algorithm in Algorithm::ALL {
-            let limit = Limit {
-                algorithm,
-                burst: algorithm.has_burst().then_some(5),
-                ..Limit::fixed_window(0, Unit::Second)
-            };
+            let limit = vectors::per_second(algorithm, 0, Some(5));
             let mut state = None;
             for now in [0, 1, 5_000_000] {
                 let outcome = limit.decide(state.as_ref(), 1, now);
@@ -501,13 +584,13 @@ mod tests {
         }
         assert_eq!(Algorithm::default(), Algorithm::FixedWindow);
         assert_eq!(
-            Algorithm::names_with_burst(),
+            Algorithm::names_taking("burst"),
             "token_bucket and leaky_bucket"
         );
+        assert_eq!(Algorithm::names_taking("cold_factor"), "warm_up");
         assert_eq!(
-            Algorithm::ALL.iter().filter(|a| a.warms_up()).count(),
-            1,
-            "warm_up"
+            Algorithm::parameter_keys(),
+            ["burst", "warmup", "cold_factor"]
         );
     }
 }

@@ -7,6 +7,7 @@
 //! limit, u64 cost and period). In any aligned window at most L pass; in any window of length W
 //! at most L + prev x elapsed / W < 2L.
 
+use crate::algorithm::params::NoParameters;
 use crate::algorithm::remaining;
 use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
@@ -118,11 +119,13 @@ pub struct SlidingWindowCounter;
 
 impl LimitAlgorithm for SlidingWindowCounter {
     type State = Counts;
+    type Params = NoParameters;
 
     /// Decides one hit; returns the decision and the counts to store when they changed.
     fn decide(
         stored: Option<&Counts>,
         limit: &Rate,
+        _own: &Self::Params,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Counts>) {
@@ -163,7 +166,13 @@ impl LimitAlgorithm for SlidingWindowCounter {
         (decision, (admitted && cost > 0).then_some(after))
     }
 
-    fn force(stored: Option<&Counts>, limit: &Rate, cost: u64, now_us: u64) -> Counts {
+    fn force(
+        stored: Option<&Counts>,
+        limit: &Rate,
+        _own: &Self::Params,
+        cost: u64,
+        now_us: u64,
+    ) -> Counts {
         let capacity = u64::from(limit.requests_per_unit);
         let counts = rolled(stored.copied(), capacity, limit.period_us(), now_us);
         Counts {
@@ -174,7 +183,7 @@ impl LimitAlgorithm for SlidingWindowCounter {
 
     /// When the state no longer matters: the estimate is 0 (without debt, when the current
     /// window has also become the previous one).
-    fn expires_at_us(counts: &Counts, limit: &Rate) -> u64 {
+    fn expires_at_us(counts: &Counts, limit: &Rate, _own: &Self::Params) -> u64 {
         let windows = windows_to_empty(counts, u64::from(limit.requests_per_unit)).max(2);
         counts
             .start_us

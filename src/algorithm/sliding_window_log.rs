@@ -5,6 +5,7 @@
 //! An entry stamped `ts` is in the window at `now` iff `ts + W > now`: the window is
 //! (now - W, now], and an entry leaves it exactly W after it was admitted.
 
+use crate::algorithm::params::NoParameters;
 use crate::algorithm::remaining;
 use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
@@ -51,6 +52,7 @@ pub struct SlidingWindowLog;
 
 impl LimitAlgorithm for SlidingWindowLog {
     type State = Log;
+    type Params = NoParameters;
     const MAX_REQUESTS_PER_UNIT: Option<(u32, &'static str)> = Some((
         10_000,
         "keeps one entry per request (use sliding_window_counter for larger limits)",
@@ -61,6 +63,7 @@ impl LimitAlgorithm for SlidingWindowLog {
     fn decide(
         stored: Option<&Log>,
         limit: &Rate,
+        _own: &Self::Params,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Log>) {
@@ -97,12 +100,18 @@ impl LimitAlgorithm for SlidingWindowLog {
     }
 
     /// When the state no longer matters: the newest entry leaves the window.
-    fn force(stored: Option<&Log>, limit: &Rate, cost: u64, now_us: u64) -> Log {
+    fn force(
+        stored: Option<&Log>,
+        limit: &Rate,
+        _own: &Self::Params,
+        cost: u64,
+        now_us: u64,
+    ) -> Log {
         let live = live(stored, limit.period_us(), now_us);
         with_entries(live, cost, u64::from(limit.requests_per_unit), now_us)
     }
 
-    fn expires_at_us(log: &Log, limit: &Rate) -> u64 {
+    fn expires_at_us(log: &Log, limit: &Rate, _own: &Self::Params) -> u64 {
         log.last().map_or(0, |&ts| ts + limit.period_us())
     }
 }

@@ -5,6 +5,7 @@
 //! microsecond, is an integer: exact in 128-bit integers for every u32 limit and burst, u64
 //! cost and period. In debt the bucket holds fewer than no tokens, and refills from there.
 
+use crate::algorithm::params::Burst;
 use crate::algorithm::{remaining, wait_us};
 use crate::algorithm::{Decision, LimitAlgorithm, Rate};
 
@@ -44,6 +45,7 @@ pub struct TokenBucket;
 
 impl LimitAlgorithm for TokenBucket {
     type State = Bucket;
+    type Params = Burst;
 
     fn default_burst(requests_per_unit: u32) -> Option<u32> {
         Some(requests_per_unit)
@@ -53,6 +55,7 @@ impl LimitAlgorithm for TokenBucket {
     fn decide(
         stored: Option<&Bucket>,
         limit: &Rate,
+        _own: &Self::Params,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Bucket>) {
@@ -81,7 +84,13 @@ impl LimitAlgorithm for TokenBucket {
         (decision, changed)
     }
 
-    fn force(stored: Option<&Bucket>, limit: &Rate, cost: u64, now_us: u64) -> Bucket {
+    fn force(
+        stored: Option<&Bucket>,
+        limit: &Rate,
+        _own: &Self::Params,
+        cost: u64,
+        now_us: u64,
+    ) -> Bucket {
         let (full, rate, needed) = scaled(limit, cost);
         let tokens = refilled(stored.copied(), full, rate, now_us);
         Bucket {
@@ -91,7 +100,7 @@ impl LimitAlgorithm for TokenBucket {
     }
 
     /// When the state no longer matters: the bucket is full again.
-    fn expires_at_us(bucket: &Bucket, limit: &Rate) -> u64 {
+    fn expires_at_us(bucket: &Bucket, limit: &Rate, _own: &Self::Params) -> u64 {
         let (full, rate, _) = scaled(limit, 0);
         let missing = units(full.saturating_sub(bucket.scaled_tokens));
         bucket

@@ -19,7 +19,115 @@
 //! the microsecond. Every product stays below 2^53 (config validation), where the Lua
 //! script's doubles are exact.
 
+use crate::algorithm::params::{Given, Parameters, Refusal};
 use crate::algorithm::{Decision, LimitAlgorithm, Rate};
+
+/// `cold_factor` when not given: Guava's.
+pub const DEFAULT_COLD_FACTOR: u32 = 3;
+
+/// `warm_up`'s own settings: `warmup`, the warm-up period (default: one period), and
+/// `cold_factor`, how much slower the coldest rate is (default 3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct WarmUpParameters {
+    pub warmup_us: Option<u64>,
+    pub cold_factor: Option<u32>,
+}
+
+impl WarmUpParameters {
+    /// The warm-up period of a limit of period `period_us`, in µs.
+    pub fn warmup_us(&self, period_us: u64) -> u64 {
+        self.warmup_us.unwrap_or(period_us)
+    }
+
+    /// The cold factor.
+    pub fn cold_factor(&self) -> u32 {
+        self.cold_factor.unwrap_or(DEFAULT_COLD_FACTOR)
+    }
+}
+
+impl Parameters for WarmUpParameters {
+    const KEYS: &'static [&'static str] = &["warmup", "cold_factor"];
+    const SCRIPT_ARGS: &'static [&'static str] = &["warmup_us", "cold_factor"];
+
+    /// `warmup` a duration above 0 and at least one stable interval, `cold_factor` 1 to 100,
+    /// and the whole ramp within what the script's doubles hold exactly.
+    fn parse(given: &Given, requests_per_unit: u32, period_us: u64) -> Result<Self, Refusal> {
+        let mut own = WarmUpParameters::default();
+        if let Some(value) = given.get("warmup") {
+            let text = match value {
+                serde_yaml::Value::String(text) => text.clone(),
+                serde_yaml::Value::Number(number) => number.to_string(),
+                _ => {
+                    return Err(Refusal::new(
+                        "warmup",
+                        "must be a duration (10s, 500ms, ...)",
+                    ))
+                }
+            };
+            match crate::duration::parse_us(&text) {
+                Ok(us) if us > 0 => own.warmup_us = Some(us),
+                Ok(_) => return Err(Refusal::new("warmup", "must be longer than 0")),
+                Err(error) => return Err(Refusal::new("warmup", error.to_string())),
+            }
+        }
+        if let Some(value) = given.get("cold_factor") {
+            match value.as_u64().filter(|n| (1..=100).contains(n)) {
+                Some(factor) => own.cold_factor = u32::try_from(factor).ok(),
+                None => return Err(Refusal::new("cold_factor", "must be between 1 and 100")),
+            }
+        }
+        if u64::from(requests_per_unit) > period_us {
+            let reason = "warm_up paces at most one request per microsecond";
+            return Err(Refusal::new("requests_per_unit", reason));
+        }
+        if requests_per_unit == 0 {
+            return Ok(own);
+        }
+        let shape = Shape::of(&Rate::new(requests_per_unit, period_us, 1), &own);
+        let warmup_us = own.warmup_us(period_us);
+        if warmup_us < shape.stable_us {
+            let reason = format!(
+                "{} ms is shorter than one interval of the stable rate ({} ms)",
+                warmup_us / 1000,
+                shape.stable_us / 1000
+            );
+            return Err(Refusal::new("warmup", reason));
+        }
+        if Shape::largest_product(shape.warmup_intervals, shape.cold_factor) >= 1 << 53 {
+            let reason = format!(
+                "the warm-up covers {} requests at the stable rate, too many for exact \
+                 arithmetic with cold_factor {}: shorten warmup or lower the rate",
+                shape.warmup_intervals, shape.cold_factor
+            );
+            return Err(Refusal::new("warmup", reason));
+        }
+        Ok(own)
+    }
+
+    fn describe(&self, rate: &Rate) -> String {
+        format!(
+            ", warming up over {} ms from {}x slower",
+            self.warmup_us(rate.period_us()) / 1000,
+            self.cold_factor()
+        )
+    }
+
+    fn shape(&self, rate: &Rate) -> [u64; 2] {
+        self.script_args(rate)
+    }
+
+    fn write_key([warmup_us, cold_factor]: [u64; 2], key: &mut String) {
+        use std::fmt::Write;
+        let _ = write!(key, "w{warmup_us}c{cold_factor}_");
+    }
+
+    fn script_args(&self, rate: &Rate) -> [u64; 2] {
+        [
+            self.warmup_us(rate.period_us()),
+            u64::from(self.cold_factor()),
+        ]
+    }
+}
 
 /// The warm-up state: when the next permit is free, the permits stored (in units of
 /// 1 / (2 (1 + cold_factor))) as of then, and whether that time was pushed on by a hit that
@@ -42,16 +150,16 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// The shape of `rate`: S = ceil(W / L), N = max(1, warmup / S).
-    pub fn of(rate: &Rate) -> Shape {
+    /// The shape of `rate` warming up as `own` says: S = ceil(W / L), N = max(1, warmup / S).
+    pub fn of(rate: &Rate, own: &WarmUpParameters) -> Shape {
         let stable_us = rate
             .period_us()
             .div_ceil(u64::from(rate.requests_per_unit.max(1)))
             .max(1);
         Shape {
             stable_us,
-            cold_factor: u64::from(rate.cold_factor.max(1)),
-            warmup_intervals: (rate.warmup_us / stable_us).max(1),
+            cold_factor: u64::from(own.cold_factor().max(1)),
+            warmup_intervals: (own.warmup_us(rate.period_us()) / stable_us).max(1),
         }
     }
 
@@ -150,21 +258,21 @@ pub struct WarmUp;
 
 impl LimitAlgorithm for WarmUp {
     type State = Ramp;
+    type Params = WarmUpParameters;
 
     /// A pacer holds one request at a time, as a leaky bucket of burst 1.
     const FIXED_CAPACITY: Option<u64> = Some(1);
-
-    const WARMS_UP: bool = true;
 
     /// Decides one hit: admitted when the next permit is free; its permits' time moves
     /// `next_free` on.
     fn decide(
         stored: Option<&Ramp>,
         rate: &Rate,
+        own: &WarmUpParameters,
         cost: u64,
         now_us: u64,
     ) -> (Decision, Option<Ramp>) {
-        let shape = Shape::of(rate);
+        let shape = Shape::of(rate, own);
         let ramp = resynced(&shape, stored, now_us);
         // More than a period's worth at the stable rate can never fit.
         let fits = cost <= u64::from(rate.requests_per_unit);
@@ -193,14 +301,20 @@ impl LimitAlgorithm for WarmUp {
     }
 
     /// In debt: the permits' time is added after `next_free`, however far it is.
-    fn force(stored: Option<&Ramp>, rate: &Rate, cost: u64, now_us: u64) -> Ramp {
-        let shape = Shape::of(rate);
+    fn force(
+        stored: Option<&Ramp>,
+        rate: &Rate,
+        own: &WarmUpParameters,
+        cost: u64,
+        now_us: u64,
+    ) -> Ramp {
+        let shape = Shape::of(rate, own);
         charged(&shape, &resynced(&shape, stored, now_us), cost, true)
     }
 
     /// When the key reads as never seen: free and fully cold again.
-    fn expires_at_us(ramp: &Ramp, rate: &Rate) -> u64 {
-        Shape::of(rate).cold_again_us(ramp)
+    fn expires_at_us(ramp: &Ramp, rate: &Rate, own: &WarmUpParameters) -> u64 {
+        Shape::of(rate, own).cold_again_us(ramp)
     }
 }
 
@@ -208,25 +322,26 @@ impl LimitAlgorithm for WarmUp {
 mod tests {
     use super::*;
     use crate::algorithm::vectors::run;
-    use crate::limit::{Algorithm, Limit, Unit};
+    use crate::algorithm::Counting;
+    use crate::limit::{Limit, Unit};
 
     const S: u64 = 1_000_000;
 
     /// 10 per second (S = 100 ms), warming up over 1 s (N = 10), cold factor 3.
+    const OWN: WarmUpParameters = WarmUpParameters {
+        warmup_us: Some(S),
+        cold_factor: Some(3),
+    };
+
     fn limit() -> Limit {
-        Limit {
-            algorithm: Algorithm::WarmUp,
-            warmup_us: Some(S),
-            cold_factor: Some(3),
-            ..Limit::fixed_window(10, Unit::Second)
-        }
+        Limit::new(Counting::WarmUp(OWN), 10, Unit::Second)
     }
 
     #[test]
     fn a_new_key_starts_cold_and_ramps_to_the_stable_rate_over_the_warm_up() {
         // Threshold 40 units (5 permits), max 80 (10 permits): 5 permits above it, spent
         // at intervals from 300 ms down to 100 ms, taking the warm-up period (1 s) in all.
-        let shape = Shape::of(&limit().rate());
+        let shape = Shape::of(&limit().rate(), &OWN);
         assert_eq!((shape.threshold(), shape.max_stored()), (40, 80));
         let mut ramp = resynced(&shape, None, 0);
         let mut intervals = Vec::new();
@@ -264,7 +379,7 @@ mod tests {
 
     #[test]
     fn idleness_stores_permits_up_to_the_warm_up_period() {
-        let shape = Shape::of(&limit().rate());
+        let shape = Shape::of(&limit().rate(), &OWN);
         // Warm (no stored permits); 250 ms idle stores 2.5 permits' worth (20 units).
         let warm = Ramp {
             next_free_us: 0,

@@ -11,7 +11,7 @@ use crate::config::pattern::Pattern;
 use crate::config::position::Positions;
 use crate::config::tree::{Level, NamedLimit, Node, RlqsStrategy, Rule};
 use crate::config::LoadOptions;
-use crate::limit::{Algorithm, Limit, Unit};
+use crate::limit::{Algorithm, Counting, Limit, Unit, MICROS_PER_SECOND};
 
 /// The longest period a limit may have: 100 years (in microseconds, still exact in a double).
 const MAX_PERIOD_SECONDS: u64 = 100 * 365 * 86_400;
@@ -256,13 +256,13 @@ impl<'a> FileCompiler<'a> {
         }
         if doc.algorithm.is_some()
             || doc.unit_multiplier.is_some()
-            || doc.burst.is_some()
             || doc.debt.is_some()
-            || doc.warmup.is_some()
-            || doc.cold_factor.is_some()
+            || !doc.parameters.is_empty()
         {
-            let reason =
-                "unlimited takes no algorithm, unit_multiplier, burst, debt, warmup or cold_factor";
+            let mut keys = vec!["algorithm", "unit_multiplier", "debt"];
+            keys.extend(Algorithm::parameter_keys());
+            let last = keys.pop().unwrap_or_default();
+            let reason = format!("unlimited takes no {} or {last}", keys.join(", "));
             self.error(path, reason);
             return None;
         }
@@ -289,20 +289,6 @@ impl<'a> FileCompiler<'a> {
             self.error(&format!("{path}.unit_multiplier"), reason);
             return None;
         }
-        if let Some(burst) = doc.burst {
-            if !algorithm.has_burst() {
-                let reason = format!(
-                    "burst applies only to {}, not to {algorithm}",
-                    Algorithm::names_with_burst()
-                );
-                self.error(&format!("{path}.burst"), reason);
-                return None;
-            }
-            if burst == 0 {
-                self.error(&format!("{path}.burst"), "must be at least 1");
-                return None;
-            }
-        }
         // Absent means 0, as in the reference: the limit blocks everything.
         let requests_per_unit = doc.requests_per_unit.unwrap_or(0);
         if let Some((max, why)) = algorithm.max_requests_per_unit() {
@@ -312,90 +298,55 @@ impl<'a> FileCompiler<'a> {
                 return None;
             }
         }
-        let mut limit = Limit {
+        let counting = self.counting(
             algorithm,
+            doc,
             requests_per_unit,
             unit,
             unit_multiplier,
-            burst: doc.burst,
+            path,
+        )?;
+        Some(Limit {
+            counting,
+            requests_per_unit,
+            unit,
+            unit_multiplier,
             debt: doc.debt.unwrap_or(self.options.debt),
-            warmup_us: None,
-            cold_factor: None,
-        };
-        self.warm_up(doc, &mut limit, path)?;
-        Some(limit)
+        })
     }
 
-    /// `warmup` and `cold_factor`: only for `warm_up`, and within what its integers hold.
-    fn warm_up(&mut self, doc: &RateLimitDoc, limit: &mut Limit, path: &str) -> Option<()> {
-        if !limit.algorithm.warms_up() {
-            for (key, given) in [
-                ("warmup", doc.warmup.is_some()),
-                ("cold_factor", doc.cold_factor.is_some()),
-            ] {
-                if given {
-                    let reason =
-                        format!("{key} applies only to warm_up, not to {}", limit.algorithm);
-                    self.error(&format!("{path}.{key}"), reason);
-                    return None;
-                }
-            }
-            return Some(());
-        }
-        if let Some(text) = &doc.warmup {
-            match crate::duration::parse_us(text) {
-                Ok(us) if us > 0 => limit.warmup_us = Some(us),
-                Ok(_) => {
-                    self.error(&format!("{path}.warmup"), "must be longer than 0");
-                    return None;
-                }
-                Err(error) => {
-                    self.error(&format!("{path}.warmup"), error.to_string());
-                    return None;
-                }
-            }
-        }
-        if let Some(cold_factor) = doc.cold_factor {
-            if !(1..=100).contains(&cold_factor) {
-                self.error(&format!("{path}.cold_factor"), "must be between 1 and 100");
-                return None;
-            }
-            limit.cold_factor = Some(cold_factor);
-        }
-        let period_us = limit.period_us();
-        if u64::from(limit.requests_per_unit) > period_us {
-            let reason = "warm_up paces at most one request per microsecond";
-            self.error(&format!("{path}.requests_per_unit"), reason);
-            return None;
-        }
-        if limit.requests_per_unit == 0 {
-            return Some(());
-        }
-        let rate = limit.rate();
-        let shape = crate::algorithm::warm_up::Shape::of(&rate);
-        if rate.warmup_us < shape.stable_us {
+    /// The algorithm with its own settings: a key of another algorithm is refused, and the
+    /// algorithm validates its own (`Counting::parse`).
+    fn counting(
+        &mut self,
+        algorithm: Algorithm,
+        doc: &RateLimitDoc,
+        requests_per_unit: u32,
+        unit: Unit,
+        unit_multiplier: u32,
+        path: &str,
+    ) -> Option<Counting> {
+        let own = algorithm.own_keys();
+        if let Some(key) = doc
+            .parameters
+            .keys()
+            .find(|key| !own.contains(&key.as_str()))
+        {
             let reason = format!(
-                "{} ms is shorter than one interval of the stable rate ({} ms)",
-                rate.warmup_us / 1000,
-                shape.stable_us / 1000
+                "{key} applies only to {}, not to {algorithm}",
+                Algorithm::names_taking(key)
             );
-            self.error(&format!("{path}.warmup"), reason);
+            self.error(&format!("{path}.{key}"), reason);
             return None;
         }
-        let product = crate::algorithm::warm_up::Shape::largest_product(
-            shape.warmup_intervals,
-            shape.cold_factor,
-        );
-        if product >= 1 << 53 {
-            let reason = format!(
-                "the warm-up covers {} requests at the stable rate, too many for exact \
-                 arithmetic with cold_factor {}: shorten warmup or lower the rate",
-                shape.warmup_intervals, shape.cold_factor
-            );
-            self.error(&format!("{path}.warmup"), reason);
-            return None;
+        let period_us = unit.seconds() * u64::from(unit_multiplier) * MICROS_PER_SECOND;
+        match Counting::parse(algorithm, &doc.parameters, requests_per_unit, period_us) {
+            Ok(counting) => Some(counting),
+            Err(refusal) => {
+                self.error(&format!("{path}.{}", refusal.key), refusal.reason);
+                None
+            }
         }
-        Some(())
     }
 
     fn algorithm(&mut self, name: Option<&str>, path: &str) -> Option<Algorithm> {

@@ -1,10 +1,14 @@
 //! The YAML file format of envoyproxy/ratelimit, with sluice's extensions inside `rate_limit`,
-//! as serde types. Unknown keys are refused so that a typo cannot silently disable a limit.
+//! as serde types (an algorithm's own keys kept as values for it to read). Unknown keys are
+//! refused so that a typo cannot silently disable a limit.
 
 use std::fmt;
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+
+use crate::algorithm::params::Given;
+use crate::algorithm::Algorithm;
 
 /// One configuration file: a domain and its descriptor tree.
 #[derive(Debug, Deserialize, Default)]
@@ -52,37 +56,126 @@ pub struct DescriptorDoc {
     pub rlqs_strategy: Option<String>,
 }
 
-/// The limit of a node. `algorithm`, `unit_multiplier`, `burst`, `debt`, `warmup` and
-/// `cold_factor` are sluice's.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// The limit of a node. `algorithm`, `unit_multiplier` and `debt` are sluice's, and so are
+/// the algorithms' own keys (`burst`, `warmup`, ...: `Algorithm::parameter_keys`), kept as
+/// YAML values in `parameters` for the algorithm to read (`Counting::parse`).
+#[derive(Debug, Default)]
 pub struct RateLimitDoc {
-    #[serde(default, deserialize_with = "scalar_string")]
     pub unit: Option<String>,
-    #[serde(default)]
     pub requests_per_unit: Option<u32>,
-    #[serde(default)]
     pub unlimited: bool,
-    #[serde(default, deserialize_with = "scalar_string")]
     pub name: Option<String>,
-    #[serde(default)]
     pub replaces: Option<Vec<ReplacesDoc>>,
-    #[serde(default, deserialize_with = "scalar_string")]
     pub algorithm: Option<String>,
-    #[serde(default)]
     pub unit_multiplier: Option<u32>,
-    #[serde(default)]
-    pub burst: Option<u32>,
     /// Charge hits that do not fit (costs reported after the response); default: the
     /// `--debt` setting.
-    #[serde(default)]
     pub debt: Option<bool>,
-    /// `warm_up`: the warm-up period (`10s`); default one period.
-    #[serde(default, deserialize_with = "scalar_string")]
-    pub warmup: Option<String>,
-    /// `warm_up`: how much slower the coldest rate is; default 3.
-    #[serde(default)]
-    pub cold_factor: Option<u32>,
+    pub parameters: Given,
+}
+
+/// The keys of `rate_limit` that every algorithm shares.
+const RATE_LIMIT_KEYS: &[&str] = &[
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "algorithm",
+    "unit_multiplier",
+    "debt",
+];
+
+/// A value read as `scalar_string` reads it.
+struct Scalar(Option<String>);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Scalar, D::Error> {
+        scalar_string(deserializer).map(Scalar)
+    }
+}
+
+impl<'de> Deserialize<'de> for RateLimitDoc {
+    /// A map of the common keys and the algorithms' own; any other key is refused, with its
+    /// place, as `deny_unknown_fields` would.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RateLimitDoc, D::Error> {
+        deserializer.deserialize_map(RateLimitVisitor)
+    }
+}
+
+struct RateLimitVisitor;
+
+impl<'de> Visitor<'de> for RateLimitVisitor {
+    type Value = RateLimitDoc;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a rate limit: a map with unit, requests_per_unit, ...")
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<RateLimitDoc, A::Error> {
+        let mut doc = RateLimitDoc::default();
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(RateLimitKey(key)) = map.next_key()? {
+            if seen.contains(&key) {
+                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+            }
+            match key.as_str() {
+                "unit" => doc.unit = map.next_value::<Scalar>()?.0,
+                "requests_per_unit" => doc.requests_per_unit = map.next_value()?,
+                "unlimited" => doc.unlimited = map.next_value()?,
+                "name" => doc.name = map.next_value::<Scalar>()?.0,
+                "replaces" => doc.replaces = map.next_value()?,
+                "algorithm" => doc.algorithm = map.next_value::<Scalar>()?.0,
+                "unit_multiplier" => doc.unit_multiplier = map.next_value()?,
+                "debt" => doc.debt = map.next_value()?,
+                // The algorithms' own keys (`RateLimitKey` let no other through).
+                _ => {
+                    let value: serde_yaml::Value = map.next_value()?;
+                    doc.parameters.insert(key.clone(), value);
+                }
+            }
+            seen.push(key);
+        }
+        Ok(doc)
+    }
+}
+
+/// A key of `rate_limit`, refused where it stands (so the error has its place) when it is none
+/// of `rate_limit_keys`.
+struct RateLimitKey(String);
+
+impl<'de> Deserialize<'de> for RateLimitKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RateLimitKey, D::Error> {
+        deserializer.deserialize_identifier(RateLimitKeyVisitor)
+    }
+}
+
+struct RateLimitKeyVisitor;
+
+impl Visitor<'_> for RateLimitKeyVisitor {
+    type Value = RateLimitKey;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key of rate_limit")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<RateLimitKey, E> {
+        if rate_limit_keys().contains(&key) {
+            Ok(RateLimitKey(key.to_string()))
+        } else {
+            Err(de::Error::unknown_field(key, rate_limit_keys()))
+        }
+    }
+}
+
+/// Every key of `rate_limit`: the common ones, then the algorithms' own.
+fn rate_limit_keys() -> &'static [&'static str] {
+    static KEYS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut keys = RATE_LIMIT_KEYS.to_vec();
+        keys.extend(Algorithm::parameter_keys());
+        keys
+    })
 }
 
 /// One entry of `replaces`.
@@ -137,6 +230,12 @@ enum Level {
 }
 
 impl Level {
+    /// Whether `key` is a key of the level.
+    fn has(self, key: &str) -> bool {
+        self.keys().contains(&key)
+            || matches!(self, Level::RateLimit) && Algorithm::parameter_keys().contains(&key)
+    }
+
     fn keys(self) -> &'static [&'static str] {
         match self {
             Level::File => &["domain", "descriptors"],
@@ -154,19 +253,7 @@ impl Level {
                 "metadata",
                 "rlqs_strategy",
             ],
-            Level::RateLimit => &[
-                "unit",
-                "requests_per_unit",
-                "unlimited",
-                "name",
-                "replaces",
-                "algorithm",
-                "unit_multiplier",
-                "burst",
-                "debt",
-                "warmup",
-                "cold_factor",
-            ],
+            Level::RateLimit => RATE_LIMIT_KEYS,
             Level::Replaces => &["name"],
         }
     }
@@ -220,7 +307,7 @@ fn scan(value: &mut serde_yaml::Value, level: Level, path: &str, parsed: &mut Pa
         } else {
             format!("{path}.{key}")
         };
-        if !level.keys().contains(&key) && REFERENCE_KEYS.contains(&key) {
+        if !level.has(key) && REFERENCE_KEYS.contains(&key) {
             parsed.misplaced.push(child_path);
             misplaced.push(key.to_string());
             continue;

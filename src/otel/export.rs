@@ -18,6 +18,7 @@ use opentelemetry_sdk::trace::{
 use opentelemetry_sdk::Resource;
 
 use super::{ExporterProtocol, TracingSettings};
+use crate::series::{Reporting, Series};
 
 /// How long the last spans may take to leave when sluice stops.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,6 +48,23 @@ pub struct SpanCounts {
     pub dropped_export_failed: AtomicU64,
     /// Whether the last export failed: its failures are logged when this changes.
     failing: AtomicBool,
+}
+
+impl Reporting for SpanCounts {
+    /// Spans exported, and dropped by reason.
+    fn report(&self, series: &Series) {
+        let exported = self.exported.load(Ordering::Relaxed);
+        series.total("sluice_trace_spans_exported_total", exported);
+        for (reason, count) in [
+            ("queue_full", &self.dropped_queue_full),
+            ("export_failed", &self.dropped_export_failed),
+        ] {
+            let labels = vec![metrics::Label::new("reason", reason)];
+            series
+                .counter("sluice_trace_spans_dropped_total", labels)
+                .absolute(count.load(Ordering::Relaxed));
+        }
+    }
 }
 
 /// The process's span counts.

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::Mutex;
 
 use super::share::shares_in_demand_order;
+use crate::store::any::AnyStore;
 use crate::store::StoreError;
 
 /// Where the claims on buckets are kept.
@@ -81,6 +82,39 @@ pub fn settle(claims: &mut HashMap<String, Claim>, ask: &Ask<'_>) -> u64 {
         claim.assigned = share;
     }
     share
+}
+
+/// The budget that goes with the store sluice serves with: in its Redis when it has one (every
+/// replica shares it), else in this process.
+pub enum AnyBudget {
+    Memory(MemoryBudget),
+    Redis(RedisBudget),
+}
+
+impl AnyBudget {
+    /// The budget beside `store`.
+    pub fn for_store(store: &AnyStore) -> AnyBudget {
+        match store.redis() {
+            Some(redis) => AnyBudget::Redis(RedisBudget::of(redis)),
+            None => AnyBudget::Memory(MemoryBudget::default()),
+        }
+    }
+}
+
+impl Budget for AnyBudget {
+    async fn claim(&self, ask: &Ask<'_>) -> Result<(u64, usize), StoreError> {
+        match self {
+            AnyBudget::Memory(memory) => memory.claim(ask).await,
+            AnyBudget::Redis(redis) => redis.claim(ask).await,
+        }
+    }
+
+    async fn release(&self, bucket: &str, client: &str) {
+        match self {
+            AnyBudget::Memory(memory) => memory.release(bucket, client).await,
+            AnyBudget::Redis(redis) => redis.release(bucket, client).await,
+        }
+    }
 }
 
 /// The budgets of one process.

@@ -9,6 +9,7 @@
 
 pub mod bucket;
 pub mod budget;
+mod report;
 pub mod share;
 mod stream;
 pub mod wire;
@@ -30,7 +31,7 @@ use budget::Budget;
 use wire::UsageReports;
 
 /// What a bucket no rule matches gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DefaultAction {
     /// Allow all.
     #[default]

@@ -12,6 +12,7 @@ use tonic::{Status, Streaming};
 
 use super::bucket::{self, Resolved};
 use super::budget::{Ask, Budget};
+use super::report;
 use super::wire::{BucketQuotaUsage, UsageReports};
 use super::{DefaultAction, Shared};
 use crate::config::Config;
@@ -128,7 +129,7 @@ impl<B: Budget> ClientStream<B> {
                 .count();
             match self.on_usage(&domain, usage, new_ones) {
                 Ok(bucket) => reported.push(bucket),
-                Err(reason) => self.shared.metrics.record_rlqs_rejected(reason),
+                Err(reason) => report::rejected(self.shared.metrics.series(), reason),
             }
         }
         // The report's buckets are claimed together: one round trip's wait on Redis, not one
@@ -199,7 +200,8 @@ impl<B: Budget> ClientStream<B> {
             _ => 0,
         };
         if let Resolved::Limited { rule, .. } = &resolved {
-            self.shared.metrics.record_rlqs_report(
+            report::usage(
+                self.shared.metrics.series(),
                 domain,
                 rule,
                 usage.num_requests_allowed,
@@ -240,16 +242,15 @@ impl<B: Budget> ClientStream<B> {
                 };
                 match self.shared.budget.claim(&ask).await {
                     Ok((share, clients)) => {
-                        self.shared
-                            .metrics
-                            .record_rlqs_assignment(domain, rule, share, clients);
+                        let series = self.shared.metrics.series();
+                        report::assignment(series, domain, rule, share, clients);
                         bucket::strategy(limit, *kind, share)
                     }
                     Err(error) => {
                         // No share can be known: the bucket gets the default action until
                         // the store answers again.
                         tracing::warn!(%error, bucket = %budget_key, "RLQS budget unavailable");
-                        self.shared.metrics.record_rlqs_rejected("store_error");
+                        report::rejected(self.shared.metrics.series(), "store_error");
                         bucket::blanket(self.shared.settings.default_action == DefaultAction::Allow)
                     }
                 }

@@ -32,7 +32,7 @@ impl Default for HeaderNames {
 }
 
 /// How `RateLimit-Limit` is written (`--response-headers-form`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum HeaderForm {
     /// `RateLimit-Limit: 10`, as envoyproxy/ratelimit writes it.
     #[default]

@@ -11,6 +11,7 @@ use clap::builder::FalseyValueParser;
 use clap::{ArgAction, Args, ValueEnum};
 
 use crate::duration;
+use crate::settings::choices::{RedisKindChoice, TimeSourceChoice};
 use crate::settings::SettingsError;
 use crate::store::redis::{Pipelining, RedisKind, RedisTarget, TimeSource};
 
@@ -76,8 +77,8 @@ pub struct RedisArgs {
     #[arg(long, env = "SLUICE_REDIS_STARTUP_WAIT", default_value = "30s", value_parser = duration::parse)]
     pub redis_startup_wait: Duration,
     /// Which clock the scripts use (fixed windows always use sluice's, as the reference).
-    #[arg(long, env = "SLUICE_REDIS_TIME", value_enum, default_value_t = TimeSource::Redis)]
-    pub redis_time: TimeSource,
+    #[arg(long, env = "SLUICE_REDIS_TIME", value_enum, default_value_t = TimeSourceChoice::Redis)]
+    pub redis_time: TimeSourceChoice,
     /// Bytes of the local over-limit cache in front of Redis; 0 turns it off.
     #[arg(long, env = "LOCAL_CACHE_SIZE_IN_BYTES", default_value_t = 0)]
     pub local_cache_size_in_bytes: usize,
@@ -160,7 +161,8 @@ const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 fn parse_kind(text: &str) -> Result<RedisKind, String> {
-    RedisKind::from_str(text, true)
+    RedisKindChoice::from_str(text, true)
+        .map(RedisKind::from)
         .map_err(|_| format!("'{text}' is not single, cluster or sentinel"))
 }
 
@@ -218,7 +220,7 @@ impl RedisArgs {
             redis_startup_wait: self.redis_startup_wait,
             cache_key_prefix: self.cache_key_prefix,
             local_cache_size_in_bytes: self.local_cache_size_in_bytes,
-            redis_time: self.redis_time,
+            redis_time: self.redis_time.into(),
         })
     }
 

@@ -47,15 +47,13 @@ pub enum Shape {
     /// reference names its counters. Limits of one descriptor whose windows start at the same
     /// second share the counter, there as here.
     Window { start_s: u64 },
-    /// Any other state: its algorithm and its limit's numbers (the burst and the warm-up only
-    /// where the algorithm takes them, else 0).
+    /// Any other state: its algorithm, its limit's numbers, and the numbers of the
+    /// algorithm's own settings (`Parameters::shape`: the burst, the warm-up; 0 where none).
     Limited {
         algorithm: Algorithm,
         requests_per_unit: u32,
         period_s: u64,
-        burst: u64,
-        warmup_us: u64,
-        cold_factor: u32,
+        own: [u64; 2],
     },
 }
 
@@ -71,20 +69,11 @@ impl Shape {
                 start_s: start_us / MICROS_PER_SECOND,
             };
         }
-        let algorithm = limit.algorithm;
-        let rate = limit.rate();
-        let warms_up = algorithm.warms_up();
         Shape::Limited {
-            algorithm,
+            algorithm: limit.algorithm(),
             requests_per_unit: limit.requests_per_unit,
             period_s: period_us / MICROS_PER_SECOND,
-            burst: if algorithm.has_burst() {
-                rate.capacity()
-            } else {
-                0
-            },
-            warmup_us: if warms_up { rate.warmup_us } else { 0 },
-            cold_factor: if warms_up { rate.cold_factor } else { 0 },
+            own: limit.counting.shape(&limit.rate()),
         }
     }
 }
@@ -93,9 +82,10 @@ impl Shape {
 /// - a fixed window: `prefix` + descriptor key + window start in seconds, byte-identical to
 ///   envoyproxy/ratelimit's, so both servers share counters during a migration;
 /// - any other state, and a fixed window that takes debt (its excess carries over windows):
-///   `prefix` + algorithm + `_` + L + `per` + period in seconds + `s_` (+ `b` + burst + `_`
-///   for the buckets, + `w` + warm-up in µs + `c` + cold factor + `_` for `warm_up`) +
-///   descriptor key, e.g. `token_bucket_10per60s_b20_domain_key_value_`.
+///   `prefix` + algorithm + `_` + L + `per` + period in seconds + `s_`, then the algorithm's
+///   own settings (`Parameters::write_key`: `b` + burst + `_` for the buckets, `w` + warm-up
+///   in µs + `c` + cold factor + `_` for `warm_up`), then the descriptor key, e.g.
+///   `token_bucket_10per60s_b20_domain_key_value_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 48);
     key.push_str(prefix);
@@ -109,17 +99,10 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
             algorithm,
             requests_per_unit,
             period_s,
-            burst,
-            warmup_us,
-            cold_factor,
+            own,
         } => {
             let _ = write!(key, "{algorithm}_{requests_per_unit}per{period_s}s_");
-            if algorithm.has_burst() {
-                let _ = write!(key, "b{burst}_");
-            }
-            if algorithm.warms_up() {
-                let _ = write!(key, "w{warmup_us}c{cold_factor}_");
-            }
+            algorithm.write_key(own, &mut key);
             key.push_str(&hit.key);
         }
     }
@@ -140,7 +123,7 @@ mod tests {
 #[cfg(test)]
 mod redis_key_tests {
     use super::*;
-    use crate::limit::{Algorithm, Limit, Role, Unit};
+    use crate::limit::{Algorithm, Counting, Limit, Role, Unit};
 
     #[test]
     fn fixed_window_keys_end_with_the_window_start_in_seconds() {
@@ -160,10 +143,7 @@ mod redis_key_tests {
     fn other_keys_carry_the_algorithm() {
         let hit = Hit {
             key: descriptor_key("d", [("k", "v")]),
-            limit: Limit {
-                algorithm: Algorithm::TokenBucket,
-                ..Limit::fixed_window(10, Unit::Second)
-            },
+            limit: Limit::new(Counting::of(Algorithm::TokenBucket), 10, Unit::Second),
             cost: 1,
             role: Role::Enforced,
             joins_previous: false,
@@ -193,10 +173,8 @@ mod redis_key_tests {
             role: Role::Enforced,
             joins_previous: false,
         };
-        let leaky = |requests| Limit {
-            algorithm: Algorithm::LeakyBucket,
-            ..Limit::fixed_window(requests, Unit::Minute)
-        };
+        let leaky =
+            |requests| Limit::new(Counting::of(Algorithm::LeakyBucket), requests, Unit::Minute);
         assert_eq!(
             redis_key("", &hit(leaky(10)), 5),
             "leaky_bucket_10per60s_b1_d_k_v_"
@@ -214,11 +192,11 @@ mod redis_key_tests {
             redis_key("", &hit(debt), 5),
             "fixed_window_10per18000s_d_k_v_"
         );
-        let warm = Limit {
-            algorithm: Algorithm::WarmUp,
+        let own = crate::algorithm::warm_up::WarmUpParameters {
             warmup_us: Some(30_000_000),
-            ..Limit::fixed_window(10, Unit::Minute)
+            cold_factor: None,
         };
+        let warm = Limit::new(Counting::WarmUp(own), 10, Unit::Minute);
         assert_eq!(
             redis_key("", &hit(warm), 5),
             "warm_up_10per60s_w30000000c3_d_k_v_"

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::engine::Charging;
 use crate::limit::{Decision, Hit, Limit};
-use crate::store::{Clock, Store, StoreError, StoreStats};
+use crate::series::{Reporting, Series};
+use crate::store::{Clock, Store, StoreError};
 
 /// What one entry costs beside its key: the limit, two times, and the map's own overhead.
 const ENTRY_OVERHEAD_BYTES: usize = 96;
@@ -83,8 +84,18 @@ impl<S: Store> WithLocalCache<S> {
     }
 }
 
+impl<S: Store> Reporting for WithLocalCache<S> {
+    /// The store's series, and the requests the cache answered.
+    fn report(&self, series: &Series) {
+        self.inner.report(series);
+        series.total("sluice_local_cache_hits_total", self.cache_hits());
+    }
+}
+
 impl<S: Store> Store for WithLocalCache<S> {
-    const NAME: &'static str = S::NAME;
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
 
     /// Answers a request locally when every hit of it is known to be over; otherwise the
     /// request goes to the store whole, which must see every hit: a denial vetoes the others
@@ -108,13 +119,6 @@ impl<S: Store> Store for WithLocalCache<S> {
 
     async fn healthy(&self) -> bool {
         self.inner.healthy().await
-    }
-
-    fn stats(&self) -> StoreStats {
-        StoreStats {
-            local_cache_hits: Some(self.cache_hits()),
-            ..self.inner.stats()
-        }
     }
 
     fn config_changed(&self) {
@@ -293,7 +297,7 @@ mod tests {
         // A token bucket takes every denied hit as debt: each must reach the store.
         let mut bucket = hit(1);
         bucket.key = "bucket".into();
-        bucket.limit.algorithm = crate::limit::Algorithm::TokenBucket;
+        bucket.limit.counting = crate::limit::Counting::of(crate::limit::Algorithm::TokenBucket);
         for _ in 0..5 {
             store
                 .charge(std::slice::from_ref(&bucket), Charging::EveryHit)

@@ -27,8 +27,9 @@ use smallvec::SmallVec;
 
 use crate::engine::{self, Charging};
 use crate::limit::{Decision, Hit};
+use crate::series::{Reporting, Series};
 use crate::store::key::Shape;
-use crate::store::{Clock, Store, StoreError, StoreStats};
+use crate::store::{Clock, Store, StoreError};
 
 /// A shard's entries: state by key id, hashed by the id itself (it is already a keyed hash).
 type Entries = HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>;
@@ -472,8 +473,19 @@ impl MemoryStore {
     }
 }
 
+impl Reporting for MemoryStore {
+    /// Keys and bytes held, and the requests that found no room.
+    fn report(&self, series: &Series) {
+        series.level("sluice_memory_store_keys", self.key_count() as u64);
+        series.level("sluice_memory_store_bytes", self.bytes_held() as u64);
+        series.total("sluice_memory_store_full_total", self.full_count());
+    }
+}
+
 impl Store for MemoryStore {
-    const NAME: &'static str = "memory";
+    fn name(&self) -> &'static str {
+        "memory"
+    }
 
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.clock.now_us();
@@ -488,15 +500,6 @@ impl Store for MemoryStore {
         true
     }
 
-    fn stats(&self) -> StoreStats {
-        StoreStats {
-            keys: Some(self.key_count() as u64),
-            bytes: Some(self.bytes_held() as u64),
-            full: Some(self.full_count()),
-            ..StoreStats::default()
-        }
-    }
-
     /// State is named by descriptor and shape (`key::Shape`): a changed limit never reads
     /// state of another shape.
     fn config_changed(&self) {}
@@ -506,7 +509,7 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
     use crate::algorithm::State;
-    use crate::limit::{Limit, Role, Unit};
+    use crate::limit::{Algorithm, Counting, Limit, Role, Unit};
     use crate::store::ManualClock;
 
     fn hit(key: &str, limit: u32, cost: u64) -> Hit {
@@ -721,10 +724,11 @@ mod tests {
         let store = MemoryStore::new(1000, clock.clone()).with_max_bytes(0);
         // Logs of up to 10,000 entries on 200 keys: their bytes, not their keys, fill it.
         let log = |key: String| Hit {
-            limit: Limit {
-                algorithm: crate::limit::Algorithm::SlidingWindowLog,
-                ..Limit::fixed_window(10_000, Unit::Hour)
-            },
+            limit: Limit::new(
+                Counting::of(Algorithm::SlidingWindowLog),
+                10_000,
+                Unit::Hour,
+            ),
             ..hit(&key, 10_000, 1)
         };
         let mut admitted = 0;

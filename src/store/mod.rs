@@ -1,7 +1,9 @@
 //! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
-//! the embedded in-memory store (`memory`), the Redis store (`redis`), and the local
-//! over-limit cache that can sit in front of a remote store (`local_cache`).
+//! the embedded in-memory store (`memory`), the Redis store (`redis`), the local over-limit
+//! cache that can sit in front of a remote store (`local_cache`), and the one store value the
+//! server serves with (`any`).
 
+pub mod any;
 pub mod key;
 pub mod local_cache;
 pub mod memory;
@@ -13,11 +15,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::engine::Charging;
 use crate::limit::{Decision, Hit};
+use crate::series::Reporting;
 
 /// Charges hits and decides them. One call per request: a remote store makes one round trip.
-pub trait Store: Send + Sync + 'static {
+/// A store writes its own series (keys held, script reloads, ...) at each scrape
+/// (`Reporting`).
+pub trait Store: Reporting + Send + Sync + 'static {
     /// The store's kind, as spans and logs name it (`memory`, `redis`).
-    const NAME: &'static str;
+    fn name(&self) -> &'static str;
 
     /// Decides every hit of one request, in order, each on the state the hits before it
     /// left, and charges them as `charging` says. A hit's decision never depends on a later
@@ -31,26 +36,8 @@ pub trait Store: Send + Sync + 'static {
     /// Whether the store answers now (for `/healthcheck`).
     fn healthy(&self) -> impl Future<Output = bool> + Send;
 
-    /// The store's own numbers, for `/metrics`.
-    fn stats(&self) -> StoreStats;
-
     /// The limits changed (a config reload): forget what was derived from the old ones.
     fn config_changed(&self);
-}
-
-/// What a store can tell about itself; `None` where it has no such thing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StoreStats {
-    pub keys: Option<u64>,
-    /// The bytes of state held, as the store counts them.
-    pub bytes: Option<u64>,
-    /// Requests that found the store full.
-    pub full: Option<u64>,
-    pub script_reloads: Option<u64>,
-    /// Pipelines sent by implicit pipelining, and the script calls they held.
-    pub pipelines: Option<u64>,
-    pub pipelined_calls: Option<u64>,
-    pub local_cache_hits: Option<u64>,
 }
 
 /// A number distinct across processes, replicas and restarts (for ids that must not collide

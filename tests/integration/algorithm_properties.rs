@@ -4,8 +4,9 @@
 //! for limits taking debt, every cost charged and the retry time exact.
 
 use proptest::prelude::*;
+use sluice::algorithm::warm_up::WarmUpParameters;
 use sluice::algorithm::State;
-use sluice::limit::{Algorithm, Decision, Limit};
+use sluice::limit::{Algorithm, Counting, Decision, Limit};
 
 use crate::support::scenario::{limit, scenario};
 
@@ -252,9 +253,12 @@ proptest! {
 
 /// `warm_up` at `l` per `m` seconds, warming up over `warmup_us` from `cold` times slower.
 fn warm_up(l: u32, m: u32, warmup_us: u64, cold: u32) -> Limit {
-    Limit {
+    let own = WarmUpParameters {
         warmup_us: Some(warmup_us),
         cold_factor: Some(cold),
+    };
+    Limit {
+        counting: Counting::WarmUp(own),
         ..limit(Algorithm::WarmUp, l, m, None)
     }
 }

@@ -9,9 +9,10 @@ use std::time::Duration;
 use crate::support::redis::RedisServer;
 use crate::support::scenario::{limit, scenario};
 use proptest::prelude::*;
+use sluice::algorithm::warm_up::WarmUpParameters;
 use sluice::algorithm::State;
 use sluice::engine::{self, Charging};
-use sluice::limit::{Algorithm, Decision, Hit, Limit, Role, Unit};
+use sluice::limit::{Algorithm, Counting, Decision, Hit, Limit, Role, Unit};
 use sluice::store::key::Shape;
 use sluice::store::memory::MemoryStore;
 use sluice::store::redis::{
@@ -224,9 +225,12 @@ fn warm_up_agrees_at_random_warm_ups_cold_factors_and_in_debt() {
         48,
         &(scenario(40), shapes),
         |((l, m, _, steps), (warm, cold, debt))| {
-            let limit = Limit {
+            let own = WarmUpParameters {
                 warmup_us: Some(warm * u64::from(m) * 250_000),
                 cold_factor: Some(cold),
+            };
+            let limit = Limit {
+                counting: Counting::WarmUp(own),
                 debt,
                 ..limit(Algorithm::WarmUp, l * 3, m, None)
             };
@@ -299,7 +303,11 @@ fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
     for &algorithm in Algorithm::ALL {
         // A pacer must let the requests 10 µs apart through for the veto to matter: 500,000
         // per second is one every 2 µs (6 µs at the coldest).
-        let requests_per_second = if algorithm.warms_up() { 500_000 } else { 5 };
+        let requests_per_second = if algorithm == Algorithm::WarmUp {
+            500_000
+        } else {
+            5
+        };
         let limits = [
             limit(algorithm, requests_per_second, 1, Some(5)),
             limit(Algorithm::FixedWindow, 1, 1, None),
@@ -308,7 +316,11 @@ fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
         let pair = vec![(0, 1, Role::Enforced, false), (1, 1, Role::Enforced, false)];
         // The read comes 10 µs later; 1 µs for the pacer, before its third charge (had it
         // stood) would be spent.
-        let read_after = if algorithm.warms_up() { 1 } else { 10 };
+        let read_after = if algorithm == Algorithm::WarmUp {
+            1
+        } else {
+            10
+        };
         let requests = [
             (0, pair.clone()),
             (10, pair.clone()),
@@ -321,7 +333,7 @@ fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
             !memory[3].admitted && !memory[5].admitted,
             "{algorithm}: {memory:?}"
         );
-        if algorithm.warms_up() {
+        if algorithm == Algorithm::WarmUp {
             // A pacer's remaining is 0 or 1: its reset (when it is cold again) shows what
             // was taken. Read 21 µs in, the key is as the first request alone left it.
             let first = limits[0].decide(None, 1, START_US);

@@ -1,5 +1,6 @@
-//! The arguments of every algorithm script, built in one place in the order `lua/common.lua`
-//! reads them. A test checks that order and count against the header of `lua/common.lua`.
+//! The arguments of every algorithm script, built in one place: the common ones in the order
+//! `lua/common.lua` lists them, then the algorithm's own (`Parameters::SCRIPT_ARGS`, which
+//! its script lists as `params`). Tests check both against the Lua sources.
 
 use redis::Cmd;
 
@@ -28,15 +29,14 @@ pub struct ScriptArgs {
     pub debt: bool,
     /// The hits of one descriptor share a group (the index of its first hit).
     pub group: usize,
-    /// `warm_up`: the warm-up period, in µs.
-    pub warmup_us: u64,
-    /// `warm_up`: how much slower the coldest rate is.
-    pub cold_factor: u32,
+    /// The algorithm's own arguments (`Counting::script_args`), of which it takes `own_count`.
+    pub own: [u64; 2],
+    pub own_count: usize,
 }
 
 impl ScriptArgs {
-    /// The names of a hit's arguments, in the order `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 12] = [
+    /// The names of a hit's common arguments, in the order `lua/common.lua` lists them.
+    pub const NAMES: [&'static str; 10] = [
         "algorithm",
         "requests_per_unit",
         "period_us",
@@ -47,11 +47,10 @@ impl ScriptArgs {
         "role",
         "debt",
         "group",
-        "warmup_us",
-        "cold_factor",
     ];
 
-    /// Appends the arguments, in `NAMES` order; absent values are sent empty.
+    /// Appends the arguments, in `NAMES` order, then the algorithm's own; absent values are
+    /// sent empty.
     pub fn append_to(&self, call: &mut Cmd) {
         call.arg(self.algorithm)
             .arg(self.requests_per_unit)
@@ -65,15 +64,17 @@ impl ScriptArgs {
         call.arg(self.nonce.as_deref().unwrap_or(""))
             .arg(self.role.as_str())
             .arg(if self.debt { "1" } else { "0" })
-            .arg(self.group)
-            .arg(self.warmup_us)
-            .arg(self.cold_factor);
+            .arg(self.group);
+        for own in &self.own[..self.own_count.min(self.own.len())] {
+            call.arg(*own);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::Algorithm;
 
     const COMMON: &str = include_str!("../../../lua/common.lua");
     const REQUEST: &str = include_str!("../../../lua/request.lua");
@@ -90,8 +91,8 @@ mod tests {
             role: Role::Quota,
             debt: true,
             group: 3,
-            warmup_us: 60_000_000,
-            cold_factor: 3,
+            own: [60_000_000, 3],
+            own_count: 2,
         }
     }
 
@@ -104,12 +105,17 @@ mod tests {
             .collect()
     }
 
-    /// Every argument sent has its line in the header of `lua/common.lua`, in order; the
-    /// driver reads exactly that many per hit.
+    /// Every common argument sent has its line in the header of `lua/common.lua`, in order;
+    /// the driver reads exactly that many per hit, then each algorithm's own, which its script
+    /// names as the algorithm's `Parameters` do.
     #[test]
-    fn the_arguments_match_the_header_of_common_lua_and_the_driver() {
+    fn the_arguments_match_the_header_of_common_lua_and_the_scripts() {
         let mut call = Cmd::new();
-        args().append_to(&mut call);
+        ScriptArgs {
+            own_count: 0,
+            ..args()
+        }
+        .append_to(&mut call);
         assert_eq!(call.args_iter().count(), ScriptArgs::NAMES.len());
         for (index, name) in ScriptArgs::NAMES.iter().enumerate() {
             let line = format!("--   ARGV[+{index}]  {name}  ");
@@ -117,12 +123,25 @@ mod tests {
         }
         let count = ScriptArgs::NAMES.len();
         assert!(!COMMON.contains(&format!("ARGV[+{count}]")));
-        assert!(COMMON.contains(&format!(
-            ", {count} arguments from ARGV[2 + {count} x (i - 1)]"
-        )));
-        assert!(REQUEST.contains(&format!("local PER_HIT = {count}\n")));
+        assert!(COMMON.contains(&format!("{count} common arguments")));
+        assert!(REQUEST.contains(&format!("local COMMON = {count}\n")));
         assert!(REQUEST.contains(&format!("ARGV[at + {}]", count - 1)));
         assert!(!REQUEST.contains(&format!("ARGV[at + {count}]")));
+        for &algorithm in Algorithm::ALL {
+            let own = algorithm.own_script_args();
+            let source = algorithm.lua_source();
+            if own.is_empty() {
+                assert!(!source.contains("params."), "{algorithm}");
+                continue;
+            }
+            // The script's field names: the argument names without a `_us` unit.
+            let fields: Vec<String> = own
+                .iter()
+                .map(|name| format!("'{}'", name.trim_end_matches("_us")))
+                .collect();
+            let line = format!("params.{algorithm} = {{ {} }}", fields.join(", "));
+            assert!(source.contains(&line), "lua/{algorithm}.lua lacks `{line}`");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use redis::{
 use tokio::sync::Mutex;
 
 /// Which Redis deployment sluice talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RedisKind {
     Single,
     Cluster,

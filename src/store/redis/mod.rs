@@ -30,10 +30,11 @@ use scripts::Script;
 use crate::engine::{descriptor_groups, Charging};
 use crate::limit::{Decision, Hit, Unit};
 use crate::otel::spans;
-use crate::store::{key, Clock, Store, StoreError, StoreStats};
+use crate::series::{Reporting, Series};
+use crate::store::{key, Clock, Store, StoreError};
 
 /// Which clock the scripts read (`--redis-time`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeSource {
     /// Redis `TIME` inside the scripts: one clock for every sluice replica.
     Redis,
@@ -233,7 +234,7 @@ impl RedisStore {
 
     /// The script arguments of `hit` at `now_us`, in the group starting at hit `group`.
     fn script_args(&self, hit: &Hit, group: usize, now_us: u64) -> ScriptArgs {
-        let algorithm = hit.limit.algorithm;
+        let algorithm = hit.limit.algorithm();
         let rate = hit.limit.rate();
         // A key that names its window was built with sluice's clock (as envoyproxy/ratelimit
         // does for fixed windows): the script must use the same one.
@@ -252,8 +253,8 @@ impl RedisStore {
             role: hit.role,
             debt: hit.limit.debt,
             group,
-            warmup_us: rate.warmup_us,
-            cold_factor: rate.cold_factor,
+            own: hit.limit.counting.script_args(&rate),
+            own_count: algorithm.own_script_args().len(),
         }
     }
 
@@ -381,7 +382,7 @@ struct HitCall {
 fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cmd {
     let keys_len: usize = calls.iter().map(|c| c.key.len()).sum();
     let mut cmd = Cmd::with_capacity(
-        4 + calls.len() * (1 + ScriptArgs::NAMES.len()),
+        4 + calls.len() * (3 + ScriptArgs::NAMES.len()),
         command.len() + script.len() + keys_len + 64 * calls.len() + 16,
     );
     cmd.arg(command).arg(script).arg(calls.len());
@@ -419,8 +420,24 @@ impl Mode {
     }
 }
 
+impl Reporting for RedisStore {
+    /// Script reloads after NOSCRIPT, and with implicit pipelining its pipelines and calls.
+    fn report(&self, series: &Series) {
+        series.total("sluice_redis_script_reloads_total", self.script_reloads());
+        if self.backends.iter().any(|b| b.pipeliner.is_some()) {
+            let counts = &self.pipeline_counts;
+            let pipelines = counts.pipelines.load(Ordering::Relaxed);
+            series.total("sluice_redis_pipelines_total", pipelines);
+            let calls = counts.calls.load(Ordering::Relaxed);
+            series.total("sluice_redis_pipelined_calls_total", calls);
+        }
+    }
+}
+
 impl Store for RedisStore {
-    const NAME: &'static str = "redis";
+    fn name(&self) -> &'static str {
+        "redis"
+    }
 
     /// Every backend answers a PING in time.
     async fn healthy(&self) -> bool {
@@ -428,17 +445,6 @@ impl Store for RedisStore {
         tokio::time::timeout(self.command_timeout, pings)
             .await
             .is_ok_and(|answers| answers.into_iter().all(|answered| answered))
-    }
-
-    fn stats(&self) -> StoreStats {
-        let pipelines = &self.pipeline_counts;
-        let pipelined = self.backends.iter().any(|b| b.pipeliner.is_some());
-        StoreStats {
-            script_reloads: Some(self.script_reloads()),
-            pipelines: pipelined.then(|| pipelines.pipelines.load(Ordering::Relaxed)),
-            pipelined_calls: pipelined.then(|| pipelines.calls.load(Ordering::Relaxed)),
-            ..StoreStats::default()
-        }
     }
 
     /// Redis state is keyed by descriptor and shaped by algorithm; nothing is derived here.

@@ -2,20 +2,17 @@
 //! few seconds, and random sequences of (time step, cost) dense enough to reach them.
 
 use proptest::prelude::*;
-use sluice::limit::{Algorithm, Limit, Unit};
+use sluice::limit::{Algorithm, Counting, Limit, Unit};
 
 /// A limit of `requests` per `multiplier` seconds counted by `algorithm`, with `burst` where
 /// the algorithm takes one.
 pub fn limit(algorithm: Algorithm, requests: u32, multiplier: u32, burst: Option<u32>) -> Limit {
     Limit {
-        algorithm,
+        counting: Counting::of(algorithm).with_burst(burst),
         requests_per_unit: requests,
         unit: Unit::Second,
         unit_multiplier: multiplier,
-        burst: burst.filter(|_| algorithm.has_burst()),
         debt: false,
-        warmup_us: None,
-        cold_factor: None,
     }
 }
 
