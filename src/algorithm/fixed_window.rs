@@ -8,7 +8,7 @@
 
 use crate::algorithm::params::NoParameters;
 use crate::algorithm::remaining;
-use crate::algorithm::{Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
 /// The counter of one window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,13 +84,8 @@ impl LimitAlgorithm for FixedWindow {
     const DECIDES_ZERO_LIMIT: bool = true;
 
     /// Decides one hit. Returns the decision and the window to store when it changed.
-    fn decide(
-        stored: Option<&Window>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> (Decision, Option<Window>) {
+    fn decide(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Window>) {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let window = rolled(stored.copied(), limit, now_us);
         let (period, capacity) = (limit.period_us(), u64::from(limit.requests_per_unit));
         let admitted = window.count.saturating_add(cost) <= capacity;
@@ -118,13 +113,8 @@ impl LimitAlgorithm for FixedWindow {
         (decision, changed)
     }
 
-    fn force(
-        stored: Option<&Window>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> Window {
+    fn force(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> Window {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let window = rolled(stored.copied(), limit, now_us);
         Window {
             count: window.count.saturating_add(cost),
@@ -144,10 +134,9 @@ impl LimitAlgorithm for FixedWindow {
 #[cfg(test)]
 mod tests {
     use crate::algorithm::vectors::run;
+    use crate::algorithm::vectors::S;
     use crate::limit::Limit;
     use crate::limit::Unit;
-
-    const S: u64 = 1_000_000;
 
     #[test]
     fn counts_to_the_limit_then_denies_until_the_next_window() {

@@ -8,7 +8,7 @@
 
 use crate::algorithm::params::Burst;
 use crate::algorithm::{remaining, wait_us};
-use crate::algorithm::{Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
 /// When the bucket is empty again, in units of 1/L µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,13 +28,8 @@ impl LimitAlgorithm for LeakyBucket {
     }
 
     /// Decides one hit; returns the decision and the TAT to store when it changed.
-    fn decide(
-        stored: Option<&Tat>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> (Decision, Option<Tat>) {
+    fn decide(stored: Option<&Tat>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Tat>) {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let stored = stored.copied();
         let rate = u128::from(limit.requests_per_unit);
         let interval = u128::from(limit.period_us()); // T, scaled
@@ -64,13 +59,8 @@ impl LimitAlgorithm for LeakyBucket {
     }
 
     /// When the state no longer matters: the bucket is empty.
-    fn force(
-        stored: Option<&Tat>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> Tat {
+    fn force(stored: Option<&Tat>, ask: &Ask<'_, Self::Params>) -> Tat {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let now = u128::from(now_us) * u128::from(limit.requests_per_unit);
         let empty_at = stored.map_or(now, |tat| tat.scaled_empty_at).max(now);
         let interval = u128::from(limit.period_us());
@@ -87,21 +77,15 @@ impl LimitAlgorithm for LeakyBucket {
 
 #[cfg(test)]
 mod tests {
+    use crate::algorithm::vectors::S;
     use crate::algorithm::vectors::{per_second, run};
-    use crate::limit::Limit;
     use crate::limit::{Algorithm, Unit};
-
-    const S: u64 = 1_000_000;
-
-    fn limit(requests: u32, burst: Option<u32>) -> Limit {
-        per_second(Algorithm::LeakyBucket, requests, burst)
-    }
 
     #[test]
     fn gcra_burst_five_at_one_per_second() {
         let mut hits = vec![(0, 1); 6]; // five at once pass, the sixth waits one second
         hits.extend([(3 * S, 1); 4]); // 3 s after the burst, three fit and a fourth not
-        let got = run(limit(1, Some(5)), &hits);
+        let got = run(per_second(Algorithm::LeakyBucket, 1, Some(5)), &hits);
         let admitted: Vec<bool> = got.iter().map(|g| g.0).collect();
         assert_eq!(
             admitted,
@@ -114,7 +98,10 @@ mod tests {
         assert_eq!(got[8], (true, 0, 5 * S, 0));
         assert_eq!(got[9], (false, 0, 5 * S, S));
         // Idle until the bucket has drained: all 5 fit again, nothing to wait for.
-        let drained = run(limit(1, Some(5)), &[(0, 5), (5 * S, 0), (5 * S, 5)]);
+        let drained = run(
+            per_second(Algorithm::LeakyBucket, 1, Some(5)),
+            &[(0, 5), (5 * S, 0), (5 * S, 5)],
+        );
         assert_eq!(drained[1], (true, 5, 0, 0));
         assert_eq!(drained[2], (true, 0, 5 * S, 0));
     }
@@ -123,7 +110,7 @@ mod tests {
     fn default_burst_paces_strictly() {
         // 10 per second, burst 1: one every 0.1 s.
         let got = run(
-            limit(10, None),
+            per_second(Algorithm::LeakyBucket, 10, None),
             &[
                 (0, 1),
                 (50_000, 1),
@@ -141,7 +128,7 @@ mod tests {
 
     #[test]
     fn unit_multiplier_stretches_the_interval() {
-        let mut one_per_five_minutes = limit(1, None);
+        let mut one_per_five_minutes = per_second(Algorithm::LeakyBucket, 1, None);
         one_per_five_minutes.unit = Unit::Minute;
         one_per_five_minutes.unit_multiplier = 5;
         let got = run(one_per_five_minutes, &[(0, 1), (299 * S, 1), (300 * S, 1)]);

@@ -61,25 +61,33 @@ pub trait LimitAlgorithm {
     /// when it changed.
     fn decide(
         stored: Option<&Self::State>,
-        rate: &Rate,
-        own: &Self::Params,
-        cost: u64,
-        now_us: u64,
+        ask: &Ask<'_, Self::Params>,
     ) -> (Decision, Option<Self::State>);
 
     /// The state after charging `cost` that does not fit: the limit goes into debt (a
     /// counter above L, a bucket below empty), repaid at the limit's own rate.
-    fn force(
-        stored: Option<&Self::State>,
-        rate: &Rate,
-        own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> Self::State;
+    fn force(stored: Option<&Self::State>, ask: &Ask<'_, Self::Params>) -> Self::State;
 
     /// When `state` no longer matters (it reads as absent from then on).
     fn expires_at_us(state: &Self::State, rate: &Rate, own: &Self::Params) -> u64;
 }
+
+/// One hit as an algorithm sees it: the limit's rate, the algorithm's own settings, the cost
+/// and the time.
+pub struct Ask<'a, P> {
+    pub rate: &'a Rate,
+    pub own: &'a P,
+    pub cost: u64,
+    pub now_us: u64,
+}
+
+impl<P> Clone for Ask<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for Ask<'_, P> {}
 
 /// What a held state keeps on the heap, so that the memory store can bound its bytes.
 pub trait HeapSize {
@@ -468,7 +476,13 @@ fn decide_by<A: LimitAlgorithm>(
     if rate.requests_per_unit == 0 && !A::DECIDES_ZERO_LIMIT {
         return (blocked(rate, cost), None);
     }
-    let (decision, changed) = A::decide(stored, rate, own, cost, now_us);
+    let ask = Ask {
+        rate,
+        own,
+        cost,
+        now_us,
+    };
+    let (decision, changed) = A::decide(stored, &ask);
     let with_expiry = |state: A::State| {
         let expires_at_us = A::expires_at_us(&state, rate, own);
         (state, expires_at_us)
@@ -483,8 +497,8 @@ fn decide_by<A: LimitAlgorithm>(
     {
         return (decision, changed.map(with_expiry));
     }
-    let in_debt = A::force(stored, rate, own, cost, now_us);
-    let (next, _) = A::decide(Some(&in_debt), rate, own, 1, now_us);
+    let in_debt = A::force(stored, &ask);
+    let (next, _) = A::decide(Some(&in_debt), &Ask { cost: 1, ..ask });
     let decision = Decision {
         admitted: false,
         remaining: decision.remaining,
@@ -528,6 +542,9 @@ fn blocked(rate: &Rate, cost: u64) -> Decision {
 pub(crate) mod vectors {
     use super::*;
     use crate::limit::{Limit, Unit};
+
+    /// A second, in µs.
+    pub const S: u64 = 1_000_000;
 
     /// A limit of `requests` per second counted by `algorithm`, with `burst`.
     pub fn per_second(algorithm: Algorithm, requests: u32, burst: Option<u32>) -> Limit {

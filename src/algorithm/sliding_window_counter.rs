@@ -9,7 +9,7 @@
 
 use crate::algorithm::params::NoParameters;
 use crate::algorithm::remaining;
-use crate::algorithm::{Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
 /// Counts of the current window (starting at `start_us`) and of the one before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,13 +122,8 @@ impl LimitAlgorithm for SlidingWindowCounter {
     type Params = NoParameters;
 
     /// Decides one hit; returns the decision and the counts to store when they changed.
-    fn decide(
-        stored: Option<&Counts>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> (Decision, Option<Counts>) {
+    fn decide(stored: Option<&Counts>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Counts>) {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let period = limit.period_us();
         let capacity = u64::from(limit.requests_per_unit);
         let counts = rolled(stored.copied(), capacity, period, now_us);
@@ -166,13 +161,8 @@ impl LimitAlgorithm for SlidingWindowCounter {
         (decision, (admitted && cost > 0).then_some(after))
     }
 
-    fn force(
-        stored: Option<&Counts>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> Counts {
+    fn force(stored: Option<&Counts>, ask: &Ask<'_, Self::Params>) -> Counts {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let capacity = u64::from(limit.requests_per_unit);
         let counts = rolled(stored.copied(), capacity, limit.period_us(), now_us);
         Counts {
@@ -193,21 +183,15 @@ impl LimitAlgorithm for SlidingWindowCounter {
 
 #[cfg(test)]
 mod tests {
+    use crate::algorithm::vectors::S;
     use crate::algorithm::vectors::{per_second, run};
     use crate::limit::Algorithm;
-    use crate::limit::Limit;
-
-    const S: u64 = 1_000_000;
-
-    fn limit(requests: u32) -> Limit {
-        per_second(Algorithm::SlidingWindowCounter, requests, None)
-    }
 
     #[test]
     fn the_previous_window_is_weighted_by_its_overlap() {
         // L = 10 per second.
         let got = run(
-            limit(10),
+            per_second(Algorithm::SlidingWindowCounter, 10, None),
             &[
                 (10 * S + 500_000, 10), // window [10, 11): cur 10 = L, admitted; empty at 12.0
                 (10 * S + 900_000, 1),  // 10 + 1 > 10: denied. Next window, 1 fits once
@@ -233,7 +217,10 @@ mod tests {
 
     #[test]
     fn a_cost_beyond_the_limit_never_fits_and_idle_refills_fully() {
-        let got = run(limit(5), &[(0, 6), (0, 5), (2 * S, 5)]);
+        let got = run(
+            per_second(Algorithm::SlidingWindowCounter, 5, None),
+            &[(0, 6), (0, 5), (2 * S, 5)],
+        );
         assert_eq!(got[0], (false, 5, 0, S));
         assert_eq!(got[1], (true, 0, 2 * S, 0));
         assert_eq!(
@@ -245,7 +232,7 @@ mod tests {
 
     #[test]
     fn unit_multiplier_widens_the_windows() {
-        let mut thirty_seconds = limit(2);
+        let mut thirty_seconds = per_second(Algorithm::SlidingWindowCounter, 2, None);
         thirty_seconds.unit_multiplier = 30;
         // At 45 s: prev [0, 30) = 2 weighs 2 x 15/30 = 1; one more fits, a second not.
         let got = run(thirty_seconds, &[(0, 2), (45 * S, 1), (45 * S, 1)]);

@@ -7,7 +7,7 @@
 
 use crate::algorithm::params::NoParameters;
 use crate::algorithm::remaining;
-use crate::algorithm::{Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
 /// Admission times, ascending, of every admitted unit of cost still in the window.
 pub type Log = Vec<u64>;
@@ -60,13 +60,8 @@ impl LimitAlgorithm for SlidingWindowLog {
     const NEEDS_NONCE: bool = true;
 
     /// Decides one hit; returns the decision and the log to store when it changed.
-    fn decide(
-        stored: Option<&Log>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> (Decision, Option<Log>) {
+    fn decide(stored: Option<&Log>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Log>) {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let period = limit.period_us();
         let capacity = u64::from(limit.requests_per_unit);
         let live = live(stored, period, now_us);
@@ -100,13 +95,8 @@ impl LimitAlgorithm for SlidingWindowLog {
     }
 
     /// When the state no longer matters: the newest entry leaves the window.
-    fn force(
-        stored: Option<&Log>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> Log {
+    fn force(stored: Option<&Log>, ask: &Ask<'_, Self::Params>) -> Log {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let live = live(stored, limit.period_us(), now_us);
         with_entries(live, cost, u64::from(limit.requests_per_unit), now_us)
     }
@@ -118,21 +108,15 @@ impl LimitAlgorithm for SlidingWindowLog {
 
 #[cfg(test)]
 mod tests {
+    use crate::algorithm::vectors::S;
     use crate::algorithm::vectors::{per_second, run};
-    use crate::limit::Limit;
     use crate::limit::{Algorithm, Unit};
-
-    const S: u64 = 1_000_000;
-
-    fn limit(requests: u32) -> Limit {
-        per_second(Algorithm::SlidingWindowLog, requests, None)
-    }
 
     #[test]
     fn window_slides_with_each_entry() {
         // L = 2 per second.
         let got = run(
-            limit(2),
+            per_second(Algorithm::SlidingWindowLog, 2, None),
             &[
                 (10 * S, 1),           // entries {10.0}: 1 left, empty at 11.0
                 (10 * S + 600_000, 1), // {10.0, 10.6}: at the limit, empty at 11.6
@@ -158,14 +142,20 @@ mod tests {
     #[test]
     fn rejects_across_a_fixed_window_boundary() {
         // Two at 0.9 s fill the limit; at 1.1 s a fixed window would start afresh, the log not.
-        let got = run(limit(2), &[(900_000, 2), (1_100_000, 1), (1_900_000, 1)]);
+        let got = run(
+            per_second(Algorithm::SlidingWindowLog, 2, None),
+            &[(900_000, 2), (1_100_000, 1), (1_900_000, 1)],
+        );
         assert_eq!(got[1], (false, 0, 800_000, 800_000));
         assert_eq!(got[2], (true, 1, S, 0));
     }
 
     #[test]
     fn cost_larger_than_the_limit_never_fits_and_idle_refills_fully() {
-        let got = run(limit(3), &[(0, 4), (0, 3), (S, 3)]);
+        let got = run(
+            per_second(Algorithm::SlidingWindowLog, 3, None),
+            &[(0, 4), (0, 3), (S, 3)],
+        );
         assert_eq!(got[0], (false, 3, 0, S));
         assert_eq!(got[1], (true, 0, S, 0));
         assert_eq!(got[2], (true, 0, S, 0), "after W idle, all 3 are back");
@@ -173,7 +163,7 @@ mod tests {
 
     #[test]
     fn unit_multiplier_widens_the_window() {
-        let mut five_minutes = limit(1);
+        let mut five_minutes = per_second(Algorithm::SlidingWindowLog, 1, None);
         five_minutes.unit = Unit::Minute;
         five_minutes.unit_multiplier = 5;
         let got = run(five_minutes, &[(0, 1), (299 * S, 1), (300 * S, 1)]);

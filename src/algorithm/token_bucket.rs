@@ -7,7 +7,7 @@
 
 use crate::algorithm::params::Burst;
 use crate::algorithm::{remaining, wait_us};
-use crate::algorithm::{Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
 /// The bucket: tokens (scaled by W) as of `updated_us`; below 0 in debt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,13 +52,8 @@ impl LimitAlgorithm for TokenBucket {
     }
 
     /// Decides one hit; returns the decision and the bucket to store when it changed.
-    fn decide(
-        stored: Option<&Bucket>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> (Decision, Option<Bucket>) {
+    fn decide(stored: Option<&Bucket>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Bucket>) {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let period = limit.period_us();
         let (full, rate, needed) = scaled(limit, cost);
         let tokens = refilled(stored.copied(), full, rate, now_us);
@@ -84,13 +79,8 @@ impl LimitAlgorithm for TokenBucket {
         (decision, changed)
     }
 
-    fn force(
-        stored: Option<&Bucket>,
-        limit: &Rate,
-        _own: &Self::Params,
-        cost: u64,
-        now_us: u64,
-    ) -> Bucket {
+    fn force(stored: Option<&Bucket>, ask: &Ask<'_, Self::Params>) -> Bucket {
+        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let (full, rate, needed) = scaled(limit, cost);
         let tokens = refilled(stored.copied(), full, rate, now_us);
         Bucket {
@@ -111,21 +101,15 @@ impl LimitAlgorithm for TokenBucket {
 
 #[cfg(test)]
 mod tests {
+    use crate::algorithm::vectors::S;
     use crate::algorithm::vectors::{per_second, run};
-    use crate::limit::Limit;
     use crate::limit::{Algorithm, Unit};
-
-    const S: u64 = 1_000_000;
-
-    fn limit(requests: u32, burst: Option<u32>) -> Limit {
-        per_second(Algorithm::TokenBucket, requests, burst)
-    }
 
     #[test]
     fn burst_then_refill_at_the_rate() {
         // 4 per second (a token every 0.25 s), burst defaults to 4.
         let got = run(
-            limit(4, None),
+            per_second(Algorithm::TokenBucket, 4, None),
             &[
                 (0, 4),       // the whole bucket at once; full again in 1 s
                 (0, 1),       // empty: next token in 0.25 s
@@ -151,7 +135,10 @@ mod tests {
     #[test]
     fn burst_sets_the_capacity() {
         // 1 per second with a burst of 3: three at once, then one per second.
-        let got = run(limit(1, Some(3)), &[(0, 3), (0, 1), (S, 1), (S, 1), (0, 4)]);
+        let got = run(
+            per_second(Algorithm::TokenBucket, 1, Some(3)),
+            &[(0, 3), (0, 1), (S, 1), (S, 1), (0, 4)],
+        );
         assert_eq!(got[0], (true, 0, 3 * S, 0));
         assert_eq!(got[1], (false, 0, 3 * S, S));
         assert_eq!(got[2], (true, 0, 3 * S, 0));
@@ -165,7 +152,7 @@ mod tests {
 
     #[test]
     fn unit_multiplier_slows_the_refill() {
-        let mut two_per_minute = limit(2, None);
+        let mut two_per_minute = per_second(Algorithm::TokenBucket, 2, None);
         two_per_minute.unit = Unit::Minute;
         two_per_minute.unit_multiplier = 1;
         let got = run(two_per_minute, &[(0, 2), (29 * S, 1), (30 * S, 1)]);

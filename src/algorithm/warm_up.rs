@@ -20,7 +20,7 @@
 //! script's doubles are exact.
 
 use crate::algorithm::params::{Given, Parameters, Refusal};
-use crate::algorithm::{Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
 /// `cold_factor` when not given: Guava's.
 pub const DEFAULT_COLD_FACTOR: u32 = 3;
@@ -265,13 +265,8 @@ impl LimitAlgorithm for WarmUp {
 
     /// Decides one hit: admitted when the next permit is free; its permits' time moves
     /// `next_free` on.
-    fn decide(
-        stored: Option<&Ramp>,
-        rate: &Rate,
-        own: &WarmUpParameters,
-        cost: u64,
-        now_us: u64,
-    ) -> (Decision, Option<Ramp>) {
+    fn decide(stored: Option<&Ramp>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Ramp>) {
+        let (rate, own, cost, now_us) = (ask.rate, ask.own, ask.cost, ask.now_us);
         let shape = Shape::of(rate, own);
         let ramp = resynced(&shape, stored, now_us);
         // More than a period's worth at the stable rate can never fit.
@@ -301,13 +296,8 @@ impl LimitAlgorithm for WarmUp {
     }
 
     /// In debt: the permits' time is added after `next_free`, however far it is.
-    fn force(
-        stored: Option<&Ramp>,
-        rate: &Rate,
-        own: &WarmUpParameters,
-        cost: u64,
-        now_us: u64,
-    ) -> Ramp {
+    fn force(stored: Option<&Ramp>, ask: &Ask<'_, Self::Params>) -> Ramp {
+        let (rate, own, cost, now_us) = (ask.rate, ask.own, ask.cost, ask.now_us);
         let shape = Shape::of(rate, own);
         charged(&shape, &resynced(&shape, stored, now_us), cost, true)
     }
@@ -322,10 +312,9 @@ impl LimitAlgorithm for WarmUp {
 mod tests {
     use super::*;
     use crate::algorithm::vectors::run;
+    use crate::algorithm::vectors::S;
     use crate::algorithm::Counting;
     use crate::limit::{Limit, Unit};
-
-    const S: u64 = 1_000_000;
 
     /// 10 per second (S = 100 ms), warming up over 1 s (N = 10), cold factor 3.
     const OWN: WarmUpParameters = WarmUpParameters {

@@ -5,23 +5,7 @@
 use crate::support::redis::{cluster_flags, script_calls, start_cluster, RedisServer};
 use crate::support::*;
 
-const CONFIG: &str = r#"
-domain: acct
-descriptors:
-  - key: a
-    rate_limit: {unit: day, requests_per_unit: 5}
-  - key: b
-    rate_limit: {unit: day, requests_per_unit: 1}
-  - key: shadowed
-    shadow_mode: true
-    rate_limit: {unit: day, requests_per_unit: 1}
-  - key: open
-    rate_limit: {unit: day, requests_per_unit: 1000}
-  - key: scarce
-    rate_limit: {unit: day, requests_per_unit: 10}
-  - key: metered
-    rate_limit: {unit: day, requests_per_unit: 1000, algorithm: token_bucket, debt: true}
-"#;
+const CONFIG: &str = include_str!("../fixtures/cases/accounting/config.yaml");
 
 fn both() -> RateLimitRequest {
     request(
@@ -237,20 +221,7 @@ async fn with_one_descriptor_exhausted_the_other_is_charged_exactly_what_was_adm
     }
 }
 
-const DEBT_CONFIG: &str = r#"
-domain: ai
-descriptors:
-  - key: tokens
-    rate_limit: {unit: hour, requests_per_unit: 1000, debt: true}
-  - key: plain
-    rate_limit: {unit: hour, requests_per_unit: 1000}
-  - key: opted_out
-    rate_limit: {unit: hour, requests_per_unit: 1000, debt: false}
-  - key: api_key
-    rate_limits:
-      - {unit: hour, requests_per_unit: 3, name: hourly}
-      - {unit: day, requests_per_unit: 5, name: daily}
-"#;
+const DEBT_CONFIG: &str = include_str!("../fixtures/cases/accounting/debt_config.yaml");
 
 /// A request of one descriptor of `cost`.
 fn costing(key: &str, cost: u64) -> RateLimitRequest {

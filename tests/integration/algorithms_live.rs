@@ -5,20 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::*;
 
-const CONFIG: &str = r#"
-domain: algo
-descriptors:
-  - key: fixed
-    rate_limit: {unit: second, requests_per_unit: 4}
-  - key: log
-    rate_limit: {algorithm: sliding_window_log, unit: second, requests_per_unit: 4}
-  - key: counter
-    rate_limit: {algorithm: sliding_window_counter, unit: second, requests_per_unit: 4}
-  - key: token
-    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 10, burst: 5}
-  - key: leaky
-    rate_limit: {algorithm: leaky_bucket, unit: second, requests_per_unit: 5}
-"#;
+const CONFIG: &str = include_str!("../fixtures/cases/algorithms_live/config.yaml");
 
 async fn hit(client: &mut Client, key: &str) -> DescriptorStatus {
     let response = call(client, request("algo", vec![descriptor(&[(key, "v")])])).await;

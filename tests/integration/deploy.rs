@@ -486,11 +486,7 @@ async fn the_dashboard_queries_only_metrics_sluice_exports() {
     // Traffic that makes every kind of series appear: near and over limit, shadow mode, a
     // local cache hit, a NOSCRIPT reload, a store error, a refused reload.
     for _ in 0..12 {
-        call(
-            &mut client,
-            request("edge_proxy", vec![descriptor(&[("login", "u")])]),
-        )
-        .await;
+        call_one(&mut client, "edge_proxy", &[("login", "u")]).await;
         call(
             &mut client,
             request(
@@ -533,11 +529,7 @@ async fn the_dashboard_queries_only_metrics_sluice_exports() {
     // The memory store's own series come from a sluice on the memory store.
     let memory = Sluice::start(&read("config/config.yaml"), &[]);
     let mut memory_client = memory.client().await;
-    call(
-        &mut memory_client,
-        request("edge_proxy", vec![descriptor(&[("login", "u")])]),
-    )
-    .await;
+    call_one(&mut memory_client, "edge_proxy", &[("login", "u")]).await;
     text.push_str(&memory.http_get("/metrics").1);
     // The span counters come from a sluice with tracing on (towards a collector that is not
     // there).

@@ -3,48 +3,7 @@
 use crate::support::*;
 use tonic::Code as GrpcCode;
 
-const CONFIG: &str = r#"
-domain: test
-descriptors:
-  - key: counted
-    rate_limit: {unit: day, requests_per_unit: 3}
-  - key: nested
-    value: outer
-    descriptors:
-      - key: inner
-        rate_limit: {unit: day, requests_per_unit: 2}
-      - key: inner
-        value: special
-        rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: wild
-    value: foo*
-    rate_limit: {unit: day, requests_per_unit: 1}
-  - key: shared
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: day, requests_per_unit: 2}
-  - key: free
-    rate_limit: {unlimited: true}
-  - key: general
-    rate_limit: {name: general, unit: day, requests_per_unit: 1}
-  - key: specific
-    rate_limit:
-      name: specific
-      replaces: [{name: general}]
-      unit: day
-      requests_per_unit: 10
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: day, requests_per_unit: 1}
-  - key: quota
-    value: a
-    quota_mode: true
-    rate_limit: {unit: day, requests_per_unit: 1}
-  - key: quota
-    value: b
-    quota_mode: true
-    rate_limit: {unit: day, requests_per_unit: 2}
-"#;
+const CONFIG: &str = include_str!("../fixtures/cases/grpc_service/config.yaml");
 
 fn server() -> Sluice {
     Sluice::start(CONFIG, &[])
@@ -55,11 +14,7 @@ async fn a_limit_of_n_admits_exactly_n_then_over_limit() {
     let sluice = server();
     let mut client = sluice.client().await;
     for expected_remaining in [2, 1, 0] {
-        let response = call(
-            &mut client,
-            request("test", vec![descriptor(&[("counted", "a")])]),
-        )
-        .await;
+        let response = call_one(&mut client, "test", &[("counted", "a")]).await;
         assert_eq!(overall(&response), Code::Ok);
         let status = &response.statuses[0];
         assert_eq!(code(status), Code::Ok);
@@ -69,20 +24,12 @@ async fn a_limit_of_n_admits_exactly_n_then_over_limit() {
         let reset = status.duration_until_reset.expect("duration_until_reset");
         assert!(reset.seconds > 0 && reset.seconds <= 86_400, "{reset:?}");
     }
-    let response = call(
-        &mut client,
-        request("test", vec![descriptor(&[("counted", "a")])]),
-    )
-    .await;
+    let response = call_one(&mut client, "test", &[("counted", "a")]).await;
     assert_eq!(overall(&response), Code::OverLimit);
     assert_eq!(code(&response.statuses[0]), Code::OverLimit);
     assert_eq!(response.statuses[0].limit_remaining, 0);
     // Another value of the same key has its own counter.
-    let response = call(
-        &mut client,
-        request("test", vec![descriptor(&[("counted", "b")])]),
-    )
-    .await;
+    let response = call_one(&mut client, "test", &[("counted", "b")]).await;
     assert_eq!(response.statuses[0].limit_remaining, 2);
 }
 
@@ -135,33 +82,17 @@ async fn nested_descriptors_match_the_last_entry_without_parent_fallback() {
 async fn wildcard_values_match_and_count_per_value() {
     let sluice = server();
     let mut client = sluice.client().await;
-    let first = call(
-        &mut client,
-        request("test", vec![descriptor(&[("wild", "foobar")])]),
-    )
-    .await;
+    let first = call_one(&mut client, "test", &[("wild", "foobar")]).await;
     assert_eq!(code(&first.statuses[0]), Code::Ok);
-    let second = call(
-        &mut client,
-        request("test", vec![descriptor(&[("wild", "foobar")])]),
-    )
-    .await;
+    let second = call_one(&mut client, "test", &[("wild", "foobar")]).await;
     assert_eq!(code(&second.statuses[0]), Code::OverLimit);
-    let other = call(
-        &mut client,
-        request("test", vec![descriptor(&[("wild", "foobaz")])]),
-    )
-    .await;
+    let other = call_one(&mut client, "test", &[("wild", "foobaz")]).await;
     assert_eq!(
         code(&other.statuses[0]),
         Code::Ok,
         "each value has its own counter"
     );
-    let miss = call(
-        &mut client,
-        request("test", vec![descriptor(&[("wild", "bar")])]),
-    )
-    .await;
+    let miss = call_one(&mut client, "test", &[("wild", "bar")]).await;
     assert_eq!(miss.statuses[0].current_limit, None);
 }
 
@@ -169,23 +100,11 @@ async fn wildcard_values_match_and_count_per_value() {
 async fn share_threshold_makes_matching_values_share_one_counter() {
     let sluice = server();
     let mut client = sluice.client().await;
-    let a = call(
-        &mut client,
-        request("test", vec![descriptor(&[("shared", "files/a")])]),
-    )
-    .await;
+    let a = call_one(&mut client, "test", &[("shared", "files/a")]).await;
     assert_eq!(a.statuses[0].limit_remaining, 1);
-    let b = call(
-        &mut client,
-        request("test", vec![descriptor(&[("shared", "files/b")])]),
-    )
-    .await;
+    let b = call_one(&mut client, "test", &[("shared", "files/b")]).await;
     assert_eq!(b.statuses[0].limit_remaining, 0);
-    let c = call(
-        &mut client,
-        request("test", vec![descriptor(&[("shared", "files/c")])]),
-    )
-    .await;
+    let c = call_one(&mut client, "test", &[("shared", "files/c")]).await;
     assert_eq!(code(&c.statuses[0]), Code::OverLimit);
 }
 
@@ -194,11 +113,7 @@ async fn unlimited_is_always_ok_with_maximum_remaining() {
     let sluice = server();
     let mut client = sluice.client().await;
     for _ in 0..5 {
-        let response = call(
-            &mut client,
-            request("test", vec![descriptor(&[("free", "x")])]),
-        )
-        .await;
+        let response = call_one(&mut client, "test", &[("free", "x")]).await;
         let status = &response.statuses[0];
         assert_eq!(code(status), Code::Ok);
         assert_eq!(status.limit_remaining, 4_294_967_295);
@@ -228,11 +143,7 @@ async fn a_replaced_limit_is_neither_applied_nor_charged() {
         assert_eq!(specific.name, "specific");
     }
     // `general` (1 per day) was never charged above: its first own request passes.
-    let alone = call(
-        &mut client,
-        request("test", vec![descriptor(&[("general", "u")])]),
-    )
-    .await;
+    let alone = call_one(&mut client, "test", &[("general", "u")]).await;
     assert_eq!(code(&alone.statuses[0]), Code::Ok);
     assert_eq!(
         alone.statuses[0]
@@ -241,11 +152,7 @@ async fn a_replaced_limit_is_neither_applied_nor_charged() {
             .map(|l| l.name.as_str()),
         Some("general")
     );
-    let again = call(
-        &mut client,
-        request("test", vec![descriptor(&[("general", "u")])]),
-    )
-    .await;
+    let again = call_one(&mut client, "test", &[("general", "u")]).await;
     assert_eq!(code(&again.statuses[0]), Code::OverLimit);
 }
 
@@ -253,16 +160,8 @@ async fn a_replaced_limit_is_neither_applied_nor_charged() {
 async fn shadow_mode_limit_is_charged_but_never_denies() {
     let sluice = server();
     let mut client = sluice.client().await;
-    call(
-        &mut client,
-        request("test", vec![descriptor(&[("shadow", "x")])]),
-    )
-    .await;
-    let response = call(
-        &mut client,
-        request("test", vec![descriptor(&[("shadow", "x")])]),
-    )
-    .await;
+    call_one(&mut client, "test", &[("shadow", "x")]).await;
+    let response = call_one(&mut client, "test", &[("shadow", "x")]).await;
     assert_eq!(overall(&response), Code::Ok);
     assert_eq!(code(&response.statuses[0]), Code::Ok);
     assert_eq!(response.statuses[0].limit_remaining, 0);
@@ -276,18 +175,8 @@ async fn global_shadow_mode_forces_only_the_overall_code() {
     ] {
         let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &args, &envs);
         let mut client = sluice.client().await;
-        for _ in 0..3 {
-            call(
-                &mut client,
-                request("test", vec![descriptor(&[("counted", "g")])]),
-            )
-            .await;
-        }
-        let response = call(
-            &mut client,
-            request("test", vec![descriptor(&[("counted", "g")])]),
-        )
-        .await;
+        call_times(&mut client, "test", &[("counted", "g")], 3).await;
+        let response = call_one(&mut client, "test", &[("counted", "g")]).await;
         assert_eq!(overall(&response), Code::Ok, "{args:?} {envs:?}");
         assert_eq!(code(&response.statuses[0]), Code::OverLimit);
     }
@@ -391,19 +280,11 @@ async fn a_limit_override_replaces_the_configured_limit() {
 async fn an_unknown_domain_or_descriptor_is_ok_without_a_limit() {
     let sluice = server();
     let mut client = sluice.client().await;
-    let response = call(
-        &mut client,
-        request("nowhere", vec![descriptor(&[("counted", "a")])]),
-    )
-    .await;
+    let response = call_one(&mut client, "nowhere", &[("counted", "a")]).await;
     assert_eq!(overall(&response), Code::Ok);
     assert_eq!(response.statuses.len(), 1);
     assert_eq!(response.statuses[0].current_limit, None);
-    let response = call(
-        &mut client,
-        request("test", vec![descriptor(&[("unknown", "a")])]),
-    )
-    .await;
+    let response = call_one(&mut client, "test", &[("unknown", "a")]).await;
     assert_eq!(response.statuses[0].current_limit, None);
     assert_eq!(code(&response.statuses[0]), Code::Ok);
 }
@@ -482,11 +363,7 @@ async fn malformed_requests_are_invalid_argument_naming_the_field() {
         );
     }
     // The server is still serving after all of them.
-    let response = call(
-        &mut client,
-        request("test", vec![descriptor(&[("counted", "z")])]),
-    )
-    .await;
+    let response = call_one(&mut client, "test", &[("counted", "z")]).await;
     assert_eq!(overall(&response), Code::Ok);
 }
 
@@ -600,10 +477,6 @@ async fn undecodable_and_oversized_requests_are_the_callers_fault() {
     assert_eq!(oversized.code(), GrpcCode::ResourceExhausted, "{oversized}");
     // The server still answers.
     let mut client = sluice.client().await;
-    let fine = call(
-        &mut client,
-        request("test", vec![descriptor(&[("counted", "r")])]),
-    )
-    .await;
+    let fine = call_one(&mut client, "test", &[("counted", "r")]).await;
     assert_eq!(overall(&fine), Code::Ok);
 }

@@ -5,15 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-const CONFIG: &str = r#"
-domain: h
-descriptors:
-  - key: user
-    detailed_metric: true
-    rate_limit: {unit: hour, requests_per_unit: 1000000}
-  - key: plain
-    rate_limit: {unit: hour, requests_per_unit: 1000000}
-"#;
+const CONFIG: &str = include_str!("../fixtures/cases/hardening/config.yaml");
 
 /// The slowest of `calls` sequential calls, each on `client`.
 async fn slowest_call(client: &mut Client, calls: usize) -> Duration {
@@ -200,11 +192,7 @@ async fn a_flood_of_new_keys_cannot_reset_an_exhausted_limit() {
     }
     assert!(refused > 4000, "{refused} new keys refused");
     for value in &exhausted {
-        let again = call(
-            &mut client,
-            request("f", vec![descriptor(&[("user", value)])]),
-        )
-        .await;
+        let again = call_one(&mut client, "f", &[("user", value)]).await;
         assert_eq!(overall(&again), Code::OverLimit, "{value} was reset");
     }
     let (_, metrics) = sluice.http_get("/metrics");
@@ -268,11 +256,7 @@ async fn idle_connections_are_bounded_and_closed_after_the_handshake_timeout() {
     // as the handshake timeout frees them.
     let started = Instant::now();
     let mut client = sluice.client().await;
-    call(
-        &mut client,
-        request("h", vec![descriptor(&[("plain", "p")])]),
-    )
-    .await;
+    call_one(&mut client, "h", &[("plain", "p")]).await;
     assert!(
         started.elapsed() < Duration::from_secs(8),
         "{:?}",
@@ -336,11 +320,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 async fn out_of_file_descriptors_the_server_backs_off_and_keeps_serving_open_connections() {
     let sluice = Sluice::start(CONFIG, &["--handshake-timeout", "30s"]);
     let mut client = sluice.client().await;
-    call(
-        &mut client,
-        request("h", vec![descriptor(&[("plain", "fd")])]),
-    )
-    .await;
+    call_one(&mut client, "h", &[("plain", "fd")]).await;
     let pid = sluice.pid().to_string();
     // A process that can open 64 descriptors, and 200 clients.
     let limited = std::process::Command::new("prlimit")
@@ -354,11 +334,7 @@ async fn out_of_file_descriptors_the_server_backs_off_and_keeps_serving_open_con
     let started = Instant::now();
     let mut answered = 0;
     while started.elapsed() < Duration::from_secs(1) {
-        call(
-            &mut client,
-            request("h", vec![descriptor(&[("plain", "fd")])]),
-        )
-        .await;
+        call_one(&mut client, "h", &[("plain", "fd")]).await;
         answered += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -413,11 +389,7 @@ async fn with_a_max_connection_age_one_client_reaches_replicas_added_later() {
         .await
         .unwrap();
     let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
-    call(
-        &mut client,
-        request("h", vec![descriptor(&[("plain", "age")])]),
-    )
-    .await;
+    call_one(&mut client, "h", &[("plain", "age")]).await;
     // The autoscaler adds two replicas.
     backends
         .lock()

@@ -9,14 +9,7 @@ use crate::support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;
 
-const CONFIG: &str = r#"
-domain: load
-descriptors:
-  - key: hot
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: wide
-    rate_limit: {unit: hour, requests_per_unit: 1000}
-"#;
+const CONFIG: &str = include_str!("../fixtures/cases/load_tools/config.yaml");
 
 /// Runs sluice-load against `sluice` with `args` (separated by spaces) and parses its
 /// `--json` line.

@@ -25,6 +25,7 @@ mod redis_store;
 mod reference_cases;
 mod response_extras;
 mod rlqs;
+mod rules;
 mod simulate;
 mod statsd;
 mod store_contract;

@@ -7,22 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-const CONFIG: &str = r#"
-domain: m
-descriptors:
-  - key: api
-    rate_limit: {unit: day, requests_per_unit: 5}
-  - key: shadowed
-    shadow_mode: true
-    rate_limit: {unit: day, requests_per_unit: 1}
-  - key: route
-    value: /v1/*
-    share_threshold: true
-    rate_limit: {unit: day, requests_per_unit: 100}
-  - key: user
-    detailed_metric: true
-    rate_limit: {unit: day, requests_per_unit: 100}
-"#;
+const CONFIG: &str = include_str!("../fixtures/cases/operations/config.yaml");
 
 fn signal(sluice: &Sluice, name: &str) {
     let status = Command::new("kill")
@@ -35,30 +20,10 @@ fn signal(sluice: &Sluice, name: &str) {
 async fn metrics_count_every_hit_per_limit() {
     let sluice = Sluice::start(CONFIG, &[]);
     let mut client = sluice.client().await;
-    for _ in 0..6 {
-        call(
-            &mut client,
-            request("m", vec![descriptor(&[("api", "any")])]),
-        )
-        .await;
-    }
-    for _ in 0..2 {
-        call(
-            &mut client,
-            request("m", vec![descriptor(&[("shadowed", "x")])]),
-        )
-        .await;
-    }
-    call(
-        &mut client,
-        request("m", vec![descriptor(&[("route", "/v1/users")])]),
-    )
-    .await;
-    call(
-        &mut client,
-        request("m", vec![descriptor(&[("user", "alice")])]),
-    )
-    .await;
+    call_times(&mut client, "m", &[("api", "any")], 6).await;
+    call_times(&mut client, "m", &[("shadowed", "x")], 2).await;
+    call_one(&mut client, "m", &[("route", "/v1/users")]).await;
+    call_one(&mut client, "m", &[("user", "alice")]).await;
     let _ = client.should_rate_limit(request("", vec![])).await; // invalid
     let (status, text) = sluice.http_get("/metrics");
     assert_eq!(status, 200);

@@ -4,14 +4,7 @@
 use crate::support::redis::RedisServer;
 use crate::support::*;
 
-const CONFIG: &str = r#"
-domain: d
-descriptors:
-  - key: user
-    rate_limit: {unit: day, requests_per_unit: 3}
-  - key: bucket
-    rate_limit: {algorithm: token_bucket, unit: day, requests_per_unit: 3}
-"#;
+const CONFIG: &str = include_str!("../fixtures/cases/redis_deployments/config.yaml");
 
 /// Calls `times` times for each of `values`; returns the admitted count per value.
 async fn admitted_per_value(
@@ -99,16 +92,10 @@ async fn tls_with_a_private_ca() {
     let redis = RedisServer::start_tls();
     let url = format!("rediss://127.0.0.1:{}", redis.port);
     let ca = redis.tls_ca().expect("a CA").to_string();
-    let sluice = Sluice::start_with(
+    let sluice = Sluice::on_redis_url(
         &[("config.yaml", CONFIG)],
-        &[
-            "--store",
-            "redis",
-            "--redis-url",
-            &url,
-            "--redis-tls-ca-file",
-            &ca,
-        ],
+        &url,
+        &["--redis-tls-ca-file", &ca],
         &[],
     );
     let counts = admitted_per_value(&sluice, "bucket", &["t1".to_string()], 5).await;
@@ -126,16 +113,7 @@ async fn per_second_limits_live_in_their_own_redis_and_requests_spanning_both_st
 {
     let main = RedisServer::start(&[]);
     let fast = RedisServer::start(&[]);
-    let config = r#"
-domain: p
-descriptors:
-  - key: burst
-    rate_limit: {unit: second, requests_per_unit: 1000}
-  - key: tight
-    rate_limit: {unit: second, requests_per_unit: 1}
-  - key: daily
-    rate_limit: {unit: day, requests_per_unit: 50}
-"#;
+    let config = include_str!("../fixtures/cases/redis_deployments/per_second_limits_live_in_their_own_redis_and_requests_spanning_both_stay_all_or_nothing.yaml");
     // The reference's variables: the per-second Redis given as host:port.
     let fast_address = fast.url().trim_start_matches("redis://").to_string();
     let main_url = main.url();
@@ -181,11 +159,7 @@ descriptors:
         denied >= 3,
         "the 1-per-second limit denies within a second or two"
     );
-    let daily = call(
-        &mut client,
-        request("p", vec![descriptor(&[("daily", "a")])]),
-    )
-    .await;
+    let daily = call_one(&mut client, "p", &[("daily", "a")]).await;
     assert_eq!(
         daily.statuses[0].limit_remaining,
         50 - calls - (5 - denied as u32) - 1,

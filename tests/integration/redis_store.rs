@@ -9,22 +9,7 @@ use crate::support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::Code as GrpcCode;
 
-pub(crate) const CONFIG: &str = r#"
-domain: r
-descriptors:
-  - key: fixed_window
-    rate_limit: {unit: day, requests_per_unit: 100}
-  - key: sliding_window_log
-    rate_limit: {algorithm: sliding_window_log, unit: day, requests_per_unit: 100}
-  - key: sliding_window_counter
-    rate_limit: {algorithm: sliding_window_counter, unit: day, requests_per_unit: 100}
-  - key: token_bucket
-    rate_limit: {algorithm: token_bucket, unit: day, requests_per_unit: 100}
-  - key: leaky_bucket
-    rate_limit: {algorithm: leaky_bucket, unit: day, requests_per_unit: 100, burst: 100}
-  - key: envoy
-    rate_limit: {unit: minute, requests_per_unit: 5}
-"#;
+pub(crate) const CONFIG: &str = include_str!("../fixtures/cases/redis_store/config.yaml");
 
 pub(crate) const ALGORITHMS: [&str; 5] = [
     "fixed_window",
@@ -56,11 +41,7 @@ pub(crate) async fn admitted_by(
         tasks.push(tokio::spawn(async move {
             let mut admitted = 0;
             for _ in 0..calls {
-                let response = call(
-                    &mut client,
-                    request("r", vec![descriptor(&[(&key, "hot")])]),
-                )
-                .await;
+                let response = call_one(&mut client, "r", &[(&key, "hot")]).await;
                 admitted += usize::from(overall(&response) == Code::Ok);
             }
             admitted
@@ -78,13 +59,7 @@ async fn fixed_window_writes_the_key_envoyproxy_ratelimit_writes() {
     let redis = RedisServer::start(&[]);
     let sluice = sluice_on(&redis, &["--cache-key-prefix", "ratelimit_"]);
     let mut client = sluice.client().await;
-    for _ in 0..3 {
-        call(
-            &mut client,
-            request("r", vec![descriptor(&[("envoy", "alice")])]),
-        )
-        .await;
-    }
+    call_times(&mut client, "r", &[("envoy", "alice")], 3).await;
     // The reference: prefix + domain + "_" + key + "_" + value + "_" + window start in seconds.
     let keys = redis.cli(&["--scan", "--pattern", "ratelimit_r_envoy_alice_*"]);
     let keys: Vec<&str> = keys.lines().collect();
@@ -110,11 +85,7 @@ async fn fixed_window_writes_the_key_envoyproxy_ratelimit_writes() {
     assert!((0..=61).contains(&ttl), "expires with its window: {ttl}");
     // A count written by the reference server is honoured.
     redis.cli(&["SET", keys[0], "5"]);
-    let response = call(
-        &mut client,
-        request("r", vec![descriptor(&[("envoy", "alice")])]),
-    )
-    .await;
+    let response = call_one(&mut client, "r", &[("envoy", "alice")]).await;
     assert_eq!(overall(&response), Code::OverLimit);
 }
 
@@ -332,16 +303,10 @@ async fn startup_waits_for_redis() {
         std::thread::sleep(Duration::from_millis(800));
         RedisServer::start_on(port, &[])
     });
-    let sluice = Sluice::start_with(
+    let sluice = Sluice::on_redis_url(
         &[("config.yaml", CONFIG)],
-        &[
-            "--store",
-            "redis",
-            "--redis-url",
-            &url,
-            "--redis-startup-wait",
-            "15s",
-        ],
+        &url,
+        &["--redis-startup-wait", "15s"],
         &[],
     );
     let _redis = starter.join().expect("redis started");
@@ -351,11 +316,7 @@ async fn startup_waits_for_redis() {
         sluice.log()
     );
     let mut client = sluice.client().await;
-    let response = call(
-        &mut client,
-        request("r", vec![descriptor(&[("fixed_window", "late")])]),
-    )
-    .await;
+    let response = call_one(&mut client, "r", &[("fixed_window", "late")]).await;
     assert_eq!(overall(&response), Code::Ok);
 }
 
@@ -386,11 +347,7 @@ async fn the_local_cache_answers_a_flood_on_an_over_limit_key_without_redis() {
         "the flood cost no Redis round trips"
     );
     // Another key still goes to Redis.
-    call(
-        &mut client,
-        request("r", vec![descriptor(&[("envoy", "other")])]),
-    )
-    .await;
+    call_one(&mut client, "r", &[("envoy", "other")]).await;
     assert_eq!(script_calls(&redis), before + 1);
 }
 
@@ -405,11 +362,7 @@ async fn a_reference_deployment_environment_selects_redis() {
     ];
     let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
     let mut client = sluice.client().await;
-    call(
-        &mut client,
-        request("r", vec![descriptor(&[("envoy", "env")])]),
-    )
-    .await;
+    call_one(&mut client, "r", &[("envoy", "env")]).await;
     assert_eq!(
         redis
             .cli(&["--scan", "--pattern", "r_envoy_env_*"])
@@ -448,18 +401,9 @@ async fn healthcheck_follows_the_store_when_asked() {
 #[tokio::test]
 async fn redis_health_check_active_connection_makes_grpc_health_follow_redis() {
     use tonic_health::pb::health_check_response::ServingStatus;
-    let mut redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
+    let (mut redis, sluice) = Sluice::on_own_redis(
         &[("config.yaml", CONFIG)],
-        &[
-            "--store",
-            "redis",
-            "--redis-url",
-            &url,
-            "--redis-command-timeout",
-            "300ms",
-        ],
+        &["--redis-command-timeout", "300ms"],
         &[("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "true")],
     );
     let wait_for = |expected: ServingStatus| {
@@ -493,11 +437,7 @@ async fn redis_auth_applies_to_a_redis_url_without_credentials() {
         &[("REDIS_AUTH", "s3cret")],
     );
     let mut client = sluice.client().await;
-    let response = call(
-        &mut client,
-        request("r", vec![descriptor(&[("envoy", "auth")])]),
-    )
-    .await;
+    let response = call_one(&mut client, "r", &[("envoy", "auth")]).await;
     assert_eq!(overall(&response), Code::Ok);
     assert!(!sluice.log().contains("s3cret"), "no secret in logs");
 }
@@ -507,11 +447,7 @@ async fn a_redis_refusing_writes_is_logged_once_as_answering_errors_not_as_unrea
     let redis = RedisServer::start(&[]);
     let sluice = sluice_on(&redis, &[]);
     let mut client = sluice.client().await;
-    call(
-        &mut client,
-        request("r", vec![descriptor(&[("envoy", "warm")])]),
-    )
-    .await;
+    call_one(&mut client, "r", &[("envoy", "warm")]).await;
     redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
     let mut failed = 0;

@@ -4,17 +4,7 @@
 use crate::support::*;
 use envoy_types::pb::google::protobuf::value::Kind;
 
-const CONFIG: &str = r#"
-domain: h
-descriptors:
-  - key: api
-    rate_limit: {unit: day, requests_per_unit: 2}
-    metadata:
-      team: payments
-      tier: {name: gold}
-  - key: big
-    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 100}
-"#;
+const CONFIG: &str = include_str!("../fixtures/cases/response_extras/config.yaml");
 
 fn header<'a>(
     response: &'a envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse,
@@ -113,18 +103,7 @@ async fn the_quota_policy_form_is_an_opt_in() {
 
 #[tokio::test]
 async fn a_quota_mode_or_shadow_mode_denial_does_not_pick_the_headers() {
-    let config = r#"
-domain: q
-descriptors:
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: roomy
-    rate_limit: {unit: minute, requests_per_unit: 50}
-"#;
+    let config = include_str!("../fixtures/cases/response_extras/a_quota_mode_or_shadow_mode_denial_does_not_pick_the_headers.yaml");
     let sluice = Sluice::start_with(
         &[("config.yaml", config)],
         &[],
@@ -195,21 +174,8 @@ fn metadata_json(response: &RateLimitResponse) -> serde_json::Value {
     )
 }
 
-const METADATA_CONFIG: &str = r#"
-domain: h
-descriptors:
-  - key: api
-    rate_limit: {unit: day, requests_per_unit: 2}
-    metadata:
-      team: payments
-      tier: {name: gold}
-  - key: other
-    rate_limit: {unit: day, requests_per_unit: 1}
-    metadata:
-      team: search
-      region: eu
-      tier: {name: silver, level: 2}
-"#;
+const METADATA_CONFIG: &str =
+    include_str!("../fixtures/cases/response_extras/metadata_config.yaml");
 
 #[tokio::test]
 async fn dynamic_metadata_has_the_reference_shape_and_only_passed_descriptors_metadata() {
@@ -249,11 +215,7 @@ async fn dynamic_metadata_has_the_reference_shape_and_only_passed_descriptors_me
         })
     );
     // Every descriptor denied: no metadata at all.
-    let denied = call(
-        &mut client,
-        request("h", vec![descriptor(&[("other", "o")])]),
-    )
-    .await;
+    let denied = call_one(&mut client, "h", &[("other", "o")]).await;
     assert_eq!(
         metadata_json(&denied),
         serde_json::json!({"domain": "h", "descriptors": [{"entries": ["other=o"]}]})
@@ -293,14 +255,7 @@ async fn json_answers_carry_the_same_dynamic_metadata() {
 
 #[tokio::test]
 async fn headers_and_metrics_follow_the_binding_limit_of_a_descriptor() {
-    let config = r#"
-domain: m
-descriptors:
-  - key: api_key
-    rate_limits:
-      - {unit: hour, requests_per_unit: 3, name: hourly}
-      - {unit: day, requests_per_unit: 100, name: daily}
-"#;
+    let config = include_str!("../fixtures/cases/response_extras/headers_and_metrics_follow_the_binding_limit_of_a_descriptor.yaml");
     let sluice = Sluice::start_with(
         &[("config.yaml", config)],
         &[],

@@ -13,13 +13,7 @@ const CONFIG: &str =
 /// Three calls on one user: 2 within (the second near: past 80% of 2), the third over.
 async fn three_calls(sluice: &Sluice) {
     let mut client = sluice.client().await;
-    for _ in 0..3 {
-        call(
-            &mut client,
-            request("s", vec![descriptor(&[("user", "alice")])]),
-        )
-        .await;
-    }
+    call_times(&mut client, "s", &[("user", "alice")], 3).await;
 }
 
 /// Sums the counters of `lines` (`name:value|c...`) by name; counts the timer samples.

@@ -4,10 +4,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::support::redis::RedisServer;
 use crate::support::scenario::{limit, scenario};
+use crate::support::stores::{redis_store, START_US};
 use proptest::prelude::*;
 use sluice::algorithm::warm_up::WarmUpParameters;
 use sluice::algorithm::State;
@@ -15,12 +15,7 @@ use sluice::engine::{self, Charging};
 use sluice::limit::{Algorithm, Counting, Decision, Hit, Limit, Role, Unit};
 use sluice::store::key::Shape;
 use sluice::store::memory::MemoryStore;
-use sluice::store::redis::{
-    Pipelining, RedisKind, RedisStore, RedisTarget, RedisTargets, TimeSource,
-};
 use sluice::store::{ManualClock, Store};
-
-const START_US: u64 = 1_700_000_000_123_456;
 
 /// A Redis for one test (stopped when the test ends), and a runtime to drive the stores.
 struct Fixture {
@@ -75,30 +70,7 @@ fn both_requests_on(
     fixture.runtime.block_on(async {
         let clock = Arc::new(ManualClock::at(START_US));
         let memory = MemoryStore::new(1000, clock.clone());
-        let target = RedisTarget {
-            kind: RedisKind::Single,
-            urls: vec![fixture.redis.url()],
-            sentinel_master: None,
-            primary_auth: None,
-            tls_ca_file: None,
-            tls_client: None,
-            connect_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(5),
-            pipelining: Pipelining::default(),
-        };
-        let targets = RedisTargets {
-            main: &target,
-            per_second: None,
-        };
-        let redis = RedisStore::connect(
-            targets,
-            Duration::from_secs(5),
-            String::new(),
-            TimeSource::Sluice,
-            clock.clone(),
-        )
-        .await
-        .expect("connect to the test Redis");
+        let redis = redis_store(&fixture.redis.url(), String::new(), clock.clone()).await;
         let key_count = key_of.iter().max().map_or(0, |&k| k + 1);
         let keys: Vec<String> = (0..key_count).map(|_| unique_key()).collect();
         let (mut from_memory, mut from_redis) = (Vec::new(), Vec::new());

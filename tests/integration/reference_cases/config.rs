@@ -4,41 +4,7 @@ use super::*;
 
 /// Shaped like the reference's `basic_config.yaml`: nested keys, defaults and specific
 /// values, a value with no limit, names, unlimited, detailed_metric.
-const BASIC: &str = r#"
-domain: test-domain
-descriptors:
-  - key: key1
-    value: value1
-    descriptors:
-      - key: subkey1
-        rate_limit: {unit: second, requests_per_unit: 5}
-      - key: subkey1
-        value: subvalue1
-        rate_limit: {unit: second, requests_per_unit: 10}
-  - key: key2
-    rate_limit: {unit: minute, requests_per_unit: 20}
-  - key: key2
-    value: value2
-    rate_limit: {unit: minute, requests_per_unit: 30}
-  - key: key2
-    value: value3
-  - key: key3
-    rate_limit: {unit: hour, requests_per_unit: 1}
-  - key: key4
-    rate_limit: {name: key4_rate_limit, unit: day, requests_per_unit: 1}
-  - key: key5
-    value: value5
-    rate_limit: {unit: day, requests_per_unit: 15}
-    descriptors:
-      - key: subkey5
-        value: subvalue5
-        rate_limit: {unit: day, requests_per_unit: 25}
-  - key: key6
-    rate_limit: {unlimited: true}
-  - key: key7
-    detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 70}
-"#;
+const BASIC: &str = include_str!("../../fixtures/cases/reference_cases_config/basic.yaml");
 
 #[tokio::test]
 async fn test_basic_config() {
@@ -327,25 +293,8 @@ fn test_unlimited_with_rate_limit_unit() {
 
 #[tokio::test]
 async fn test_shadow_mode_config() {
-    let config = r#"
-domain: test-domain
-descriptors:
-  - key: key1
-    value: value1
-    descriptors:
-      - key: subkey1
-        rate_limit: {unit: second, requests_per_unit: 5}
-      - key: subkey1
-        value: subvalue1
-        shadow_mode: true
-        rate_limit: {unit: second, requests_per_unit: 10}
-  - key: key2
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 20}
-  - key: key2
-    value: value2
-    rate_limit: {unit: minute, requests_per_unit: 30}
-"#;
+    let config =
+        include_str!("../../fixtures/cases/reference_cases_config/test_shadow_mode_config.yaml");
     for on in on_both_stores(&[("shadow.yaml", config)], &[], &[]) {
         let s = &on.sluice;
         // Push each limit over: a shadow-mode limit answers OK and counts shadow_mode.
@@ -391,28 +340,8 @@ descriptors:
 
 #[tokio::test]
 async fn test_wildcard_config() {
-    let config = r#"
-domain: test-domain
-descriptors:
-  - key: wild
-    value: foo*
-    rate_limit: {unit: minute, requests_per_unit: 20}
-  - key: wild
-    value: foo1
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: nestedWild
-    value: val*
-    descriptors:
-      - key: wild
-        value: goo*
-        rate_limit: {unit: minute, requests_per_unit: 30}
-  - key: middle
-    value: path/*/end
-    rate_limit: {unit: minute, requests_per_unit: 40}
-  - key: several
-    value: a*b*c
-    rate_limit: {unit: minute, requests_per_unit: 50}
-"#;
+    let config =
+        include_str!("../../fixtures/cases/reference_cases_config/test_wildcard_config.yaml");
     for on in on_both_stores(&[("wild.yaml", config)], &[], &[]) {
         let s = &on.sluice;
         let n = |entries: &'static [(&'static str, &'static str)]| async move {
@@ -452,376 +381,15 @@ async fn hit_each(s: &Sluice, domain: &str, requests: &[&[(&str, &str)]]) {
 }
 
 #[tokio::test]
-async fn test_detailed_metric() {
-    let config = r#"
-domain: d
-descriptors:
-  - key: key1
-    value: value1
-    descriptors:
-      - key: subkey1
-        detailed_metric: true
-        rate_limit: {unit: second, requests_per_unit: 5}
-  - key: key2
-    detailed_metric: true
-    rate_limit: {unit: second, requests_per_unit: 5}
-  - key: remote_address
-    detailed_metric: true
-    rate_limit: {unit: second, requests_per_unit: 5}
-"#;
-    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(
-            s,
-            "d",
-            &[
-                &[("key1", "value1"), ("subkey1", "a")],
-                &[("key1", "value1"), ("subkey1", "b")],
-                &[("key2", "x")],
-            ],
-        )
-        .await;
-        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
-        assert_eq!(
-            total(r#"{domain="d",key1="key1_value1",key2="subkey1_a"}"#),
-            1.0,
-            "{}",
-            on.store
-        );
-        assert_eq!(
-            total(r#"{domain="d",key1="key1_value1",key2="subkey1_b"}"#),
-            1.0
-        );
-        assert_eq!(total(r#"{domain="d",key1="key2_x"}"#), 1.0);
-        // Sanitised as the reference's stats names: the dots of an IPv4 address, `:` and `|`.
-        hit_each(
-            s,
-            "d",
-            &[
-                &[("remote_address", "10.0.0.1")],
-                &[("remote_address", "a:b|c")],
-            ],
-        )
-        .await;
-        assert_eq!(total(r#"{domain="d",key1="remote_address_10_0_0_1"}"#), 1.0);
-        assert_eq!(total(r#"{domain="d",key1="remote_address_a_b_c"}"#), 1.0);
-    }
-}
-
-/// A route / http_method / subject_id tree; `flags` are put on route and http_method.
-fn value_to_metric_tree(route_flags: &str, method_flags: &str, leaf_flags: &str) -> String {
-    format!(
-        r#"
-domain: domain
-descriptors:
-  - key: route
-{route_flags}
-    descriptors:
-      - key: http_method
-{method_flags}
-        descriptors:
-          - key: subject_id
-{leaf_flags}
-            rate_limit: {{unit: minute, requests_per_unit: 60}}
-"#
-    )
-}
-
-const FLAG: &str = "    value_to_metric: true";
-const NESTED_FLAG: &str = "        value_to_metric: true";
-
-#[tokio::test]
-async fn test_value_to_metric_uses_runtime_values_in_stats() {
-    let config = value_to_metric_tree(FLAG, NESTED_FLAG, "");
-    for on in on_both_stores(&[("c.yaml", &config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(
-            s,
-            "domain",
-            &[&[
-                ("route", "draw"),
-                ("http_method", "GET"),
-                ("subject_id", "123"),
-            ]],
-        )
-        .await;
-        let labels = r#"{domain="domain",key1="route_draw",key2="http_method_GET"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
-            1.0,
-            "{}",
-            on.store
-        );
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_within_limit", labels),
-            1.0
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_value_to_metric_default_key_includes_value_at_that_level() {
-    let config = "domain: domain\ndescriptors:\n  - key: k1\n    value_to_metric: true\n    descriptors:\n      - key: k2\n        rate_limit: {unit: minute, requests_per_unit: 60}\n";
-    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(s, "domain", &[&[("k1", "A"), ("k2", "foo")]]).await;
-        let labels = r#"{domain="domain",key1="k1_A",key2="k2"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
-            1.0,
-            "{}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_value_to_metric_mid_level_only() {
-    let config = "domain: domain\ndescriptors:\n  - key: k1\n    descriptors:\n      - key: k2\n        value_to_metric: true\n        descriptors:\n          - key: k3\n            rate_limit: {unit: minute, requests_per_unit: 60}\n";
-    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(s, "domain", &[&[("k1", "X"), ("k2", "Y"), ("k3", "Z")]]).await;
-        let labels = r#"{domain="domain",key1="k1",key2="k2_Y"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
-            1.0,
-            "{}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_value_to_metric_no_flag_unchanged() {
-    let config = "domain: domain\ndescriptors:\n  - key: k1\n    descriptors:\n      - key: k2\n        rate_limit: {unit: minute, requests_per_unit: 60}\n";
-    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(s, "domain", &[&[("k1", "X"), ("k2", "Y")]]).await;
-        let labels = r#"{domain="domain",key1="k1",key2="k2"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
-            1.0,
-            "{}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_value_to_metric_does_not_override_detailed_metric() {
-    let config = value_to_metric_tree(FLAG, NESTED_FLAG, "            detailed_metric: true");
-    for on in on_both_stores(&[("c.yaml", &config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(
-            s,
-            "domain",
-            &[&[
-                ("route", "draw"),
-                ("http_method", "GET"),
-                ("subject_id", "123"),
-            ]],
-        )
-        .await;
-        // The detailed key (every runtime value) is the one counted.
-        let labels = r#"{domain="domain",key1="route_draw",key2="http_method_GET"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_total_hits", labels),
-            1.0,
-            "{}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_value_to_metric_with_configured_values() {
-    let config = r#"
-domain: domain
-descriptors:
-  - key: route
-    value_to_metric: true
-    descriptors:
-      - key: http_method
-        value: GET
-        value_to_metric: true
-        descriptors:
-          - key: subject_id
-            rate_limit: {unit: minute, requests_per_unit: 60}
-      - key: http_method
-        value: POST
-        descriptors:
-          - key: subject_id
-            rate_limit: {unit: minute, requests_per_unit: 60}
-"#;
-    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(
-            s,
-            "domain",
-            &[
-                &[
-                    ("route", "api"),
-                    ("http_method", "GET"),
-                    ("subject_id", "user123"),
-                ],
-                &[
-                    ("route", "api"),
-                    ("http_method", "POST"),
-                    ("subject_id", "user456"),
-                ],
-            ],
-        )
-        .await;
-        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
-        assert_eq!(
-            total(r#"{domain="domain",key1="route_api",key2="http_method_GET"}"#),
-            1.0,
-            "{}",
-            on.store
-        );
-        assert_eq!(
-            total(r#"{domain="domain",key1="route_api",key2="http_method_POST"}"#),
-            1.0
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_value_to_metric_with_wildcard() {
-    let config = r#"
-domain: domain
-descriptors:
-  - key: user
-    value_to_metric: true
-    descriptors:
-      - key: action
-        value: read*
-        value_to_metric: true
-        descriptors:
-          - key: resource
-            rate_limit: {unit: minute, requests_per_unit: 60}
-"#;
-    for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(
-            s,
-            "domain",
-            &[
-                &[
-                    ("user", "alice"),
-                    ("action", "readfile"),
-                    ("resource", "documents"),
-                ],
-                &[
-                    ("user", "bob"),
-                    ("action", "readdata"),
-                    ("resource", "database"),
-                ],
-            ],
-        )
-        .await;
-        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
-        assert_eq!(
-            total(r#"{domain="domain",key1="user_alice",key2="action_readfile"}"#),
-            1.0,
-            "{}",
-            on.store
-        );
-        assert_eq!(
-            total(r#"{domain="domain",key1="user_bob",key2="action_readdata"}"#),
-            1.0
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_value_to_metric_with_empty_value() {
-    let config = value_to_metric_tree(FLAG, NESTED_FLAG, "");
-    for on in on_both_stores(&[("c.yaml", &config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(
-            s,
-            "domain",
-            &[
-                &[("route", ""), ("http_method", "GET"), ("subject_id", "123")],
-                &[
-                    ("route", "draw"),
-                    ("http_method", ""),
-                    ("subject_id", "123"),
-                ],
-            ],
-        )
-        .await;
-        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
-        // An empty value leaves the key alone.
-        assert_eq!(
-            total(r#"{domain="domain",key1="route",key2="http_method_GET"}"#),
-            1.0,
-            "{}",
-            on.store
-        );
-        assert_eq!(
-            total(r#"{domain="domain",key1="route_draw",key2="http_method"}"#),
-            1.0
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_value_to_metric_full_key_matches_stats_key() {
-    // The reference keeps the limit's full key equal to its stats key; sluice's equivalent:
-    // the series a hit counts under names the same path its limit was found by.
-    let config = value_to_metric_tree(FLAG, NESTED_FLAG, "");
-    for on in on_both_stores(&[("c.yaml", &config)], &[], &[]) {
-        let s = &on.sluice;
-        hit_each(
-            s,
-            "domain",
-            &[&[
-                ("route", "api"),
-                ("http_method", "GET"),
-                ("subject_id", "user123"),
-            ]],
-        )
-        .await;
-        let (_, text) = s.http_get("/metrics");
-        let series: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("ratelimit_service_rate_limit_total_hits{"))
-            .collect();
-        assert_eq!(series.len(), 1, "{}: {text}", on.store);
-        assert!(
-            series[0].contains(r#"key1="route_api",key2="http_method_GET""#),
-            "{}",
-            series[0]
-        );
-    }
-}
-
-#[tokio::test]
 async fn test_share_threshold() {
-    let config = r#"
-domain: d
-descriptors:
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: hour, requests_per_unit: 3}
-  - key: path
-    value: /api/*/users
-    share_threshold: true
-    rate_limit: {unit: hour, requests_per_unit: 2}
-"#;
+    let config =
+        include_str!("../../fixtures/cases/reference_cases_config/test_share_threshold.yaml");
     for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
         let s = &on.sluice;
         let mut client = s.client().await;
         let mut codes = Vec::new();
         for value in ["files/a.pdf", "files/b.csv", "files/c.txt", "files/d.doc"] {
-            let response = call(
-                &mut client,
-                request("d", vec![descriptor(&[("files", value)])]),
-            )
-            .await;
+            let response = call_one(&mut client, "d", &[("files", value)]).await;
             codes.push(code(&response.statuses[0]));
         }
         assert_eq!(
@@ -832,11 +400,7 @@ descriptors:
         );
         let mut codes = Vec::new();
         for value in ["/api/v1/users", "/api/v2/users", "/api/v3/users"] {
-            let response = call(
-                &mut client,
-                request("d", vec![descriptor(&[("path", value)])]),
-            )
-            .await;
+            let response = call_one(&mut client, "d", &[("path", value)]).await;
             codes.push(code(&response.statuses[0]));
         }
         assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
@@ -861,17 +425,9 @@ descriptors:
 
 #[tokio::test]
 async fn test_wildcard_stats_behavior() {
-    let config = r#"
-domain: d
-descriptors:
-  - key: plain
-    value: foo*
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: shared
-    value: foo*
-    share_threshold: true
-    rate_limit: {unit: hour, requests_per_unit: 10}
-"#;
+    let config = include_str!(
+        "../../fixtures/cases/reference_cases_config/test_wildcard_stats_behavior.yaml"
+    );
     for on in on_both_stores(&[("c.yaml", config)], &[], &[]) {
         let s = &on.sluice;
         hit_each(
@@ -898,20 +454,12 @@ descriptors:
         let plain = limit_of(s, "d", &[("plain", "foo1")]).await;
         assert!(plain.is_some());
         let mut client = s.client().await;
-        let again = call(
-            &mut client,
-            request("d", vec![descriptor(&[("plain", "foo1")])]),
-        )
-        .await;
+        let again = call_one(&mut client, "d", &[("plain", "foo1")]).await;
         assert_eq!(
             again.statuses[0].limit_remaining, 8,
             "foo1 has its own counter"
         );
-        let shared = call(
-            &mut client,
-            request("d", vec![descriptor(&[("shared", "foo9")])]),
-        )
-        .await;
+        let shared = call_one(&mut client, "d", &[("shared", "foo9")]).await;
         assert_eq!(
             shared.statuses[0].limit_remaining, 7,
             "every foo* shares one"
@@ -921,15 +469,7 @@ descriptors:
 
 #[tokio::test]
 async fn test_metadata() {
-    let config = r#"
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 10}
-    metadata:
-      owner: team-a
-      nested: {level: 2, list: [1, "two"]}
-"#;
+    let config = include_str!("../../fixtures/cases/reference_cases_config/test_metadata.yaml");
     for on in on_both_stores(
         &[("c.yaml", config)],
         &[],

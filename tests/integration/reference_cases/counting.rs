@@ -9,20 +9,7 @@
 use super::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 
-const CONFIG: &str = r#"
-domain: counting
-descriptors:
-  - {key: ten, rate_limit: {unit: hour, requests_per_unit: 10}}
-  - {key: fifteen, rate_limit: {unit: hour, requests_per_unit: 15}}
-  - {key: twenty, rate_limit: {unit: hour, requests_per_unit: 20}}
-  - {key: eight, rate_limit: {unit: hour, requests_per_unit: 8}}
-  - {key: five, rate_limit: {unit: hour, requests_per_unit: 5}}
-  - {key: one, rate_limit: {unit: hour, requests_per_unit: 1}}
-  - key: outer
-    rate_limit: {unit: hour, requests_per_unit: 10}
-    descriptors:
-      - {key: inner, rate_limit: {unit: day, requests_per_unit: 10}}
-"#;
+const CONFIG: &str = include_str!("../../fixtures/cases/reference_cases_counting/config.yaml");
 
 const OK: Code = Code::Ok;
 const OVER: Code = Code::OverLimit;

@@ -6,42 +6,18 @@
 
 use super::*;
 
-const BASIC: &str = r#"
-domain: basic
-descriptors:
-  - key: key1
-    rate_limit: {unit: hour, requests_per_unit: 50}
-  - key: one_per_minute
-    rate_limit: {unit: minute, requests_per_unit: 1}
-"#;
+const BASIC: &str = include_str!("../../fixtures/cases/reference_cases_integration/basic.yaml");
 
-const ANOTHER: &str = r#"
-domain: another
-descriptors:
-  - key: key2
-    rate_limit: {unit: hour, requests_per_unit: 20}
-  - key: key3
-    rate_limit: {unit: day, requests_per_unit: 10}
-  - key: key4
-    rate_limit: {unit: day, requests_per_unit: 20}
-"#;
+const ANOTHER: &str = include_str!("../../fixtures/cases/reference_cases_integration/another.yaml");
 
 /// The reference's `testBasicBaseConfig`, on `sluice`; `stop`: whether a denied request
 /// charges nothing (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
 async fn basic_base_config(s: &Sluice, store: &str, stop: bool) {
     let mut client = s.client().await;
-    let unknown = call(
-        &mut client,
-        request("foo", vec![descriptor(&[("hello", "world")])]),
-    )
-    .await;
+    let unknown = call_one(&mut client, "foo", &[("hello", "world")]).await;
     assert_eq!(overall(&unknown), Code::Ok, "{store}");
     assert_eq!(unknown.statuses[0].current_limit, None);
-    let first = call(
-        &mut client,
-        request("basic", vec![descriptor(&[("key1", "foo")])]),
-    )
-    .await;
+    let first = call_one(&mut client, "basic", &[("key1", "foo")]).await;
     assert_eq!(first.statuses[0].limit_remaining, 49);
     let labels = r#"{domain="basic",key1="key1"}"#;
     assert_eq!(
@@ -51,11 +27,7 @@ async fn basic_base_config(s: &Sluice, store: &str, stop: bool) {
     // Over a limit of 20: OK with 19, 18, ... then OVER_LIMIT with 0.
     let value = format!("{}", now_seconds());
     for i in 0..25u32 {
-        let response = call(
-            &mut client,
-            request("another", vec![descriptor(&[("key2", &value)])]),
-        )
-        .await;
+        let response = call_one(&mut client, "another", &[("key2", &value)]).await;
         let (expected, remaining) = if i >= 20 {
             (Code::OverLimit, 0)
         } else {
@@ -195,11 +167,7 @@ async fn test_basic_reload_config() {
         }
         assert!(loaded, "{}", s.log());
         let mut client = s.client().await;
-        let blocked = call(
-            &mut client,
-            request("reload", vec![descriptor(&[("block", "foo")])]),
-        )
-        .await;
+        let blocked = call_one(&mut client, "reload", &[("block", "foo")]).await;
         assert_eq!(overall(&blocked), Code::OverLimit);
         // The files loaded before still serve.
         assert!(limit_of(s, "basic", &[("key1", "x")]).await.is_some());
@@ -208,14 +176,8 @@ async fn test_basic_reload_config() {
 
 #[tokio::test]
 async fn test_share_threshold() {
-    let config = r#"
-domain: share-threshold-test
-descriptors:
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: hour, requests_per_unit: 10}
-"#;
+    let config =
+        include_str!("../../fixtures/cases/reference_cases_integration/test_share_threshold.yaml");
     for on in on_both_stores(&[("share.yaml", config)], &[], &[]) {
         let mut client = on.sluice.client().await;
         for i in 0..12u32 {
@@ -239,18 +201,7 @@ async fn test_basic_tls_config() {
     let redis = RedisServer::start_tls();
     let url = format!("rediss://127.0.0.1:{}", redis.port);
     let ca = redis.tls_ca().expect("a CA").to_string();
-    let sluice = Sluice::start_with(
-        &FILES,
-        &[
-            "--store",
-            "redis",
-            "--redis-url",
-            &url,
-            "--redis-tls-ca-file",
-            &ca,
-        ],
-        &[],
-    );
+    let sluice = Sluice::on_redis_url(&FILES, &url, &["--redis-tls-ca-file", &ca], &[]);
     basic_base_config(&sluice, "redis over TLS", true).await;
 }
 

@@ -4,38 +4,7 @@
 
 use super::*;
 
-const CONFIG: &str = r#"
-domain: domain
-descriptors:
-  - key: key
-    value: value
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: five
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: parent
-    value: value1
-    descriptors:
-      - key: files
-        value: nested/*
-        share_threshold: true
-        rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: key2
-    value: value2
-    descriptors:
-      - key: subkey2
-        value: subvalue2
-        rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: key4
-    value: value4
-    rate_limit: {unit: hour, requests_per_unit: 15}
-"#;
+const CONFIG: &str = include_str!("../../fixtures/cases/reference_cases_limiter/config.yaml");
 
 /// The Redis keys of `on`, sorted.
 fn redis_keys(on: &OnStore) -> Vec<String> {
@@ -161,21 +130,6 @@ async fn test_no_over_limit_with_local_cache() {
 }
 
 #[tokio::test]
-async fn test_get_response_status_empty_key() {
-    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
-        let response = hit(&on.sluice, &[(&[("unknown", "x")], 1)]).await;
-        let status = &response.statuses[0];
-        assert_eq!(
-            (code(status), status.limit_remaining),
-            (Code::Ok, 0),
-            "{}",
-            on.store
-        );
-        assert_eq!(status.current_limit, None);
-    }
-}
-
-#[tokio::test]
 async fn test_get_response_status_over_limit_with_local_cache() {
     let (_redis, sluice) = on_redis(
         &[("c.yaml", CONFIG)],
@@ -222,118 +176,6 @@ async fn test_get_response_status_over_limit_with_local_cache_shadow_mode() {
         counter(&sluice, "ratelimit_service_rate_limit_shadow_mode", labels),
         2.0
     );
-}
-
-#[tokio::test]
-async fn test_get_response_status_over_limit() {
-    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        // 2 used of 5, then 5 more: 2 over (6, 7), 1 near (5, past the threshold of 4).
-        hit(s, &[(&[("five", "o")], 2)]).await;
-        let over = hit(s, &[(&[("five", "o")], 5)]).await;
-        let status = &over.statuses[0];
-        assert_eq!(
-            (code(status), status.limit_remaining),
-            (Code::OverLimit, 0),
-            "{}",
-            on.store
-        );
-        assert_eq!(
-            status.current_limit.as_ref().map(|l| l.requests_per_unit),
-            Some(5)
-        );
-        let labels = r#"{domain="domain",key1="five"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_over_limit", labels),
-            2.0
-        );
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_near_limit", labels),
-            1.0
-        );
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_shadow_mode", labels),
-            0.0
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_get_response_status_over_limit_shadow_mode() {
-    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        hit(s, &[(&[("shadow", "o")], 2)]).await;
-        let over = hit(s, &[(&[("shadow", "o")], 5)]).await;
-        let status = &over.statuses[0];
-        assert_eq!(
-            (code(status), status.limit_remaining),
-            (Code::Ok, 0),
-            "{}",
-            on.store
-        );
-        let labels = r#"{domain="domain",key1="shadow"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_over_limit", labels),
-            2.0
-        );
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_near_limit", labels),
-            1.0
-        );
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_shadow_mode", labels),
-            2.0
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_get_response_status_below_limit() {
-    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        hit(s, &[(&[("key", "value")], 5)]).await;
-        let below = hit(s, &[(&[("key", "value")], 1)]).await;
-        let status = &below.statuses[0];
-        assert_eq!(
-            (code(status), status.limit_remaining),
-            (Code::Ok, 4),
-            "{}",
-            on.store
-        );
-        let labels = r#"{domain="domain",key1="key_value"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_near_limit", labels),
-            0.0
-        );
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_within_limit", labels),
-            6.0
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_get_response_status_below_limit_shadow_mode() {
-    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        let below = hit(s, &[(&[("shadow", "b")], 1)]).await;
-        let status = &below.statuses[0];
-        assert_eq!(
-            (code(status), status.limit_remaining),
-            (Code::Ok, 4),
-            "{}",
-            on.store
-        );
-        let labels = r#"{domain="domain",key1="shadow"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_shadow_mode", labels),
-            0.0
-        );
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_within_limit", labels),
-            1.0
-        );
-    }
 }
 
 #[tokio::test]

@@ -51,10 +51,7 @@ pub fn on_both_stores(
 
 /// A sluice on a Redis of its own, with `files` and `envs`.
 pub fn on_redis(files: &[(&str, &str)], envs: &[(&str, &str)]) -> (RedisServer, Sluice) {
-    let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(files, &["--store", "redis", "--redis-url", &url], envs);
-    (redis, sluice)
+    Sluice::on_own_redis(files, &[], envs)
 }
 
 /// What `sluice check-config` says of `files`: whether they load, and its output.

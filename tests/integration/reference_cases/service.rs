@@ -1,30 +1,11 @@
-//! `test/service/ratelimit_test.go`: the service's answer from its limits' statuses: overall
-//! code, shadow and quota modes, headers, metadata, health and config reloads.
+//! `test/service/ratelimit_test.go`, the cases that need the binary: reloads, headers,
+//! metadata, health and store failures. Its decision cases (overall code from the statuses,
+//! shadow and quota modes, unlimited, replaces) are rows of the in-process table
+//! (`rules.rs`, `SERVICE_CASES`), run on every store.
 
 use super::*;
 
-const CONFIG: &str = r#"
-domain: test-domain
-descriptors:
-  - key: one
-    rate_limit: {name: key_name, unit: minute, requests_per_unit: 1}
-  - key: ten
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: free
-    rate_limit: {unlimited: true}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota2
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: roomy
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 100}
-"#;
+const CONFIG: &str = include_str!("../../fixtures/cases/reference_cases_service/config.yaml");
 
 /// Sends `descriptors` (entries) as one request in `test-domain`.
 async fn ask(s: &Sluice, descriptors: &[&[(&str, &str)]]) -> RateLimitResponse {
@@ -80,59 +61,6 @@ async fn test_service() {
         assert_eq!(
             counter(s, "ratelimit_service_response_time_seconds_count", calls),
             4.0
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_service_global_shadow_mode() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[("SHADOW_MODE", "true")]) {
-        let s = &on.sluice;
-        ask(s, &[&[("one", "a")]]).await;
-        let over = ask(s, &[&[("one", "a")], &[("hello", "world")]]).await;
-        // The answer is OK; the statuses stay truthful.
-        assert_eq!(
-            codes(&over),
-            (Code::Ok, vec![Code::OverLimit, Code::Ok]),
-            "{}",
-            on.store
-        );
-        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 1.0);
-    }
-}
-
-#[tokio::test]
-async fn test_rule_shadow_mode() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        ask(s, &[&[("shadow", "a")]]).await;
-        let over = ask(s, &[&[("shadow", "a")], &[("hello", "world")]]).await;
-        assert_eq!(
-            codes(&over),
-            (Code::Ok, vec![Code::Ok, Code::Ok]),
-            "{}",
-            on.store
-        );
-        let labels = r#"{domain="test-domain",key1="shadow"}"#;
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_shadow_mode", labels),
-            1.0
-        );
-        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 0.0);
-    }
-}
-
-#[tokio::test]
-async fn test_mixed_rule_shadow_mode() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        ask(s, &[&[("shadow", "m")], &[("one", "m")]]).await;
-        let over = ask(s, &[&[("shadow", "m")], &[("one", "m")]]).await;
-        assert_eq!(
-            codes(&over),
-            (Code::OverLimit, vec![Code::Ok, Code::OverLimit]),
-            "{}",
-            on.store
         );
     }
 }
@@ -228,18 +156,9 @@ async fn test_empty_descriptors() {
 
 #[tokio::test]
 async fn test_cache_error() {
-    let mut redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let sluice = Sluice::start_with(
+    let (mut redis, sluice) = Sluice::on_own_redis(
         &[("config.yaml", CONFIG)],
-        &[
-            "--store",
-            "redis",
-            "--redis-url",
-            &url,
-            "--redis-command-timeout",
-            "300ms",
-        ],
+        &["--redis-command-timeout", "300ms"],
         &[],
     );
     redis.stop();
@@ -281,63 +200,6 @@ async fn test_initial_load_error() {
 }
 
 #[tokio::test]
-async fn test_unlimited_replaces() {
-    // The reference collects `replaces` before it drops unlimited limits: an unlimited rule
-    // still replaces.
-    let config = r#"
-domain: test-domain
-descriptors:
-  - key: general
-    rate_limit: {name: general, unit: minute, requests_per_unit: 1}
-  - key: vip
-    rate_limit:
-      unlimited: true
-      replaces: [{name: general}]
-"#;
-    for on in on_both_stores(&[("config.yaml", config)], &[], &[]) {
-        let s = &on.sluice;
-        for _ in 0..3 {
-            let response = ask(s, &[&[("general", "g")], &[("vip", "v")]]).await;
-            assert_eq!(
-                codes(&response),
-                (Code::Ok, vec![Code::Ok; 2]),
-                "{}",
-                on.store
-            );
-            assert_eq!(response.statuses[0].current_limit, None, "replaced");
-        }
-        let alone = ask(s, &[&[("general", "g")]]).await;
-        assert_eq!(
-            alone.statuses[0].limit_remaining, 0,
-            "not charged while replaced"
-        );
-        assert_eq!(code(&alone.statuses[0]), Code::Ok);
-    }
-}
-
-#[tokio::test]
-async fn test_unlimited() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        let response = ask(
-            s,
-            &[&[("ten", "u")], &[("free", "u")], &[("hello", "world")]],
-        )
-        .await;
-        assert_eq!(
-            codes(&response),
-            (Code::Ok, vec![Code::Ok; 3]),
-            "{}",
-            on.store
-        );
-        assert_eq!(response.statuses[0].limit_remaining, 9);
-        assert_eq!(response.statuses[1].limit_remaining, u32::MAX);
-        assert_eq!(response.statuses[1].current_limit, None);
-        assert_eq!(response.statuses[2].limit_remaining, 0);
-    }
-}
-
-#[tokio::test]
 async fn test_service_health_status() {
     use tonic_health::pb::health_check_response::ServingStatus;
     let sluice = Sluice::start(CONFIG, &[]);
@@ -373,24 +235,6 @@ async fn test_service_health_status_at_least_one_config_loaded() {
     assert_eq!(loaded.grpc_health().await, ServingStatus::Serving as i32);
 }
 
-#[tokio::test]
-async fn test_service_global_quota_mode() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[("QUOTA_MODE", "true")]) {
-        let s = &on.sluice;
-        ask(s, &[&[("one", "q")]]).await;
-        // Every limit is a quota: one over and one under is OK.
-        let some = ask(s, &[&[("one", "q")], &[("ten", "q")]]).await;
-        assert_eq!(
-            codes(&some),
-            (Code::Ok, vec![Code::OverLimit, Code::Ok]),
-            "{}",
-            on.store
-        );
-        let all = ask(s, &[&[("one", "q")]]).await;
-        assert_eq!(codes(&all), (Code::OverLimit, vec![Code::OverLimit]));
-    }
-}
-
 /// The dynamic metadata's `metadata` field as JSON (`null` when absent).
 fn passed_metadata(response: &RateLimitResponse) -> serde_json::Value {
     use envoy_types::pb::google::protobuf::value::Kind;
@@ -410,16 +254,8 @@ fn passed_metadata(response: &RateLimitResponse) -> serde_json::Value {
     }
 }
 
-const METADATA_CONFIG: &str = r#"
-domain: test-domain
-descriptors:
-  - key: a
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata: {from: a, only_a: yes}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 5}
-    metadata: {from: b, only_b: yes}
-"#;
+const METADATA_CONFIG: &str =
+    include_str!("../../fixtures/cases/reference_cases_service/metadata_config.yaml");
 
 #[tokio::test]
 async fn test_metadata_returned_for_passed_descriptors() {
@@ -459,114 +295,5 @@ async fn test_overlapping_metadata_returns_the_first_value() {
         let s = &on.sluice;
         let response = ask(s, &[&[("a", "z")], &[("b", "z")]]).await;
         assert_eq!(passed_metadata(&response)["from"], "a", "{}", on.store);
-    }
-}
-
-#[tokio::test]
-async fn test_service_per_descriptor_quota_mode() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        ask(s, &[&[("quota", "p")]]).await;
-        let over = ask(s, &[&[("quota", "p")]]).await;
-        assert_eq!(
-            codes(&over),
-            (Code::OverLimit, vec![Code::OverLimit]),
-            "every quota over: {}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_service_mixed_per_descriptor_modes() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        ask(s, &[&[("one", "m")], &[("quota", "m")]]).await;
-        // An enforced limit over denies, whatever the quotas say.
-        let over = ask(s, &[&[("one", "m")], &[("roomy", "m")]]).await;
-        assert_eq!(
-            codes(&over),
-            (Code::OverLimit, vec![Code::OverLimit, Code::Ok]),
-            "{}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_service_mixed_per_descriptor_modes_under_limit() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        let fine = ask(s, &[&[("ten", "u")], &[("roomy", "u")]]).await;
-        assert_eq!(
-            codes(&fine),
-            (Code::Ok, vec![Code::Ok, Code::Ok]),
-            "{}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_service_quota_mode_only_all_over_the_limit() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        ask(s, &[&[("quota", "o")], &[("quota2", "o")]]).await;
-        let over = ask(s, &[&[("quota", "o")], &[("quota2", "o")]]).await;
-        assert_eq!(
-            codes(&over),
-            (Code::OverLimit, vec![Code::OverLimit; 2]),
-            "{}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_service_quota_mode_only_some_over_the_limit() {
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        ask(s, &[&[("quota", "s")]]).await;
-        let some = ask(s, &[&[("quota", "s")], &[("roomy", "s")]]).await;
-        assert_eq!(
-            codes(&some),
-            (Code::Ok, vec![Code::OverLimit, Code::Ok]),
-            "{}",
-            on.store
-        );
-    }
-}
-
-#[tokio::test]
-async fn test_service_quota_mode_with_shadow_mode() {
-    let envs = [("SHADOW_MODE", "true")];
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &envs) {
-        let s = &on.sluice;
-        ask(s, &[&[("quota", "w")], &[("quota2", "w")]]).await;
-        let over = ask(s, &[&[("quota", "w")], &[("quota2", "w")]]).await;
-        assert_eq!(
-            codes(&over),
-            (Code::Ok, vec![Code::OverLimit; 2]),
-            "{}",
-            on.store
-        );
-        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 1.0);
-    }
-}
-
-#[tokio::test]
-async fn test_service_mixed_mode_with_shadow_mode() {
-    let envs = [("SHADOW_MODE", "true")];
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &envs) {
-        let s = &on.sluice;
-        ask(s, &[&[("one", "x")], &[("quota", "x")]]).await;
-        let over = ask(s, &[&[("one", "x")], &[("quota", "x")]]).await;
-        assert_eq!(
-            codes(&over),
-            (Code::Ok, vec![Code::OverLimit; 2]),
-            "{}",
-            on.store
-        );
-        assert_eq!(counter(s, "ratelimit_service_global_shadow_mode", ""), 1.0);
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod redis;
 pub mod scenario;
+pub mod stores;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -37,6 +38,29 @@ pub struct Sluice {
 }
 
 impl Sluice {
+    /// A sluice on a Redis of its own, started here, with `files`, more `args` and `envs`.
+    pub fn on_own_redis(
+        files: &[(&str, &str)],
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> (redis::RedisServer, Sluice) {
+        let redis = redis::RedisServer::start(&[]);
+        let sluice = Sluice::on_redis_url(files, &redis.url(), args, envs);
+        (redis, sluice)
+    }
+
+    /// A sluice on the Redis at `url`, with `files`, more `args` and `envs`.
+    pub fn on_redis_url(
+        files: &[(&str, &str)],
+        url: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Sluice {
+        let mut all = vec!["--store", "redis", "--redis-url", url];
+        all.extend_from_slice(args);
+        Sluice::start_with(files, &all, envs)
+    }
+
     /// Serves `config` (one YAML file) with extra command-line `args`.
     pub fn start(config: &str, args: &[&str]) -> Sluice {
         Sluice::start_with(&[("config.yaml", config)], args, &[])
@@ -262,6 +286,29 @@ pub async fn call(
         .await
         .expect("ShouldRateLimit succeeds")
         .into_inner()
+}
+
+/// Asks `domain` about one descriptor of `entries`.
+pub async fn call_one(
+    client: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> RateLimitResponse {
+    call(client, request(domain, vec![descriptor(entries)])).await
+}
+
+/// Asks `domain` about one descriptor of `entries`, `times` times; returns the last answer.
+pub async fn call_times(
+    client: &mut RateLimitServiceClient<Channel>,
+    domain: &str,
+    entries: &[(&str, &str)],
+    times: usize,
+) -> Option<RateLimitResponse> {
+    let mut last = None;
+    for _ in 0..times {
+        last = Some(call_one(client, domain, entries).await);
+    }
+    last
 }
 
 /// The status code of a descriptor status.

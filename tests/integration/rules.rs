@@ -1,0 +1,614 @@
+//! The rules of a request as tables of behaviour cases, run in this process on every store
+//! (`support::stores`: the memory store on a manual clock, Redis against a real
+//! `redis-server`): a row per case, the runner once per table. The rows are the reference's
+//! service cases (`test/service/ratelimit_test.go`: shadow and quota modes, unlimited,
+//! replaces), its metric label cases (`test/config/config_test.go`: `detailed_metric`,
+//! `value_to_metric`, the stats names' sanitising) and sluice's own rules (all-or-nothing, the
+//! reference's counting, several limits of one descriptor, debt, time passing on the manual
+//! clock).
+
+use sluice::engine::Charging;
+use sluice::proto::rate_limit_response::Code;
+use sluice::service::ServiceOptions;
+
+use crate::support::redis::RedisServer;
+use crate::support::stores::{every_store, InProcess};
+
+const OK: Code = Code::Ok;
+const OVER: Code = Code::OverLimit;
+
+/// A status's `limit_remaining` a row does not check.
+const ANY: i64 = -1;
+
+/// The reference's service config (`ratelimit_test.go`'s limits, named as there).
+const SERVICE: &str = include_str!("../fixtures/cases/rules/service.yaml");
+
+/// sluice's own rules: several limits on one descriptor, debt, the algorithms' clocks.
+const RULES: &str = include_str!("../fixtures/cases/rules/rules.yaml");
+
+/// One request of a row: milliseconds on the clock before it, its descriptors (`k=v`, with
+/// `+N` for N hits), the overall code, and each status's code and remaining.
+type Call = (u64, &'static [&'static str], Code, &'static [(Code, i64)]);
+
+/// A case: what it shows, its config, domain and service options, its calls in order, the
+/// current limit some statuses (call, status) must carry (its requests_per_unit, or none), and
+/// then the series on `/metrics` it must have counted.
+struct Case {
+    shows: &'static str,
+    config: &'static str,
+    domain: &'static str,
+    options: fn() -> ServiceOptions,
+    calls: &'static [Call],
+    limits: &'static [(usize, usize, Option<u32>)],
+    series: &'static [(&'static str, f64)],
+}
+
+fn defaults() -> ServiceOptions {
+    ServiceOptions::default()
+}
+
+fn global_shadow_mode() -> ServiceOptions {
+    ServiceOptions {
+        shadow_mode: true,
+        ..ServiceOptions::default()
+    }
+}
+
+fn global_quota_mode() -> ServiceOptions {
+    ServiceOptions {
+        quota_mode: true,
+        ..ServiceOptions::default()
+    }
+}
+
+fn every_hit() -> ServiceOptions {
+    ServiceOptions {
+        charging: Charging::EveryHit,
+        ..ServiceOptions::default()
+    }
+}
+
+/// The reference's `test/service/ratelimit_test.go`, a row per test.
+const SERVICE_CASES: &[Case] = &[
+    Case {
+        shows: "TestService: no limit is OK with nothing remaining; a limit of 1 denies its second hit",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["hello=world"], OK, &[(OK, 0)]),
+            (0, &["one=a"], OK, &[(OK, 0)]),
+            (0, &["one=a", "hello=world"], OVER, &[(OVER, 0), (OK, 0)]),
+        ],
+        limits: &[(0, 0, None)],
+        series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="test-domain",key1="one"}"#, 1.0)],
+    },
+    Case {
+        shows: "TestServiceGlobalShadowMode: the answer is OK, the statuses stay truthful",
+        config: SERVICE,
+        domain: "test-domain",
+        options: global_shadow_mode,
+        calls: &[
+            (0, &["one=a"], OK, &[(OK, 0)]),
+            (0, &["one=a", "hello=world"], OK, &[(OVER, 0), (OK, 0)]),
+        ],
+        limits: &[],
+        series: &[("ratelimit_service_global_shadow_mode", 1.0)],
+    },
+    Case {
+        shows: "TestRuleShadowMode: a shadow rule over its limit answers OK and counts shadow_mode",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["shadow=a"], OK, &[(OK, 0)]),
+            (0, &["shadow=a", "hello=world"], OK, &[(OK, 0), (OK, 0)]),
+        ],
+        limits: &[],
+        series: &[
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="shadow"}"#, 1.0),
+            ("ratelimit_service_global_shadow_mode", 0.0),
+        ],
+    },
+    Case {
+        shows: "TestMixedRuleShadowMode: an enforced rule over denies beside a shadow rule over",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["shadow=m", "one=m"], OK, &[(OK, 0), (OK, 0)]),
+            (0, &["shadow=m", "one=m"], OVER, &[(OK, 0), (OVER, 0)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestUnlimited: an unlimited rule is OK with remaining u32::MAX and no current limit",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[(
+            0,
+            &["ten=u", "free=u", "hello=world"],
+            OK,
+            &[(OK, 9), (OK, u32::MAX as i64), (OK, 0)],
+        )],
+        limits: &[(0, 0, Some(10)), (0, 1, None), (0, 2, None)],
+        series: &[],
+    },
+    Case {
+        shows: "TestUnlimitedReplaces: an unlimited rule still replaces, so the replaced limit is never charged",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["general=g", "vip=v"], OK, &[(OK, 0), (OK, u32::MAX as i64)]),
+            (0, &["general=g", "vip=v"], OK, &[(OK, 0), (OK, u32::MAX as i64)]),
+            (0, &["general=g", "vip=v"], OK, &[(OK, 0), (OK, u32::MAX as i64)]),
+            // Alone, `general` applies: its 1 was never charged.
+            (0, &["general=g"], OK, &[(OK, 0)]),
+            (0, &["general=g"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[(0, 0, None), (1, 0, None), (2, 0, None), (3, 0, Some(1))],
+        series: &[],
+    },
+    Case {
+        shows: "TestServiceGlobalQuotaMode: every limit a quota, one over and one under is OK",
+        config: SERVICE,
+        domain: "test-domain",
+        options: global_quota_mode,
+        calls: &[
+            (0, &["one=q"], OK, &[(OK, 0)]),
+            (0, &["one=q", "ten=q"], OK, &[(OVER, 0), (OK, 9)]),
+            (0, &["one=q"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestServicePerDescriptorQuotaMode: every quota over denies",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["quota=p"], OK, &[(OK, 0)]),
+            (0, &["quota=p"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestServiceMixedPerDescriptorModes: an enforced limit over denies, whatever the quotas say",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["one=m", "quota=m"], OK, &[(OK, 0), (OK, 0)]),
+            // The request is denied, so `roomy` is not charged (sluice's all-or-nothing).
+            (0, &["one=m", "roomy=m"], OVER, &[(OVER, 0), (OK, 100)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestServiceMixedPerDescriptorModesUnderLimit: all under is OK",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[(0, &["ten=u", "roomy=u"], OK, &[(OK, 9), (OK, 99)])],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestServiceQuotaModeOnlyAllOverTheLimit: two quotas over deny",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["quota=o", "quota2=o"], OK, &[(OK, 0), (OK, 0)]),
+            (0, &["quota=o", "quota2=o"], OVER, &[(OVER, 0), (OVER, 0)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestServiceQuotaModeOnlySomeOverTheLimit: one quota over beside one under is OK",
+        config: SERVICE,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["quota=s"], OK, &[(OK, 0)]),
+            (0, &["quota=s", "roomy=s"], OK, &[(OVER, 0), (OK, 99)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestServiceQuotaModeWithShadowMode: global shadow mode answers OK over every quota",
+        config: SERVICE,
+        domain: "test-domain",
+        options: global_shadow_mode,
+        calls: &[
+            (0, &["quota=w", "quota2=w"], OK, &[(OK, 0), (OK, 0)]),
+            (0, &["quota=w", "quota2=w"], OK, &[(OVER, 0), (OVER, 0)]),
+        ],
+        limits: &[],
+        series: &[("ratelimit_service_global_shadow_mode", 1.0)],
+    },
+    Case {
+        shows: "TestServiceMixedModeWithShadowMode: global shadow mode answers OK over an enforced limit",
+        config: SERVICE,
+        domain: "test-domain",
+        options: global_shadow_mode,
+        calls: &[
+            (0, &["one=x", "quota=x"], OK, &[(OK, 0), (OK, 0)]),
+            (0, &["one=x", "quota=x"], OK, &[(OVER, 0), (OVER, 0)]),
+        ],
+        limits: &[],
+        series: &[("ratelimit_service_global_shadow_mode", 1.0)],
+    },
+];
+
+/// The reference's limiter config (`test/limiter/base_limiter_test.go`'s limits).
+const LIMITER: &str = include_str!("../fixtures/cases/reference_cases_limiter/config.yaml");
+
+/// The reference's `test/limiter/base_limiter_test.go` response cases, a row per test.
+const LIMITER_CASES: &[Case] = &[
+    Case {
+        shows: "TestGetResponseStatusEmptyKey: no limit, OK with nothing remaining",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[(0, &["unknown=x"], OK, &[(OK, 0)])],
+        limits: &[(0, 0, None)],
+        series: &[],
+    },
+    Case {
+        shows: "TestGetResponseStatusOverLimit: 2 used of 5, 5 more: 2 over, 1 near (past 4)",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[
+            (0, &["five=o+2"], OK, &[(OK, 3)]),
+            (0, &["five=o+5"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[(1, 0, Some(5))],
+        series: &[
+            (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 2.0),
+            (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="five"}"#, 1.0),
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="five"}"#, 0.0),
+        ],
+    },
+    Case {
+        shows: "TestGetResponseStatusOverLimitShadowMode: the same in shadow mode is OK, and counted shadow",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[
+            (0, &["shadow=o+2"], OK, &[(OK, 3)]),
+            (0, &["shadow=o+5"], OK, &[(OK, 0)]),
+        ],
+        limits: &[],
+        series: &[
+            (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
+            (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="shadow"}"#, 1.0),
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0),
+        ],
+    },
+    Case {
+        shows: "TestGetResponseStatusBelowLimit: 6 of 10, all within, none near",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[
+            (0, &["key=value+5"], OK, &[(OK, 5)]),
+            (0, &["key=value"], OK, &[(OK, 4)]),
+        ],
+        limits: &[],
+        series: &[
+            (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key_value"}"#, 0.0),
+            (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="key_value"}"#, 6.0),
+        ],
+    },
+    Case {
+        shows: "TestGetResponseStatusBelowLimitShadowMode: within, nothing counted shadow",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[(0, &["shadow=b"], OK, &[(OK, 4)])],
+        limits: &[],
+        series: &[
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 0.0),
+            (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="shadow"}"#, 1.0),
+        ],
+    },
+];
+
+/// sluice's own rules of a request.
+const RULE_CASES: &[Case] = &[
+    Case {
+        shows: "all-or-nothing: a denied request charges none of its descriptors",
+        config: RULES,
+        domain: "rules",
+        options: defaults,
+        calls: &[
+            (0, &["five=a", "one=a"], OK, &[(OK, 4), (OK, 0)]),
+            (0, &["five=a", "one=a"], OVER, &[(OK, 4), (OVER, 0)]),
+            (0, &["five=a", "one=a"], OVER, &[(OK, 4), (OVER, 0)]),
+            // Only the first request was charged to `five`.
+            (0, &["five=a"], OK, &[(OK, 3)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "the reference's counting: every hit is charged, the admitting descriptor of a denied request too",
+        config: RULES,
+        domain: "rules",
+        options: every_hit,
+        calls: &[
+            (0, &["five=a", "one=a"], OK, &[(OK, 4), (OK, 0)]),
+            (0, &["five=a", "one=a"], OVER, &[(OK, 3), (OVER, 0)]),
+            (0, &["five=a"], OK, &[(OK, 2)]),
+        ],
+        limits: &[],
+        series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="rules",key1="one"}"#, 2.0)],
+    },
+    Case {
+        shows: "several limits of one descriptor: all must admit, a denied one charges none, and the binding one reports",
+        config: RULES,
+        domain: "rules",
+        options: defaults,
+        calls: &[
+            (0, &["both=b"], OK, &[(OK, 1)]),
+            (0, &["both=b"], OK, &[(OK, 0)]),
+            (0, &["both=b"], OVER, &[(OVER, 0)]),
+            // A second later the per-second limit has room; the hourly one has 1 left.
+            (1000, &["both=b"], OK, &[(OK, 0)]),
+            (1000, &["both=b"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "debt: a cost that does not fit is charged all the same, and the limit denies until repaid",
+        config: RULES,
+        domain: "rules",
+        options: defaults,
+        calls: &[
+            (0, &["metered=m+8"], OK, &[(OK, 2)]),
+            (0, &["metered=m+5"], OVER, &[(OVER, 0)]),
+            // 3 in debt, refilled at 1 every 6 minutes: 12 minutes on, 1 is still owed, and the
+            // denied hit is charged too (2 owed); 18 minutes later a hit of 1 fits.
+            (12 * 60_000, &["metered=m"], OVER, &[(OVER, 0)]),
+            (18 * 60_000, &["metered=m"], OK, &[(OK, 0)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+    Case {
+        shows: "a sliding log on the manual clock: 2 a second, exactly",
+        config: RULES,
+        domain: "rules",
+        options: defaults,
+        calls: &[
+            (0, &["paced=p"], OK, &[(OK, 1)]),
+            (500, &["paced=p"], OK, &[(OK, 0)]),
+            (499, &["paced=p"], OVER, &[(OVER, 0)]),
+            (1, &["paced=p"], OK, &[(OK, 0)]),
+        ],
+        limits: &[],
+        series: &[],
+    },
+];
+
+/// A metric label case: what it replays, its config and domain, the requests it sends (one
+/// descriptor each, `k=v,k2=v2`), then the total hits each series must have counted, and how
+/// many `total_hits` series there are in all.
+struct LabelCase {
+    replays: &'static str,
+    config: &'static str,
+    domain: &'static str,
+    requests: &'static [&'static str],
+    totals: &'static [(&'static str, f64)],
+    series: usize,
+}
+
+const TREE: &str = include_str!("../fixtures/cases/rules/value_to_metric_tree.yaml");
+
+/// `test/config/config_test.go`'s stats key cases, a row per test.
+const LABEL_CASES: &[LabelCase] = &[
+    LabelCase {
+        replays: "TestDetailedMetric: the runtime values name the series; IPv4 dots, `:` and `|` become `_`",
+        config: include_str!("../fixtures/cases/rules/detailed_metric.yaml"),
+        domain: "d",
+        requests: &[
+            "key1=value1,subkey1=a",
+            "key1=value1,subkey1=b",
+            "key2=x",
+            "remote_address=10.0.0.1",
+            "remote_address=a:b|c",
+        ],
+        totals: &[
+            (r#"{domain="d",key1="key1_value1",key2="subkey1_a"}"#, 1.0),
+            (r#"{domain="d",key1="key1_value1",key2="subkey1_b"}"#, 1.0),
+            (r#"{domain="d",key1="key2_x"}"#, 1.0),
+            (r#"{domain="d",key1="remote_address_10_0_0_1"}"#, 1.0),
+            (r#"{domain="d",key1="remote_address_a_b_c"}"#, 1.0),
+        ],
+        series: 5,
+    },
+    LabelCase {
+        replays: "TestValueToMetric_UsesRuntimeValuesInStats (and FullKeyMatchesStatsKey: one series, the path the limit was found by)",
+        config: TREE,
+        domain: "domain",
+        requests: &["route=draw,http_method=GET,subject_id=123"],
+        totals: &[(r#"{domain="domain",key1="route_draw",key2="http_method_GET"}"#, 1.0)],
+        series: 1,
+    },
+    LabelCase {
+        replays: "TestValueToMetric_DefaultKeyIncludesValueAtThatLevel, _MidLevelOnly, _NoFlagUnchanged",
+        config: include_str!("../fixtures/cases/rules/value_to_metric_levels.yaml"),
+        domain: "domain",
+        requests: &["k1=A,k2=foo", "m1=X,m2=Y,m3=Z", "n1=X,n2=Y"],
+        totals: &[
+            (r#"{domain="domain",key1="k1_A",key2="k2"}"#, 1.0),
+            (r#"{domain="domain",key1="m1",key2="m2_Y"}"#, 1.0),
+            (r#"{domain="domain",key1="n1",key2="n2"}"#, 1.0),
+        ],
+        series: 3,
+    },
+    LabelCase {
+        replays: "TestValueToMetric_DoesNotOverrideDetailedMetric: the detailed key is the one counted",
+        config: include_str!("../fixtures/cases/rules/value_to_metric_tree_detailed.yaml"),
+        domain: "domain",
+        requests: &["route=draw,http_method=GET,subject_id=123"],
+        totals: &[(r#"{domain="domain",key1="route_draw",key2="http_method_GET"}"#, 1.0)],
+        series: 1,
+    },
+    LabelCase {
+        replays: "TestValueToMetric_WithConfiguredValues: a configured value and a runtime one",
+        config: include_str!("../fixtures/cases/rules/value_to_metric_with_configured_values.yaml"),
+        domain: "domain",
+        requests: &[
+            "route=api,http_method=GET,subject_id=user123",
+            "route=api,http_method=POST,subject_id=user456",
+        ],
+        totals: &[
+            (r#"{domain="domain",key1="route_api",key2="http_method_GET"}"#, 1.0),
+            (r#"{domain="domain",key1="route_api",key2="http_method_POST"}"#, 1.0),
+        ],
+        series: 2,
+    },
+    LabelCase {
+        replays: "TestValueToMetric_WithWildcard: the runtime value, not the pattern",
+        config: include_str!("../fixtures/cases/rules/value_to_metric_with_wildcard.yaml"),
+        domain: "domain",
+        requests: &[
+            "user=alice,action=readfile,resource=documents",
+            "user=bob,action=readdata,resource=database",
+        ],
+        totals: &[
+            (r#"{domain="domain",key1="user_alice",key2="action_readfile"}"#, 1.0),
+            (r#"{domain="domain",key1="user_bob",key2="action_readdata"}"#, 1.0),
+        ],
+        series: 2,
+    },
+    LabelCase {
+        replays: "TestValueToMetric_WithEmptyValue: an empty value leaves the key alone",
+        config: TREE,
+        domain: "domain",
+        requests: &["route=,http_method=GET,subject_id=123", "route=draw,http_method=,subject_id=123"],
+        totals: &[
+            (r#"{domain="domain",key1="route",key2="http_method_GET"}"#, 1.0),
+            (r#"{domain="domain",key1="route_draw",key2="http_method"}"#, 1.0),
+        ],
+        series: 2,
+    },
+];
+
+/// Runs `case` on `on`: its requests, then its series.
+async fn run_labels(case: &LabelCase, on: &InProcess) {
+    for request in case.requests {
+        on.ask(case.domain, &[request]).await;
+    }
+    const TOTAL: &str = "ratelimit_service_rate_limit_total_hits";
+    for (labels, value) in case.totals {
+        let series = format!("{TOTAL}{labels}");
+        assert_eq!(
+            on.series(&series),
+            *value,
+            "{} on {}: {series}",
+            case.replays,
+            on.store
+        );
+    }
+    let text = on.metrics.render();
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{TOTAL}{{")))
+        .count();
+    assert_eq!(
+        series, case.series,
+        "{} on {}: {text}",
+        case.replays, on.store
+    );
+}
+
+#[test]
+fn the_reference_metric_label_cases_on_every_store() {
+    let redis = RedisServer::start(&[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        for case in LABEL_CASES {
+            for on in every_store(&redis.url(), case.config, &ServiceOptions::default()).await {
+                run_labels(case, &on).await;
+            }
+        }
+    });
+}
+
+/// Runs `case` on `on`; panics naming the case, the store and the call.
+async fn run(case: &Case, on: &InProcess) {
+    for (index, (after_ms, descriptors, overall, statuses)) in case.calls.iter().enumerate() {
+        on.clock.advance(after_ms * 1000);
+        let response = on.ask(case.domain, descriptors).await;
+        let got: Vec<(Code, i64)> = response
+            .statuses
+            .iter()
+            .zip(statuses.iter())
+            .map(|(status, &(_, remaining))| {
+                let got = i64::from(status.limit_remaining);
+                (status.code(), if remaining == ANY { ANY } else { got })
+            })
+            .collect();
+        let place = format!(
+            "{} on {}, call {index} {descriptors:?}",
+            case.shows, on.store
+        );
+        assert_eq!(response.overall_code(), *overall, "{place}");
+        assert_eq!(got, *statuses, "{place}");
+        for &(_, status, limit) in case.limits.iter().filter(|(call, ..)| *call == index) {
+            let got = response.statuses[status].current_limit.as_ref();
+            let got = got.map(|l| l.requests_per_unit);
+            assert_eq!(got, limit, "{place}: the current limit of status {status}");
+        }
+    }
+    for (series, value) in case.series {
+        assert_eq!(
+            on.series(series),
+            *value,
+            "{} on {}: {series}",
+            case.shows,
+            on.store
+        );
+    }
+}
+
+/// Every row of `cases` on every store.
+fn run_all(cases: &[Case]) {
+    let redis = RedisServer::start(&[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        for case in cases {
+            for on in every_store(&redis.url(), case.config, &(case.options)()).await {
+                run(case, &on).await;
+            }
+        }
+    });
+}
+
+#[test]
+fn the_reference_service_cases_on_every_store() {
+    run_all(SERVICE_CASES);
+}
+
+#[test]
+fn the_reference_limiter_cases_on_every_store() {
+    run_all(LIMITER_CASES);
+}
+
+#[test]
+fn the_rules_of_a_request_on_every_store() {
+    run_all(RULE_CASES);
+}

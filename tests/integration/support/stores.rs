@@ -1,0 +1,152 @@
+//! Every store in this process, on one manual clock: the memory store, and Redis (a real
+//! `redis-server` the caller started), each under the service exactly as the server runs it
+//! (`RateLimiter` with its metrics). The tables of behaviour cases run on these, row by row,
+//! as Limitador's `test_with_all_storage_impls!` runs its cases on every storage.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use sluice::config::{self, LoadOptions};
+use sluice::metrics::Metrics;
+use sluice::proto::rate_limit_descriptor::Entry;
+use sluice::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use sluice::service::{RateLimiter, ServiceOptions};
+use sluice::store::any::AnyStore;
+use sluice::store::memory::MemoryStore;
+use sluice::store::redis::{
+    Pipelining, RedisKind, RedisStore, RedisTarget, RedisTargets, TimeSource,
+};
+use sluice::store::ManualClock;
+
+/// Where the manual clocks start: a time well inside a day, an hour and a minute.
+pub const START_US: u64 = 1_700_000_000_123_456;
+
+/// The Redis store on `url`, under `prefix`, reading `clock` (the scripts take sluice's time).
+pub async fn redis_store(url: &str, prefix: String, clock: Arc<ManualClock>) -> RedisStore {
+    let target = RedisTarget {
+        kind: RedisKind::Single,
+        urls: vec![url.to_string()],
+        sentinel_master: None,
+        primary_auth: None,
+        tls_ca_file: None,
+        tls_client: None,
+        connect_timeout: Duration::from_secs(2),
+        command_timeout: Duration::from_secs(5),
+        pipelining: Pipelining::default(),
+    };
+    let targets = RedisTargets {
+        main: &target,
+        per_second: None,
+    };
+    RedisStore::connect(
+        targets,
+        Duration::from_secs(5),
+        prefix,
+        TimeSource::Sluice,
+        clock,
+    )
+    .await
+    .expect("connect to the test Redis")
+}
+
+/// A key prefix no other case on the same Redis has.
+fn unique_prefix() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("case{}_", NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+/// The service on one store, with its clock and its metrics.
+pub struct InProcess {
+    pub store: &'static str,
+    pub limiter: RateLimiter<AnyStore>,
+    pub clock: Arc<ManualClock>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl InProcess {
+    /// Asks `domain` about `descriptors` (`k=v,k2=v2` each) as one request.
+    pub async fn ask(&self, domain: &str, descriptors: &[&str]) -> RateLimitResponse {
+        let request = RateLimitRequest {
+            domain: domain.to_string(),
+            descriptors: descriptors.iter().map(|d| parsed(d)).collect(),
+            hits_addend: 0,
+        };
+        self.limiter
+            .decide(&request)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {descriptors:?}: {e}", self.store))
+    }
+
+    /// The value of the series `name_and_labels` on `/metrics`; 0 when absent.
+    pub fn series(&self, name_and_labels: &str) -> f64 {
+        super::series(&self.metrics.render(), name_and_labels).unwrap_or(0.0)
+    }
+}
+
+/// `k=v,k2=v2` (an entry without `=` has an empty value) as a descriptor; a trailing
+/// `+N` sets its hits (`k=v+3`).
+fn parsed(text: &str) -> RateLimitDescriptor {
+    let (entries, hits) = match text.rsplit_once('+') {
+        Some((entries, hits)) => (entries, Some(hits.parse().expect("hits"))),
+        None => (text, None),
+    };
+    RateLimitDescriptor {
+        entries: entries
+            .split(',')
+            .map(|entry| {
+                let (key, value) = entry.split_once('=').unwrap_or((entry, ""));
+                Entry {
+                    key: key.to_string(),
+                    value: value.to_string(),
+                }
+            })
+            .collect(),
+        hits_addend: hits,
+        ..Default::default()
+    }
+}
+
+/// The service with `config` (YAML) and `options` on every store: the memory store, and Redis
+/// at `redis_url` under a prefix of its own; each on its own clock at `START_US`.
+pub async fn every_store(
+    redis_url: &str,
+    config: &str,
+    options: &ServiceOptions,
+) -> Vec<InProcess> {
+    let config = config::load_str("case.yaml", config, LoadOptions::default())
+        .unwrap_or_else(|e| panic!("the case's config: {e}"));
+    let config = Arc::new(ArcSwap::from_pointee(config));
+    let memory_clock = Arc::new(ManualClock::at(START_US));
+    let redis_clock = Arc::new(ManualClock::at(START_US));
+    let stores = [
+        (
+            "memory",
+            AnyStore::Memory(MemoryStore::new(10_000, memory_clock.clone())),
+            memory_clock,
+        ),
+        (
+            "redis",
+            AnyStore::Redis(redis_store(redis_url, unique_prefix(), redis_clock.clone()).await),
+            redis_clock,
+        ),
+    ];
+    stores
+        .into_iter()
+        .map(|(name, store, clock)| {
+            let metrics = Arc::new(Metrics::new(0.8, 10_000));
+            InProcess {
+                store: name,
+                limiter: RateLimiter::new(
+                    config.clone(),
+                    Arc::new(store),
+                    options.clone(),
+                    metrics.clone(),
+                ),
+                clock,
+                metrics,
+            }
+        })
+        .collect()
+}
