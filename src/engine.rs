@@ -248,10 +248,8 @@ mod tests {
 
     #[test]
     fn the_reference_counting_charges_every_hit_and_a_key_keeps_its_last_state() {
-        let hits = [
-            hit(1, 1, 1, Role::Enforced, false),
-            hit(1, 1, 1, Role::Enforced, false),
-        ];
+        // Two hits of cost 1 on one key of limit 1.
+        let hits = vec![hit(1, 1, 1, Role::Enforced, false); 2];
         let plan = decide(&hits, &[1u8, 1], Charging::EveryHit, 0, |_| None);
         assert_eq!(plan.writes.len(), 1);
         assert_eq!(plan.writes[0].hit, 1);

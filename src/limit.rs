@@ -270,9 +270,8 @@ mod tests {
 
     #[test]
     fn seconds_round_up() {
-        assert_eq!(ceil_seconds(0), 0);
-        assert_eq!(ceil_seconds(1), 1);
-        assert_eq!(ceil_seconds(1_000_000), 1);
-        assert_eq!(ceil_seconds(1_000_001), 2);
+        for (us, seconds) in [(0, 0), (1, 1), (1_000_000, 1), (1_000_001, 2)] {
+            assert_eq!(ceil_seconds(us), seconds, "{us} µs");
+        }
     }
 }

@@ -197,19 +197,18 @@ fn run_simulation(args: &SimulateArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Parses each of `texts` with `parse`, the first error as its message.
+fn parse_all<T, E: std::fmt::Display>(
+    texts: &[String],
+    parse: impl Fn(&str) -> Result<T, E>,
+) -> Result<Vec<T>, String> {
+    texts
+        .iter()
+        .map(|text| parse(text).map_err(|e| e.to_string()))
+        .collect()
+}
+
 fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
-    let descriptors = args
-        .descriptor
-        .iter()
-        .map(|d| simulate::parse_descriptor(d))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    let bursts = args
-        .burst_at
-        .iter()
-        .map(|b| traffic::parse_burst(b))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
     let bucket_us = match &args.bucket {
         Some(bucket) => Some(traffic::parse_duration_us(bucket).map_err(|e| e.to_string())?),
         None => None,
@@ -221,18 +220,13 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
             debt: args.debt,
         },
         domain: args.domain.clone(),
-        descriptors,
+        descriptors: parse_all(&args.descriptor, simulate::parse_descriptor)?,
         together: args.together,
         cost: args.cost,
-        reports: args
-            .report_at
-            .iter()
-            .map(|r| traffic::parse_burst(r))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?,
+        reports: parse_all(&args.report_at, traffic::parse_burst)?,
         traffic: Traffic {
             rate: traffic::parse_rate(&args.rate).map_err(|e| e.to_string())?,
-            bursts,
+            bursts: parse_all(&args.burst_at, traffic::parse_burst)?,
             duration_us: traffic::parse_duration_us(&args.duration).map_err(|e| e.to_string())?,
         },
         bucket_us,

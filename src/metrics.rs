@@ -349,63 +349,35 @@ mod tests {
     }
 
     /// The reference's base limiter cases (test/limiter/base_limiter_test.go, and the
-    /// near-limit cases of its Redis tests): limit 10, threshold 8.
+    /// near-limit cases of its Redis tests): limit 10, threshold 8. A row: the hits, whether
+    /// admitted, what remained, shadow mode, then within, near, over and shadow.
     #[test]
     fn hits_split_into_within_near_over_as_the_reference_splits_them() {
-        let split = |o: &LimitOutcome| split_hits(o, 0.8);
-        // 5 -> 6 of 10: within only.
-        assert_eq!(
-            split(&outcome(10, 1, true, 4)),
-            SplitHits {
-                within: 1,
-                ..Default::default()
-            }
-        );
-        // 7 -> 10 with 3 hits: two past the threshold of 8 are near.
-        assert_eq!(
-            split(&outcome(10, 3, true, 0)),
-            SplitHits {
-                within: 3,
-                near: 2,
-                ..Default::default()
-            }
-        );
-        // 9 -> 10: all near.
-        assert_eq!(
-            split(&outcome(10, 1, true, 0)),
-            SplitHits {
-                within: 1,
-                near: 1,
-                ..Default::default()
-            }
-        );
-        // 7 used, 6 hits denied: 3 over (11..13), 2 near (9..10 past max(8, 7)).
-        assert_eq!(
-            split(&outcome(10, 6, false, 3)),
-            SplitHits {
-                over: 3,
-                near: 2,
-                ..Default::default()
-            }
-        );
-        // Already at the limit: every hit over.
-        assert_eq!(
-            split(&outcome(10, 4, false, 0)),
-            SplitHits {
-                over: 4,
-                ..Default::default()
-            }
-        );
-        let mut shadow = outcome(10, 4, false, 0);
-        shadow.shadow_mode = true;
-        assert_eq!(
-            split(&shadow),
-            SplitHits {
-                over: 4,
-                shadow: 4,
-                ..Default::default()
-            }
-        );
+        let cases: [(u64, bool, u32, bool, [u64; 4]); 6] = [
+            // 5 -> 6 of 10: within only.
+            (1, true, 4, false, [1, 0, 0, 0]),
+            // 7 -> 10 with 3 hits: two past the threshold of 8 are near.
+            (3, true, 0, false, [3, 2, 0, 0]),
+            // 9 -> 10: all near.
+            (1, true, 0, false, [1, 1, 0, 0]),
+            // 7 used, 6 hits denied: 3 over (11..13), 2 near (9..10 past max(8, 7)).
+            (6, false, 3, false, [0, 2, 3, 0]),
+            // Already at the limit: every hit over.
+            (4, false, 0, false, [0, 0, 4, 0]),
+            // The same in shadow mode: over, and shadow.
+            (4, false, 0, true, [0, 0, 4, 4]),
+        ];
+        for (cost, admitted, remaining, shadow_mode, [within, near, over, shadow]) in cases {
+            let mut outcome = outcome(10, cost, admitted, remaining);
+            outcome.shadow_mode = shadow_mode;
+            let expected = SplitHits {
+                within,
+                near,
+                over,
+                shadow,
+            };
+            assert_eq!(split_hits(&outcome, 0.8), expected, "{outcome:?}");
+        }
     }
 
     #[test]

@@ -537,39 +537,8 @@ fn blocked(rate: &Rate, cost: u64) -> Decision {
     }
 }
 
-/// Helpers for the algorithms' vector tables.
 #[cfg(test)]
-pub(crate) mod vectors {
-    use super::*;
-    use crate::limit::{Limit, Unit};
-
-    /// A second, in µs.
-    pub const S: u64 = 1_000_000;
-
-    /// A limit of `requests` per second counted by `algorithm`, with `burst`.
-    pub fn per_second(algorithm: Algorithm, requests: u32, burst: Option<u32>) -> Limit {
-        Limit::new(
-            Counting::of(algorithm).with_burst(burst),
-            requests,
-            Unit::Second,
-        )
-    }
-
-    /// Runs (time in µs, cost) on a fresh key; returns (admitted, remaining, reset, retry).
-    pub fn run(limit: Limit, hits: &[(u64, u64)]) -> Vec<(bool, u32, u64, u64)> {
-        let mut state: Option<State> = None;
-        hits.iter()
-            .map(|&(now, cost)| {
-                let outcome = limit.decide(state.as_ref(), cost, now);
-                if let Some((new_state, _)) = outcome.new_state {
-                    state = Some(new_state);
-                }
-                let d = outcome.decision;
-                (d.admitted, d.remaining, d.reset_after_us, d.retry_after_us)
-            })
-            .collect()
-    }
-}
+pub(crate) mod vectors;
 
 #[cfg(test)]
 mod tests {

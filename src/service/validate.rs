@@ -34,26 +34,25 @@ pub fn validate_request(
     request: &RateLimitRequest,
     bounds: &RequestBounds,
 ) -> Result<(), DecisionError> {
-    if request.domain.is_empty() {
-        return invalid("domain", "must not be empty");
+    for (field, size, bound, unit) in [
+        (
+            "domain",
+            request.domain.len(),
+            bounds.max_value_bytes,
+            "bytes",
+        ),
+        (
+            "descriptors",
+            request.descriptors.len(),
+            bounds.max_descriptors,
+            "descriptors",
+        ),
+    ] {
+        if size == 0 {
+            return invalid(field, "must not be empty");
+        }
+        check_size(|| field.into(), size, bound, unit)?;
     }
-    let domain_bytes = request.domain.len();
-    check_size(
-        || "domain".into(),
-        domain_bytes,
-        bounds.max_value_bytes,
-        "bytes",
-    )?;
-    if request.descriptors.is_empty() {
-        return invalid("descriptors", "must not be empty");
-    }
-    let count = request.descriptors.len();
-    check_size(
-        || "descriptors".into(),
-        count,
-        bounds.max_descriptors,
-        "descriptors",
-    )?;
     for (index, descriptor) in request.descriptors.iter().enumerate() {
         // A descriptor without entries, or an entry with an empty key, matches no limit and
         // is answered OK, as the reference answers it.

@@ -31,24 +31,21 @@ impl Mogrifier {
     /// error names the variable, as the reference's do.
     pub fn from_vars(key: &str, var: impl Fn(&str) -> Option<String>) -> Result<Mogrifier, String> {
         let name_of = |part: &str| format!("DOG_STATSD_MOGRIFIER_{key}_{part}");
-        let pattern = var(&name_of("PATTERN"))
-            .filter(|p| !p.is_empty())
-            .ok_or_else(|| {
-                format!(
-                    "no PATTERN specified for mogrifier {key} ({})",
-                    name_of("PATTERN")
-                )
-            })?;
+        // A variable that must be set and not empty.
+        let required = |part: &str| {
+            var(&name_of(part))
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    format!(
+                        "no {part} specified for mogrifier {key} ({})",
+                        name_of(part)
+                    )
+                })
+        };
+        let pattern = required("PATTERN")?;
         let pattern = Regex::new(&pattern)
             .map_err(|e| format!("failed to compile pattern for {key}: {pattern}: {e}"))?;
-        let name = var(&name_of("NAME"))
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| {
-                format!(
-                    "no NAME specified for mogrifier {key} ({})",
-                    name_of("NAME")
-                )
-            })?;
+        let name = required("NAME")?;
         let mut tags = Vec::new();
         for entry in var(&name_of("TAGS")).unwrap_or_default().split(',') {
             let entry = entry.trim();

@@ -226,6 +226,16 @@ mod tests {
     use crate::store::memory::MemoryStore;
     use crate::store::ManualClock;
 
+    /// Charges `hit` alone `times` times.
+    async fn charge_times<S: Store>(store: &S, hit: &Hit, charging: Charging, times: usize) {
+        for _ in 0..times {
+            store
+                .charge(std::slice::from_ref(hit), charging)
+                .await
+                .expect("the store decides");
+        }
+    }
+
     fn hit(cost: u64) -> Hit {
         Hit {
             key: "k".into(),
@@ -257,21 +267,11 @@ mod tests {
         assert_eq!(local[0].retry_after_us, 500_000);
         assert_eq!(store.cache_hits(), 2);
         // Cost 0 reads go to the store; at the window's end the key is asked again.
-        assert!(
-            store
-                .charge(&[hit(0)], Charging::AllOrNothing)
-                .await
-                .unwrap()[0]
-                .admitted
-        );
-        clock.set(11_000_000);
-        assert!(
-            store
-                .charge(&[hit(1)], Charging::AllOrNothing)
-                .await
-                .unwrap()[0]
-                .admitted
-        );
+        for (now_us, cost) in [(10_500_000, 0), (11_000_000, 1)] {
+            clock.set(now_us);
+            let decided = store.charge(&[hit(cost)], Charging::AllOrNothing).await;
+            assert!(decided.unwrap()[0].admitted, "cost {cost} at {now_us}");
+        }
         assert_eq!(store.cache_hits(), 2);
     }
 
@@ -298,12 +298,7 @@ mod tests {
         let mut bucket = hit(1);
         bucket.key = "bucket".into();
         bucket.limit.counting = crate::limit::Counting::of(crate::limit::Algorithm::TokenBucket);
-        for _ in 0..5 {
-            store
-                .charge(std::slice::from_ref(&bucket), Charging::EveryHit)
-                .await
-                .unwrap();
-        }
+        charge_times(&store, &bucket, Charging::EveryHit, 5).await;
         assert_eq!(store.cache_hits(), 1, "no bucket hit was answered here");
     }
 
@@ -314,12 +309,7 @@ mod tests {
             WithLocalCache::new(MemoryStore::new(100, clock.clone()), 1 << 20, clock.clone());
         let mut report = hit(1);
         report.limit.debt = true;
-        for _ in 0..5 {
-            store
-                .charge(std::slice::from_ref(&report), Charging::AllOrNothing)
-                .await
-                .unwrap();
-        }
+        charge_times(&store, &report, Charging::AllOrNothing, 5).await;
         assert_eq!(store.cache_hits(), 0, "every report reaches the store");
         // 5 charged in a window of 2: 3 in debt, so the next two windows are spent too.
         clock.set(11_000_000);

@@ -149,12 +149,17 @@ mod tests {
 
     #[test]
     fn blocks_round_up_to_the_allocators_size_classes() {
-        assert_eq!(allocated(0), 0);
-        assert_eq!(allocated(1), 8);
-        assert_eq!(allocated(64), 64);
-        assert_eq!(allocated(65), 80);
-        assert_eq!(allocated(129), 160);
-        assert_eq!(allocated(80_008), 81_920);
+        let classes = [
+            (0, 0),
+            (1, 8),
+            (64, 64),
+            (65, 80),
+            (129, 160),
+            (80_008, 81_920),
+        ];
+        for (bytes, class) in classes {
+            assert_eq!(allocated(bytes), class, "{bytes} bytes");
+        }
         for bytes in 1..100_000 {
             let block = allocated(bytes);
             assert!(

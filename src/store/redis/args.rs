@@ -146,51 +146,28 @@ mod tests {
 
     #[test]
     fn the_arguments_are_sent_in_order_absent_ones_empty() {
-        let mut call = Cmd::new();
-        args().append_to(&mut call);
+        let sent_of = |args: ScriptArgs| {
+            let mut call = Cmd::new();
+            args.append_to(&mut call);
+            sent(&call).join(" ")
+        };
         assert_eq!(
-            sent(&call),
-            [
-                "token_bucket",
-                "10",
-                "60000000",
-                "1",
-                "10",
-                "5",
-                "n-1",
-                "quota",
-                "1",
-                "3",
-                "60000000",
-                "3"
-            ]
+            sent_of(args()),
+            "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 60000000 3"
         );
-        let mut call = Cmd::new();
-        ScriptArgs {
+        let plain = ScriptArgs {
             now_us: None,
             nonce: None,
             role: Role::Enforced,
             debt: false,
             group: 0,
+            own_count: 0,
             ..args()
-        }
-        .append_to(&mut call);
+        };
+        // The empty now_us and nonce are two spaces each.
         assert_eq!(
-            sent(&call),
-            [
-                "token_bucket",
-                "10",
-                "60000000",
-                "1",
-                "10",
-                "",
-                "",
-                "enforced",
-                "0",
-                "0",
-                "60000000",
-                "3"
-            ]
+            sent_of(plain),
+            "token_bucket 10 60000000 1 10   enforced 0 0"
         );
     }
 }
