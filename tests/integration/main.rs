@@ -6,7 +6,6 @@ mod support;
 
 mod accounting;
 mod algorithm_properties;
-mod algorithms_live;
 mod cli;
 mod concurrency;
 mod config_compat;

@@ -31,8 +31,9 @@ const RULES: &str = include_str!("../fixtures/cases/rules/rules.yaml");
 type Call = (u64, &'static [&'static str], Code, &'static [(Code, i64)]);
 
 /// A case: what it shows, its config, domain and service options, its calls in order, the
-/// current limit some statuses (call, status) must carry (its requests_per_unit, or none), and
-/// then the series on `/metrics` it must have counted.
+/// current limit some statuses (call, status) must carry (its requests_per_unit, or none), the
+/// `duration_until_reset` in seconds some must carry, and then the series on `/metrics` it must
+/// have counted.
 struct Case {
     shows: &'static str,
     config: &'static str,
@@ -40,6 +41,7 @@ struct Case {
     options: fn() -> ServiceOptions,
     calls: &'static [Call],
     limits: &'static [(usize, usize, Option<u32>)],
+    resets: &'static [(usize, usize, i64)],
     series: &'static [(&'static str, f64)],
 }
 
@@ -81,6 +83,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=a", "hello=world"], OVER, &[(OVER, 0), (OK, 0)]),
         ],
         limits: &[(0, 0, None)],
+        resets: &[],
         series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="test-domain",key1="one"}"#, 1.0)],
     },
     Case {
@@ -93,6 +96,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=a", "hello=world"], OK, &[(OVER, 0), (OK, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
     Case {
@@ -105,6 +109,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["shadow=a", "hello=world"], OK, &[(OK, 0), (OK, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="shadow"}"#, 1.0),
             ("ratelimit_service_global_shadow_mode", 0.0),
@@ -120,6 +125,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["shadow=m", "one=m"], OVER, &[(OK, 0), (OVER, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -134,6 +140,7 @@ const SERVICE_CASES: &[Case] = &[
             &[(OK, 9), (OK, u32::MAX as i64), (OK, 0)],
         )],
         limits: &[(0, 0, Some(10)), (0, 1, None), (0, 2, None)],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -150,6 +157,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["general=g"], OVER, &[(OVER, 0)]),
         ],
         limits: &[(0, 0, None), (1, 0, None), (2, 0, None), (3, 0, Some(1))],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -163,6 +171,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=q"], OVER, &[(OVER, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -175,6 +184,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["quota=p"], OVER, &[(OVER, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -188,6 +198,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=m", "roomy=m"], OVER, &[(OVER, 0), (OK, 100)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -197,6 +208,7 @@ const SERVICE_CASES: &[Case] = &[
         options: defaults,
         calls: &[(0, &["ten=u", "roomy=u"], OK, &[(OK, 9), (OK, 99)])],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -209,6 +221,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["quota=o", "quota2=o"], OVER, &[(OVER, 0), (OVER, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -221,6 +234,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["quota=s", "roomy=s"], OK, &[(OVER, 0), (OK, 99)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -233,6 +247,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["quota=w", "quota2=w"], OK, &[(OVER, 0), (OVER, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
     Case {
@@ -245,6 +260,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=x", "quota=x"], OK, &[(OVER, 0), (OVER, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
 ];
@@ -261,6 +277,7 @@ const LIMITER_CASES: &[Case] = &[
         options: defaults,
         calls: &[(0, &["unknown=x"], OK, &[(OK, 0)])],
         limits: &[(0, 0, None)],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -273,6 +290,7 @@ const LIMITER_CASES: &[Case] = &[
             (0, &["five=o+5"], OVER, &[(OVER, 0)]),
         ],
         limits: &[(1, 0, Some(5))],
+        resets: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="five"}"#, 1.0),
@@ -289,6 +307,7 @@ const LIMITER_CASES: &[Case] = &[
             (0, &["shadow=o+5"], OK, &[(OK, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="shadow"}"#, 1.0),
@@ -305,10 +324,25 @@ const LIMITER_CASES: &[Case] = &[
             (0, &["key=value"], OK, &[(OK, 4)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key_value"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="key_value"}"#, 6.0),
         ],
+    },
+    Case {
+        shows: "TestBasicConfig (integration): duration_until_reset counts down to the day's end",
+        config: ANOTHER,
+        domain: "another",
+        options: defaults,
+        // The clock starts 80,000.123456 s into a day: 6,399.88 s left, told as 6,400.
+        calls: &[
+            (0, &["key4=durTest"], OK, &[(OK, 19)]),
+            (2100, &["key4=durTest"], OK, &[(OK, 18)]),
+        ],
+        limits: &[],
+        resets: &[(0, 0, 6400), (1, 0, 6398)],
+        series: &[],
     },
     Case {
         shows: "TestGetResponseStatusBelowLimitShadowMode: within, nothing counted shadow",
@@ -317,12 +351,86 @@ const LIMITER_CASES: &[Case] = &[
         options: defaults,
         calls: &[(0, &["shadow=b"], OK, &[(OK, 4)])],
         limits: &[],
+        resets: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="shadow"}"#, 1.0),
         ],
     },
 ];
+
+/// Each algorithm on the manual clock, with short periods: the behaviour that tells them apart.
+const ALGORITHMS: &str = include_str!("../fixtures/cases/rules/algorithms.yaml");
+
+/// The algorithms' behaviour through the service, exactly on the manual clock (which starts
+/// 0.123456 s into a second).
+const ALGORITHM_CASES: &[Case] = &[
+    Case {
+        shows: "token bucket: a burst of 5, then refilled at 10 a second (3.5 tokens in 0.35 s)",
+        config: ALGORITHMS,
+        domain: "algo",
+        options: defaults,
+        calls: &[
+            (0, &["token=v"], OK, &[(OK, 4)]),
+            (0, &["token=v"], OK, &[(OK, 3)]),
+            (0, &["token=v"], OK, &[(OK, 2)]),
+            (0, &["token=v"], OK, &[(OK, 1)]),
+            (0, &["token=v"], OK, &[(OK, 0)]),
+            (0, &["token=v"], OVER, &[(OVER, 0)]),
+            (350, &["token=v"], OK, &[(OK, 2)]),
+            (0, &["token=v"], OK, &[(OK, 1)]),
+            (0, &["token=v"], OK, &[(OK, 0)]),
+            (0, &["token=v"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        // The next token comes in 0.1 s: rounded up to a whole second.
+        resets: &[(5, 0, 1)],
+        series: &[],
+    },
+    Case {
+        shows: "leaky bucket: 5 a second paces one request every 0.2 s",
+        config: ALGORITHMS,
+        domain: "algo",
+        options: defaults,
+        calls: &[
+            (0, &["leaky=v"], OK, &[(OK, 0)]),
+            (0, &["leaky=v"], OVER, &[(OVER, 0)]),
+            (250, &["leaky=v"], OK, &[(OK, 0)]),
+            (0, &["leaky=v"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        resets: &[],
+        series: &[],
+    },
+    Case {
+        shows: "sliding windows reject across a fixed window's boundary; the counter weighs the last window by its overlap",
+        config: ALGORITHMS,
+        domain: "algo",
+        options: defaults,
+        calls: &[
+            // 0.70 into a second: 4 each.
+            (577, &["fixed=v+4", "log=v+4", "counter=v+4"], OK, &[(OK, 0), (OK, 0), (OK, 0)]),
+            // 0.10 into the next: a fresh fixed window; the sliding ones still see the four
+            // (the counter 4 x 0.9 + 1 = 4.6 > 4).
+            (400, &["fixed=v"], OK, &[(OK, 3)]),
+            (0, &["log=v"], OVER, &[(OVER, 0)]),
+            (0, &["counter=v"], OVER, &[(OVER, 0)]),
+            // Half-way: the counter weighs 4 x 0.45 = 1.8, so 2 more fit, not 3; the log frees
+            // all at 1.70.
+            (450, &["counter=v"], OK, &[(OK, ANY)]),
+            (0, &["counter=v"], OK, &[(OK, ANY)]),
+            (0, &["counter=v"], OVER, &[(OVER, 0)]),
+            (0, &["log=v"], OVER, &[(OVER, 0)]),
+            (400, &["log=v"], OK, &[(OK, 3)]),
+        ],
+        limits: &[],
+        resets: &[],
+        series: &[],
+    },
+];
+
+/// The reference's integration config's second file (`another`).
+const ANOTHER: &str = include_str!("../fixtures/cases/reference_cases_integration/another.yaml");
 
 /// sluice's own rules of a request.
 const RULE_CASES: &[Case] = &[
@@ -339,6 +447,7 @@ const RULE_CASES: &[Case] = &[
             (0, &["five=a"], OK, &[(OK, 3)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -352,6 +461,7 @@ const RULE_CASES: &[Case] = &[
             (0, &["five=a"], OK, &[(OK, 2)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="rules",key1="one"}"#, 2.0)],
     },
     Case {
@@ -368,6 +478,7 @@ const RULE_CASES: &[Case] = &[
             (1000, &["both=b"], OVER, &[(OVER, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -384,6 +495,7 @@ const RULE_CASES: &[Case] = &[
             (18 * 60_000, &["metered=m"], OK, &[(OK, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
     Case {
@@ -398,6 +510,7 @@ const RULE_CASES: &[Case] = &[
             (1, &["paced=p"], OK, &[(OK, 0)]),
         ],
         limits: &[],
+        resets: &[],
         series: &[],
     },
 ];
@@ -573,6 +686,12 @@ async fn run(case: &Case, on: &InProcess) {
             let got = got.map(|l| l.requests_per_unit);
             assert_eq!(got, limit, "{place}: the current limit of status {status}");
         }
+        for &(_, status, seconds) in case.resets.iter().filter(|(call, ..)| *call == index) {
+            let got = response.statuses[status]
+                .duration_until_reset
+                .map(|d| d.seconds);
+            assert_eq!(got, Some(seconds), "{place}: the reset of status {status}");
+        }
     }
     for (series, value) in case.series {
         assert_eq!(
@@ -606,6 +725,11 @@ fn the_reference_service_cases_on_every_store() {
 #[test]
 fn the_reference_limiter_cases_on_every_store() {
     run_all(LIMITER_CASES);
+}
+
+#[test]
+fn each_algorithm_on_the_manual_clock_on_every_store() {
+    run_all(ALGORITHM_CASES);
 }
 
 #[test]

@@ -228,11 +228,11 @@ async fn test_service_health_status_at_least_one_config_loaded() {
     use tonic_health::pb::health_check_response::ServingStatus;
     let envs = [("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")];
     let empty = Sluice::start_with(&[], &[], &envs);
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    assert_eq!(empty.grpc_health().await, ServingStatus::NotServing as i32);
+    let not_serving = (ServingStatus::NotServing as i32, 500);
+    assert!(empty.wait_health(not_serving).await, "{}", empty.log());
     let loaded = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    assert_eq!(loaded.grpc_health().await, ServingStatus::Serving as i32);
+    let serving = (ServingStatus::Serving as i32, 200);
+    assert!(loaded.wait_health(serving).await, "{}", loaded.log());
 }
 
 /// The dynamic metadata's `metadata` field as JSON (`null` when absent).
