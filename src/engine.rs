@@ -1,7 +1,7 @@
 //! The rules of one request, pure: given its hits and a view of their state, which hits are
-//! admitted, which charges stand, and what each key holds afterwards. All-or-nothing, debt,
-//! the veto of enforced and quota hits, descriptor groups and the state each hit is decided
-//! on are written here once; the memory store calls `decide` under its locks (and keeps
+//! admitted, which charges stand, what each key holds afterwards, and which limit of a
+//! descriptor binds. All-or-nothing, debt, the veto of enforced and quota hits, descriptor
+//! groups, the binding limit and the state each hit is decided on are written here once; the memory store calls `decide` under its locks (and keeps
 //! what is its own: locking, room, bytes), the Redis Cluster path calls `standing` to know
 //! which charges to take back. `lua/request.lua` is the one other copy (atomic on one Redis),
 //! held to this one by the contract test.
@@ -113,6 +113,24 @@ pub fn standing(
     stands
 }
 
+/// The decision that binds: of the denials, the one that waits longest; else the one with the
+/// least remaining (the first of equals). `None` for no decisions.
+pub fn binding(decisions: &[Decision]) -> Option<usize> {
+    let denied = decisions
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d.admitted)
+        .max_by_key(|(index, d)| (d.retry_after_us, std::cmp::Reverse(*index)));
+    if let Some((index, _)) = denied {
+        return Some(index);
+    }
+    decisions
+        .iter()
+        .enumerate()
+        .min_by_key(|(index, d)| (d.remaining, *index))
+        .map(|(index, _)| index)
+}
+
 /// A state a request leaves under one key: the hit that wrote it last, and until when it
 /// matters.
 #[derive(Debug)]
@@ -222,6 +240,15 @@ mod tests {
     use super::*;
     use crate::limit::{Limit, Unit};
 
+    fn decided(admitted: bool, remaining: u32, retry_after_us: u64) -> Decision {
+        Decision {
+            admitted,
+            remaining,
+            reset_after_us: 0,
+            retry_after_us,
+        }
+    }
+
     fn hit(key: u8, limit: u32, cost: u64, role: Role, joins_previous: bool) -> Hit {
         Hit {
             key: key.to_string(),
@@ -230,6 +257,23 @@ mod tests {
             role,
             joins_previous,
         }
+    }
+
+    #[test]
+    fn the_denial_that_waits_longest_binds_else_the_least_remaining() {
+        assert_eq!(binding(&[]), None);
+        let admitted = [
+            decided(true, 5, 0),
+            decided(true, 2, 0),
+            decided(true, 2, 0),
+        ];
+        assert_eq!(binding(&admitted), Some(1));
+        let denied = [
+            decided(true, 0, 0),
+            decided(false, 0, 10),
+            decided(false, 0, 99),
+        ];
+        assert_eq!(binding(&denied), Some(2));
     }
 
     #[test]

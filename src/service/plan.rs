@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use smallvec::SmallVec;
 
 use crate::config::Domain;
+use crate::engine;
 use crate::labels::LimitLabels;
 use crate::limit::{Decision, Hit, Limit, Unit};
 use crate::proto::RateLimitDescriptor;
@@ -175,7 +176,7 @@ pub fn settle<'a>(
         .map(|p| {
             let taken: SmallVec<[Decision; 1]> =
                 decisions.by_ref().take(p.limits.len()).copied().collect();
-            let bound = binding(&taken).and_then(|index| {
+            let bound = engine::binding(&taken).and_then(|index| {
                 let applied = p.limits.into_iter().nth(index)?;
                 Some((applied, *taken.get(index)?))
             });
@@ -199,53 +200,4 @@ pub fn settle<'a>(
             }
         })
         .collect()
-}
-
-/// The decision that binds: of the denials, the one that waits longest; else the one with the
-/// least remaining (the first of equals). `None` for no decisions.
-fn binding(decisions: &[Decision]) -> Option<usize> {
-    let denied = decisions
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| !d.admitted)
-        .max_by_key(|(index, d)| (d.retry_after_us, std::cmp::Reverse(*index)));
-    if let Some((index, _)) = denied {
-        return Some(index);
-    }
-    decisions
-        .iter()
-        .enumerate()
-        .min_by_key(|(index, d)| (d.remaining, *index))
-        .map(|(index, _)| index)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn decision(admitted: bool, remaining: u32, retry_after_us: u64) -> Decision {
-        Decision {
-            admitted,
-            remaining,
-            reset_after_us: 0,
-            retry_after_us,
-        }
-    }
-
-    #[test]
-    fn the_denial_that_waits_longest_binds_else_the_least_remaining() {
-        assert_eq!(binding(&[]), None);
-        let admitted = [
-            decision(true, 5, 0),
-            decision(true, 2, 0),
-            decision(true, 2, 0),
-        ];
-        assert_eq!(binding(&admitted), Some(1));
-        let denied = [
-            decision(true, 0, 0),
-            decision(false, 0, 10),
-            decision(false, 0, 99),
-        ];
-        assert_eq!(binding(&denied), Some(2));
-    }
 }
