@@ -181,114 +181,114 @@ async fn test_config_limit_override_counts_on_its_own_window() {
     }
 }
 
-#[test]
-fn test_empty_domain() {
-    assert_refused(
+/// A refused config: the reference test it replays, its files, the flags, and what the refusal
+/// must say (with the file and line, as `assert_refused` checks).
+type Refused = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+    &'static str,
+);
+
+const REFUSED: &[Refused] = &[
+    (
+        "TestEmptyDomain",
         &[("c.yaml", "domain: \"\"\ndescriptors: []\n")],
         &[],
         "config file cannot have empty domain",
-    );
-}
-
-#[test]
-fn test_duplicate_domain() {
-    assert_refused(
+    ),
+    (
+        "TestDuplicateDomain",
         &[("a.yaml", MERGE_1), ("b.yaml", MERGE_1)],
         &[],
         "duplicate domain 'test-domain' in config file",
-    );
-}
-
-#[test]
-fn test_empty_key() {
-    let text = "domain: d\ndescriptors:\n  - value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
-    assert_refused(&[("c.yaml", text)], &[], "descriptor has empty key");
-}
-
-#[test]
-fn test_duplicate_key() {
-    let text = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n  - key: key1\n    value: value1\n";
-    assert_refused(
-        &[("c.yaml", text)],
+    ),
+    (
+        "TestEmptyKey",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n")],
+        &[],
+        "descriptor has empty key",
+    ),
+    (
+        "TestDuplicateKey",
+        &[("c.yaml", "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n  - key: key1\n    value: value1\n")],
         &[],
         "duplicate descriptor composite key 'test-domain.key1_value1'",
-    );
-}
-
-#[test]
-fn test_duplicate_key_domain_merge() {
-    assert_refused(
+    ),
+    (
+        "TestDuplicateKeyDomainMerge",
         &[("a.yaml", MERGE_1), ("b.yaml", MERGE_1)],
         &["--merge-domain-config"],
         "duplicate descriptor composite key 'test-domain.key1_value1'",
-    );
-}
-
-#[test]
-fn test_bad_limit_unit() {
-    let text =
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: foo, requests_per_unit: 1}\n";
-    assert_refused(&[("c.yaml", text)], &[], "invalid rate limit unit 'foo'");
-}
-
-#[test]
-fn test_replaces_self() {
-    let text = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: me\n      replaces: [{name: me}]\n      unit: second\n      requests_per_unit: 1\n";
-    assert_refused(
-        &[("c.yaml", text)],
+    ),
+    (
+        "TestBadLimitUnit",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: foo, requests_per_unit: 1}\n")],
+        &[],
+        "invalid rate limit unit 'foo'",
+    ),
+    (
+        "TestReplacesSelf",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: me\n      replaces: [{name: me}]\n      unit: second\n      requests_per_unit: 1\n")],
         &[],
         "replaces should not contain name of same descriptor",
-    );
-}
-
-#[test]
-fn test_replaces_empty() {
-    let text = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: me\n      replaces: [{name: \"\"}]\n      unit: second\n      requests_per_unit: 1\n";
-    assert_refused(
-        &[("c.yaml", text)],
+    ),
+    (
+        "TestReplacesEmpty",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: me\n      replaces: [{name: \"\"}]\n      unit: second\n      requests_per_unit: 1\n")],
         &[],
         "should not have an empty replaces entry",
-    );
-}
-
-#[test]
-fn test_bad_yaml() {
-    let (loaded, text) = check_config(&[("c.yaml", "domain: d\ndescriptors: [oops\n")], &[]);
-    assert!(!loaded && text.contains("c.yaml:"), "{text}");
-}
-
-#[test]
-fn test_misspelled_key() {
-    let text = "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: second, requests_per_unit: 1}\n";
-    assert_refused(&[("c.yaml", text)], &[], "unknown field `ratelimit`");
-    let text =
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requestsperunit: 1}\n";
-    assert_refused(&[("c.yaml", text)], &[], "unknown field `requestsperunit`");
-}
-
-#[test]
-fn test_non_string_key() {
-    let text =
-        "domain: d\ndescriptors:\n  - key: k\n    0.25: {unit: second, requests_per_unit: 1}\n";
-    let (loaded, out) = check_config(&[("c.yaml", text)], &[]);
-    assert!(!loaded && out.contains("c.yaml:4"), "{out}");
-}
-
-#[test]
-fn test_non_map_list() {
-    let text = "domain: d\ndescriptors:\n  - a\n  - b\n";
-    assert_refused(&[("c.yaml", text)], &[], "expected a descriptor");
-}
-
-#[test]
-fn test_unlimited_with_rate_limit_unit() {
-    let text =
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n";
-    assert_refused(
-        &[("c.yaml", text)],
+    ),
+    (
+        "TestMisspelledKey (a level)",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: second, requests_per_unit: 1}\n")],
+        &[],
+        "unknown field `ratelimit`",
+    ),
+    (
+        "TestMisspelledKey (a limit)",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requestsperunit: 1}\n")],
+        &[],
+        "unknown field `requestsperunit`",
+    ),
+    (
+        "TestNonStringKey",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - key: k\n    0.25: {unit: second, requests_per_unit: 1}\n")],
+        &[],
+        "c.yaml:4",
+    ),
+    (
+        "TestNonMapList",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - a\n  - b\n")],
+        &[],
+        "expected a descriptor",
+    ),
+    (
+        "TestUnlimitedWithRateLimitUnit",
+        &[("c.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n")],
         &[],
         "should not specify rate limit unit when unlimited",
-    );
+    ),
+    (
+        "TestBadYaml",
+        &[("c.yaml", "domain: d\ndescriptors: [oops\n")],
+        &[],
+        "c.yaml:",
+    ),
+];
+
+/// `test/config/config_test.go`'s refused configs, a row per case.
+#[test]
+fn the_reference_refused_configs() {
+    for (replays, files, flags, reason) in REFUSED {
+        let (loaded, text) = check_config(files, flags);
+        assert!(!loaded, "{replays}: must be refused: {text}");
+        assert!(text.contains(reason), "{replays}: {reason:?} in: {text}");
+        assert!(
+            text.contains(".yaml:"),
+            "{replays}: names the file and line: {text}"
+        );
+    }
 }
 
 #[tokio::test]
