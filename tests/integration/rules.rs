@@ -8,6 +8,7 @@
 //! clock).
 
 use sluice::engine::Charging;
+use sluice::limit::Unit;
 use sluice::proto::rate_limit_response::Code;
 use sluice::service::ServiceOptions;
 
@@ -125,6 +126,16 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["shadow=m", "one=m"], OVER, &[(OK, 0), (OVER, 0)]),
         ],
         limits: &[],
+        resets: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestBasicConfig: an unlimited rule is OK with remaining u32::MAX and no current limit",
+        config: BASIC,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[(0, &["key6=foo"], OK, &[(OK, u32::MAX as i64)])],
+        limits: &[(0, 0, None)],
         resets: &[],
         series: &[],
     },
@@ -432,6 +443,9 @@ const ALGORITHM_CASES: &[Case] = &[
 /// The reference's integration config's second file (`another`).
 const ANOTHER: &str = include_str!("../fixtures/cases/reference_cases_integration/another.yaml");
 
+/// The reference's basic config (`TestBasicConfig`'s).
+const BASIC: &str = include_str!("../fixtures/cases/rules/basic.yaml");
+
 /// sluice's own rules of a request.
 const RULE_CASES: &[Case] = &[
     Case {
@@ -552,6 +566,22 @@ const LABEL_CASES: &[LabelCase] = &[
         series: 5,
     },
     LabelCase {
+        replays: "TestBasicConfig: the path, with detailed_metric the request's value",
+        config: BASIC,
+        domain: "test-domain",
+        requests: &[
+            "key1=value1,subkey1=subvalue1",
+            "key7=unspecified_value",
+            "key7=another_value",
+        ],
+        totals: &[
+            (r#"{domain="test-domain",key1="key1_value1",key2="subkey1_subvalue1"}"#, 1.0),
+            (r#"{domain="test-domain",key1="key7_unspecified_value"}"#, 1.0),
+            (r#"{domain="test-domain",key1="key7_another_value"}"#, 1.0),
+        ],
+        series: 3,
+    },
+    LabelCase {
         replays: "TestValueToMetric_UsesRuntimeValuesInStats (and FullKeyMatchesStatsKey: one series, the path the limit was found by)",
         config: TREE,
         domain: "domain",
@@ -656,6 +686,85 @@ fn the_reference_metric_label_cases_on_every_store() {
         for case in LABEL_CASES {
             for on in every_store(&redis.url(), case.config, &ServiceOptions::default()).await {
                 run_labels(case, &on).await;
+            }
+        }
+    });
+}
+
+/// A matching case: what it replays, its config and domain, then each descriptor (`k=v,...`)
+/// with the limit it falls under: requests_per_unit, unit and name, or none. Asked with a
+/// hit of 0, which charges nothing.
+struct MatchCase {
+    replays: &'static str,
+    config: &'static str,
+    domain: &'static str,
+    matches: &'static [(&'static str, Option<(u32, &'static str, &'static str)>)],
+}
+
+/// `test/config/config_test.go`'s matching cases, a row per test.
+const MATCH_CASES: &[MatchCase] = &[
+    MatchCase {
+        replays: "TestBasicConfig: nested keys, defaults and specific values, names, unlimited",
+        config: include_str!("../fixtures/cases/rules/basic.yaml"),
+        domain: "test-domain",
+        matches: &[
+            ("key1=something", None),
+            ("key1=value1", None),
+            ("key2=value2,subkey=subvalue", None),
+            ("key5=value5,subkey5=subvalue", None),
+            ("key1=value1,subkey1=something", Some((5, "second", ""))),
+            ("key1=value1,subkey1=subvalue1", Some((10, "second", ""))),
+            ("key2=something", Some((20, "minute", ""))),
+            ("key2=value2", Some((30, "minute", ""))),
+            // A value without a limit whitelists it.
+            ("key2=value3", None),
+            ("key3=foo", Some((1, "hour", ""))),
+            ("key4=foo", Some((1, "day", "key4_rate_limit"))),
+            // Unlimited: no limit (and remaining u32::MAX, in `UNLIMITED` below).
+            ("key6=foo", None),
+            ("key7=unspecified_value", Some((70, "minute", ""))),
+        ],
+    },
+    MatchCase {
+        replays: "TestWildcardConfig: an exact value wins; `*` matches nothing too, in any place",
+        config: include_str!("../fixtures/cases/rules/wildcard.yaml"),
+        domain: "test-domain",
+        matches: &[
+            ("wild=foo1", Some((10, "minute", ""))),
+            ("wild=foo2", Some((20, "minute", ""))),
+            ("wild=foo", Some((20, "minute", ""))),
+            ("wild=bar", None),
+            ("nestedWild=val1,wild=goo2", Some((30, "minute", ""))),
+            ("nestedWild=val1,wild=foo2", None),
+            ("middle=path/x/y/end", Some((40, "minute", ""))),
+            ("middle=path/x/y/ends", None),
+            ("several=a1b2c", Some((50, "minute", ""))),
+            ("several=abc", Some((50, "minute", ""))),
+            ("several=acb", None),
+        ],
+    },
+];
+
+#[test]
+fn the_reference_matching_cases_on_every_store() {
+    let redis = RedisServer::start(&[]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        for case in MATCH_CASES {
+            for on in every_store(&redis.url(), case.config, &ServiceOptions::default()).await {
+                for (descriptor, expected) in case.matches {
+                    let asked = format!("{descriptor}+0");
+                    let response = on.ask(case.domain, &[&asked]).await;
+                    let got = response.statuses[0].current_limit.as_ref().map(|l| {
+                        let unit = Unit::from_proto_number(l.unit).map_or("?", Unit::as_str);
+                        (l.requests_per_unit, unit, l.name.as_str())
+                    });
+                    let place = format!("{} on {}: {descriptor}", case.replays, on.store);
+                    assert_eq!(got, *expected, "{place}");
+                }
+                // Another domain has none of it.
+                let other = on.ask("foo_domain", &["key1=value1+0"]).await;
+                assert_eq!(other.statuses[0].current_limit, None, "{}", case.replays);
             }
         }
     });

@@ -1,95 +1,13 @@
-//! `test/config/config_test.go`: loading, matching, refusals and stats keys.
+//! `test/config/config_test.go`: loading, refusals, overrides, shadow mode, share_threshold
+//! and metadata through the binary. Its matching and stats key cases (`TestBasicConfig`,
+//! `TestWildcardConfig`, `TestDetailedMetric`, `TestValueToMetric_*`) are rows of the
+//! in-process tables of `rules.rs`.
 
 use super::*;
 
 /// Shaped like the reference's `basic_config.yaml`: nested keys, defaults and specific
 /// values, a value with no limit, names, unlimited, detailed_metric.
-const BASIC: &str = include_str!("../../fixtures/cases/reference_cases_config/basic.yaml");
-
-#[tokio::test]
-async fn test_basic_config() {
-    for on in on_both_stores(&[("basic.yaml", BASIC)], &[], &[]) {
-        let s = &on.sluice;
-        let limit =
-            |entries: &'static [(&'static str, &'static str)]| limit_of(s, "test-domain", entries);
-        assert_eq!(
-            limit_of(s, "foo_domain", &[("key1", "value1")]).await,
-            None,
-            "{}",
-            on.store
-        );
-        assert_eq!(limit(&[("key1", "something")]).await, None);
-        assert_eq!(limit(&[("key1", "value1")]).await, None);
-        assert_eq!(
-            limit(&[("key2", "value2"), ("subkey", "subvalue")]).await,
-            None
-        );
-        assert_eq!(
-            limit(&[("key5", "value5"), ("subkey5", "subvalue")]).await,
-            None
-        );
-        let rate = |n, unit| Some((n, unit, String::new()));
-        assert_eq!(
-            limit(&[("key1", "value1"), ("subkey1", "something")]).await,
-            rate(5, Unit::Second)
-        );
-        assert_eq!(
-            limit(&[("key1", "value1"), ("subkey1", "subvalue1")]).await,
-            rate(10, Unit::Second)
-        );
-        assert_eq!(
-            limit(&[("key2", "something")]).await,
-            rate(20, Unit::Minute)
-        );
-        assert_eq!(limit(&[("key2", "value2")]).await, rate(30, Unit::Minute));
-        assert_eq!(
-            limit(&[("key2", "value3")]).await,
-            None,
-            "a value without a limit whitelists it"
-        );
-        assert_eq!(limit(&[("key3", "foo")]).await, rate(1, Unit::Hour));
-        assert_eq!(
-            limit(&[("key4", "foo")]).await,
-            Some((1, Unit::Day, "key4_rate_limit".to_string()))
-        );
-        // Unlimited: OK, with the remaining the reference reports (u32::MAX), no limit.
-        let unlimited = status_of(s, "test-domain", descriptor(&[("key6", "foo")])).await;
-        assert_eq!(
-            (code(&unlimited), unlimited.limit_remaining),
-            (Code::Ok, u32::MAX)
-        );
-        assert_eq!(
-            limit(&[("key7", "unspecified_value")]).await,
-            rate(70, Unit::Minute)
-        );
-        // Stats keys: the path, with detailed_metric the request's value.
-        let mut client = s.client().await;
-        for entries in [
-            &[("key1", "value1"), ("subkey1", "subvalue1")][..],
-            &[("key7", "unspecified_value")],
-            &[("key7", "another_value")],
-        ] {
-            call(
-                &mut client,
-                request("test-domain", vec![descriptor(entries)]),
-            )
-            .await;
-        }
-        let total = |labels| counter(s, "ratelimit_service_rate_limit_total_hits", labels);
-        assert_eq!(
-            total(r#"{domain="test-domain",key1="key1_value1",key2="subkey1_subvalue1"}"#),
-            1.0
-        );
-        assert_eq!(
-            total(r#"{domain="test-domain",key1="key7_unspecified_value"}"#),
-            1.0
-        );
-        assert_eq!(
-            total(r#"{domain="test-domain",key1="key7_another_value"}"#),
-            1.0
-        );
-    }
-}
+const BASIC: &str = include_str!("../../fixtures/cases/rules/basic.yaml");
 
 const MERGE_1: &str = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n";
 const MERGE_2: &str = "domain: test-domain\ndescriptors:\n  - key: key2\n    value: value2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n";
@@ -335,40 +253,6 @@ async fn test_shadow_mode_config() {
         );
         assert_eq!(near, 4.0, "20 x 0.8 = 16: the 4 hits from 17 to 20");
         assert_eq!(shadow(r#"{domain="test-domain",key1="key2_value2"}"#), 0.0);
-    }
-}
-
-#[tokio::test]
-async fn test_wildcard_config() {
-    let config =
-        include_str!("../../fixtures/cases/reference_cases_config/test_wildcard_config.yaml");
-    for on in on_both_stores(&[("wild.yaml", config)], &[], &[]) {
-        let s = &on.sluice;
-        let n = |entries: &'static [(&'static str, &'static str)]| async move {
-            limit_of(s, "test-domain", entries).await.map(|l| l.0)
-        };
-        assert_eq!(
-            n(&[("wild", "foo1")]).await,
-            Some(10),
-            "an exact value wins"
-        );
-        assert_eq!(n(&[("wild", "foo2")]).await, Some(20));
-        assert_eq!(
-            n(&[("wild", "foo")]).await,
-            Some(20),
-            "* matches nothing too"
-        );
-        assert_eq!(n(&[("wild", "bar")]).await, None);
-        assert_eq!(
-            n(&[("nestedWild", "val1"), ("wild", "goo2")]).await,
-            Some(30)
-        );
-        assert_eq!(n(&[("nestedWild", "val1"), ("wild", "foo2")]).await, None);
-        assert_eq!(n(&[("middle", "path/x/y/end")]).await, Some(40));
-        assert_eq!(n(&[("middle", "path/x/y/ends")]).await, None);
-        assert_eq!(n(&[("several", "a1b2c")]).await, Some(50));
-        assert_eq!(n(&[("several", "abc")]).await, Some(50));
-        assert_eq!(n(&[("several", "acb")]).await, None);
     }
 }
 
