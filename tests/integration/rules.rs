@@ -698,8 +698,11 @@ struct MatchCase {
     replays: &'static str,
     config: &'static str,
     domain: &'static str,
-    matches: &'static [(&'static str, Option<(u32, &'static str, &'static str)>)],
+    matches: &'static [(&'static str, Option<Matched>)],
 }
+
+/// A limit a descriptor falls under: requests_per_unit, unit and name.
+type Matched = (u32, &'static str, &'static str);
 
 /// `test/config/config_test.go`'s matching cases, a row per test.
 const MATCH_CASES: &[MatchCase] = &[
