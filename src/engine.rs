@@ -152,10 +152,10 @@ pub struct Plan<K> {
 
 /// Decides `hits` in order, each on the state the hits before it left: its descriptor's
 /// earlier hits, the charges of earlier descriptors that stand, else what the store holds
-/// (`stored(i)`, for hit `i` under `keys[i]`). Only the charges that stand are planned.
+/// (`stored(i)`, for hit `i` under `key_of(i)`). Only the charges that stand are planned.
 pub fn decide<'s, K: Copy + Eq>(
     hits: &[Hit],
-    keys: &[K],
+    key_of: impl Fn(usize) -> K,
     charging: Charging,
     now_us: u64,
     stored: impl Fn(usize) -> Option<&'s State>,
@@ -165,7 +165,7 @@ pub fn decide<'s, K: Copy + Eq>(
     for group in descriptor_groups(hits) {
         let mut changes: SmallVec<[Write<K>; 2]> = SmallVec::new();
         for i in group.clone() {
-            let key = keys[i];
+            let key = key_of(i);
             let current = match changes.iter().rev().find(|c| c.key == key) {
                 Some(change) => Some(&change.state),
                 None => match charged.iter().rev().find(|c| c.key == key) {
@@ -282,7 +282,7 @@ mod tests {
             hit(1, 10, 1, Role::Enforced, false),
             hit(2, 0, 1, Role::Shadow, true),
         ];
-        let plan = decide(&hits, &[1u8, 2], Charging::AllOrNothing, 0, |_| None);
+        let plan = decide(&hits, |i| i, Charging::AllOrNothing, 0, |_| None);
         assert!(plan.writes.is_empty());
         let decisions = plan.settle(&hits, 0, |_| None);
         assert!(decisions[0].admitted);
@@ -294,7 +294,7 @@ mod tests {
     fn the_reference_counting_charges_every_hit_and_a_key_keeps_its_last_state() {
         // Two hits of cost 1 on one key of limit 1.
         let hits = vec![hit(1, 1, 1, Role::Enforced, false); 2];
-        let plan = decide(&hits, &[1u8, 1], Charging::EveryHit, 0, |_| None);
+        let plan = decide(&hits, |_| 1u8, Charging::EveryHit, 0, |_| None);
         assert_eq!(plan.writes.len(), 1);
         assert_eq!(plan.writes[0].hit, 1);
         assert!(plan.decisions[0].admitted && !plan.decisions[1].admitted);

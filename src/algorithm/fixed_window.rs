@@ -84,6 +84,7 @@ impl LimitAlgorithm for FixedWindow {
     const DECIDES_ZERO_LIMIT: bool = true;
 
     /// Decides one hit. Returns the decision and the window to store when it changed.
+    #[inline]
     fn decide(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Window>) {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let window = rolled(stored.copied(), limit, now_us);

@@ -28,6 +28,7 @@ impl LimitAlgorithm for LeakyBucket {
     }
 
     /// Decides one hit; returns the decision and the TAT to store when it changed.
+    #[inline]
     fn decide(stored: Option<&Tat>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Tat>) {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let stored = stored.copied();

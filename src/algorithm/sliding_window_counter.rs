@@ -122,6 +122,7 @@ impl LimitAlgorithm for SlidingWindowCounter {
     type Params = NoParameters;
 
     /// Decides one hit; returns the decision and the counts to store when they changed.
+    #[inline]
     fn decide(stored: Option<&Counts>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Counts>) {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let period = limit.period_us();

@@ -60,6 +60,7 @@ impl LimitAlgorithm for SlidingWindowLog {
     const NEEDS_NONCE: bool = true;
 
     /// Decides one hit; returns the decision and the log to store when it changed.
+    #[inline]
     fn decide(stored: Option<&Log>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Log>) {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let period = limit.period_us();

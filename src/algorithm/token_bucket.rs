@@ -52,6 +52,7 @@ impl LimitAlgorithm for TokenBucket {
     }
 
     /// Decides one hit; returns the decision and the bucket to store when it changed.
+    #[inline]
     fn decide(stored: Option<&Bucket>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Bucket>) {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let period = limit.period_us();

@@ -265,6 +265,7 @@ impl LimitAlgorithm for WarmUp {
 
     /// Decides one hit: admitted when the next permit is free; its permits' time moves
     /// `next_free` on.
+    #[inline]
     fn decide(stored: Option<&Ramp>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Ramp>) {
         let (rate, own, cost, now_us) = (ask.rate, ask.own, ask.cost, ask.now_us);
         let shape = Shape::of(rate, own);

@@ -373,25 +373,27 @@ impl MemoryStore {
         charging: Charging,
         now_us: u64,
     ) -> Result<Vec<Decision>, StoreError> {
-        let located: SmallVec<[(KeyId, usize); 4]> =
+        let mut placed: SmallVec<[(KeyId, usize); 4]> =
             hits.iter().map(|hit| self.locate(hit, now_us)).collect();
-        let ids: SmallVec<[KeyId; 4]> = located.iter().map(|&(id, _)| id).collect();
-        let mut indices: SmallVec<[usize; 4]> = located.iter().map(|&(_, index)| index).collect();
+        let mut indices: SmallVec<[usize; 4]> = placed.iter().map(|&(_, index)| index).collect();
         indices.sort_unstable();
         indices.dedup();
         let mut shards: SmallVec<[MutexGuard<'_, Shard>; 4]> =
             indices.iter().map(|&index| self.lock(index)).collect();
-        // Every index is in `indices`: the shards are locked in its order. Each hit's key, and
-        // the position of its shard among those locked.
-        let placed: SmallVec<[(KeyId, usize); 4]> = located
-            .iter()
-            .map(|&(id, index)| (id, indices.iter().position(|&i| i == index).unwrap_or(0)))
-            .collect();
+        // Every index is in `indices`: the shards are locked in its order. From here each hit
+        // has its key and the position of its shard among those locked.
+        for (_, index) in placed.iter_mut() {
+            *index = indices.iter().position(|&i| i == *index).unwrap_or(0);
+        }
         let mut plan = {
             let held = &shards[..];
-            engine::decide(hits, &ids, charging, now_us, |i| {
-                held_state(held, placed[i], &hits[i], now_us)
-            })
+            engine::decide(
+                hits,
+                |i| placed[i].0,
+                charging,
+                now_us,
+                |i| held_state(held, placed[i], &hits[i], now_us),
+            )
         };
         let writes = plan.take_writes();
         self.make_room(&mut shards, &writes, |hit| placed[hit].1, now_us)?;
