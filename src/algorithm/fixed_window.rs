@@ -8,7 +8,7 @@
 
 use crate::algorithm::params::NoParameters;
 use crate::algorithm::remaining;
-use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, HeapSize, LimitAlgorithm, Rate};
 
 /// The counter of one window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +76,9 @@ fn until(start_us: u64, windows: u64, period_us: u64, now_us: u64) -> u64 {
 
 /// The fixed window in the registry.
 pub struct FixedWindow;
+
+/// Held inline: nothing on the heap.
+impl HeapSize for Window {}
 
 impl LimitAlgorithm for FixedWindow {
     type State = Window;

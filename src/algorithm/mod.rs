@@ -108,10 +108,6 @@ impl<T> HeapSize for Box<T> {
     }
 }
 
-impl HeapSize for fixed_window::Window {}
-impl HeapSize for sliding_window_counter::Counts {}
-impl HeapSize for warm_up::Ramp {}
-
 /// Declares `Algorithm`, `State` and their dispatch from one row per algorithm:
 /// `Variant => module::Implementation, "yaml_name", held state type;`.
 macro_rules! registry {

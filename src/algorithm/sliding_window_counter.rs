@@ -9,7 +9,7 @@
 
 use crate::algorithm::params::NoParameters;
 use crate::algorithm::remaining;
-use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, HeapSize, LimitAlgorithm, Rate};
 
 /// Counts of the current window (starting at `start_us`) and of the one before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +116,9 @@ fn first_fit(decaying: u64, room: Option<u64>, period: u64) -> Option<u64> {
 
 /// The sliding window counter in the registry.
 pub struct SlidingWindowCounter;
+
+/// Held inline: nothing on the heap.
+impl HeapSize for Counts {}
 
 impl LimitAlgorithm for SlidingWindowCounter {
     type State = Counts;

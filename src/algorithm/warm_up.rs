@@ -20,7 +20,7 @@
 //! script's doubles are exact.
 
 use crate::algorithm::params::{Given, Parameters, Refusal};
-use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
+use crate::algorithm::{Ask, Decision, HeapSize, LimitAlgorithm, Rate};
 
 /// `cold_factor` when not given: Guava's.
 pub const DEFAULT_COLD_FACTOR: u32 = 3;
@@ -255,6 +255,9 @@ fn charged(shape: &Shape, ramp: &Ramp, cost: u64, in_debt: bool) -> Ramp {
 
 /// Warm-up in the registry.
 pub struct WarmUp;
+
+/// Held inline: nothing on the heap.
+impl HeapSize for Ramp {}
 
 impl LimitAlgorithm for WarmUp {
     type State = Ramp;
