@@ -33,8 +33,8 @@ type Call = (u64, &'static [&'static str], Code, &'static [(Code, i64)]);
 
 /// A case: what it shows, its config, domain and service options, its calls in order, the
 /// current limit some statuses (call, status) must carry (its requests_per_unit, or none), the
-/// `duration_until_reset` in seconds some must carry, and then the series on `/metrics` it must
-/// have counted.
+/// `duration_until_reset` in seconds some must carry, the hits the local cache answered (on
+/// the store behind it), and then the series on `/metrics` it must have counted.
 struct Case {
     shows: &'static str,
     config: &'static str,
@@ -43,6 +43,8 @@ struct Case {
     calls: &'static [Call],
     limits: &'static [(usize, usize, Option<u32>)],
     resets: &'static [(usize, usize, i64)],
+    /// Behind the local cache: how many hits it answered in all (Redis not asked).
+    cache_hits: Option<f64>,
     series: &'static [(&'static str, f64)],
 }
 
@@ -85,6 +87,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[(0, 0, None)],
         resets: &[],
+        cache_hits: None,
         series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="test-domain",key1="one"}"#, 1.0)],
     },
     Case {
@@ -98,6 +101,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
     Case {
@@ -111,6 +115,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="shadow"}"#, 1.0),
             ("ratelimit_service_global_shadow_mode", 0.0),
@@ -127,6 +132,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -137,6 +143,7 @@ const SERVICE_CASES: &[Case] = &[
         calls: &[(0, &["key6=foo"], OK, &[(OK, u32::MAX as i64)])],
         limits: &[(0, 0, None)],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -152,6 +159,7 @@ const SERVICE_CASES: &[Case] = &[
         )],
         limits: &[(0, 0, Some(10)), (0, 1, None), (0, 2, None)],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -169,6 +177,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[(0, 0, None), (1, 0, None), (2, 0, None), (3, 0, Some(1))],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -183,6 +192,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -196,6 +206,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -210,6 +221,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -220,6 +232,7 @@ const SERVICE_CASES: &[Case] = &[
         calls: &[(0, &["ten=u", "roomy=u"], OK, &[(OK, 9), (OK, 99)])],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -233,6 +246,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -246,6 +260,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -259,6 +274,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
     Case {
@@ -272,6 +288,7 @@ const SERVICE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
 ];
@@ -289,6 +306,7 @@ const LIMITER_CASES: &[Case] = &[
         calls: &[(0, &["unknown=x"], OK, &[(OK, 0)])],
         limits: &[(0, 0, None)],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -302,6 +320,7 @@ const LIMITER_CASES: &[Case] = &[
         ],
         limits: &[(1, 0, Some(5))],
         resets: &[],
+        cache_hits: None,
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="five"}"#, 1.0),
@@ -319,6 +338,7 @@ const LIMITER_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="shadow"}"#, 1.0),
@@ -336,6 +356,7 @@ const LIMITER_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key_value"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="key_value"}"#, 6.0),
@@ -353,7 +374,72 @@ const LIMITER_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[(0, 0, 6400), (1, 0, 6398)],
+        cache_hits: None,
         series: &[],
+    },
+    Case {
+        shows: "TestOverLimitWithLocalCache: a key known over is answered locally, Redis not asked",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[
+            (0, &["five=l+5"], OK, &[(OK, 0)]),
+            (0, &["five=l"], OVER, &[(OVER, 0)]),
+            (0, &["five=l"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        resets: &[],
+        cache_hits: Some(1.0),
+        series: &[],
+    },
+    Case {
+        shows: "TestNoOverLimitWithLocalCache: under the limit, Redis decides",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[
+            (0, &["five=n"], OK, &[(OK, 4)]),
+            (0, &["five=n"], OK, &[(OK, 3)]),
+        ],
+        limits: &[],
+        resets: &[],
+        cache_hits: Some(0.0),
+        series: &[],
+    },
+    Case {
+        shows: "TestGetResponseStatusOverLimitWithLocalCache: 2 hits on a key known over, both over",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[
+            (0, &["five=c+5"], OK, &[(OK, 0)]),
+            (0, &["five=c"], OVER, &[(OVER, 0)]),
+            (0, &["five=c+2"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[(2, 0, Some(5))],
+        resets: &[],
+        cache_hits: Some(1.0),
+        series: &[
+            (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 3.0),
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="five"}"#, 0.0),
+        ],
+    },
+    Case {
+        shows: "TestGetResponseStatusOverLimitWithLocalCacheShadowMode: OK, nothing left, counted over and shadow",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[
+            (0, &["shadow=c+5"], OK, &[(OK, 0)]),
+            (0, &["shadow=c+2"], OK, &[(OK, 0)]),
+        ],
+        limits: &[],
+        resets: &[],
+        cache_hits: None,
+        series: &[
+            (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0),
+        ],
     },
     Case {
         shows: "TestGetResponseStatusBelowLimitShadowMode: within, nothing counted shadow",
@@ -363,6 +449,7 @@ const LIMITER_CASES: &[Case] = &[
         calls: &[(0, &["shadow=b"], OK, &[(OK, 4)])],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="shadow"}"#, 1.0),
@@ -396,6 +483,7 @@ const ALGORITHM_CASES: &[Case] = &[
         limits: &[],
         // The next token comes in 0.1 s: rounded up to a whole second.
         resets: &[(5, 0, 1)],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -411,6 +499,7 @@ const ALGORITHM_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -436,6 +525,7 @@ const ALGORITHM_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
 ];
@@ -462,6 +552,7 @@ const RULE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -476,6 +567,7 @@ const RULE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="rules",key1="one"}"#, 2.0)],
     },
     Case {
@@ -493,6 +585,7 @@ const RULE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -510,6 +603,7 @@ const RULE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
     Case {
@@ -525,6 +619,7 @@ const RULE_CASES: &[Case] = &[
         ],
         limits: &[],
         resets: &[],
+        cache_hits: None,
         series: &[],
     },
 ];
@@ -806,12 +901,15 @@ async fn run(case: &Case, on: &InProcess) {
         }
     }
     for (series, value) in case.series {
+        let place = format!("{} on {}: {series}", case.shows, on.store);
+        assert_eq!(on.series(series), *value, "{place}");
+    }
+    if let (true, Some(hits)) = (on.cached, case.cache_hits) {
+        let answered = on.series("sluice_local_cache_hits_total");
         assert_eq!(
-            on.series(series),
-            *value,
-            "{} on {}: {series}",
-            case.shows,
-            on.store
+            answered, hits,
+            "{}: hits the local cache answered",
+            case.shows
         );
     }
 }

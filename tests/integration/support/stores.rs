@@ -1,6 +1,7 @@
-//! Every store in this process, on one manual clock: the memory store, and Redis (a real
-//! `redis-server` the caller started), each under the service exactly as the server runs it
-//! (`RateLimiter` with its metrics). The tables of behaviour cases run on these, row by row,
+//! Every store in this process, each on a manual clock: the memory store, Redis (a real
+//! `redis-server` the caller started), and Redis behind the local over-limit cache, each under
+//! the service exactly as the server runs it (`RateLimiter` with its metrics, the store
+//! reporting its own series). The tables of behaviour cases run on these, row by row,
 //! as Limitador's `test_with_all_storage_impls!` runs its cases on every storage.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,6 +15,7 @@ use sluice::proto::rate_limit_descriptor::Entry;
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use sluice::service::{RateLimiter, ServiceOptions};
 use sluice::store::any::AnyStore;
+use sluice::store::local_cache::WithLocalCache;
 use sluice::store::memory::MemoryStore;
 use sluice::store::redis::{
     Pipelining, RedisKind, RedisStore, RedisTarget, RedisTargets, TimeSource,
@@ -60,6 +62,8 @@ fn unique_prefix() -> String {
 /// The service on one store, with its clock and its metrics.
 pub struct InProcess {
     pub store: &'static str,
+    /// Redis behind the local over-limit cache.
+    pub cached: bool,
     pub limiter: RateLimiter<AnyStore>,
     pub clock: Arc<ManualClock>,
     pub metrics: Arc<Metrics>,
@@ -108,8 +112,9 @@ fn parsed(text: &str) -> RateLimitDescriptor {
     }
 }
 
-/// The service with `config` (YAML) and `options` on every store: the memory store, and Redis
-/// at `redis_url` under a prefix of its own; each on its own clock at `START_US`.
+/// The service with `config` (YAML) and `options` on every store: the memory store, Redis at
+/// `redis_url`, and Redis behind the local cache, each under a key prefix of its own and on its
+/// own clock at `START_US`.
 pub async fn every_store(
     redis_url: &str,
     config: &str,
@@ -118,32 +123,35 @@ pub async fn every_store(
     let config = config::load_str("case.yaml", config, LoadOptions::default())
         .unwrap_or_else(|e| panic!("the case's config: {e}"));
     let config = Arc::new(ArcSwap::from_pointee(config));
-    let memory_clock = Arc::new(ManualClock::at(START_US));
-    let redis_clock = Arc::new(ManualClock::at(START_US));
+    let clocks: [Arc<ManualClock>; 3] =
+        std::array::from_fn(|_| Arc::new(ManualClock::at(START_US)));
+    let redis = |clock: &Arc<ManualClock>| redis_store(redis_url, unique_prefix(), clock.clone());
     let stores = [
         (
             "memory",
-            AnyStore::Memory(MemoryStore::new(10_000, memory_clock.clone())),
-            memory_clock,
+            AnyStore::Memory(MemoryStore::new(10_000, clocks[0].clone())),
         ),
+        ("redis", AnyStore::Redis(redis(&clocks[1]).await)),
         (
-            "redis",
-            AnyStore::Redis(redis_store(redis_url, unique_prefix(), redis_clock.clone()).await),
-            redis_clock,
+            "redis behind the local cache",
+            AnyStore::CachedRedis(WithLocalCache::new(
+                redis(&clocks[2]).await,
+                1 << 20,
+                clocks[2].clone(),
+            )),
         ),
     ];
     stores
         .into_iter()
-        .map(|(name, store, clock)| {
+        .zip(clocks)
+        .map(|((name, store), clock)| {
             let metrics = Arc::new(Metrics::new(0.8, 10_000));
+            let store = Arc::new(store);
+            metrics.series().add_reporter(store.clone());
             InProcess {
                 store: name,
-                limiter: RateLimiter::new(
-                    config.clone(),
-                    Arc::new(store),
-                    options.clone(),
-                    metrics.clone(),
-                ),
+                cached: matches!(*store, AnyStore::CachedRedis(_)),
+                limiter: RateLimiter::new(config.clone(), store, options.clone(), metrics.clone()),
                 clock,
                 metrics,
             }
