@@ -533,6 +533,74 @@ const ALGORITHM_CASES: &[Case] = &[
 /// The reference's integration config's second file (`another`).
 const ANOTHER: &str = include_str!("../fixtures/cases/reference_cases_integration/another.yaml");
 
+/// `test/config/config_test.go`'s cases that decide, a row per test.
+const CONFIG_CASES: &[Case] = &[
+    Case {
+        shows: "TestShadowModeConfig: a shadow-mode limit over answers OK and counts shadow_mode",
+        config: include_str!("../fixtures/cases/rules/shadow_mode_config.yaml"),
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["key1=value1,subkey1=x+6"], OVER, &[(OVER, 0)]),
+            (0, &["key1=value1,subkey1=subvalue1+11"], OK, &[(OK, 0)]),
+            (0, &["key2=any+21"], OK, &[(OK, 0)]),
+            (0, &["key2=value2+31"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        resets: &[],
+        cache_hits: None,
+        // The reference's split: of 11 hits on an unused limit of 10, the one past it is over
+        // (and shadow), the two between 8 and 10 near; 20 x 0.8 = 16: the 4 hits from 17 to 20.
+        series: &[
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="key1_value1",key2="subkey1"}"#, 0.0),
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="key1_value1",key2="subkey1_subvalue1"}"#, 1.0),
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="key2"}"#, 1.0),
+            (r#"ratelimit_service_rate_limit_near_limit{domain="test-domain",key1="key2"}"#, 4.0),
+            (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="key2_value2"}"#, 0.0),
+        ],
+    },
+    Case {
+        shows: "TestShareThreshold: one counter for every value of a shared wildcard",
+        config: include_str!("../fixtures/cases/rules/share_threshold.yaml"),
+        domain: "d",
+        options: defaults,
+        calls: &[
+            (0, &["files=files/a.pdf"], OK, &[(OK, 2)]),
+            (0, &["files=files/b.csv"], OK, &[(OK, 1)]),
+            (0, &["files=files/c.txt"], OK, &[(OK, 0)]),
+            (0, &["files=files/d.doc"], OVER, &[(OVER, 0)]),
+            (0, &["path=/api/v1/users"], OK, &[(OK, 1)]),
+            (0, &["path=/api/v2/users"], OK, &[(OK, 0)]),
+            (0, &["path=/api/v3/users"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        resets: &[],
+        cache_hits: None,
+        series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="files_files/*"}"#, 4.0)],
+    },
+    Case {
+        shows: "TestWildcardStatsBehavior: without share_threshold each value counts apart, stats under the pattern; with it, one counter",
+        config: include_str!("../fixtures/cases/rules/wildcard_stats_behavior.yaml"),
+        domain: "d",
+        options: defaults,
+        calls: &[
+            (0, &["plain=foo1"], OK, &[(OK, 9)]),
+            (0, &["plain=foo2"], OK, &[(OK, 9)]),
+            (0, &["shared=foo1"], OK, &[(OK, 9)]),
+            (0, &["shared=foo2"], OK, &[(OK, 8)]),
+            (0, &["plain=foo1"], OK, &[(OK, 8)]),
+            (0, &["shared=foo9"], OK, &[(OK, 7)]),
+        ],
+        limits: &[(0, 0, Some(10))],
+        resets: &[],
+        cache_hits: None,
+        series: &[
+            (r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="plain_foo*"}"#, 3.0),
+            (r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="shared_foo*"}"#, 3.0),
+        ],
+    },
+];
+
 /// The reference's basic config (`TestBasicConfig`'s).
 const BASIC: &str = include_str!("../fixtures/cases/rules/basic.yaml");
 
@@ -930,6 +998,11 @@ fn run_all(cases: &[Case]) {
 #[test]
 fn the_reference_service_cases_on_every_store() {
     run_all(SERVICE_CASES);
+}
+
+#[test]
+fn the_reference_config_cases_on_every_store() {
+    run_all(CONFIG_CASES);
 }
 
 #[test]
