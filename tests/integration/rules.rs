@@ -605,6 +605,38 @@ const CONFIG_CASES: &[Case] = &[
         ],
     },
     Case {
+        shows: "TestConfigLimitOverride: the client's limit wins over the configured one and needs none; counted under the descriptor's keys",
+        config: BASIC,
+        domain: "test-domain",
+        options: defaults,
+        calls: &[
+            (0, &["key1=value1,subkey1=something@42/hour"], OK, &[(OK, 41)]),
+            (0, &["nowhere=x@7/day"], OK, &[(OK, 6)]),
+        ],
+        limits: &[(0, 0, Some(42)), (1, 0, Some(7))],
+        resets: &[],
+        cache_hits: None,
+        // sluice leaves the values out: one series per value is the reference's metric leak.
+        series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="test-domain",key1="nowhere"}"#, 1.0)],
+    },
+    Case {
+        shows: "TestConfigLimitOverride: an override counts on its own window, ending with the day's and the hour's",
+        config: include_str!("../fixtures/cases/rules/five_a_second.yaml"),
+        domain: "o",
+        options: defaults,
+        // The clock starts 80,000.123456 s into a day, 800.123456 s into an hour.
+        calls: &[
+            (0, &["k=v"], OK, &[(OK, 4)]),
+            (0, &["k=v"], OK, &[(OK, 3)]),
+            (0, &["k=v@10/day"], OK, &[(OK, 9)]),
+            (0, &["k=v@42/hour"], OK, &[(OK, 41)]),
+        ],
+        limits: &[],
+        resets: &[(2, 0, 6400), (3, 0, 2800)],
+        cache_hits: None,
+        series: &[],
+    },
+    Case {
         shows: "TestShareThreshold: one counter for every value of a shared wildcard",
         config: include_str!("../fixtures/cases/rules/share_threshold.yaml"),
         domain: "d",
@@ -646,7 +678,8 @@ const CONFIG_CASES: &[Case] = &[
     },
 ];
 
-/// The reference's basic config (`TestBasicConfig`'s).
+/// Shaped like the reference's `basic_config.yaml`: nested keys, defaults and specific
+/// values, a value with no limit, names, unlimited, detailed_metric.
 const BASIC: &str = include_str!("../fixtures/cases/rules/basic.yaml");
 
 /// sluice's own rules of a request.
@@ -934,6 +967,12 @@ const MATCH_CASES: &[MatchCase] = &[
             // Unlimited: no limit (and remaining u32::MAX, in `UNLIMITED` below).
             ("key6=foo", None),
             ("key7=unspecified_value", Some((70, "minute", ""))),
+            // TestConfigLimitOverride: the request's limit, with its unit.
+            (
+                "key1=value1,subkey1=something@42/hour",
+                Some((42, "hour", "")),
+            ),
+            ("nowhere=x@7/day", Some((7, "day", ""))),
         ],
     },
     MatchCase {

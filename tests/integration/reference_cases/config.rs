@@ -5,10 +5,6 @@
 
 use super::*;
 
-/// Shaped like the reference's `basic_config.yaml`: nested keys, defaults and specific
-/// values, a value with no limit, names, unlimited, detailed_metric.
-const BASIC: &str = include_str!("../../fixtures/cases/rules/basic.yaml");
-
 const MERGE_1: &str = "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n    rate_limit: {unit: minute, requests_per_unit: 10}\n";
 const MERGE_2: &str = "domain: test-domain\ndescriptors:\n  - key: key2\n    value: value2\n    rate_limit: {unit: minute, requests_per_unit: 20}\n";
 
@@ -32,73 +28,8 @@ async fn test_domain_merge() {
     }
 }
 
-#[tokio::test]
-async fn test_config_limit_override() {
-    for on in on_both_stores(&[("basic.yaml", BASIC)], &[], &[]) {
-        let s = &on.sluice;
-        // The client's limit wins over the configured one, and needs no configured one.
-        let overridden = descriptor_with_limit(
-            &[("key1", "value1"), ("subkey1", "something")],
-            42,
-            Unit::Hour as i32,
-        );
-        let status = status_of(s, "test-domain", overridden).await;
-        let limit = status.current_limit.expect("the override");
-        assert_eq!(
-            (limit.requests_per_unit, limit.unit),
-            (42, Unit::Hour as i32),
-            "{}",
-            on.store
-        );
-        let fresh = descriptor_with_limit(&[("nowhere", "x")], 7, Unit::Day as i32);
-        let status = status_of(s, "test-domain", fresh).await;
-        assert_eq!(status.current_limit.map(|l| l.requests_per_unit), Some(7));
-        // An override is counted under the descriptor's keys (sluice leaves the values out:
-        // one series per value is the reference's metric leak).
-        let total = counter(
-            s,
-            "ratelimit_service_rate_limit_total_hits",
-            r#"{domain="test-domain",key1="nowhere"}"#,
-        );
-        assert_eq!(total, 1.0);
-    }
-}
-
 /// `TestConfigLimitOverride`'s counting: an override has its own counter, named by its unit,
 /// in a window aligned to the epoch; it never reads the configured limit's count.
-#[tokio::test]
-async fn test_config_limit_override_counts_on_its_own_window() {
-    const FIVE_A_SECOND: &str = "domain: o\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
-    for on in on_both_stores(&[("o.yaml", FIVE_A_SECOND)], &[], &[]) {
-        let s = &on.sluice;
-        let mut last = None;
-        for _ in 0..2 {
-            last = Some(status_of(s, "o", descriptor(&[("k", "v")])).await);
-        }
-        assert_eq!(last.map(|s| s.limit_remaining), Some(3), "{}", on.store);
-        for (requests, unit, seconds) in [(10, Unit::Day, 86_400), (42, Unit::Hour, 3_600)] {
-            let before = now_seconds();
-            let overridden = descriptor_with_limit(&[("k", "v")], requests, unit as i32);
-            let status = status_of(s, "o", overridden).await;
-            let after = now_seconds();
-            assert_eq!(
-                status.limit_remaining,
-                requests - 1,
-                "{}: {requests} per {unit:?} reads no other count",
-                on.store
-            );
-            let reset = status.duration_until_reset.map_or(0, |d| d.seconds as u64);
-            // The window's end, aligned to the epoch (whole seconds, rounded up).
-            let ends = [before, after].map(|now| seconds - now % seconds);
-            assert!(
-                ends.contains(&reset),
-                "{}: {requests} per {unit:?} resets in {reset} s, not {ends:?}",
-                on.store
-            );
-        }
-    }
-}
-
 /// A refused config: the reference test it replays, its files, the flags, and what the refusal
 /// must say (with the file and line, as `assert_refused` checks).
 type Refused = (

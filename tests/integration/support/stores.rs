@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use sluice::config::{self, LoadOptions};
+use sluice::limit::Unit;
 use sluice::metrics::Metrics;
-use sluice::proto::rate_limit_descriptor::Entry;
+use sluice::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use sluice::service::{RateLimiter, ServiceOptions};
 use sluice::store::any::AnyStore;
@@ -90,13 +91,19 @@ impl InProcess {
 }
 
 /// `k=v,k2=v2` (an entry without `=` has an empty value) as a descriptor; a trailing
-/// `+N` sets its hits (`k=v+3`).
+/// `+N` sets its hits (`k=v+3`), an `@N/unit` before it the request's limit override
+/// (`k=v@42/hour`).
 fn parsed(text: &str) -> RateLimitDescriptor {
     let (entries, hits) = match text.rsplit_once('+') {
         Some((entries, hits)) => (entries, Some(hits.parse().expect("hits"))),
         None => (text, None),
     };
+    let (entries, limit) = match entries.split_once('@') {
+        Some((entries, limit)) => (entries, Some(limit_override(limit))),
+        None => (entries, None),
+    };
     RateLimitDescriptor {
+        limit,
         entries: entries
             .split(',')
             .map(|entry| {
@@ -108,7 +115,15 @@ fn parsed(text: &str) -> RateLimitDescriptor {
             })
             .collect(),
         hits_addend: hits,
-        ..Default::default()
+    }
+}
+
+/// `N/unit` as a request's limit override.
+fn limit_override(text: &str) -> RateLimitOverride {
+    let (requests, unit) = text.split_once('/').expect("N/unit");
+    RateLimitOverride {
+        requests_per_unit: requests.parse().expect("a number of requests"),
+        unit: Unit::parse(unit).expect("a unit").proto_number(),
     }
 }
 
