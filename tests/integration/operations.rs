@@ -352,13 +352,8 @@ async fn sigterm_drains_without_failing_a_call_and_exits_zero() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     signal(&sluice, "TERM");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (status, _) = sluice.http_get("/healthcheck");
-    assert_eq!(status, 500, "draining");
-    assert_eq!(
-        sluice.grpc_health().await,
-        tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
-    );
+    let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+    assert!(sluice.wait_health((not_serving, 500)).await, "draining");
     let (calls, failures) = caller.await.expect("caller");
     assert!(calls > 0);
     assert!(

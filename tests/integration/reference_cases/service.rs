@@ -217,8 +217,15 @@ async fn test_service_health_status() {
         .args(["-TERM", &pid])
         .status()
         .expect("kill");
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let status = grpc_health_on(channel).await;
+    // Within the drain delay: polled on the connection opened before the signal.
+    let mut status = grpc_health_on(channel.clone()).await;
+    for _ in 0..30 {
+        if status == ServingStatus::NotServing as i32 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        status = grpc_health_on(channel.clone()).await;
+    }
     assert_eq!(status, ServingStatus::NotServing as i32);
     assert_eq!(draining.http_get("/healthcheck").0, 500);
 }
