@@ -45,6 +45,8 @@ struct Case {
     resets: &'static [(usize, usize, i64)],
     /// Behind the local cache: how many hits it answered in all (Redis not asked).
     cache_hits: Option<f64>,
+    /// Series some calls must have counted by the time they are answered: (call, series, value).
+    series_after: &'static [(usize, &'static str, f64)],
     series: &'static [(&'static str, f64)],
 }
 
@@ -88,6 +90,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[(0, 0, None)],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="test-domain",key1="one"}"#, 1.0)],
     },
     Case {
@@ -102,6 +105,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
     Case {
@@ -116,6 +120,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="shadow"}"#, 1.0),
             ("ratelimit_service_global_shadow_mode", 0.0),
@@ -133,6 +138,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -144,6 +150,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[(0, 0, None)],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -160,6 +167,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[(0, 0, Some(10)), (0, 1, None), (0, 2, None)],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -178,6 +186,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[(0, 0, None), (1, 0, None), (2, 0, None), (3, 0, Some(1))],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -193,6 +202,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -207,6 +217,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -222,6 +233,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -233,6 +245,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -247,6 +260,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -261,6 +275,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -275,6 +290,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
     Case {
@@ -289,6 +305,7 @@ const SERVICE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
 ];
@@ -307,6 +324,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[(0, 0, None)],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -321,6 +339,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[(1, 0, Some(5))],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="five"}"#, 1.0),
@@ -339,6 +358,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="shadow"}"#, 1.0),
@@ -357,6 +377,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key_value"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="key_value"}"#, 6.0),
@@ -375,6 +396,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[(0, 0, 6400), (1, 0, 6398)],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -390,6 +412,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: Some(1.0),
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -404,6 +427,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: Some(0.0),
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -419,6 +443,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[(2, 0, Some(5))],
         resets: &[],
         cache_hits: Some(1.0),
+        series_after: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 3.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="five"}"#, 0.0),
@@ -436,6 +461,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0),
@@ -454,6 +480,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: Some(1.0),
+        series_after: &[],
         series: &[(r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0)],
     },
     Case {
@@ -469,6 +496,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -484,7 +512,31 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
+    },
+    Case {
+        shows: "TestNearLimit: 15 per hour, threshold 12: 10 -> 11 is not near, 11 -> 13 has 1, 13 -> 14 all; 14 used, 3 more: 2 over, 1 near",
+        config: LIMITER,
+        domain: "domain",
+        options: defaults,
+        calls: &[
+            (0, &["key4=value4+10"], OK, &[(OK, 5)]),
+            (0, &["key4=value4"], OK, &[(OK, 4)]),
+            (0, &["key4=value4+2"], OK, &[(OK, 2)]),
+            (0, &["key4=value4"], OK, &[(OK, 1)]),
+            (0, &["key4=value4+3"], OVER, &[(OVER, 0)]),
+        ],
+        limits: &[],
+        resets: &[],
+        cache_hits: None,
+        series_after: &[
+            (1, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 0.0),
+            (2, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 1.0),
+            (3, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 2.0),
+            (4, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 3.0),
+        ],
+        series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="key4_value4"}"#, 2.0)],
     },
     Case {
         shows: "TestGetResponseStatusBelowLimitShadowMode: within, nothing counted shadow",
@@ -495,6 +547,7 @@ const LIMITER_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="shadow"}"#, 1.0),
@@ -529,6 +582,7 @@ const ALGORITHM_CASES: &[Case] = &[
         // The next token comes in 0.1 s: rounded up to a whole second.
         resets: &[(5, 0, 1)],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -545,6 +599,7 @@ const ALGORITHM_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -571,6 +626,7 @@ const ALGORITHM_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
 ];
@@ -594,6 +650,7 @@ const CONFIG_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         // The reference's split: of 11 hits on an unused limit of 10, the one past it is over
         // (and shadow), the two between 8 and 10 near; 20 x 0.8 = 16: the 4 hits from 17 to 20.
         series: &[
@@ -616,6 +673,7 @@ const CONFIG_CASES: &[Case] = &[
         limits: &[(0, 0, Some(42)), (1, 0, Some(7))],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         // sluice leaves the values out: one series per value is the reference's metric leak.
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="test-domain",key1="nowhere"}"#, 1.0)],
     },
@@ -634,6 +692,7 @@ const CONFIG_CASES: &[Case] = &[
         limits: &[],
         resets: &[(2, 0, 6400), (3, 0, 2800)],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -653,6 +712,7 @@ const CONFIG_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="files_files/*"}"#, 4.0)],
     },
     Case {
@@ -671,6 +731,7 @@ const CONFIG_CASES: &[Case] = &[
         limits: &[(0, 0, Some(10))],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="plain_foo*"}"#, 3.0),
             (r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="shared_foo*"}"#, 3.0),
@@ -699,6 +760,7 @@ const RULE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -714,6 +776,7 @@ const RULE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="rules",key1="one"}"#, 2.0)],
     },
     Case {
@@ -732,6 +795,7 @@ const RULE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -750,6 +814,7 @@ const RULE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
     Case {
@@ -766,6 +831,7 @@ const RULE_CASES: &[Case] = &[
         limits: &[],
         resets: &[],
         cache_hits: None,
+        series_after: &[],
         series: &[],
     },
 ];
@@ -1044,6 +1110,9 @@ async fn run(case: &Case, on: &InProcess) {
             let got = response.statuses[status].current_limit.as_ref();
             let got = got.map(|l| l.requests_per_unit);
             assert_eq!(got, limit, "{place}: the current limit of status {status}");
+        }
+        for &(_, series, value) in case.series_after.iter().filter(|(call, ..)| *call == index) {
+            assert_eq!(on.series(series), value, "{place}: {series}");
         }
         for &(_, status, seconds) in case.resets.iter().filter(|(call, ..)| *call == index) {
             let got = response.statuses[status]

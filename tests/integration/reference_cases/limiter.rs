@@ -133,31 +133,6 @@ async fn test_redis() {
 }
 
 #[tokio::test]
-async fn test_near_limit() {
-    for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
-        let s = &on.sluice;
-        let labels = r#"{domain="domain",key1="key4_value4"}"#;
-        let near = || counter(s, "ratelimit_service_rate_limit_near_limit", labels);
-        // 15 per hour, threshold 12: 10 -> 11 is not near; 11 -> 13 has 1 near; 13 -> 14 all.
-        hit(s, &[(&[("key4", "value4")], 10)]).await;
-        hit(s, &[(&[("key4", "value4")], 1)]).await;
-        assert_eq!(near(), 0.0, "{}", on.store);
-        hit(s, &[(&[("key4", "value4")], 2)]).await;
-        assert_eq!(near(), 1.0);
-        hit(s, &[(&[("key4", "value4")], 1)]).await;
-        assert_eq!(near(), 2.0);
-        // 14 used, 3 more: 2 over (16, 17), 1 near (15).
-        let over = hit(s, &[(&[("key4", "value4")], 3)]).await;
-        assert_eq!(code(&over.statuses[0]), Code::OverLimit);
-        assert_eq!(near(), 3.0);
-        assert_eq!(
-            counter(s, "ratelimit_service_rate_limit_over_limit", labels),
-            2.0
-        );
-    }
-}
-
-#[tokio::test]
 async fn test_redis_with_jitter() {
     // The reference adds up to EXPIRATION_JITTER_MAX_SECONDS to each key's expiry; sluice's
     // keys expire when their window ends, reports the variable as ignored, and still counts.
