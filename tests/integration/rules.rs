@@ -10,7 +10,7 @@
 use sluice::engine::Charging;
 use sluice::limit::Unit;
 use sluice::proto::rate_limit_response::Code;
-use sluice::service::ServiceOptions;
+use sluice::service::{HeaderNames, ServiceOptions};
 
 use crate::support::redis::RedisServer;
 use crate::support::stores::{every_store, InProcess};
@@ -47,6 +47,9 @@ struct Case {
     cache_hits: Option<f64>,
     /// Series some calls must have counted by the time they are answered: (call, series, value).
     series_after: &'static [(usize, &'static str, f64)],
+    /// Response headers some calls must carry (call, name, value), or lack (`None`); the name
+    /// `*` with `None`: no header at all.
+    headers: &'static [(usize, &'static str, Option<&'static str>)],
     series: &'static [(&'static str, f64)],
 }
 
@@ -64,6 +67,25 @@ fn global_shadow_mode() -> ServiceOptions {
 fn global_quota_mode() -> ServiceOptions {
     ServiceOptions {
         quota_mode: true,
+        ..ServiceOptions::default()
+    }
+}
+
+fn default_headers() -> ServiceOptions {
+    ServiceOptions {
+        response_headers: Some(HeaderNames::default()),
+        ..ServiceOptions::default()
+    }
+}
+
+fn custom_headers() -> ServiceOptions {
+    ServiceOptions {
+        response_headers: Some(HeaderNames {
+            limit: "A-Ratelimit-Limit".into(),
+            remaining: "A-Ratelimit-Remaining".into(),
+            reset: "A-Ratelimit-Reset".into(),
+            ..HeaderNames::default()
+        }),
         ..ServiceOptions::default()
     }
 }
@@ -91,6 +113,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="test-domain",key1="one"}"#, 1.0)],
     },
     Case {
@@ -106,6 +129,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
     Case {
@@ -121,6 +145,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="shadow"}"#, 1.0),
             ("ratelimit_service_global_shadow_mode", 0.0),
@@ -139,6 +164,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -151,6 +177,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -168,6 +195,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -187,6 +215,49 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
+        series: &[],
+    },
+    Case {
+        shows: "TestServiceWithCustomRatelimitHeaders: the denying limit's headers, under the names configured",
+        config: SERVICE,
+        domain: "test-domain",
+        options: custom_headers,
+        calls: &[
+            (0, &["one=h"], OK, &[(OK, 0)]),
+            (0, &["one=h", "ten=h"], OVER, &[(OVER, 0), (OK, 10)]),
+        ],
+        limits: &[],
+        resets: &[],
+        cache_hits: None,
+        series_after: &[],
+        // The clock starts 20.123456 s into a minute: 39.88 s left, told as 40.
+        headers: &[
+            (1, "A-Ratelimit-Limit", Some("1")),
+            (1, "A-Ratelimit-Remaining", Some("0")),
+            (1, "A-Ratelimit-Reset", Some("40")),
+            (1, "RateLimit-Limit", None),
+        ],
+        series: &[],
+    },
+    Case {
+        shows: "TestServiceWithDefaultRatelimitHeaders: under the limits, the descriptor with the least remaining; no limit, no headers",
+        config: SERVICE,
+        domain: "test-domain",
+        options: default_headers,
+        calls: &[
+            (0, &["ten=d", "roomy=d"], OK, &[(OK, 9), (OK, 99)]),
+            (0, &["hello=world"], OK, &[(OK, 0)]),
+        ],
+        limits: &[],
+        resets: &[],
+        cache_hits: None,
+        series_after: &[],
+        headers: &[
+            (0, "RateLimit-Limit", Some("10")),
+            (0, "RateLimit-Remaining", Some("9")),
+            (1, "*", None),
+        ],
         series: &[],
     },
     Case {
@@ -203,6 +274,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -218,6 +290,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -234,6 +307,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -246,6 +320,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -261,6 +336,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -276,6 +352,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -291,6 +368,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
     Case {
@@ -306,6 +384,7 @@ const SERVICE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
     },
 ];
@@ -325,6 +404,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -340,6 +420,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="five"}"#, 1.0),
@@ -359,6 +440,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="shadow"}"#, 1.0),
@@ -378,6 +460,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key_value"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="key_value"}"#, 6.0),
@@ -397,6 +480,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[(0, 0, 6400), (1, 0, 6398)],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -413,6 +497,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: Some(1.0),
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -428,6 +513,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: Some(0.0),
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -444,6 +530,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: Some(1.0),
         series_after: &[],
+        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 3.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="five"}"#, 0.0),
@@ -462,6 +549,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0),
@@ -481,6 +569,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: Some(1.0),
         series_after: &[],
+        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0)],
     },
     Case {
@@ -497,6 +586,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -513,6 +603,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -536,6 +627,7 @@ const LIMITER_CASES: &[Case] = &[
             (3, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 2.0),
             (4, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 3.0),
         ],
+        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="key4_value4"}"#, 2.0)],
     },
     Case {
@@ -548,6 +640,7 @@ const LIMITER_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="shadow"}"#, 1.0),
@@ -583,6 +676,7 @@ const ALGORITHM_CASES: &[Case] = &[
         resets: &[(5, 0, 1)],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -600,6 +694,7 @@ const ALGORITHM_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -627,6 +722,7 @@ const ALGORITHM_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
 ];
@@ -651,6 +747,7 @@ const CONFIG_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         // The reference's split: of 11 hits on an unused limit of 10, the one past it is over
         // (and shadow), the two between 8 and 10 near; 20 x 0.8 = 16: the 4 hits from 17 to 20.
         series: &[
@@ -674,6 +771,7 @@ const CONFIG_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         // sluice leaves the values out: one series per value is the reference's metric leak.
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="test-domain",key1="nowhere"}"#, 1.0)],
     },
@@ -693,6 +791,7 @@ const CONFIG_CASES: &[Case] = &[
         resets: &[(2, 0, 6400), (3, 0, 2800)],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -713,6 +812,7 @@ const CONFIG_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="files_files/*"}"#, 4.0)],
     },
     Case {
@@ -732,6 +832,7 @@ const CONFIG_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="plain_foo*"}"#, 3.0),
             (r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="shared_foo*"}"#, 3.0),
@@ -761,6 +862,7 @@ const RULE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -777,6 +879,7 @@ const RULE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="rules",key1="one"}"#, 2.0)],
     },
     Case {
@@ -796,6 +899,7 @@ const RULE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -815,6 +919,7 @@ const RULE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
     Case {
@@ -832,6 +937,7 @@ const RULE_CASES: &[Case] = &[
         resets: &[],
         cache_hits: None,
         series_after: &[],
+        headers: &[],
         series: &[],
     },
 ];
@@ -1110,6 +1216,18 @@ async fn run(case: &Case, on: &InProcess) {
             let got = response.statuses[status].current_limit.as_ref();
             let got = got.map(|l| l.requests_per_unit);
             assert_eq!(got, limit, "{place}: the current limit of status {status}");
+        }
+        for &(_, name, value) in case.headers.iter().filter(|(call, ..)| *call == index) {
+            let added = &response.response_headers_to_add;
+            if name == "*" {
+                assert!(added.is_empty(), "{place}: headers {added:?}");
+                continue;
+            }
+            let got = added
+                .iter()
+                .find(|h| h.key == name)
+                .map(|h| h.value.as_str());
+            assert_eq!(got, value, "{place}: header {name}");
         }
         for &(_, series, value) in case.series_after.iter().filter(|(call, ..)| *call == index) {
             assert_eq!(on.series(series), value, "{place}: {series}");

@@ -1,7 +1,7 @@
-//! `test/service/ratelimit_test.go`, the cases that need the binary: reloads, headers,
-//! metadata, health and store failures. Its decision cases (overall code from the statuses,
-//! shadow and quota modes, unlimited, replaces) are rows of the in-process table
-//! (`rules.rs`, `SERVICE_CASES`), run on every store.
+//! `test/service/ratelimit_test.go`, the cases that need the binary: reloads, metadata
+//! through the wire, health and store failures. Its decision and header cases (overall code
+//! from the statuses, shadow and quota modes, unlimited, replaces, rate limit headers) are rows
+//! of the in-process table (`rules.rs`, `SERVICE_CASES`), run on every store.
 
 use super::*;
 
@@ -62,58 +62,6 @@ async fn test_service() {
             counter(s, "ratelimit_service_response_time_seconds_count", calls),
             4.0
         );
-    }
-}
-
-/// The value of the response header `name`.
-fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
-    response
-        .response_headers_to_add
-        .iter()
-        .find(|h| h.key == name)
-        .map(|h| h.value.as_str())
-}
-
-#[tokio::test]
-async fn test_service_with_custom_ratelimit_headers() {
-    let envs = [
-        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
-        ("LIMIT_LIMIT_HEADER", "A-Ratelimit-Limit"),
-        ("LIMIT_REMAINING_HEADER", "A-Ratelimit-Remaining"),
-        ("LIMIT_RESET_HEADER", "A-Ratelimit-Reset"),
-    ];
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &envs) {
-        let s = &on.sluice;
-        ask(s, &[&[("one", "h")]]).await;
-        let over = ask(s, &[&[("one", "h")], &[("ten", "h")]]).await;
-        assert_eq!(
-            header(&over, "A-Ratelimit-Limit"),
-            Some("1"),
-            "{}",
-            on.store
-        );
-        assert_eq!(header(&over, "A-Ratelimit-Remaining"), Some("0"));
-        let reset: u64 = header(&over, "A-Ratelimit-Reset").unwrap().parse().unwrap();
-        assert!(
-            60 - now_seconds() % 60 <= reset + 1 && reset <= 60,
-            "{reset}"
-        );
-        assert_eq!(header(&over, "RateLimit-Limit"), None);
-    }
-}
-
-#[tokio::test]
-async fn test_service_with_default_ratelimit_headers() {
-    let envs = [("LIMIT_RESPONSE_HEADERS_ENABLED", "true")];
-    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &envs) {
-        let s = &on.sluice;
-        // Under the limits: the descriptor with the least remaining.
-        let fine = ask(s, &[&[("ten", "d")], &[("roomy", "d")]]).await;
-        assert_eq!(header(&fine, "RateLimit-Limit"), Some("10"), "{}", on.store);
-        assert_eq!(header(&fine, "RateLimit-Remaining"), Some("9"));
-        // No limit applied: no headers.
-        let none = ask(s, &[&[("hello", "world")]]).await;
-        assert!(none.response_headers_to_add.is_empty());
     }
 }
 
