@@ -57,6 +57,21 @@ fn defaults() -> ServiceOptions {
     ServiceOptions::default()
 }
 
+/// What a row does not say: the default options, and nothing checked beyond its calls.
+const CASE: Case = Case {
+    shows: "",
+    config: "",
+    domain: "",
+    options: defaults,
+    calls: &[],
+    limits: &[],
+    resets: &[],
+    cache_hits: None,
+    series_after: &[],
+    headers: &[],
+    series: &[],
+};
+
 fn global_shadow_mode() -> ServiceOptions {
     ServiceOptions {
         shadow_mode: true,
@@ -103,18 +118,14 @@ const SERVICE_CASES: &[Case] = &[
         shows: "TestService: no limit is OK with nothing remaining; a limit of 1 denies its second hit",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["hello=world"], OK, &[(OK, 0)]),
             (0, &["one=a"], OK, &[(OK, 0)]),
             (0, &["one=a", "hello=world"], OVER, &[(OVER, 0), (OK, 0)]),
         ],
         limits: &[(0, 0, None)],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="test-domain",key1="one"}"#, 1.0)],
+        ..CASE
     },
     Case {
         shows: "TestServiceGlobalShadowMode: the answer is OK, the statuses stay truthful",
@@ -125,66 +136,45 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=a"], OK, &[(OK, 0)]),
             (0, &["one=a", "hello=world"], OK, &[(OVER, 0), (OK, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
+        ..CASE
     },
     Case {
         shows: "TestRuleShadowMode: a shadow rule over its limit answers OK and counts shadow_mode",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["shadow=a"], OK, &[(OK, 0)]),
             (0, &["shadow=a", "hello=world"], OK, &[(OK, 0), (OK, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="shadow"}"#, 1.0),
             ("ratelimit_service_global_shadow_mode", 0.0),
         ],
+        ..CASE
     },
     Case {
         shows: "TestMixedRuleShadowMode: an enforced rule over denies beside a shadow rule over",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["shadow=m", "one=m"], OK, &[(OK, 0), (OK, 0)]),
             (0, &["shadow=m", "one=m"], OVER, &[(OK, 0), (OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestBasicConfig: an unlimited rule is OK with remaining u32::MAX and no current limit",
         config: BASIC,
         domain: "test-domain",
-        options: defaults,
         calls: &[(0, &["key6=foo"], OK, &[(OK, u32::MAX as i64)])],
         limits: &[(0, 0, None)],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestUnlimited: an unlimited rule is OK with remaining u32::MAX and no current limit",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[(
             0,
             &["ten=u", "free=u", "hello=world"],
@@ -192,17 +182,12 @@ const SERVICE_CASES: &[Case] = &[
             &[(OK, 9), (OK, u32::MAX as i64), (OK, 0)],
         )],
         limits: &[(0, 0, Some(10)), (0, 1, None), (0, 2, None)],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestUnlimitedReplaces: an unlimited rule still replaces, so the replaced limit is never charged",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["general=g", "vip=v"], OK, &[(OK, 0), (OK, u32::MAX as i64)]),
             (0, &["general=g", "vip=v"], OK, &[(OK, 0), (OK, u32::MAX as i64)]),
@@ -212,11 +197,7 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["general=g"], OVER, &[(OVER, 0)]),
         ],
         limits: &[(0, 0, None), (1, 0, None), (2, 0, None), (3, 0, Some(1))],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServiceWithCustomRatelimitHeaders: the denying limit's headers, under the names configured",
@@ -227,10 +208,6 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=h"], OK, &[(OK, 0)]),
             (0, &["one=h", "ten=h"], OVER, &[(OVER, 0), (OK, 10)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
         // The clock starts 20.123456 s into a minute: 39.88 s left, told as 40.
         headers: &[
             (1, "A-Ratelimit-Limit", Some("1")),
@@ -238,7 +215,7 @@ const SERVICE_CASES: &[Case] = &[
             (1, "A-Ratelimit-Reset", Some("40")),
             (1, "RateLimit-Limit", None),
         ],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServiceWithDefaultRatelimitHeaders: under the limits, the descriptor with the least remaining; no limit, no headers",
@@ -249,16 +226,12 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["ten=d", "roomy=d"], OK, &[(OK, 9), (OK, 99)]),
             (0, &["hello=world"], OK, &[(OK, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
         headers: &[
             (0, "RateLimit-Limit", Some("10")),
             (0, "RateLimit-Remaining", Some("9")),
             (1, "*", None),
         ],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServiceGlobalQuotaMode: every limit a quota, one over and one under is OK",
@@ -270,90 +243,55 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=q", "ten=q"], OK, &[(OVER, 0), (OK, 9)]),
             (0, &["one=q"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServicePerDescriptorQuotaMode: every quota over denies",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["quota=p"], OK, &[(OK, 0)]),
             (0, &["quota=p"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServiceMixedPerDescriptorModes: an enforced limit over denies, whatever the quotas say",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["one=m", "quota=m"], OK, &[(OK, 0), (OK, 0)]),
             // The request is denied, so `roomy` is not charged (sluice's all-or-nothing).
             (0, &["one=m", "roomy=m"], OVER, &[(OVER, 0), (OK, 100)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServiceMixedPerDescriptorModesUnderLimit: all under is OK",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[(0, &["ten=u", "roomy=u"], OK, &[(OK, 9), (OK, 99)])],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServiceQuotaModeOnlyAllOverTheLimit: two quotas over deny",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["quota=o", "quota2=o"], OK, &[(OK, 0), (OK, 0)]),
             (0, &["quota=o", "quota2=o"], OVER, &[(OVER, 0), (OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServiceQuotaModeOnlySomeOverTheLimit: one quota over beside one under is OK",
         config: SERVICE,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["quota=s"], OK, &[(OK, 0)]),
             (0, &["quota=s", "roomy=s"], OK, &[(OVER, 0), (OK, 99)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestServiceQuotaModeWithShadowMode: global shadow mode answers OK over every quota",
@@ -364,12 +302,8 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["quota=w", "quota2=w"], OK, &[(OK, 0), (OK, 0)]),
             (0, &["quota=w", "quota2=w"], OK, &[(OVER, 0), (OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
+        ..CASE
     },
     Case {
         shows: "TestServiceMixedModeWithShadowMode: global shadow mode answers OK over an enforced limit",
@@ -380,12 +314,8 @@ const SERVICE_CASES: &[Case] = &[
             (0, &["one=x", "quota=x"], OK, &[(OK, 0), (OK, 0)]),
             (0, &["one=x", "quota=x"], OK, &[(OVER, 0), (OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[("ratelimit_service_global_shadow_mode", 1.0)],
+        ..CASE
     },
 ];
 
@@ -398,196 +328,144 @@ const LIMITER_CASES: &[Case] = &[
         shows: "TestGetResponseStatusEmptyKey: no limit, OK with nothing remaining",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[(0, &["unknown=x"], OK, &[(OK, 0)])],
         limits: &[(0, 0, None)],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestGetResponseStatusOverLimit: 2 used of 5, 5 more: 2 over, 1 near (past 4)",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["five=o+2"], OK, &[(OK, 3)]),
             (0, &["five=o+5"], OVER, &[(OVER, 0)]),
         ],
         limits: &[(1, 0, Some(5))],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="five"}"#, 1.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="five"}"#, 0.0),
         ],
+        ..CASE
     },
     Case {
         shows: "TestGetResponseStatusOverLimitShadowMode: the same in shadow mode is OK, and counted shadow",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["shadow=o+2"], OK, &[(OK, 3)]),
             (0, &["shadow=o+5"], OK, &[(OK, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="shadow"}"#, 1.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0),
         ],
+        ..CASE
     },
     Case {
         shows: "TestGetResponseStatusBelowLimit: 6 of 10, all within, none near",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["key=value+5"], OK, &[(OK, 5)]),
             (0, &["key=value"], OK, &[(OK, 4)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key_value"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="key_value"}"#, 6.0),
         ],
+        ..CASE
     },
     Case {
         shows: "TestBasicConfig (integration): duration_until_reset counts down to the day's end",
         config: ANOTHER,
         domain: "another",
-        options: defaults,
         // The clock starts 80,000.123456 s into a day: 6,399.88 s left, told as 6,400.
         calls: &[
             (0, &["key4=durTest"], OK, &[(OK, 19)]),
             (2100, &["key4=durTest"], OK, &[(OK, 18)]),
         ],
-        limits: &[],
         resets: &[(0, 0, 6400), (1, 0, 6398)],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestOverLimitWithLocalCache: a key known over is answered locally, Redis not asked",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["five=l+5"], OK, &[(OK, 0)]),
             (0, &["five=l"], OVER, &[(OVER, 0)]),
             (0, &["five=l"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
         cache_hits: Some(1.0),
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestNoOverLimitWithLocalCache: under the limit, Redis decides",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["five=n"], OK, &[(OK, 4)]),
             (0, &["five=n"], OK, &[(OK, 3)]),
         ],
-        limits: &[],
-        resets: &[],
         cache_hits: Some(0.0),
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestGetResponseStatusOverLimitWithLocalCache: 2 hits on a key known over, both over",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["five=c+5"], OK, &[(OK, 0)]),
             (0, &["five=c"], OVER, &[(OVER, 0)]),
             (0, &["five=c+2"], OVER, &[(OVER, 0)]),
         ],
         limits: &[(2, 0, Some(5))],
-        resets: &[],
         cache_hits: Some(1.0),
-        series_after: &[],
-        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="five"}"#, 3.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="five"}"#, 0.0),
         ],
+        ..CASE
     },
     Case {
         shows: "TestGetResponseStatusOverLimitWithLocalCacheShadowMode: OK, nothing left, counted over and shadow",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["shadow=c+5"], OK, &[(OK, 0)]),
             (0, &["shadow=c+2"], OK, &[(OK, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="shadow"}"#, 2.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0),
         ],
+        ..CASE
     },
     Case {
         shows: "TestOverLimitWithLocalCacheShadowRule: a shadow limit over never denies, answered locally or not",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["shadow=r+5"], OK, &[(OK, 0)]),
             (0, &["shadow=r"], OK, &[(OK, 0)]),
             (0, &["shadow=r"], OK, &[(OK, 0)]),
         ],
-        limits: &[],
-        resets: &[],
         cache_hits: Some(1.0),
-        series_after: &[],
-        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 2.0)],
+        ..CASE
     },
     Case {
         shows: "TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig (true): the denied request leaves key4 uncharged",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["five=s+5"], OK, &[(OK, 0)]),
             (0, &["key4=value4", "five=s"], OVER, &[(OK, 15), (OVER, 0)]),
             (0, &["key4=value4+0"], OK, &[(OK, 15)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig (false): every hit is charged, key4's too",
@@ -599,18 +477,12 @@ const LIMITER_CASES: &[Case] = &[
             (0, &["key4=value4", "five=s"], OVER, &[(OK, 14), (OVER, 0)]),
             (0, &["key4=value4+0"], OK, &[(OK, 14)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestNearLimit: 15 per hour, threshold 12: 10 -> 11 is not near, 11 -> 13 has 1, 13 -> 14 all; 14 used, 3 more: 2 over, 1 near",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[
             (0, &["key4=value4+10"], OK, &[(OK, 5)]),
             (0, &["key4=value4"], OK, &[(OK, 4)]),
@@ -618,33 +490,25 @@ const LIMITER_CASES: &[Case] = &[
             (0, &["key4=value4"], OK, &[(OK, 1)]),
             (0, &["key4=value4+3"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
         series_after: &[
             (1, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 0.0),
             (2, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 1.0),
             (3, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 2.0),
             (4, r#"ratelimit_service_rate_limit_near_limit{domain="domain",key1="key4_value4"}"#, 3.0),
         ],
-        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_over_limit{domain="domain",key1="key4_value4"}"#, 2.0)],
+        ..CASE
     },
     Case {
         shows: "TestGetResponseStatusBelowLimitShadowMode: within, nothing counted shadow",
         config: LIMITER,
         domain: "domain",
-        options: defaults,
         calls: &[(0, &["shadow=b"], OK, &[(OK, 4)])],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="domain",key1="shadow"}"#, 0.0),
             (r#"ratelimit_service_rate_limit_within_limit{domain="domain",key1="shadow"}"#, 1.0),
         ],
+        ..CASE
     },
 ];
 
@@ -658,7 +522,6 @@ const ALGORITHM_CASES: &[Case] = &[
         shows: "token bucket: a burst of 5, then refilled at 10 a second (3.5 tokens in 0.35 s)",
         config: ALGORITHMS,
         domain: "algo",
-        options: defaults,
         calls: &[
             (0, &["token=v"], OK, &[(OK, 4)]),
             (0, &["token=v"], OK, &[(OK, 3)]),
@@ -671,37 +534,26 @@ const ALGORITHM_CASES: &[Case] = &[
             (0, &["token=v"], OK, &[(OK, 0)]),
             (0, &["token=v"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
         // The next token comes in 0.1 s: rounded up to a whole second.
         resets: &[(5, 0, 1)],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "leaky bucket: 5 a second paces one request every 0.2 s",
         config: ALGORITHMS,
         domain: "algo",
-        options: defaults,
         calls: &[
             (0, &["leaky=v"], OK, &[(OK, 0)]),
             (0, &["leaky=v"], OVER, &[(OVER, 0)]),
             (250, &["leaky=v"], OK, &[(OK, 0)]),
             (0, &["leaky=v"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "sliding windows reject across a fixed window's boundary; the counter weighs the last window by its overlap",
         config: ALGORITHMS,
         domain: "algo",
-        options: defaults,
         calls: &[
             // 0.70 into a second: 4 each.
             (577, &["fixed=v+4", "log=v+4", "counter=v+4"], OK, &[(OK, 0), (OK, 0), (OK, 0)]),
@@ -718,12 +570,7 @@ const ALGORITHM_CASES: &[Case] = &[
             (0, &["log=v"], OVER, &[(OVER, 0)]),
             (400, &["log=v"], OK, &[(OK, 3)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
 ];
 
@@ -736,18 +583,12 @@ const CONFIG_CASES: &[Case] = &[
         shows: "TestShadowModeConfig: a shadow-mode limit over answers OK and counts shadow_mode",
         config: include_str!("../fixtures/cases/rules/shadow_mode_config.yaml"),
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["key1=value1,subkey1=x+6"], OVER, &[(OVER, 0)]),
             (0, &["key1=value1,subkey1=subvalue1+11"], OK, &[(OK, 0)]),
             (0, &["key2=any+21"], OK, &[(OK, 0)]),
             (0, &["key2=value2+31"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         // The reference's split: of 11 hits on an unused limit of 10, the one past it is over
         // (and shadow), the two between 8 and 10 near; 20 x 0.8 = 16: the 4 hits from 17 to 20.
         series: &[
@@ -757,29 +598,25 @@ const CONFIG_CASES: &[Case] = &[
             (r#"ratelimit_service_rate_limit_near_limit{domain="test-domain",key1="key2"}"#, 4.0),
             (r#"ratelimit_service_rate_limit_shadow_mode{domain="test-domain",key1="key2_value2"}"#, 0.0),
         ],
+        ..CASE
     },
     Case {
         shows: "TestConfigLimitOverride: the client's limit wins over the configured one and needs none; counted under the descriptor's keys",
         config: BASIC,
         domain: "test-domain",
-        options: defaults,
         calls: &[
             (0, &["key1=value1,subkey1=something@42/hour"], OK, &[(OK, 41)]),
             (0, &["nowhere=x@7/day"], OK, &[(OK, 6)]),
         ],
         limits: &[(0, 0, Some(42)), (1, 0, Some(7))],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         // sluice leaves the values out: one series per value is the reference's metric leak.
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="test-domain",key1="nowhere"}"#, 1.0)],
+        ..CASE
     },
     Case {
         shows: "TestConfigLimitOverride: an override counts on its own window, ending with the day's and the hour's",
         config: include_str!("../fixtures/cases/rules/five_a_second.yaml"),
         domain: "o",
-        options: defaults,
         // The clock starts 80,000.123456 s into a day, 800.123456 s into an hour.
         calls: &[
             (0, &["k=v"], OK, &[(OK, 4)]),
@@ -787,18 +624,13 @@ const CONFIG_CASES: &[Case] = &[
             (0, &["k=v@10/day"], OK, &[(OK, 9)]),
             (0, &["k=v@42/hour"], OK, &[(OK, 41)]),
         ],
-        limits: &[],
         resets: &[(2, 0, 6400), (3, 0, 2800)],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "TestShareThreshold: one counter for every value of a shared wildcard",
         config: include_str!("../fixtures/cases/rules/share_threshold.yaml"),
         domain: "d",
-        options: defaults,
         calls: &[
             (0, &["files=files/a.pdf"], OK, &[(OK, 2)]),
             (0, &["files=files/b.csv"], OK, &[(OK, 1)]),
@@ -808,18 +640,13 @@ const CONFIG_CASES: &[Case] = &[
             (0, &["path=/api/v2/users"], OK, &[(OK, 0)]),
             (0, &["path=/api/v3/users"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="files_files/*"}"#, 4.0)],
+        ..CASE
     },
     Case {
         shows: "TestWildcardStatsBehavior: without share_threshold each value counts apart, stats under the pattern; with it, one counter",
         config: include_str!("../fixtures/cases/rules/wildcard_stats_behavior.yaml"),
         domain: "d",
-        options: defaults,
         calls: &[
             (0, &["plain=foo1"], OK, &[(OK, 9)]),
             (0, &["plain=foo2"], OK, &[(OK, 9)]),
@@ -829,14 +656,11 @@ const CONFIG_CASES: &[Case] = &[
             (0, &["shared=foo9"], OK, &[(OK, 7)]),
         ],
         limits: &[(0, 0, Some(10))],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[
             (r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="plain_foo*"}"#, 3.0),
             (r#"ratelimit_service_rate_limit_total_hits{domain="d",key1="shared_foo*"}"#, 3.0),
         ],
+        ..CASE
     },
 ];
 
@@ -850,7 +674,6 @@ const RULE_CASES: &[Case] = &[
         shows: "all-or-nothing: a denied request charges none of its descriptors",
         config: RULES,
         domain: "rules",
-        options: defaults,
         calls: &[
             (0, &["five=a", "one=a"], OK, &[(OK, 4), (OK, 0)]),
             (0, &["five=a", "one=a"], OVER, &[(OK, 4), (OVER, 0)]),
@@ -858,12 +681,7 @@ const RULE_CASES: &[Case] = &[
             // Only the first request was charged to `five`.
             (0, &["five=a"], OK, &[(OK, 3)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "the reference's counting: every hit is charged, the admitting descriptor of a denied request too",
@@ -875,18 +693,13 @@ const RULE_CASES: &[Case] = &[
             (0, &["five=a", "one=a"], OVER, &[(OK, 3), (OVER, 0)]),
             (0, &["five=a"], OK, &[(OK, 2)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
         series: &[(r#"ratelimit_service_rate_limit_total_hits{domain="rules",key1="one"}"#, 2.0)],
+        ..CASE
     },
     Case {
         shows: "several limits of one descriptor: all must admit, a denied one charges none, and the binding one reports",
         config: RULES,
         domain: "rules",
-        options: defaults,
         calls: &[
             (0, &["both=b"], OK, &[(OK, 1)]),
             (0, &["both=b"], OK, &[(OK, 0)]),
@@ -895,18 +708,12 @@ const RULE_CASES: &[Case] = &[
             (1000, &["both=b"], OK, &[(OK, 0)]),
             (1000, &["both=b"], OVER, &[(OVER, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "debt: a cost that does not fit is charged all the same, and the limit denies until repaid",
         config: RULES,
         domain: "rules",
-        options: defaults,
         calls: &[
             (0, &["metered=m+8"], OK, &[(OK, 2)]),
             (0, &["metered=m+5"], OVER, &[(OVER, 0)]),
@@ -915,30 +722,19 @@ const RULE_CASES: &[Case] = &[
             (12 * 60_000, &["metered=m"], OVER, &[(OVER, 0)]),
             (18 * 60_000, &["metered=m"], OK, &[(OK, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
     Case {
         shows: "a sliding log on the manual clock: 2 a second, exactly",
         config: RULES,
         domain: "rules",
-        options: defaults,
         calls: &[
             (0, &["paced=p"], OK, &[(OK, 1)]),
             (500, &["paced=p"], OK, &[(OK, 0)]),
             (499, &["paced=p"], OVER, &[(OVER, 0)]),
             (1, &["paced=p"], OK, &[(OK, 0)]),
         ],
-        limits: &[],
-        resets: &[],
-        cache_hits: None,
-        series_after: &[],
-        headers: &[],
-        series: &[],
+        ..CASE
     },
 ];
 
