@@ -230,12 +230,6 @@ enum Level {
 }
 
 impl Level {
-    /// Whether `key` is a key of the level.
-    fn has(self, key: &str) -> bool {
-        self.keys().contains(&key)
-            || matches!(self, Level::RateLimit) && Algorithm::parameter_keys().contains(&key)
-    }
-
     fn keys(self) -> &'static [&'static str] {
         match self {
             Level::File => &["domain", "descriptors"],
@@ -253,7 +247,8 @@ impl Level {
                 "metadata",
                 "rlqs_strategy",
             ],
-            Level::RateLimit => RATE_LIMIT_KEYS,
+            // The common keys and the algorithms' own, gathered once.
+            Level::RateLimit => rate_limit_keys(),
             Level::Replaces => &["name"],
         }
     }
@@ -307,7 +302,7 @@ fn scan(value: &mut serde_yaml::Value, level: Level, path: &str, parsed: &mut Pa
         } else {
             format!("{path}.{key}")
         };
-        if !level.has(key) && REFERENCE_KEYS.contains(&key) {
+        if !level.keys().contains(&key) && REFERENCE_KEYS.contains(&key) {
             parsed.misplaced.push(child_path);
             misplaced.push(key.to_string());
             continue;
