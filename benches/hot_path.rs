@@ -99,6 +99,7 @@ fn memory_store(c: &mut Criterion) {
             cost: 1,
             role: Role::Enforced,
             joins_previous: false,
+            lease: None,
         })
         .collect();
     let mut next = 0;

@@ -29,6 +29,7 @@ fn hit(i: u64) -> Hit {
         cost: 1,
         role: Role::Enforced,
         joins_previous: false,
+        lease: None,
     }
 }
 

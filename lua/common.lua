@@ -8,7 +8,7 @@
 --            hit is charged, denied or not: envoyproxy/ratelimit's counting), "any" (every
 --            admitted hit is charged: one Cluster slot's share of a request, sluice settles
 --            the rest), or "refund" (the hits were charged by an "any" call and are taken back)
--- then, for each hit i in turn, 10 common arguments, then the algorithm's own (as many as the
+-- then, for each hit i in turn, 11 common arguments, then the algorithm's own (as many as the
 -- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
 -- read into the hit's fields of those names (src/store/redis/args.rs builds them, in this
 -- order):
@@ -25,9 +25,11 @@
 --   ARGV[+8]  debt  "1" when the limit takes debt (a hit that does not fit is charged), else "0"
 --   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
 --                    charged together or not at all
--- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us (the
--- fields of sluice's Decision, which src/algorithm/ specifies), and, for "any" and "refund",
--- the time it was decided at.
+--   ARGV[+10]  lease  on a concurrency limit: "+<token>" acquires leases, "-<token>" releases
+--                     what the token holds (always charged, never denying); else ""
+-- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us,
+-- released, expired (the fields of sluice's Decision, which src/algorithm/ specifies), and,
+-- for "any" and "refund", the time it was decided at.
 --
 -- An algorithm script registers {read, decide, force, write, refund} under its name:
 --   read(hit) the key's state at hit.now (never nil); decide(hit, state) the decision and the state after
@@ -87,8 +89,9 @@ local function expire_after(key, us)
 end
 
 -- A decision as the script replies it: admitted (1 or 0), remaining, reset_after_us,
--- retry_after_us; negative values are 0.
-local function decision(admitted, remaining, reset_after_us, retry_after_us)
+-- retry_after_us, released and expired (a concurrency limit's leases; 0 when not given);
+-- negative values are 0.
+local function decision(admitted, remaining, reset_after_us, retry_after_us, released, expired)
   if remaining < 0 then
     remaining = 0
   end
@@ -98,7 +101,7 @@ local function decision(admitted, remaining, reset_after_us, retry_after_us)
   if retry_after_us < 0 then
     retry_after_us = 0
   end
-  return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us}
+  return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us, released or 0, expired or 0}
 end
 
 -- requests_per_unit 0 blocks everything, whatever the burst (src/algorithm/mod.rs).

@@ -3,13 +3,14 @@
 -- Hits come in groups (the several limits of one descriptor), decided in order, each on the
 -- state the hits before it left. A group is charged only if none of its hits is denied; a hit
 -- of a limit that takes debt is charged even when it does not fit (it is denied all the
--- same, and told when a hit of cost 1 fits again). With "every" (the reference's counting),
+-- same, and told when a hit of cost 1 fits again), and so is a release of leases. With
+-- "every" (the reference's counting),
 -- every hit is charged so, denied or not. With "all", a request that its hits veto
 -- (an enforced hit denied, or every quota hit denied: src/engine.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 
 -- The common arguments of a hit; the algorithm's own follow them.
-local COMMON = 10
+local COMMON = 11
 -- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
 -- a function library, whose top level runs only when it is loaded.
 local made = {}
@@ -38,7 +39,7 @@ local function decide(hit, state)
     return blocked(hit), nil
   end
   local d, changed = rules.decide(hit, state)
-  if d[1] == 1 or not hit.charges_denied or hit.cost == 0 or hit.limit == 0 then
+  if d[1] == 1 or not hit.charges_denied or hit.cost == 0 or hit.limit == 0 or rules.never_owes then
     return d, changed
   end
   -- Charged all the same: denied, reporting what remained before it (as every denial does).
@@ -60,7 +61,7 @@ local function request(KEYS, ARGV)
   local mode = ARGV[1]
   -- The calls of a Cluster ("any", "refund") also reply the time each hit was decided at.
   local with_time = mode == 'any' or mode == 'refund'
-  local fields = with_time and 5 or 4
+  local fields = with_time and 7 or 6
 
   -- Redis TIME, read once per call when some hit needs it.
   local redis_now = nil
@@ -90,6 +91,8 @@ local function request(KEYS, ARGV)
       debt = ARGV[at + 8] == '1',
       charges_denied = ARGV[at + 8] == '1' or mode == 'every',
       group = ARGV[at + 9],
+      lease = ARGV[at + 10],
+      releases = string.sub(ARGV[at + 10], 1, 1) == '-',
     }
     local own = params[hits[i].algorithm] or {}
     for j, field in ipairs(own) do
@@ -119,7 +122,7 @@ local function request(KEYS, ARGV)
       algorithm(hit.algorithm).write(hit, changed)
     end
     if with_time then
-      d[5] = hit.now
+      d[7] = hit.now
     end
     return d
   end
@@ -181,7 +184,8 @@ local function request(KEYS, ARGV)
     -- "any" (one Cluster slot's share of a request) leaves the groups to sluice.
     for j = first, i - 1 do
       local change = changes[j]
-      if change ~= nil and (hits[j].charges_denied or not denied or mode == 'any') then
+      local always = hits[j].charges_denied or hits[j].releases
+      if change ~= nil and (always or not denied or mode == 'any') then
         stands[j] = true
         latest[hits[j].key] = change
       end
@@ -208,7 +212,7 @@ local function request(KEYS, ARGV)
   -- The charges that stand (a vetoed request keeps only its debt), and each key's last.
   local last = {}
   for j = 1, n do
-    if stands[j] and (hits[j].debt or not vetoed) then
+    if stands[j] and (hits[j].debt or hits[j].releases or not vetoed) then
       last[hits[j].key] = j
     else
       stands[j] = nil
@@ -225,7 +229,7 @@ local function request(KEYS, ARGV)
   for j = 1, n do
     local hit = hits[j]
     local d = decisions[j]
-    if d[1] == 1 and hit.cost > 0 and not stands[j] then
+    if d[1] == 1 and hit.cost > 0 and not stands[j] and not hit.releases then
       -- Admitted but not charged: what remains, as the key stays.
       local final = last[hit.key]
       local state
@@ -237,9 +241,11 @@ local function request(KEYS, ARGV)
       d = decide(with_cost(hit, 0), state)
     end
     local at = fields * (j - 1)
-    replies[at + 1], replies[at + 2], replies[at + 3], replies[at + 4] = d[1], d[2], d[3], d[4]
+    for k = 1, 6 do
+      replies[at + k] = d[k]
+    end
     if with_time then
-      replies[at + 5] = hit.now
+      replies[at + 7] = hit.now
     end
   end
   return replies

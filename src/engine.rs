@@ -9,7 +9,7 @@
 use smallvec::SmallVec;
 
 use crate::algorithm::{self, Outcome, State};
-use crate::limit::{Decision, Hit, Limit, Role};
+use crate::limit::{Decision, Hit, Role};
 
 /// How a store charges the hits of one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,25 +61,28 @@ pub fn vetoed(outcomes: impl IntoIterator<Item = (Role, bool)>) -> bool {
     quota_hits > 0 && quota_denied == quota_hits
 }
 
-/// Charges `cost` against `limit` at `now_us` on the key's `state`, a hit that does not fit
-/// charged as `charging` says (`EveryHit`: always; else only in debt).
-pub fn decide_hit(
-    limit: &Limit,
-    charging: Charging,
-    state: Option<&State>,
-    cost: u64,
-    now_us: u64,
-) -> Outcome {
-    let rate = limit
+/// Decides `hit` at `now_us` on the key's `state`, a hit that does not fit charged as
+/// `charging` says (`EveryHit`: always; else only in debt).
+pub fn decide_hit(hit: &Hit, charging: Charging, state: Option<&State>, now_us: u64) -> Outcome {
+    let rate = hit
+        .limit
         .rate()
         .with_denied_charged(charging == Charging::EveryHit);
-    algorithm::decide(&limit.counting, state, &rate, cost, now_us)
+    algorithm::decide(
+        &hit.limit.counting,
+        state,
+        &rate,
+        hit.cost,
+        now_us,
+        hit.lease,
+    )
 }
 
-/// Whether the charge of `hit` stands: debt always does, every hit with `EveryHit`; otherwise
-/// only when no limit of its descriptor denied and the request is not vetoed.
+/// Whether the charge of `hit` stands: debt and a lease's release always do, every hit with
+/// `EveryHit`; otherwise only when no limit of its descriptor denied and the request is not
+/// vetoed.
 pub fn charge_stands(hit: &Hit, charging: Charging, group_denied: bool, vetoed: bool) -> bool {
-    hit.limit.debt || charging == Charging::EveryHit || !(group_denied || vetoed)
+    hit.limit.debt || hit.releases() || charging == Charging::EveryHit || !(group_denied || vetoed)
 }
 
 /// Whether a request whose hits were admitted as `admitted` says is vetoed under `charging`
@@ -173,7 +176,7 @@ pub fn decide<'s, K: Copy + Eq>(
                     None => stored(i),
                 },
             };
-            let outcome = decide_hit(&hits[i].limit, charging, current, hits[i].cost, now_us);
+            let outcome = decide_hit(&hits[i], charging, current, now_us);
             if let Some((state, expires_at_us)) = outcome.new_state {
                 changes.push(Write {
                     hit: i,
@@ -214,7 +217,7 @@ pub fn decide<'s, K: Copy + Eq>(
 impl<K> Plan<K> {
     /// The decisions to answer, once the writes are made: an admitted hit whose charge did not
     /// stand reports the state as it stays (`stored(i)`, read after the writes), the decision
-    /// of cost 0.
+    /// of cost 0. (A release that freed nothing reports what it found.)
     pub fn settle<'s>(
         mut self,
         hits: &[Hit],
@@ -222,7 +225,7 @@ impl<K> Plan<K> {
         stored: impl Fn(usize) -> Option<&'s State>,
     ) -> Vec<Decision> {
         for (i, decision) in self.decisions.iter_mut().enumerate() {
-            if decision.admitted && hits[i].cost > 0 && !self.charged[i] {
+            if decision.admitted && hits[i].cost > 0 && !self.charged[i] && !hits[i].releases() {
                 *decision = hits[i].limit.decide(stored(i), 0, now_us).decision;
             }
         }
@@ -246,6 +249,7 @@ mod tests {
             remaining,
             reset_after_us: 0,
             retry_after_us,
+            ..Decision::default()
         }
     }
 
@@ -256,6 +260,7 @@ mod tests {
             cost,
             role,
             joins_previous,
+            lease: None,
         }
     }
 

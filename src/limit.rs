@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::algorithm::{self, Outcome, Rate, State};
-pub use crate::algorithm::{Algorithm, Counting, Decision};
+pub use crate::algorithm::{Algorithm, Counting, Decision, LeaseCall};
 
 /// A time unit of envoyproxy/ratelimit's format. Month is 30 days and year 365, as there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -174,7 +174,18 @@ impl Limit {
     /// hit that does not fit is charged only in debt (`engine::decide_hit` for the other
     /// charging).
     pub fn decide(&self, state: Option<&State>, cost: u64, now_us: u64) -> Outcome {
-        algorithm::decide(&self.counting, state, &self.rate(), cost, now_us)
+        algorithm::decide(&self.counting, state, &self.rate(), cost, now_us, None)
+    }
+
+    /// The same for a hit that acquires or releases a concurrency limit's leases.
+    pub fn decide_lease(
+        &self,
+        state: Option<&State>,
+        cost: u64,
+        now_us: u64,
+        lease: Option<LeaseCall>,
+    ) -> Outcome {
+        algorithm::decide(&self.counting, state, &self.rate(), cost, now_us, lease)
     }
 
     /// The period W in microseconds: unit x multiplier.
@@ -215,6 +226,15 @@ pub struct Hit {
     /// Another limit of the previous hit's descriptor: the hits of one descriptor are charged
     /// together or not at all.
     pub joins_previous: bool,
+    /// On a concurrency limit: the lease the hit acquires or releases.
+    pub lease: Option<LeaseCall>,
+}
+
+impl Hit {
+    /// Whether the hit releases a lease: its charge always stands, and it never denies.
+    pub fn releases(&self) -> bool {
+        matches!(self.lease, Some(LeaseCall::Release(_)))
+    }
 }
 
 /// How a hit's denial weighs on the request it belongs to.

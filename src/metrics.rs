@@ -343,6 +343,7 @@ mod tests {
                 remaining,
                 reset_after_us: 0,
                 retry_after_us: 0,
+                ..Decision::default()
             },
             shadow_mode: false,
         }
@@ -392,6 +393,7 @@ mod tests {
                 remaining: 9,
                 reset_after_us: 0,
                 retry_after_us: 0,
+                ..Decision::default()
             },
             shadow_mode: false,
         };

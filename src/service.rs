@@ -210,6 +210,7 @@ impl<S: Store> RateLimiter<S> {
             remaining: 0,
             reset_after_us: 0,
             retry_after_us: 0,
+            ..Decision::default()
         };
         Ok(vec![decision; count])
     }

@@ -100,6 +100,7 @@ fn flood(algorithm: Algorithm, entries: bool, bound: usize) -> Found {
                             cost: 1,
                             role: Role::Enforced,
                             joins_previous: false,
+                            lease: None,
                         };
                         // As the binary's calls, the tasks take turns on the workers.
                         if i % 256 < 4 {

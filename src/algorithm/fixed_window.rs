@@ -109,6 +109,7 @@ impl LimitAlgorithm for FixedWindow {
                 let fits = windows_until_fits(window.count, cost, limit);
                 until(window.start_us, fits, period, now_us)
             },
+            ..Decision::default()
         };
         let changed = (admitted && cost > 0).then_some(Window {
             count: count_after,

@@ -52,6 +52,7 @@ impl LimitAlgorithm for LeakyBucket {
             } else {
                 wait_us(after_hit - tolerance - now, rate, limit.period_us())
             },
+            ..Decision::default()
         };
         let changed = (admitted && cost > 0).then_some(Tat {
             scaled_empty_at: after_hit,

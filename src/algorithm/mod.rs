@@ -13,6 +13,7 @@
 //! `Counting` (an algorithm with its settings, as a limit holds it). Adding an algorithm, with
 //! settings of its own or not, is one Rust file, one Lua file and one row.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod leaky_bucket;
 pub mod params;
@@ -57,6 +58,14 @@ pub trait LimitAlgorithm {
     /// The capacity whatever the limit says (a pacer's 1), when the algorithm has one.
     const FIXED_CAPACITY: Option<u64> = None;
 
+    /// The state's key names L and W (a changed rate is a new state); a concurrency limit's
+    /// leases stay counted when its limit or their life changes.
+    const KEY_NAMES_RATE: bool = true;
+
+    /// A hit that does not fit can be charged all the same (debt, the reference's counting);
+    /// a concurrency limit never takes a lease that does not fit.
+    const OWES: bool = true;
+
     /// Decides one hit of `cost` at `now_us`; returns the decision and the state to store
     /// when it changed.
     fn decide(
@@ -72,13 +81,32 @@ pub trait LimitAlgorithm {
     fn expires_at_us(state: &Self::State, rate: &Rate, own: &Self::Params) -> u64;
 }
 
-/// One hit as an algorithm sees it: the limit's rate, the algorithm's own settings, the cost
-/// and the time.
+/// One hit as an algorithm sees it: the limit's rate, the algorithm's own settings, the cost,
+/// the time, and what it does to a concurrency limit's leases (rates ignore it).
 pub struct Ask<'a, P> {
     pub rate: &'a Rate,
     pub own: &'a P,
     pub cost: u64,
     pub now_us: u64,
+    pub lease: Option<LeaseCall>,
+}
+
+/// What a hit does to a concurrency limit's leases, under its request's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseCall {
+    /// Takes `cost` leases when they fit.
+    Acquire(u64),
+    /// Frees what the token holds.
+    Release(u64),
+}
+
+impl LeaseCall {
+    /// The token.
+    pub fn token(self) -> u64 {
+        match self {
+            LeaseCall::Acquire(token) | LeaseCall::Release(token) => token,
+        }
+    }
 }
 
 impl<P> Clone for Ask<'_, P> {
@@ -150,6 +178,11 @@ macro_rules! registry {
             /// Whether the key names the window (built with sluice's clock).
             pub fn key_holds_window(self) -> bool {
                 match self { $(Algorithm::$variant => <$rule>::KEY_HOLDS_WINDOW,)+ }
+            }
+
+            /// Whether the state's key names L and W.
+            pub fn key_names_rate(self) -> bool {
+                match self { $(Algorithm::$variant => <$rule>::KEY_NAMES_RATE,)+ }
             }
 
             /// Whether the script needs a nonce unique to the hit.
@@ -272,6 +305,7 @@ macro_rules! registry {
             rate: &Rate,
             cost: u64,
             now_us: u64,
+            lease: Option<LeaseCall>,
         ) -> Outcome {
             match counting {
                 $(Counting::$variant(own) => {
@@ -279,7 +313,8 @@ macro_rules! registry {
                         Some(State::$variant(held)) => Some(Borrow::borrow(held)),
                         _ => None,
                     };
-                    let (decision, changed) = decide_by::<$rule>(stored, rate, own, cost, now_us);
+                    let ask = Ask { rate, own, cost, now_us, lease };
+                    let (decision, changed) = decide_by::<$rule>(stored, &ask);
                     Outcome {
                         decision,
                         new_state: changed
@@ -308,6 +343,8 @@ registry! {
     LeakyBucket => leaky_bucket::LeakyBucket, "leaky_bucket", Box<leaky_bucket::Tat>;
     /// Guava's SmoothWarmingUp: L per W once warm, `cold_factor` times slower after idleness.
     WarmUp => warm_up::WarmUp, "warm_up", warm_up::Ramp;
+    /// At most L leases held at once, each freed by its release or W after it was taken.
+    Concurrency => concurrency::Concurrency, "concurrency", concurrency::Leases;
 }
 
 impl Default for Algorithm {
@@ -429,7 +466,7 @@ impl Rate {
 }
 
 /// What an algorithm decided for one hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Decision {
     pub admitted: bool,
     /// Requests still admitted after this one; for a denial, what remained before it (the
@@ -439,6 +476,10 @@ pub struct Decision {
     pub reset_after_us: u64,
     /// Time until this same request would be admitted; 0 when admitted.
     pub retry_after_us: u64,
+    /// A concurrency limit's leases this hit released (its token's), and those it found past
+    /// their life and dropped; 0 for every other limit.
+    pub released: u32,
+    pub expired: u32,
 }
 
 impl Decision {
@@ -464,42 +505,36 @@ pub struct Outcome {
 /// One algorithm's decision under the common rules, with its state's expiry.
 fn decide_by<A: LimitAlgorithm>(
     stored: Option<&A::State>,
-    rate: &Rate,
-    own: &A::Params,
-    cost: u64,
-    now_us: u64,
+    ask: &Ask<'_, A::Params>,
 ) -> (Decision, Option<(A::State, u64)>) {
+    let (rate, cost) = (ask.rate, ask.cost);
     if rate.requests_per_unit == 0 && !A::DECIDES_ZERO_LIMIT {
         return (blocked(rate, cost), None);
     }
-    let ask = Ask {
-        rate,
-        own,
-        cost,
-        now_us,
-    };
-    let (decision, changed) = A::decide(stored, &ask);
+    let (decision, changed) = A::decide(stored, ask);
     let with_expiry = |state: A::State| {
-        let expires_at_us = A::expires_at_us(&state, rate, own);
+        let expires_at_us = A::expires_at_us(&state, rate, ask.own);
         (state, expires_at_us)
     };
     // Debt, or the reference's counting: a hit that does not fit is charged all the same (a
     // limit of 0 is never repaid, so it takes none). It is denied, reports what remained
     // before it (as every denial does), and is told when a hit of cost 1 fits again.
     if decision.admitted
+        || !A::OWES
         || !rate.charges_what_does_not_fit()
         || cost == 0
         || rate.requests_per_unit == 0
     {
         return (decision, changed.map(with_expiry));
     }
-    let in_debt = A::force(stored, &ask);
-    let (next, _) = A::decide(Some(&in_debt), &Ask { cost: 1, ..ask });
+    let in_debt = A::force(stored, ask);
+    let (next, _) = A::decide(Some(&in_debt), &Ask { cost: 1, ..*ask });
     let decision = Decision {
         admitted: false,
         remaining: decision.remaining,
         reset_after_us: next.reset_after_us,
         retry_after_us: next.retry_after_us,
+        ..Decision::default()
     };
     (decision, Some(with_expiry(in_debt)))
 }
@@ -530,6 +565,7 @@ fn blocked(rate: &Rate, cost: u64) -> Decision {
         remaining: 0,
         reset_after_us: 0,
         retry_after_us: if cost == 0 { 0 } else { rate.period_us() },
+        ..Decision::default()
     }
 }
 

@@ -161,6 +161,7 @@ impl LimitAlgorithm for SlidingWindowCounter {
             } else {
                 retry_after(&counts, capacity, cost, period, now_us)
             },
+            ..Decision::default()
         };
         (decision, (admitted && cost > 0).then_some(after))
     }

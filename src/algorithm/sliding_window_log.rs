@@ -81,6 +81,7 @@ impl LimitAlgorithm for SlidingWindowLog {
                 remaining: remaining(u128::from(capacity.saturating_sub(count))),
                 reset_after_us: until_empty(live, period, now_us),
                 retry_after_us,
+                ..Decision::default()
             };
             return (decision, None);
         }
@@ -91,6 +92,7 @@ impl LimitAlgorithm for SlidingWindowLog {
             remaining: remaining(u128::from(capacity.saturating_sub(after.len() as u64))),
             reset_after_us: until_empty(after, period, now_us),
             retry_after_us: 0,
+            ..Decision::default()
         };
         (decision, changed)
     }

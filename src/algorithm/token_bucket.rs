@@ -72,6 +72,7 @@ impl LimitAlgorithm for TokenBucket {
             } else {
                 wait(needed - tokens)
             },
+            ..Decision::default()
         };
         let changed = (admitted && cost > 0).then_some(Bucket {
             scaled_tokens: after,

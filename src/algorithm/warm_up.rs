@@ -294,6 +294,7 @@ impl LimitAlgorithm for WarmUp {
             } else {
                 ramp.next_free_us - now_us
             },
+            ..Decision::default()
         };
         let changed = (admitted && cost > 0).then_some(after);
         (decision, changed)

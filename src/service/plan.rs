@@ -149,6 +149,7 @@ pub fn hits(planned: &mut [Planned<'_>]) -> Hits {
                 cost: p.cost,
                 role: applied.role(),
                 joins_previous: index > 0,
+                lease: None,
             });
         }
     }

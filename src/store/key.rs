@@ -69,8 +69,17 @@ impl Shape {
                 start_s: start_us / MICROS_PER_SECOND,
             };
         }
+        let algorithm = limit.algorithm();
+        if !algorithm.key_names_rate() {
+            return Shape::Limited {
+                algorithm,
+                requests_per_unit: 0,
+                period_s: 0,
+                own: [0, 0],
+            };
+        }
         Shape::Limited {
-            algorithm: limit.algorithm(),
+            algorithm,
             requests_per_unit: limit.requests_per_unit,
             period_s: period_us / MICROS_PER_SECOND,
             own: limit.counting.shape(&limit.rate()),
@@ -85,7 +94,8 @@ impl Shape {
 ///   `prefix` + algorithm + `_` + L + `per` + period in seconds + `s_`, then the algorithm's
 ///   own settings (`Parameters::write_key`: `b` + burst + `_` for the buckets, `w` + warm-up
 ///   in µs + `c` + cold factor + `_` for `warm_up`), then the descriptor key, e.g.
-///   `token_bucket_10per60s_b20_domain_key_value_`.
+///   `token_bucket_10per60s_b20_domain_key_value_`; a concurrency limit's leases outlive a
+///   change of its numbers: `concurrency_domain_key_value_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 48);
     key.push_str(prefix);
@@ -101,7 +111,10 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
             period_s,
             own,
         } => {
-            let _ = write!(key, "{algorithm}_{requests_per_unit}per{period_s}s_");
+            let _ = write!(key, "{algorithm}_");
+            if algorithm.key_names_rate() {
+                let _ = write!(key, "{requests_per_unit}per{period_s}s_");
+            }
             algorithm.write_key(own, &mut key);
             key.push_str(&hit.key);
         }
@@ -133,6 +146,7 @@ mod redis_key_tests {
             cost: 1,
             role: Role::Enforced,
             joins_previous: false,
+            lease: None,
         };
         // 1234567 s is in the minute starting at 1234560 s.
         let key = redis_key("prefix_", &hit, 1_234_567_000_000);
@@ -147,6 +161,7 @@ mod redis_key_tests {
             cost: 1,
             role: Role::Enforced,
             joins_previous: false,
+            lease: None,
         };
         assert_eq!(redis_key("", &hit, 5), "token_bucket_10per1s_b10_d_k_v_");
     }
@@ -172,6 +187,7 @@ mod redis_key_tests {
             cost: 1,
             role: Role::Enforced,
             joins_previous: false,
+            lease: None,
         };
         let leaky =
             |requests| Limit::new(Counting::of(Algorithm::LeakyBucket), requests, Unit::Minute);

@@ -167,6 +167,7 @@ impl OverLimitCache {
             remaining: 0,
             reset_after_us: over.reset_at_us.max(over.until_us) - now_us,
             retry_after_us: over.until_us - now_us,
+            ..Decision::default()
         })
     }
 
@@ -243,6 +244,7 @@ mod tests {
             cost,
             role: Role::Enforced,
             joins_previous: false,
+            lease: None,
         }
     }
 

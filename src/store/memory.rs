@@ -330,7 +330,7 @@ impl MemoryStore {
         let (outcome, needs) = match entries.get_mut(&id) {
             Some(entry) => {
                 let live = readable(entry, hit, now_us).then_some(&entry.state);
-                let outcome = engine::decide_hit(&hit.limit, charging, live, hit.cost, now_us);
+                let outcome = engine::decide_hit(hit, charging, live, now_us);
                 let Some((state, _)) = &outcome.new_state else {
                     return Ok(outcome.decision);
                 };
@@ -346,7 +346,7 @@ impl MemoryStore {
                 (outcome, (0, after - held))
             }
             None => {
-                let outcome = engine::decide_hit(&hit.limit, charging, None, hit.cost, now_us);
+                let outcome = engine::decide_hit(hit, charging, None, now_us);
                 let needs = match &outcome.new_state {
                     Some((state, _)) => (1, footprint::heap_bytes_held(None, state)),
                     None => return Ok(outcome.decision),
@@ -521,6 +521,7 @@ mod tests {
             cost,
             role: Role::Enforced,
             joins_previous: false,
+            lease: None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use redis::Cmd;
 
-use crate::limit::Role;
+use crate::limit::{LeaseCall, Role};
 
 /// The arguments of one hit in a script call, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,14 +29,25 @@ pub struct ScriptArgs {
     pub debt: bool,
     /// The hits of one descriptor share a group (the index of its first hit).
     pub group: usize,
+    /// On a concurrency limit, the lease the hit acquires or releases.
+    pub lease: Option<LeaseCall>,
     /// The algorithm's own arguments (`Counting::script_args`), of which it takes `own_count`.
     pub own: [u64; 2],
     pub own_count: usize,
 }
 
+/// A lease as a script argument: `+<token>` acquires, `-<token>` releases, 16 hex digits.
+pub fn lease_arg(lease: Option<LeaseCall>) -> String {
+    match lease {
+        Some(LeaseCall::Acquire(token)) => format!("+{token:016x}"),
+        Some(LeaseCall::Release(token)) => format!("-{token:016x}"),
+        None => String::new(),
+    }
+}
+
 impl ScriptArgs {
     /// The names of a hit's common arguments, in the order `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "algorithm",
         "requests_per_unit",
         "period_us",
@@ -47,6 +58,7 @@ impl ScriptArgs {
         "role",
         "debt",
         "group",
+        "lease",
     ];
 
     /// Appends the arguments, in `NAMES` order, then the algorithm's own; absent values are
@@ -64,7 +76,8 @@ impl ScriptArgs {
         call.arg(self.nonce.as_deref().unwrap_or(""))
             .arg(self.role.as_str())
             .arg(if self.debt { "1" } else { "0" })
-            .arg(self.group);
+            .arg(self.group)
+            .arg(lease_arg(self.lease));
         for own in &self.own[..self.own_count.min(self.own.len())] {
             call.arg(*own);
         }
@@ -91,6 +104,7 @@ mod tests {
             role: Role::Quota,
             debt: true,
             group: 3,
+            lease: Some(LeaseCall::Release(0xab)),
             own: [60_000_000, 3],
             own_count: 2,
         }
@@ -153,7 +167,7 @@ mod tests {
         };
         assert_eq!(
             sent_of(args()),
-            "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 60000000 3"
+            "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 -00000000000000ab 60000000 3"
         );
         let plain = ScriptArgs {
             now_us: None,
@@ -161,13 +175,14 @@ mod tests {
             role: Role::Enforced,
             debt: false,
             group: 0,
+            lease: None,
             own_count: 0,
             ..args()
         };
-        // The empty now_us and nonce are two spaces each.
+        // The empty now_us, nonce and lease are two spaces each (the last one a trailing one).
         assert_eq!(
             sent_of(plain),
-            "token_bucket 10 60000000 1 10   enforced 0 0"
+            "token_bucket 10 60000000 1 10   enforced 0 0 "
         );
     }
 }

@@ -253,6 +253,7 @@ impl RedisStore {
             role: hit.role,
             debt: hit.limit.debt,
             group,
+            lease: hit.lease,
             own: hit.limit.counting.script_args(&rate),
             own_count: algorithm.own_script_args().len(),
         }
@@ -469,11 +470,11 @@ impl Store for RedisStore {
 /// A script's reply for `count` hits called as `mode` says: each hit's decision, and the
 /// time it was decided at (0 where the mode does not reply it).
 fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u64)>, StoreError> {
-    // A decision's four fields, and the time for the calls of a Cluster.
+    // A decision's six fields, and the time for the calls of a Cluster.
     let fields = if matches!(mode, Mode::Any | Mode::Refund) {
-        5
+        7
     } else {
-        4
+        6
     };
     if reply.len() != count * fields {
         return Err(protocol(&format!(
@@ -490,8 +491,10 @@ fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u
                 remaining: u32::try_from(non_negative(fields[1])).unwrap_or(u32::MAX),
                 reset_after_us: non_negative(fields[2]),
                 retry_after_us: non_negative(fields[3]),
+                released: u32::try_from(non_negative(fields[4])).unwrap_or(u32::MAX),
+                expired: u32::try_from(non_negative(fields[5])).unwrap_or(u32::MAX),
             };
-            (decision, fields.get(4).map_or(0, |&at| non_negative(at)))
+            (decision, fields.get(6).map_or(0, |&at| non_negative(at)))
         })
         .collect())
 }

@@ -1,0 +1,172 @@
+//! Concurrency: at most L leases held at once, each freed by its release or, at the latest, W
+//! after it was taken (its life, so a lost release never holds capacity longer). A hit that
+//! acquires takes `cost` leases under the request's token when they fit; a hit that releases
+//! frees what its token holds, and nothing when the token holds nothing here (a denied
+//! request's, an expired one's, another key's): a release never frees a lease it did not take.
+//!
+//! A lease of a token acquired twice on one key (two descriptors of one request) holds the sum
+//! of both, until the later life ends. A lease past its life is dropped when its key is next
+//! written, and reported as expired then if that is within one more life; the key is kept
+//! for that long after its last lease ends, and then forgotten.
+
+use crate::algorithm::params::NoParameters;
+use crate::algorithm::remaining;
+use crate::algorithm::{Ask, Decision, HeapSize, LeaseCall, LimitAlgorithm};
+
+/// One token's leases on one key: how many, and when they end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub token: u64,
+    pub units: u64,
+    pub expires_at_us: u64,
+}
+
+/// The leases of one key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Leases(pub Vec<Lease>);
+
+impl HeapSize for Leases {
+    fn heap_bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<Lease>()
+    }
+}
+
+/// The concurrency limit in the registry.
+pub struct Concurrency;
+
+impl LimitAlgorithm for Concurrency {
+    type State = Leases;
+    type Params = NoParameters;
+    const MAX_REQUESTS_PER_UNIT: Option<(u32, &'static str)> = Some((
+        10_000,
+        "keeps every lease held (a concurrency limit counts requests in flight)",
+    ));
+    const DECIDES_ZERO_LIMIT: bool = true;
+    const OWES: bool = false;
+    const KEY_NAMES_RATE: bool = false;
+
+    fn decide(stored: Option<&Leases>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Leases>) {
+        let now_us = ask.now_us;
+        let (mut live, expired) = split_live(stored, now_us, ask.rate.period_us());
+        let capacity = u64::from(ask.rate.requests_per_unit);
+        let held: u64 = live.iter().map(|l| l.units).sum();
+        let mut released = 0;
+        let mut admitted = true;
+        let mut retry_after_us = 0;
+        match ask.lease {
+            Some(LeaseCall::Release(token)) => {
+                if let Some(at) = live.iter().position(|l| l.token == token) {
+                    released = live.swap_remove(at).units;
+                }
+            }
+            Some(LeaseCall::Acquire(_)) | None if ask.cost > 0 => {
+                if held.saturating_add(ask.cost) <= capacity {
+                    acquire(&mut live, ask);
+                } else {
+                    admitted = false;
+                    retry_after_us = until_fits(&live, held, ask.cost, capacity, now_us)
+                        .unwrap_or(ask.rate.period_us());
+                }
+            }
+            // Cost 0: a read.
+            _ => {}
+        }
+        let held_after: u64 = live.iter().map(|l| l.units).sum();
+        // Only an acquire that is taken and a release write, pruning what expired (and
+        // reporting it then, once): a read or a denial leaves the key as it is.
+        let releases = matches!(ask.lease, Some(LeaseCall::Release(_)));
+        let taken = admitted && ask.cost > 0 && !releases;
+        let writes = taken || (releases && (released > 0 || expired > 0));
+        let reset_after_us = live
+            .iter()
+            .map(|l| l.expires_at_us.saturating_sub(now_us))
+            .max()
+            .unwrap_or(0);
+        let decision = Decision {
+            admitted,
+            remaining: remaining(u128::from(capacity.saturating_sub(held_after))),
+            reset_after_us,
+            retry_after_us,
+            released: remaining(u128::from(released)),
+            expired: if writes {
+                remaining(u128::from(expired))
+            } else {
+                0
+            },
+        };
+        (decision, writes.then_some(Leases(live)))
+    }
+
+    /// A concurrency limit never owes: a lease that does not fit is not taken.
+    fn force(stored: Option<&Leases>, ask: &Ask<'_, Self::Params>) -> Leases {
+        split_live(stored, ask.now_us, ask.rate.period_us())
+            .0
+            .into()
+    }
+
+    /// One life after the last lease ends: until then an expiry is still reported.
+    fn expires_at_us(state: &Leases, rate: &crate::algorithm::Rate, _: &NoParameters) -> u64 {
+        let last = state.0.iter().map(|l| l.expires_at_us).max().unwrap_or(0);
+        last.saturating_add(rate.period_us())
+    }
+}
+
+impl From<Vec<Lease>> for Leases {
+    fn from(leases: Vec<Lease>) -> Leases {
+        Leases(leases)
+    }
+}
+
+/// Adds the leases `ask` acquires: its token's lease grows (and lives from now), or a new one
+/// is held. A hit without a lease (a simulation's, never a request's) holds its own.
+fn acquire(live: &mut Vec<Lease>, ask: &Ask<'_, NoParameters>) {
+    let expires_at_us = ask.now_us.saturating_add(ask.rate.period_us());
+    let token = ask.lease.map(LeaseCall::token);
+    match live.iter_mut().find(|l| token == Some(l.token)) {
+        Some(lease) => {
+            lease.units += ask.cost;
+            lease.expires_at_us = expires_at_us;
+        }
+        None => live.push(Lease {
+            token: token.unwrap_or(0),
+            units: ask.cost,
+            expires_at_us,
+        }),
+    }
+}
+
+/// The leases of `stored` still held at `now_us`, and the units of those that ended within
+/// the last `life_us` (older ones are forgotten).
+fn split_live(stored: Option<&Leases>, now_us: u64, life_us: u64) -> (Vec<Lease>, u64) {
+    let Some(Leases(leases)) = stored else {
+        return (Vec::new(), 0);
+    };
+    let mut expired = 0;
+    let mut live = Vec::with_capacity(leases.len() + 1);
+    for lease in leases {
+        if lease.expires_at_us > now_us {
+            live.push(*lease);
+        } else if lease.expires_at_us.saturating_add(life_us) > now_us {
+            expired += lease.units;
+        }
+    }
+    (live, expired)
+}
+
+/// Time until enough of `live` (holding `held`) has expired for `cost` more to fit in
+/// `capacity`; `None` when it never can.
+fn until_fits(live: &[Lease], held: u64, cost: u64, capacity: u64, now_us: u64) -> Option<u64> {
+    if cost > capacity {
+        return None;
+    }
+    let mut ends: Vec<(u64, u64)> = live.iter().map(|l| (l.expires_at_us, l.units)).collect();
+    ends.sort_unstable();
+    let mut still_held = held;
+    for (expires_at_us, units) in ends {
+        still_held -= units;
+        if still_held + cost <= capacity {
+            return Some(expires_at_us.saturating_sub(now_us));
+        }
+    }
+    None
+}
