@@ -6,15 +6,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 
-use metrics::{Counter, Histogram, Label};
+use metrics::{Counter, Gauge, Histogram, Label};
 
 use crate::labels::LimitLabels;
 use crate::limit::{Algorithm, Decision};
 use crate::series::Series;
+use crate::service::LeaseOutcome;
 use crate::statsd::ServiceStats;
 use crate::store::StoreError;
 
@@ -40,6 +41,20 @@ struct LimitCounters {
     shadow: Counter,
     /// The same, under statsd's names, when a statsd sink is on.
     statsd: Option<[Arc<AtomicU64>; 5]>,
+    /// The labels they are registered under (the overflow set's past the bound).
+    labels: LimitLabels,
+    /// A concurrency limit's lease series, registered when it first takes or frees one.
+    leases: OnceLock<LeaseCounters>,
+}
+
+/// One concurrency limit's leases: taken, refused, released, expired (in leases, a hit's
+/// cost), and held = taken - released - expired.
+struct LeaseCounters {
+    acquired: Counter,
+    refused: Counter,
+    released: Counter,
+    expired: Counter,
+    held: Gauge,
 }
 
 /// The server's metrics. Handles are registered once and cached, so recording a decision is a
@@ -141,6 +156,41 @@ impl Metrics {
             drop(known);
             self.count(&self.register_limit(labels), outcome);
         }
+    }
+
+    /// What a descriptor's concurrency limit did to its leases.
+    pub fn record_lease(&self, labels: &LimitLabels, lease: &LeaseOutcome) {
+        let known = self.limits.load();
+        let counters = match known.get(labels) {
+            Some(counters) => counters.clone(),
+            None => self.register_limit(labels),
+        };
+        let leases = counters.leases.get_or_init(|| {
+            let labels = limit_labels(&counters.labels);
+            let counter = |name: &'static str| self.series.counter(name, labels.clone());
+            LeaseCounters {
+                acquired: counter("sluice_leases_acquired_total"),
+                refused: counter("sluice_leases_refused_total"),
+                released: counter("sluice_leases_released_total"),
+                expired: counter("sluice_leases_expired_total"),
+                held: self.series.gauge("sluice_leases_held", labels.clone()),
+            }
+        });
+        let decision = &lease.decision;
+        let (released, expired) = (u64::from(decision.released), u64::from(decision.expired));
+        if !lease.releases && lease.cost > 0 {
+            if decision.admitted {
+                leases.acquired.increment(lease.cost);
+                #[allow(clippy::cast_precision_loss)]
+                leases.held.increment(lease.cost as f64);
+            } else {
+                leases.refused.increment(lease.cost);
+            }
+        }
+        leases.released.increment(released);
+        leases.expired.increment(expired);
+        #[allow(clippy::cast_precision_loss)]
+        leases.held.decrement((released + expired) as f64);
     }
 
     fn count(&self, counters: &LimitCounters, outcome: &LimitOutcome) {
@@ -259,6 +309,8 @@ impl Metrics {
                 .statsd
                 .as_ref()
                 .map(|statsd| statsd.limit_counters(&labels.stats_key)),
+            leases: OnceLock::new(),
+            labels: labels.clone(),
         });
         let mut grown = HashMap::clone(&known);
         grown.insert(Arc::new(labels), counters.clone());

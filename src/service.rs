@@ -4,6 +4,7 @@
 
 mod error;
 mod extras;
+pub mod lease;
 mod plan;
 mod response;
 mod validate;
@@ -27,6 +28,7 @@ use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::{Store, StoreError};
 pub use error::DecisionError;
 pub use extras::{HeaderForm, HeaderNames};
+pub use plan::LeaseOutcome;
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;
 
@@ -68,6 +70,7 @@ pub struct RateLimiter<S> {
     store: Arc<S>,
     options: ServiceOptions,
     metrics: Arc<Metrics>,
+    tokens: lease::LeaseTokens,
 }
 
 impl<S: Store> RateLimiter<S> {
@@ -82,6 +85,7 @@ impl<S: Store> RateLimiter<S> {
             store,
             options,
             metrics,
+            tokens: lease::LeaseTokens::new(),
         }
     }
 
@@ -117,10 +121,14 @@ impl<S: Store> RateLimiter<S> {
                 .iter_mut()
                 .for_each(plan::Planned::all_in_quota_mode);
         }
-        let hits = plan::hits(&mut planned);
+        let (hits, token) = plan::hits(&mut planned, &self.tokens);
         let decisions = self.charge(&hits).await?;
         let settled = plan::settle(planned, &decisions);
         self.record(&settled);
+        let acquired = settled
+            .iter()
+            .filter_map(|s| s.lease)
+            .any(|lease| !lease.releases && lease.cost > 0 && lease.decision.admitted);
         let statuses: Vec<_> = settled
             .iter()
             .map(|s| response::status(&s.verdict, s.decision.as_ref()))
@@ -136,10 +144,14 @@ impl<S: Store> RateLimiter<S> {
             Some(names) => extras::headers(names, &verdicts, &statuses, overall),
             None => Vec::new(),
         };
-        let dynamic_metadata = self
+        let mut dynamic_metadata = self
             .options
             .response_dynamic_metadata
             .then(|| extras::dynamic_metadata(request, &verdicts, &statuses));
+        // The token of the leases taken, for the release to send back.
+        if let (Some(token), true, Code::Ok) = (token, acquired, overall) {
+            extras::add_lease_token(dynamic_metadata.get_or_insert_with(Default::default), token);
+        }
         Ok(RateLimitResponse {
             overall_code: overall as i32,
             statuses,
@@ -174,9 +186,16 @@ impl<S: Store> RateLimiter<S> {
         }
     }
 
-    /// Counts every charged descriptor's hits under its labels, as its binding limit decided.
+    /// Counts every charged descriptor's hits under its labels, as its binding limit decided,
+    /// and what its concurrency limit did to its leases (a release counts only there).
     fn record(&self, settled: &[plan::Settled<'_>]) {
         for s in settled {
+            if let (Some(lease), Some(labels)) = (s.lease, s.labels.as_deref()) {
+                self.metrics.record_lease(labels, &lease);
+                if lease.releases {
+                    continue;
+                }
+            }
             let (Verdict::Limited(applied), Some(decision), Some(labels)) =
                 (&s.verdict, s.decision, s.labels.as_deref())
             else {

@@ -180,6 +180,11 @@ macro_rules! registry {
                 match self { $(Algorithm::$variant => <$rule>::KEY_HOLDS_WINDOW,)+ }
             }
 
+            /// Whether a hit that does not fit can be charged all the same (debt).
+            pub fn owes(self) -> bool {
+                match self { $(Algorithm::$variant => <$rule>::OWES,)+ }
+            }
+
             /// Whether the state's key names L and W.
             pub fn key_names_rate(self) -> bool {
                 match self { $(Algorithm::$variant => <$rule>::KEY_NAMES_RATE,)+ }
@@ -363,6 +368,11 @@ impl Algorithm {
     /// The algorithm's position in `ALL`, for tables indexed by algorithm.
     pub fn index(self) -> usize {
         self as usize
+    }
+
+    /// Whether the algorithm counts leases (held, then released) rather than a rate.
+    pub fn leases(self) -> bool {
+        self == Algorithm::Concurrency
     }
 
     /// Whether the algorithm has a bucket capacity that `burst` sets.

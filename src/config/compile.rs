@@ -306,12 +306,19 @@ impl<'a> FileCompiler<'a> {
             unit_multiplier,
             path,
         )?;
+        if doc.debt == Some(true) && !algorithm.owes() {
+            let reason =
+                format!("{algorithm} takes no debt: a lease that does not fit is not taken");
+            self.error(&format!("{path}.debt"), reason);
+            return None;
+        }
         Some(Limit {
             counting,
             requests_per_unit,
             unit,
             unit_multiplier,
-            debt: doc.debt.unwrap_or(self.options.debt),
+            // `--debt` applies to the limits that can owe.
+            debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes(),
         })
     }
 

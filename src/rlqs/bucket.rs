@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::config::RlqsStrategy;
-use crate::limit::Limit;
+use crate::limit::{Algorithm, Limit};
 use crate::proto::envoy::r#type::v3::rate_limit_strategy::{
     BlanketRule, RequestsPerTimeUnit, Strategy,
 };
@@ -47,7 +47,15 @@ pub fn resolve(config: &Config, domain: &str, pairs: &[(String, String)]) -> Res
             .map(|&i| (pairs[i].0.as_str(), pairs[i].1.as_str()));
         if let Some(matched) = tree.resolve(entries) {
             let rule = matched.rule.full_key.clone();
-            let Some(limit) = matched.rule.limits.iter().find_map(|named| named.limit) else {
+            // The quota protocol has no call at a request's end: leases cannot be held there,
+            // so a concurrency limit does not apply to a bucket (its rule's rates do).
+            let Some(limit) = matched
+                .rule
+                .limits
+                .iter()
+                .filter_map(|named| named.limit)
+                .find(|limit| limit.algorithm() != Algorithm::Concurrency)
+            else {
                 return Resolved::Unlimited { rule };
             };
             let mut budget_key = format!("rlqs_{domain}");

@@ -9,6 +9,7 @@ use crate::limit::Unit;
 use crate::proto::envoy::config::core::v3::HeaderValue;
 use crate::proto::rate_limit_response::{Code, DescriptorStatus};
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
+use crate::service::lease::{self, LEASE_KEY};
 use crate::service::response::Verdict;
 
 /// The rate limit headers: their names (`LIMIT_LIMIT_HEADER`, ...) and their form.
@@ -184,6 +185,14 @@ fn descriptor_value(descriptor: &RateLimitDescriptor) -> Value {
         fields.insert("hitsAddend".into(), number(hits as f64));
     }
     structure(Struct { fields })
+}
+
+/// Adds the token of the leases a request took (`sluice.lease`: README, "Concurrency
+/// limits"), whether or not the reference's metadata is on.
+pub fn add_lease_token(metadata: &mut Struct, token: u64) {
+    metadata
+        .fields
+        .insert(LEASE_KEY.into(), string(lease::format_token(token)));
 }
 
 /// Adds `from`'s fields to `into`, keeping a value `into` already has; two maps of the same

@@ -11,8 +11,9 @@ use smallvec::SmallVec;
 use crate::config::Domain;
 use crate::engine;
 use crate::labels::LimitLabels;
-use crate::limit::{Decision, Hit, Limit, Unit};
+use crate::limit::{Decision, Hit, LeaseCall, Limit, Unit};
 use crate::proto::RateLimitDescriptor;
+use crate::service::lease::{self, LeaseTokens};
 use crate::service::response::{Applied, Verdict};
 use crate::store::key;
 
@@ -28,6 +29,9 @@ pub struct Planned<'a> {
     replaces: &'a [String],
     /// The metric labels of the limits: the rule's own when fixed.
     labels: Option<Cow<'a, LimitLabels>>,
+    /// The token the descriptor releases (its `sluice.lease` entry): only its concurrency
+    /// limits apply, each freeing what the token holds.
+    release: Option<u64>,
 }
 
 /// Matches one descriptor: the client's limit override if any, else the config's rule.
@@ -44,6 +48,7 @@ pub fn plan<'a>(
         cost: descriptor.hits_addend.unwrap_or(default_cost),
         replaces: &[],
         labels: None,
+        release: lease::released_token(descriptor),
     };
     let Some(domain) = domain else {
         return planned;
@@ -53,6 +58,10 @@ pub fn plan<'a>(
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()));
     if let Some(limit) = descriptor.limit {
+        if planned.release.is_some() {
+            // An override is a rate: a release frees nothing there.
+            return planned;
+        }
         // Validated: the unit is a known one.
         let unit = Unit::from_proto_number(limit.unit).unwrap_or(Unit::Second);
         planned.limits.push(Applied {
@@ -67,7 +76,15 @@ pub fn plan<'a>(
         planned.labels = Some(Cow::Owned(LimitLabels::of_override(domain_name, keys)));
         return planned;
     }
-    let Some(matched) = domain.resolve(entries) else {
+    let matched = if planned.release.is_some() {
+        // A release matches without its token.
+        let kept: SmallVec<[(&str, &str); 8]> =
+            entries.filter(|(key, _)| lease::is_matched(key)).collect();
+        domain.resolve(kept.into_iter())
+    } else {
+        domain.resolve(entries)
+    };
+    let Some(matched) = matched else {
         return planned;
     };
     let rule = matched.rule;
@@ -77,9 +94,11 @@ pub fn plan<'a>(
         planned.unlimited = true;
         return planned;
     }
+    let releases = planned.release.is_some();
     planned.limits = rule
         .limits
         .iter()
+        .filter(|named| !releases || named.limit.is_some_and(|l| l.algorithm().leases()))
         .filter_map(|named| {
             Some(Applied {
                 limit: named.limit?,
@@ -132,9 +151,12 @@ pub type Hits = SmallVec<[Hit; 4]>;
 
 /// The hits of the request: one per limit of each descriptor, a descriptor's limits after
 /// its first joining it, each under its own key (a descriptor with one limit keeps the key
-/// envoyproxy/ratelimit uses, moved out of the plan: nothing reads it after).
-pub fn hits(planned: &mut [Planned<'_>]) -> Hits {
+/// envoyproxy/ratelimit uses, moved out of the plan: nothing reads it after). A concurrency
+/// limit's hit releases the descriptor's token, or acquires under the request's, issued by
+/// `tokens` when the first is needed; returns that token too.
+pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Option<u64>) {
     let mut hits = Hits::with_capacity(planned.len());
+    let mut issued = None;
     for p in planned {
         let several = p.limits.len() > 1;
         for (index, applied) in p.limits.iter().enumerate() {
@@ -143,26 +165,39 @@ pub fn hits(planned: &mut [Planned<'_>]) -> Hits {
             } else {
                 std::mem::take(&mut p.key)
             };
+            let lease = applied.limit.algorithm().leases().then(|| match p.release {
+                Some(token) => LeaseCall::Release(token),
+                None => LeaseCall::Acquire(*issued.get_or_insert_with(|| tokens.issue())),
+            });
             hits.push(Hit {
                 key,
                 limit: applied.limit,
                 cost: p.cost,
                 role: applied.role(),
                 joins_previous: index > 0,
-                lease: None,
+                lease,
             });
         }
     }
-    hits
+    (hits, issued)
 }
 
-/// What each descriptor got: its verdict, the binding limit's decision, the cost, and the
-/// metric labels.
+/// What each descriptor got: its verdict, the binding limit's decision, the cost, the
+/// metric labels, and its concurrency limit's decision (the first, when it has several).
 pub struct Settled<'a> {
     pub verdict: Verdict<'a>,
     pub decision: Option<Decision>,
     pub cost: u64,
     pub labels: Option<Cow<'a, LimitLabels>>,
+    pub lease: Option<LeaseOutcome>,
+}
+
+/// What a descriptor's concurrency limit did: acquired (or was refused) `cost`, or released.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseOutcome {
+    pub decision: Decision,
+    pub cost: u64,
+    pub releases: bool,
 }
 
 /// Pairs each descriptor with its binding limit and that limit's decision, given the store's
@@ -177,6 +212,16 @@ pub fn settle<'a>(
         .map(|p| {
             let taken: SmallVec<[Decision; 1]> =
                 decisions.by_ref().take(p.limits.len()).copied().collect();
+            let lease = p
+                .limits
+                .iter()
+                .zip(&taken)
+                .find(|(applied, _)| applied.limit.algorithm().leases())
+                .map(|(_, decision)| LeaseOutcome {
+                    decision: *decision,
+                    cost: p.cost,
+                    releases: p.release.is_some(),
+                });
             let bound = engine::binding(&taken).and_then(|index| {
                 let applied = p.limits.into_iter().nth(index)?;
                 Some((applied, *taken.get(index)?))
@@ -187,6 +232,7 @@ pub fn settle<'a>(
                     decision: Some(decision),
                     cost: p.cost,
                     labels: p.labels,
+                    lease,
                 },
                 None => Settled {
                     verdict: if p.unlimited {
@@ -197,6 +243,7 @@ pub fn settle<'a>(
                     decision: None,
                     cost: p.cost,
                     labels: None,
+                    lease: None,
                 },
             }
         })

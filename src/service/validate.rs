@@ -1,10 +1,11 @@
 //! Request checks before any matching: every violation is INVALID_ARGUMENT naming the field.
 //! Only what no limit could answer is refused: an empty domain or descriptor list, an unknown
-//! unit in a limit override, and sizes beyond the bounds.
+//! unit in a limit override, a release whose lease token sluice cannot have issued, and sizes
+//! beyond the bounds.
 
 use crate::limit::Unit;
 use crate::proto::RateLimitRequest;
-use crate::service::DecisionError;
+use crate::service::{lease, DecisionError};
 
 /// Size bounds of a request; anything larger is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,10 @@ pub fn validate_request(
                 bounds.max_value_bytes,
                 "bytes",
             )?;
+            if entry.key == lease::LEASE_KEY && lease::parse_token(&entry.value).is_none() {
+                let reason = "is not a lease token sluice issued (16 hex digits)";
+                return invalid(&field("value"), reason);
+            }
         }
         if let Some(limit) = &descriptor.limit {
             if Unit::from_proto_number(limit.unit).is_none() {

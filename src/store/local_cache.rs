@@ -144,9 +144,13 @@ impl OverLimitCache {
     }
 
     /// Whether `hit`, charged as `charging` says, may be answered here at all: never a limit
-    /// that takes debt (every hit of it must be charged), and with the reference's counting
-    /// only a fixed window (the others take a denied hit as debt).
+    /// that takes debt (every hit of it must be charged), never a concurrency limit (a release
+    /// frees it at any time), and with the reference's counting only a fixed window (the
+    /// others take a denied hit as debt).
     fn applies(hit: &Hit, charging: Charging) -> bool {
+        if hit.lease.is_some() || hit.limit.algorithm().leases() {
+            return false;
+        }
         match charging {
             Charging::AllOrNothing => !hit.limit.debt,
             Charging::EveryHit => hit.limit.key_holds_window(),
