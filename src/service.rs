@@ -89,6 +89,11 @@ impl<S: Store> RateLimiter<S> {
         }
     }
 
+    /// The store it decides on (tools and tests read its state).
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
     /// Decides one request; a failure is counted under its kind.
     pub async fn decide(
         &self,

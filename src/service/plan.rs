@@ -70,6 +70,7 @@ pub fn plan<'a>(
             shadow_mode: false,
             quota_mode: false,
             metadata: None,
+            slot: None,
         });
         planned.key = key::descriptor_key(domain_name, entries);
         let keys = descriptor.entries.iter().map(|e| e.key.as_str());
@@ -95,17 +96,20 @@ pub fn plan<'a>(
         return planned;
     }
     let releases = planned.release.is_some();
+    let several = rule.limits.len() > 1;
     planned.limits = rule
         .limits
         .iter()
-        .filter(|named| !releases || named.limit.is_some_and(|l| l.algorithm().leases()))
-        .filter_map(|named| {
+        .enumerate()
+        .filter(|(_, named)| !releases || named.limit.is_some_and(|l| l.algorithm().leases()))
+        .filter_map(|(slot, named)| {
             Some(Applied {
                 limit: named.limit?,
                 name: named.name.as_deref().unwrap_or_default(),
                 shadow_mode: rule.shadow_mode,
                 quota_mode: rule.quota_mode,
                 metadata: rule.metadata.as_ref(),
+                slot: several.then_some(slot),
             })
         })
         .collect();
@@ -150,20 +154,19 @@ pub fn apply_replaces(planned: &mut [Planned<'_>]) {
 pub type Hits = SmallVec<[Hit; 4]>;
 
 /// The hits of the request: one per limit of each descriptor, a descriptor's limits after
-/// its first joining it, each under its own key (a descriptor with one limit keeps the key
-/// envoyproxy/ratelimit uses, moved out of the plan: nothing reads it after). A concurrency
+/// its first joining it, each under its own key (a rule with one limit keeps the key
+/// envoyproxy/ratelimit uses, moved out of the plan: nothing reads it after; the limits of a
+/// rule of several add their slot). A concurrency
 /// limit's hit releases the descriptor's token, or acquires under the request's, issued by
 /// `tokens` when the first is needed; returns that token too.
 pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Option<u64>) {
     let mut hits = Hits::with_capacity(planned.len());
     let mut issued = None;
     for p in planned {
-        let several = p.limits.len() > 1;
         for (index, applied) in p.limits.iter().enumerate() {
-            let key = if several {
-                key::limit_key(&p.key, index)
-            } else {
-                std::mem::take(&mut p.key)
+            let key = match applied.slot {
+                Some(slot) => key::limit_key(&p.key, slot),
+                None => std::mem::take(&mut p.key),
             };
             let lease = applied.limit.algorithm().leases().then(|| match p.release {
                 Some(token) => LeaseCall::Release(token),

@@ -25,6 +25,9 @@ pub struct Applied<'a> {
     pub quota_mode: bool,
     /// The matched rule's `metadata`, for dynamic metadata.
     pub metadata: Option<&'a prost_types::Struct>,
+    /// Of a rule of several limits, the limit's place among them: its state's key says it, so
+    /// a limit keeps its key when another is replaced or left out (a release).
+    pub slot: Option<usize>,
 }
 
 impl Applied<'_> {

@@ -277,6 +277,16 @@ impl MemoryStore {
         (0..self.shards.len()).map(|i| self.lock(i).bytes()).sum()
     }
 
+    /// The state `hit` would be decided on now (what the store holds for it), for tools and
+    /// tests that look at the store itself.
+    pub fn state_of(&self, hit: &Hit) -> Option<State> {
+        let now_us = self.clock.now_us();
+        let (id, index) = self.locate(hit, now_us);
+        let shard = self.lock(index);
+        let entry = shard.entries.get(&id)?;
+        readable(entry, hit, now_us).then(|| entry.state.clone())
+    }
+
     /// How many requests found the store full of state that still matters.
     pub fn full_count(&self) -> u64 {
         self.full.load(Ordering::Relaxed)

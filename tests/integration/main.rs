@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! The integration tests, in one crate: the real `sluice` binary and real `redis-server`
 //! processes on free ports, called through Envoy's own protos (`envoy-types`), and the
 //! library's server run in-process. `support` starts them; each module tests one part.
@@ -15,6 +16,7 @@ mod grpc_standard_services;
 mod grpc_tls;
 mod hardening;
 mod in_process;
+mod leases;
 mod load_tools;
 mod operations;
 mod otel_traces;
