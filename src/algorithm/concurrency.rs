@@ -170,3 +170,120 @@ fn until_fits(live: &[Lease], held: u64, cost: u64, capacity: u64, now_us: u64) 
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::vectors::{per_second, S};
+    use crate::algorithm::{Algorithm, State};
+    use proptest::prelude::*;
+
+    /// One step: time forward (µs), then acquire `cost` under a new token, or release the
+    /// token of step `n` (held, released, denied or expired).
+    #[derive(Debug, Clone)]
+    enum Step {
+        Acquire(u64, u64),
+        Release(u64, usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u64..1_500_000, 0u64..=4).prop_map(|(dt, cost)| Step::Acquire(dt, cost)),
+            (0u64..1_500_000, 0usize..40).prop_map(|(dt, n)| Step::Release(dt, n)),
+        ]
+    }
+
+    fn held(state: &Option<State>, now: u64) -> u64 {
+        match state {
+            Some(State::Concurrency(Leases(leases))) => leases
+                .iter()
+                .filter(|l| l.expires_at_us > now)
+                .map(|l| l.units)
+                .sum(),
+            _ => 0,
+        }
+    }
+
+    proptest! {
+        /// Never more than L held; an unreleased lease is gone after its life; a release of a
+        /// token that holds nothing changes nothing; a release frees exactly what its
+        /// acquire took.
+        #[test]
+        fn leases_stay_within_the_limit_and_end_with_their_life(
+            limit in 0u32..=4,
+            steps in prop::collection::vec(step(), 1..40),
+        ) {
+            // A lease lives 2 s.
+            let mut rule = per_second(Algorithm::Concurrency, limit, None);
+            rule.unit_multiplier = 2;
+            let mut state: Option<State> = None;
+            let mut now = 10 * S;
+            // Per step: what its acquire took, and until when.
+            let mut taken: Vec<(u64, u64)> = Vec::new();
+            for (index, step) in steps.iter().enumerate() {
+                let token = index as u64 + 1;
+                let (dt, lease, cost) = match *step {
+                    Step::Acquire(dt, cost) => (dt, LeaseCall::Acquire(token), cost),
+                    Step::Release(dt, n) => (dt, LeaseCall::Release(n as u64 + 1), 1),
+                };
+                now += dt;
+                let before = held(&state, now);
+                let outcome = rule.decide_lease(state.as_ref(), cost, now, Some(lease));
+                let decision = outcome.decision;
+                if let Some((next, _)) = outcome.new_state {
+                    state = Some(next);
+                }
+                let after = held(&state, now);
+                prop_assert!(after <= u64::from(limit), "held {after} of {limit}");
+                prop_assert_eq!(u64::from(decision.remaining), u64::from(limit) - after);
+                match lease {
+                    LeaseCall::Acquire(_) => {
+                        let took = if decision.admitted { cost } else { 0 };
+                        prop_assert_eq!(after, before + took);
+                        prop_assert_eq!(decision.admitted, before + cost <= u64::from(limit));
+                        taken.push((took, now + 2 * S));
+                    }
+                    LeaseCall::Release(token) => {
+                        prop_assert!(decision.admitted);
+                        taken.push((0, 0));
+                        let of = taken.get(token as usize - 1).copied();
+                        let live = of.filter(|&(took, until)| took > 0 && until > now);
+                        let freed = u64::from(decision.released);
+                        prop_assert_eq!(before - after, freed);
+                        match live {
+                            Some((took, _)) if freed > 0 => {
+                                prop_assert_eq!(freed, took);
+                                taken[token as usize - 1].0 = 0;
+                            }
+                            _ => prop_assert_eq!(freed, 0, "freed what it did not take"),
+                        }
+                    }
+                }
+            }
+            // Every lease past its life: nothing held.
+            let outcome = rule.decide_lease(state.as_ref(), 0, now + 2 * S, None);
+            prop_assert_eq!(outcome.decision.remaining, limit);
+        }
+    }
+
+    #[test]
+    fn a_denial_waits_for_the_oldest_lease_that_makes_room() {
+        // 3 at once, a lease lives 1 s; leases of 1 at 0, 2 at 0.2 s.
+        let rule = per_second(Algorithm::Concurrency, 3, None);
+        let first = rule.decide_lease(None, 1, 0, Some(LeaseCall::Acquire(1)));
+        let state = first.new_state.map(|(s, _)| s);
+        let second = rule.decide_lease(state.as_ref(), 2, 200_000, Some(LeaseCall::Acquire(2)));
+        let state = second.new_state.map(|(s, _)| s);
+        let over = rule.decide_lease(state.as_ref(), 2, 500_000, Some(LeaseCall::Acquire(3)));
+        assert!(!over.decision.admitted && over.new_state.is_none());
+        // Room for 2 once both have ended (1.2 s); the latest ends then too.
+        assert_eq!(over.decision.retry_after_us, 700_000);
+        assert_eq!(over.decision.reset_after_us, 700_000);
+        let one = rule.decide_lease(state.as_ref(), 1, 500_000, Some(LeaseCall::Acquire(3)));
+        assert!(!one.decision.admitted);
+        // Room for 1 once the first has ended (1 s).
+        assert_eq!(one.decision.retry_after_us, 500_000);
+        let never = rule.decide_lease(state.as_ref(), 4, 500_000, Some(LeaseCall::Acquire(3)));
+        assert_eq!(never.decision.retry_after_us, S, "more than L never fits: one life");
+    }
+}
