@@ -284,6 +284,9 @@ mod tests {
         // Room for 1 once the first has ended (1 s).
         assert_eq!(one.decision.retry_after_us, 500_000);
         let never = rule.decide_lease(state.as_ref(), 4, 500_000, Some(LeaseCall::Acquire(3)));
-        assert_eq!(never.decision.retry_after_us, S, "more than L never fits: one life");
+        assert_eq!(
+            never.decision.retry_after_us, S,
+            "more than L never fits: one life"
+        );
     }
 }

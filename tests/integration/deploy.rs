@@ -11,6 +11,8 @@ use crate::support::*;
 use serde::Deserialize;
 use serde_yaml::Value;
 
+const LEASE_KEY: &str = sluice::service::lease::LEASE_KEY;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -349,6 +351,14 @@ fn descriptors_of(rate_limits: &Value) -> Vec<Vec<(String, String)>> {
                             key,
                             sample_header(headers["header_name"].as_str().unwrap()).to_string(),
                         )
+                    } else if let Some(metadata) = action.get("metadata") {
+                        // The lease token sluice put in the filter's dynamic metadata.
+                        let key = &metadata["metadata_key"];
+                        assert_eq!(key["key"].as_str(), Some("envoy.filters.http.ratelimit"));
+                        assert_eq!(key["path"][0]["key"].as_str(), Some(LEASE_KEY));
+                        assert_eq!(metadata["source"].as_str(), Some("DYNAMIC"));
+                        let descriptor_key = metadata["descriptor_key"].as_str().unwrap();
+                        (descriptor_key.to_string(), "00000000000000ab".to_string())
                     } else if let Some(generic) = action.get("generic_key") {
                         let key = generic
                             .get("descriptor_key")
@@ -375,12 +385,54 @@ fn assert_limited(domain: &str, descriptors: &[Vec<(String, String)>], source: &
         .unwrap_or_else(|| panic!("{source}: domain {domain} not in config/"));
     assert!(!descriptors.is_empty(), "{source}");
     for descriptor in descriptors {
-        let entries = descriptor.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        // A release's token is set aside before matching, as sluice does.
+        let entries: Vec<(&str, &str)> = descriptor
+            .iter()
+            .filter(|(k, _)| k != LEASE_KEY)
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         assert!(
-            domain.resolve(entries).is_some(),
+            domain.resolve(entries.into_iter()).is_some(),
             "{source}: no limit for {descriptor:?}"
         );
     }
+}
+
+/// The chat route of deploy/envoy/envoy.yaml acquires a lease per request and releases it
+/// with the token when the stream ends: the same descriptor, plus the token.
+#[test]
+fn the_envoy_example_releases_the_lease_it_acquired_when_the_stream_ends() {
+    let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
+    let host = &connection_manager(&envoy)["route_config"]["virtual_hosts"][0];
+    let chat = host["routes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|route| route["match"]["prefix"].as_str() == Some("/v1/chat"))
+        .expect("the chat route");
+    let policies = &chat["route"]["rate_limits"];
+    let [acquire, release] = &descriptors_of(policies)[..] else {
+        panic!("two policies: acquire and release");
+    };
+    assert_eq!(policies[0].get("apply_on_stream_done"), None);
+    assert_eq!(policies[1]["apply_on_stream_done"].as_bool(), Some(true));
+    assert_eq!(&release[..release.len() - 1], &acquire[..]);
+    assert_eq!(release.last().map(|(k, _)| k.as_str()), Some(LEASE_KEY));
+    let config =
+        sluice::config::load(&[root().join("config")], Default::default()).expect("config/ loads");
+    let domain = config.domain("edge_proxy").expect("edge_proxy");
+    let entries = acquire.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let rule = domain.resolve(entries).expect("a rule").rule;
+    let algorithms: Vec<_> = rule
+        .limits
+        .iter()
+        .filter_map(|l| l.limit)
+        .map(|l| l.algorithm())
+        .collect();
+    assert!(
+        algorithms.contains(&sluice::limit::Algorithm::Concurrency),
+        "{algorithms:?}"
+    );
 }
 
 #[test]
