@@ -82,6 +82,10 @@ struct SimulateArgs {
     /// A cost reported after the response, `TIME:COST` (e.g. `5s:1200`); repeatable.
     #[arg(long)]
     report_at: Vec<String>,
+    /// How long each admitted request runs (e.g. `2s`): its concurrency leases are released
+    /// then, as Envoy releases them when the stream ends. Without it, none is released.
+    #[arg(long)]
+    hold: Option<String>,
     /// Steady traffic, evenly spaced: `20/s`, `100/m`, `5/10s`.
     #[arg(long, default_value = "0/s")]
     rate: String,
@@ -174,14 +178,33 @@ fn explain(rule: &config::Rule) -> Vec<String> {
              limit denies until the debt is repaid at {} per {}",
             rule.full_key,
             limit.requests_per_unit,
-            if limit.unit_multiplier > 1 {
-                format!("{} {}s", limit.unit_multiplier, limit.unit)
-            } else {
-                limit.unit.to_string()
+            period_text(limit)
+        ));
+    }
+    for limit in limits.iter().filter(|limit| limit.algorithm().leases()) {
+        lines.push(format!(
+            "{}: {limit}: at most {} requests in flight; an admitted request holds its cost \
+             in leases until its release (a descriptor carrying the token, {}) or for {} at \
+             the most",
+            rule.full_key,
+            limit.requests_per_unit,
+            sluice::service::lease::LEASE_KEY,
+            match limit.unit_multiplier {
+                0 | 1 => format!("1 {}", limit.unit),
+                n => format!("{n} {}s", limit.unit),
             }
         ));
     }
     lines
+}
+
+/// A limit's period in words: `minute`, `5 minutes`.
+fn period_text(limit: &sluice::limit::Limit) -> String {
+    if limit.unit_multiplier > 1 {
+        format!("{} {}s", limit.unit_multiplier, limit.unit)
+    } else {
+        limit.unit.to_string()
+    }
 }
 
 fn run_simulation(args: &SimulateArgs) -> ExitCode {
@@ -224,6 +247,10 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
         together: args.together,
         cost: args.cost,
         reports: parse_all(&args.report_at, traffic::parse_burst)?,
+        hold_us: match &args.hold {
+            Some(hold) => Some(traffic::parse_duration_us(hold).map_err(|e| e.to_string())?),
+            None => None,
+        },
         traffic: Traffic {
             rate: traffic::parse_rate(&args.rate).map_err(|e| e.to_string())?,
             bursts: parse_all(&args.burst_at, traffic::parse_burst)?,

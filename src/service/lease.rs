@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::proto::RateLimitDescriptor;
+use crate::proto::{RateLimitDescriptor, RateLimitResponse};
 
 /// The descriptor entry key of a release, and the dynamic metadata field of the token.
 pub const LEASE_KEY: &str = "sluice.lease";
@@ -66,6 +66,15 @@ pub fn released_token(descriptor: &RateLimitDescriptor) -> Option<u64> {
         .iter()
         .find(|entry| entry.key == LEASE_KEY)
         .and_then(|entry| parse_token(&entry.value))
+}
+
+/// The token a response carries (for clients of the library: `simulate`, tests).
+pub fn token_in(response: &RateLimitResponse) -> Option<String> {
+    let value = response.dynamic_metadata.as_ref()?.fields.get(LEASE_KEY)?;
+    match &value.kind {
+        Some(prost_types::value::Kind::StringValue(token)) => Some(token.clone()),
+        _ => None,
+    }
 }
 
 /// Whether an entry takes part in matching: every one but a release's token.

@@ -5,6 +5,8 @@
 pub mod chart;
 pub mod traffic;
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::rate_limit_response::Code;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
+use crate::service::lease::{self, LEASE_KEY};
 use crate::service::{DecisionError, RateLimiter, ServiceOptions};
 use crate::store::memory::MemoryStore;
 use crate::store::ManualClock;
@@ -38,6 +41,8 @@ pub struct Simulation {
     /// Costs reported after the response (Envoy's `apply_on_stream_done`): one request of
     /// cost `count` at `at_us` each.
     pub reports: Vec<traffic::Burst>,
+    /// How long each admitted request runs: its leases are released then (`None`: never).
+    pub hold_us: Option<u64>,
     /// Chart bucket; `None` picks whole seconds, at most about 60 rows.
     pub bucket_us: Option<u64>,
 }
@@ -122,8 +127,13 @@ pub fn run(simulation: &Simulation) -> Result<Report, SimulateError> {
             .iter()
             .map(|&i| simulation.descriptors[i].as_slice())
             .collect();
-        let replayed =
-            runtime.block_on(replay(&config, &simulation.domain, &descriptors, &requests))?;
+        let replayed = runtime.block_on(replay(
+            &config,
+            &simulation.domain,
+            &descriptors,
+            &requests,
+            simulation.hold_us,
+        ))?;
         for (position, &index) in group.iter().enumerate() {
             let entries = &simulation.descriptors[index];
             runs[index] = Some(DescriptorRun {
@@ -178,42 +188,43 @@ fn requests(simulation: &Simulation) -> Vec<(u64, u64)> {
 }
 
 /// Requests of `descriptors` at (time, cost) on a fresh store whose clock follows them; per
-/// request, each descriptor's decision.
+/// request, each descriptor's decision. With `hold_us`, an admitted request that took leases
+/// releases them that long after (its token sent back, as Envoy does when a stream ends).
 async fn replay(
     config: &Arc<ArcSwap<config::Config>>,
     domain: &str,
     descriptors: &[&[(String, String)]],
     requests: &[(u64, u64)],
+    hold_us: Option<u64>,
 ) -> Result<Vec<Vec<SimulatedDecision>>, SimulateError> {
     let clock = Arc::new(ManualClock::default());
     let store = Arc::new(MemoryStore::new(1024, clock.clone()));
     let metrics = Arc::new(Metrics::new(0.8, 0));
     let limiter = RateLimiter::new(config.clone(), store, ServiceOptions::default(), metrics);
     let mut decisions = Vec::with_capacity(requests.len());
+    // Releases to come: (time, token), earliest first.
+    let mut releases: BinaryHeap<Reverse<(u64, String)>> = BinaryHeap::new();
     for &(time_us, cost) in requests {
+        while let Some(Reverse((at_us, token))) = releases.peek().cloned() {
+            if at_us > time_us {
+                break;
+            }
+            releases.pop();
+            clock.set(at_us);
+            let release = request_of(domain, descriptors, 0, Some(&token));
+            limiter
+                .decide(&release)
+                .await
+                .map_err(SimulateError::Refused)?;
+        }
         clock.set(time_us);
-        let request = RateLimitRequest {
-            domain: domain.to_string(),
-            descriptors: descriptors
-                .iter()
-                .map(|entries| RateLimitDescriptor {
-                    entries: entries
-                        .iter()
-                        .map(|(key, value)| Entry {
-                            key: key.clone(),
-                            value: value.clone(),
-                        })
-                        .collect(),
-                    hits_addend: Some(cost),
-                    ..Default::default()
-                })
-                .collect(),
-            hits_addend: 0,
-        };
         let response = limiter
-            .decide(&request)
+            .decide(&request_of(domain, descriptors, cost, None))
             .await
             .map_err(SimulateError::Refused)?;
+        if let (Some(hold_us), Some(token)) = (hold_us, lease::token_in(&response)) {
+            releases.push(Reverse((time_us.saturating_add(hold_us), token)));
+        }
         let statuses = response
             .statuses
             .iter()
@@ -227,6 +238,35 @@ async fn replay(
         decisions.push(statuses);
     }
     Ok(decisions)
+}
+
+/// A request of `descriptors` at `cost`; with `release`, each carries that lease token back.
+fn request_of(
+    domain: &str,
+    descriptors: &[&[(String, String)]],
+    cost: u64,
+    release: Option<&str>,
+) -> RateLimitRequest {
+    let token = release.map(|token| (LEASE_KEY.to_string(), token.to_string()));
+    RateLimitRequest {
+        domain: domain.to_string(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .chain(token.as_ref())
+                    .map(|(key, value)| Entry {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })
+                    .collect(),
+                hits_addend: Some(cost),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
 }
 
 /// The limit the descriptor falls under, in words.

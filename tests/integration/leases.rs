@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prost_types::value::Kind;
 use sluice::proto::rate_limit_response::Code as OurCode;
 use sluice::proto::RateLimitResponse as OurResponse;
 
@@ -28,14 +27,7 @@ use crate::support::*;
 const CONFIG: &str = include_str!("../fixtures/cases/leases/config.yaml");
 const SECOND: u64 = 1_000_000;
 
-/// The lease token a response carries, if any.
-fn token_in(response: &OurResponse) -> Option<String> {
-    let metadata = response.dynamic_metadata.as_ref()?;
-    match &metadata.fields.get("sluice.lease")?.kind {
-        Some(Kind::StringValue(token)) => Some(token.clone()),
-        _ => None,
-    }
-}
+use sluice::service::lease::token_in;
 
 fn is_ok(response: &OurResponse) -> bool {
     response.overall_code == OurCode::Ok as i32

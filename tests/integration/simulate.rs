@@ -229,3 +229,39 @@ fn two_limits_on_one_descriptor_bind_on_the_tighter() {
         "{text}"
     );
 }
+
+/// With `--hold`, each admitted request releases its lease that long after: at most 3 of
+/// config/demo.yaml's concurrency limit run at once, and every one that ends makes room.
+#[test]
+fn a_concurrency_limit_admits_as_requests_end_with_hold() {
+    let args = [
+        "--descriptor",
+        "algorithm=concurrency",
+        "--rate",
+        "2/s",
+        "--duration",
+        "10s",
+        "--csv",
+    ];
+    let admitted_at = |text: &str| -> Vec<u64> {
+        text.lines()
+            .skip(1)
+            .filter(|line| line.contains(",OK,"))
+            .filter_map(|line| line.split(',').nth(1)?.parse().ok())
+            .collect()
+    };
+    // Without releases, 3 leases for the whole minute.
+    assert_eq!(admitted_at(&simulate(&args)).len(), 3);
+    let mut held = args.to_vec();
+    held.extend(["--hold", "2500ms"]);
+    let admitted = admitted_at(&simulate(&held));
+    for &at in &admitted {
+        let running = admitted
+            .iter()
+            .filter(|&&start| start <= at && at < start + 2_500_000)
+            .count();
+        assert!(running <= 3, "{running} running at {at} µs");
+    }
+    // 2 a second, each running 2.5 s: 3 start, then one whenever one ends.
+    assert_eq!(admitted.len(), 12, "{admitted:?}");
+}
