@@ -53,7 +53,7 @@ enum Command {
     },
     /// Replay synthetic traffic against a config on a virtual clock and show what each
     /// request gets, per descriptor: a chart per time bucket, or every decision as CSV.
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
 }
 
 #[derive(clap::Args)]
