@@ -3,12 +3,12 @@
 -- a request (on a Cluster, every hit of one slot).
 --
 -- The call takes:
---   KEYS[i]  the key of hit i
+--   KEYS[i]  the key of hit i; after the hits' keys, those of their penalties' records
 --   ARGV[1]  the mode: "all" (a request is charged only if no hit vetoes it), "every" (every
 --            hit is charged, denied or not: envoyproxy/ratelimit's counting), "any" (every
 --            admitted hit is charged: one Cluster slot's share of a request, sluice settles
 --            the rest), or "refund" (the hits were charged by an "any" call and are taken back)
--- then, for each hit i in turn, 11 common arguments, then the algorithm's own (as many as the
+-- then, for each hit i in turn, 12 common arguments, then the algorithm's own (as many as the
 -- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
 -- read into the hit's fields of those names (src/store/redis/args.rs builds them, in this
 -- order):
@@ -27,9 +27,13 @@
 --                    charged together or not at all
 --   ARGV[+10]  lease  on a concurrency limit: "+<token>" acquires leases, "-<token>" releases
 --                     what the token holds (always charged, never denying); else ""
+--   ARGV[+11]  penalty  the limit's penalty (lua/penalty.lua): the position in KEYS of its
+--                       record's key, after, within_us, block_ms, factor_milli,
+--                       max_block_ms, forget_us, space-separated; else ""
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us,
--- released, expired (the fields of sluice's Decision, which src/algorithm/ specifies), and,
--- for "any" and "refund", the time it was decided at.
+-- released, expired, penalty_until_us, penalty_offence, penalty_imposed (the fields of
+-- sluice's Decision, which src/algorithm/ and src/penalty/ specify), and, for "any" and
+-- "refund", the time it was decided at.
 --
 -- An algorithm script registers {read, decide, force, write, refund} under its name:
 --   read(hit) the key's state at hit.now (never nil); decide(hit, state) the decision and the state after
@@ -89,7 +93,8 @@ local function expire_after(key, us)
 end
 
 -- A decision as the script replies it: admitted (1 or 0), remaining, reset_after_us,
--- retry_after_us, released and expired (a concurrency limit's leases; 0 when not given);
+-- retry_after_us, released and expired (a concurrency limit's leases; 0 when not given),
+-- then what a penalty did (until, offence, imposed: 0 here, lua/penalty.lua sets them);
 -- negative values are 0.
 local function decision(admitted, remaining, reset_after_us, retry_after_us, released, expired)
   if remaining < 0 then
@@ -101,7 +106,7 @@ local function decision(admitted, remaining, reset_after_us, retry_after_us, rel
   if retry_after_us < 0 then
     retry_after_us = 0
   end
-  return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us, released or 0, expired or 0}
+  return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us, released or 0, expired or 0, 0, 0, 0}
 end
 
 -- requests_per_unit 0 blocks everything, whatever the burst (src/algorithm/mod.rs).

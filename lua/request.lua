@@ -8,9 +8,11 @@
 -- every hit is charged so, denied or not. With "all", a request that its hits veto
 -- (an enforced hit denied, or every quota hit denied: src/engine.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
+-- A hit of a limit with a penalty is denied while its client is blocked, its limit left
+-- alone; a strike (lua/penalty.lua) is recorded whatever the request's fate.
 
 -- The common arguments of a hit; the algorithm's own follow them.
-local COMMON = 11
+local COMMON = 12
 -- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
 -- a function library, whose top level runs only when it is loaded.
 local made = {}
@@ -61,7 +63,7 @@ local function request(KEYS, ARGV)
   local mode = ARGV[1]
   -- The calls of a Cluster ("any", "refund") also reply the time each hit was decided at.
   local with_time = mode == 'any' or mode == 'refund'
-  local fields = with_time and 7 or 6
+  local fields = with_time and 10 or 9
 
   -- Redis TIME, read once per call when some hit needs it.
   local redis_now = nil
@@ -75,11 +77,14 @@ local function request(KEYS, ARGV)
     return redis_now
   end
 
+  -- The hits: their keys come first in KEYS, their penalties' records' after them.
   local hits = {}
   local at = 2
-  for i, key in ipairs(KEYS) do
+  local i = 0
+  while at <= #ARGV do
+    i = i + 1
     hits[i] = {
-      key = key,
+      key = KEYS[i],
       algorithm = ARGV[at],
       limit = tonumber(ARGV[at + 1]),
       period = tonumber(ARGV[at + 2]),
@@ -93,6 +98,7 @@ local function request(KEYS, ARGV)
       group = ARGV[at + 9],
       lease = ARGV[at + 10],
       releases = string.sub(ARGV[at + 10], 1, 1) == '-',
+      penalty = penalty_of(ARGV[at + 11], KEYS),
     }
     local own = params[hits[i].algorithm] or {}
     for j, field in ipairs(own) do
@@ -115,14 +121,14 @@ local function request(KEYS, ARGV)
 
   -- One hit (most requests): every mode charges it alike. It is charged when its decision
   -- changed the state, which a denial does only in debt or with "every".
-  if #hits == 1 then
+  if #hits == 1 and not hits[1].penalty then
     local hit = hits[1]
     local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
     if changed ~= nil then
       algorithm(hit.algorithm).write(hit, changed)
     end
     if with_time then
-      d[7] = hit.now
+      d[10] = hit.now
     end
     return d
   end
@@ -147,6 +153,38 @@ local function request(KEYS, ARGV)
     end
   end
   local decisions, changes, stands = {}, {}, {}
+  -- The penalties' records by key as the hits so far left them (false: none), and those to
+  -- write, with the time of the hit that changed them last.
+  local records, struck = {}, {}
+  -- Decides `hit` on `state` as its penalty says: blocked, or the limit's decision with a
+  -- strike counted when it is one.
+  local function penalized(hit, state)
+    local p = hit.penalty
+    if not p or hit.releases then
+      return decide(hit, state)
+    end
+    local record = records[p.key]
+    if record == nil then
+      record = penalty_read(p.key, hit.now) or false
+      records[p.key] = record
+    end
+    if record and record.remembered <= hit.now then
+      record = false
+    end
+    if record and record.blocked > hit.now then
+      return penalty_denial(record, hit.now, false, 0), nil
+    end
+    local d, changed = decide(hit, state)
+    if penalty_strikes(d, changed) then
+      local next, imposed = penalty_strike(p, record or nil, hit.now)
+      records[p.key] = next
+      struck[p.key] = {next, hit.now}
+      if imposed then
+        d = penalty_denial(next, hit.now, true, d[2])
+      end
+    end
+    return d, changed
+  end
   local n = #hits
   local i = 1
   while i <= n do
@@ -168,7 +206,7 @@ local function request(KEYS, ARGV)
         state = algorithm(hit.algorithm).read(hit, fetched[key])
         original[key] = state
       end
-      local d, changed = decide(hit, state)
+      local d, changed = penalized(hit, state)
       decisions[i] = d
       if changed ~= nil then
         changes[i] = changed
@@ -224,6 +262,9 @@ local function request(KEYS, ARGV)
       algorithm(hit.algorithm).write(hit, changes[j])
     end
   end
+  for key, written in pairs(struck) do
+    penalty_write(key, written[1], written[2])
+  end
 
   local replies = {}
   for j = 1, n do
@@ -241,11 +282,11 @@ local function request(KEYS, ARGV)
       d = decide(with_cost(hit, 0), state)
     end
     local at = fields * (j - 1)
-    for k = 1, 6 do
+    for k = 1, 9 do
       replies[at + k] = d[k]
     end
     if with_time then
-      replies[at + 7] = hit.now
+      replies[at + 10] = hit.now
     end
   end
   return replies

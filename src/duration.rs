@@ -29,6 +29,25 @@ pub fn parse_us(text: &str) -> Result<u64, DurationError> {
     number.checked_mul(scale).ok_or_else(error)
 }
 
+/// `us` in the largest unit that writes it whole (`90s`, `2m`, `1h`, `1d`, `1500ms`), as
+/// `parse_us` reads it back.
+pub fn format_us(us: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (86_400_000_000, "d"),
+        (3_600_000_000, "h"),
+        (60_000_000, "m"),
+        (1_000_000, "s"),
+        (1_000, "ms"),
+        (1, "us"),
+    ];
+    for (scale, unit) in UNITS {
+        if us >= scale && us % scale == 0 {
+            return format!("{}{unit}", us / scale);
+        }
+    }
+    "0s".to_string()
+}
+
 /// Parses a duration (for clap's `value_parser`).
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
     parse_us(text).map(Duration::from_micros)
@@ -46,5 +65,14 @@ mod tests {
         assert_eq!(parse_us("7"), Ok(7_000_000));
         assert!(parse_us("7 parsecs").is_err());
         assert!(parse_us("").is_err());
+    }
+
+    #[test]
+    fn formats_read_back() {
+        for us in [0, 1, 1_500, 90_000_000, 120_000_000, 3_600_000_000, 86_400_000_000] {
+            assert_eq!(parse_us(&format_us(us)).unwrap_or(u64::MAX), us, "{us}");
+        }
+        assert_eq!(format_us(90_000_000), "90s");
+        assert_eq!(format_us(7_200_000_000), "2h");
     }
 }

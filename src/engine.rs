@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::{self, Outcome, State};
 use crate::limit::{Decision, Hit, Role};
+use crate::penalty;
 
 /// How a store charges the hits of one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -134,18 +135,52 @@ pub fn binding(decisions: &[Decision]) -> Option<usize> {
         .map(|(index, _)| index)
 }
 
-/// A state a request leaves under one key: the hit that wrote it last, and until when it
-/// matters.
+/// Which state of a request's hit a key holds: its limit's, or its penalty's record of the
+/// client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    pub hit: usize,
+    pub penalty: bool,
+}
+
+impl Part {
+    /// The state of hit `hit`'s limit.
+    pub fn limit(hit: usize) -> Part {
+        Part {
+            hit,
+            penalty: false,
+        }
+    }
+
+    /// The record hit `hit`'s penalty keeps.
+    pub fn penalty(hit: usize) -> Part {
+        Part { hit, penalty: true }
+    }
+}
+
+/// A state a request leaves under one key: the hit that wrote it last (its limit's state, or
+/// its penalty's record), and until when it matters.
 #[derive(Debug)]
 pub struct Write<K> {
     pub hit: usize,
+    pub penalty: bool,
     pub key: K,
     pub state: State,
     pub expires_at_us: u64,
 }
 
+impl<K> Write<K> {
+    /// What the write holds.
+    pub fn part(&self) -> Part {
+        Part {
+            hit: self.hit,
+            penalty: self.penalty,
+        }
+    }
+}
+
 /// What a request decided: each hit's decision, and the last state of every key its
-/// standing charges touched (to be written together, or not at all).
+/// standing charges and its penalties touched (to be written together, or not at all).
 #[derive(Debug)]
 pub struct Plan<K> {
     pub decisions: Vec<Decision>,
@@ -155,31 +190,59 @@ pub struct Plan<K> {
 
 /// Decides `hits` in order, each on the state the hits before it left: its descriptor's
 /// earlier hits, the charges of earlier descriptors that stand, else what the store holds
-/// (`stored(i)`, for hit `i` under `key_of(i)`). Only the charges that stand are planned.
+/// (`stored(part)`, for the state under `key_of(part)`). Only the charges that stand are
+/// planned; a penalty's record always is (a strike stands whatever the request's fate).
 pub fn decide<'s, K: Copy + Eq>(
     hits: &[Hit],
-    key_of: impl Fn(usize) -> K,
+    key_of: impl Fn(Part) -> K,
     charging: Charging,
     now_us: u64,
-    stored: impl Fn(usize) -> Option<&'s State>,
+    stored: impl Fn(Part) -> Option<&'s State>,
 ) -> Plan<K> {
     let mut charged: Vec<Write<K>> = Vec::new();
+    let mut records: SmallVec<[Write<K>; 2]> = SmallVec::new();
     let mut decisions = Vec::with_capacity(hits.len());
     for group in descriptor_groups(hits) {
         let mut changes: SmallVec<[Write<K>; 2]> = SmallVec::new();
         for i in group.clone() {
-            let key = key_of(i);
+            let key = key_of(Part::limit(i));
             let current = match changes.iter().rev().find(|c| c.key == key) {
                 Some(change) => Some(&change.state),
                 None => match charged.iter().rev().find(|c| c.key == key) {
                     Some(charge) => Some(&charge.state),
-                    None => stored(i),
+                    None => stored(Part::limit(i)),
                 },
             };
-            let outcome = decide_hit(&hits[i], charging, current, now_us);
+            let decide_limit = || decide_hit(&hits[i], charging, current, now_us);
+            let outcome = match hits[i].limit.penalty {
+                Some(policy) if !hits[i].releases() => {
+                    let record_key = key_of(Part::penalty(i));
+                    let record = match records.iter().rev().find(|r| r.key == record_key) {
+                        Some(written) => Some(&written.state),
+                        None => stored(Part::penalty(i)),
+                    };
+                    let record = match record {
+                        Some(State::Penalty(held)) => Some(&*held.0),
+                        _ => None,
+                    };
+                    let (outcome, next) = penalty::decide(&policy, record, now_us, decide_limit);
+                    if let Some(next) = next {
+                        records.push(Write {
+                            hit: i,
+                            penalty: true,
+                            key: record_key,
+                            expires_at_us: next.remembered_until_us,
+                            state: State::Penalty(next.into()),
+                        });
+                    }
+                    outcome
+                }
+                _ => decide_limit(),
+            };
             if let Some((state, expires_at_us)) = outcome.new_state {
                 changes.push(Write {
                     hit: i,
+                    penalty: false,
                     key,
                     state,
                     expires_at_us,
@@ -200,11 +263,11 @@ pub fn decide<'s, K: Copy + Eq>(
     for charge in &charged {
         is_charged[charge.hit] = true;
     }
-    // The last charge of each key is its new state.
+    // The last write of each key is its new state.
     let mut writes: SmallVec<[Write<K>; 4]> = SmallVec::new();
-    for charge in charged.into_iter().rev() {
-        if !writes.iter().any(|w| w.key == charge.key) {
-            writes.push(charge);
+    for write in charged.into_iter().chain(records).rev() {
+        if !writes.iter().any(|w| w.key == write.key) {
+            writes.push(write);
         }
     }
     Plan {
@@ -287,7 +350,7 @@ mod tests {
             hit(1, 10, 1, Role::Enforced, false),
             hit(2, 0, 1, Role::Shadow, true),
         ];
-        let plan = decide(&hits, |i| i, Charging::AllOrNothing, 0, |_| None);
+        let plan = decide(&hits, |p| p.hit, Charging::AllOrNothing, 0, |_| None);
         assert!(plan.writes.is_empty());
         let decisions = plan.settle(&hits, 0, |_| None);
         assert!(decisions[0].admitted);

@@ -13,6 +13,7 @@
 //! - `labels`: what a limit's metric labels are made of (used by `config` and `metrics`).
 //! - `series`: the server's one Prometheus recorder, through which each component writes its
 //!   own series; `metrics`: the service's own (calls, limits, store calls, config loads).
+//! - `penalty`: blocks, growing at each repeat offence, for clients a limit keeps denying.
 //! - `algorithm`: the algorithms as pure functions with their own settings (`params`), and
 //!   the registry that lists them.
 //! - `store`: the `Store` trait, key layout, the memory store, the Redis store, the local
@@ -31,6 +32,7 @@ pub mod labels;
 pub mod limit;
 pub mod metrics;
 pub mod otel;
+pub mod penalty;
 pub mod proto;
 pub mod rlqs;
 pub mod series;

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use crate::algorithm::{self, Outcome, Rate, State};
+use crate::penalty::Policy;
 pub use crate::algorithm::{Algorithm, Counting, Decision, LeaseCall};
 
 /// A time unit of envoyproxy/ratelimit's format. Month is 30 days and year 365, as there.
@@ -114,6 +115,8 @@ pub struct Limit {
     /// A hit that does not fit is charged all the same: the limit goes into debt (costs
     /// reported after the response must land).
     pub debt: bool,
+    /// Clients it keeps denying are blocked, longer at each repeat (`penalty`).
+    pub penalty: Option<Policy>,
 }
 
 impl Limit {
@@ -125,6 +128,7 @@ impl Limit {
             unit,
             unit_multiplier: 1,
             debt: false,
+            penalty: None,
         }
     }
 
@@ -207,6 +211,9 @@ impl fmt::Display for Limit {
         f.write_str(&self.counting.describe(&self.rate()))?;
         if self.debt {
             write!(f, ", taking debt")?;
+        }
+        if let Some(penalty) = &self.penalty {
+            write!(f, "; penalty {penalty}")?;
         }
         Ok(())
     }

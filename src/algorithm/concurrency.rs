@@ -93,6 +93,7 @@ impl LimitAlgorithm for Concurrency {
             } else {
                 0
             },
+            ..Decision::default()
         };
         (decision, writes.then_some(Leases(live)))
     }

@@ -292,12 +292,17 @@ macro_rules! registry {
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub enum State {
             $( $variant($held), )+
+            /// What a limit's penalty remembers of a client (under a key of its own).
+            Penalty(crate::penalty::Held),
         }
 
         impl State {
             /// The bytes the state holds on the heap, beside its own size.
             pub fn heap_bytes(&self) -> usize {
-                match self { $(State::$variant(held) => HeapSize::heap_bytes(held),)+ }
+                match self {
+                    $(State::$variant(held) => HeapSize::heap_bytes(held),)+
+                    State::Penalty(held) => HeapSize::heap_bytes(held),
+                }
             }
         }
 
@@ -490,6 +495,8 @@ pub struct Decision {
     /// their life and dropped; 0 for every other limit.
     pub released: u32,
     pub expired: u32,
+    /// What the limit's penalty did: blocked the hit, or imposed the block (`penalty`).
+    pub penalty: crate::penalty::Penalized,
 }
 
 impl Decision {

@@ -12,6 +12,7 @@ use crate::config::position::Positions;
 use crate::config::tree::{Level, NamedLimit, Node, RlqsStrategy, Rule};
 use crate::config::LoadOptions;
 use crate::limit::{Algorithm, Counting, Limit, Unit, MICROS_PER_SECOND};
+use crate::penalty::Policy;
 
 /// The longest period a limit may have: 100 years (in microseconds, still exact in a double).
 const MAX_PERIOD_SECONDS: u64 = 100 * 365 * 86_400;
@@ -257,9 +258,10 @@ impl<'a> FileCompiler<'a> {
         if doc.algorithm.is_some()
             || doc.unit_multiplier.is_some()
             || doc.debt.is_some()
+            || doc.penalty.is_some()
             || !doc.parameters.is_empty()
         {
-            let mut keys = vec!["algorithm", "unit_multiplier", "debt"];
+            let mut keys = vec!["algorithm", "unit_multiplier", "debt", "penalty"];
             keys.extend(Algorithm::parameter_keys());
             let last = keys.pop().unwrap_or_default();
             let reason = format!("unlimited takes no {} or {last}", keys.join(", "));
@@ -312,6 +314,17 @@ impl<'a> FileCompiler<'a> {
             self.error(&format!("{path}.debt"), reason);
             return None;
         }
+        let period_us = unit.seconds() * u64::from(unit_multiplier) * MICROS_PER_SECOND;
+        let penalty = match &doc.penalty {
+            None => None,
+            Some(value) => match Policy::parse(value, period_us) {
+                Ok(policy) => Some(policy),
+                Err(refusal) => {
+                    self.error(&format!("{path}.{}", refusal.key), refusal.reason);
+                    return None;
+                }
+            },
+        };
         Some(Limit {
             counting,
             requests_per_unit,
@@ -319,6 +332,7 @@ impl<'a> FileCompiler<'a> {
             unit_multiplier,
             // `--debt` applies to the limits that can owe.
             debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes(),
+            penalty,
         })
     }
 

@@ -71,6 +71,8 @@ pub struct RateLimitDoc {
     /// Charge hits that do not fit (costs reported after the response); default: the
     /// `--debt` setting.
     pub debt: Option<bool>,
+    /// Blocks for clients the limit keeps denying (`penalty::Policy` reads it).
+    pub penalty: Option<serde_yaml::Value>,
     pub parameters: Given,
 }
 
@@ -84,6 +86,7 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "algorithm",
     "unit_multiplier",
     "debt",
+    "penalty",
 ];
 
 /// A value read as `scalar_string` reads it.
@@ -128,6 +131,7 @@ impl<'de> Visitor<'de> for RateLimitVisitor {
                 "algorithm" => doc.algorithm = map.next_value::<Scalar>()?.0,
                 "unit_multiplier" => doc.unit_multiplier = map.next_value()?,
                 "debt" => doc.debt = map.next_value()?,
+                "penalty" => doc.penalty = Some(map.next_value()?),
                 // The algorithms' own keys (`RateLimitKey` let no other through).
                 _ => {
                     let value: serde_yaml::Value = map.next_value()?;

@@ -95,14 +95,23 @@ impl Shape {
 ///   own settings (`Parameters::write_key`: `b` + burst + `_` for the buckets, `w` + warm-up
 ///   in µs + `c` + cold factor + `_` for `warm_up`), then the descriptor key, e.g.
 ///   `token_bucket_10per60s_b20_domain_key_value_`; a concurrency limit's leases outlive a
-///   change of its numbers: `concurrency_domain_key_value_`.
+///   change of its numbers: `concurrency_domain_key_value_`;
+/// - a limit with a penalty: its descriptor key comes first, as a hash tag (`slot_tag`) that
+///   its penalty's record shares, so that both live in one Cluster slot:
+///   `prefix{domain_key_value_}1700000000`, `prefix{domain_key_value_}token_bucket_10per60s_b20_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 48);
     key.push_str(prefix);
+    let tagged = hit.limit.penalty.is_some();
+    let descriptor = if tagged {
+        push_tag(&mut key, &hit.key)
+    } else {
+        Some(hit.key.as_str())
+    };
     // Writing to a String cannot fail.
     match Shape::of(&hit.limit, now_us) {
         Shape::Window { start_s } => {
-            key.push_str(&hit.key);
+            key.push_str(descriptor.unwrap_or_default());
             let _ = write!(key, "{start_s}");
         }
         Shape::Limited {
@@ -116,10 +125,45 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
                 let _ = write!(key, "{requests_per_unit}per{period_s}s_");
             }
             algorithm.write_key(own, &mut key);
-            key.push_str(&hit.key);
+            key.push_str(descriptor.unwrap_or_default());
         }
     }
     key
+}
+
+/// The Redis key of the record `hit`'s penalty keeps of its client: `prefix`, the tag its
+/// limit's key has, then `penalty` (`prefix{domain_key_value_}penalty`). Named by neither the
+/// limit's numbers nor its window: a reload that changes the limit keeps its blocks.
+pub fn penalty_key(prefix: &str, hit: &Hit) -> String {
+    let mut key = String::with_capacity(prefix.len() + hit.key.len() + 12);
+    key.push_str(prefix);
+    let descriptor = push_tag(&mut key, &hit.key);
+    key.push_str("penalty");
+    if let Some(descriptor) = descriptor {
+        key.push('_');
+        key.push_str(descriptor);
+    }
+    key
+}
+
+/// Writes the hash tag of `descriptor_key` (`{...}`, which Redis Cluster hashes alone): the
+/// key itself, or, when it holds a brace, 16 hex digits of its FNV-1a hash. Returns what the
+/// key must still carry to stay unique: nothing, or the descriptor key after a hashed tag.
+fn push_tag<'k>(key: &mut String, descriptor_key: &'k str) -> Option<&'k str> {
+    key.push('{');
+    if descriptor_key.contains(['{', '}']) || descriptor_key.is_empty() {
+        let hash = descriptor_key
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+            });
+        let _ = write!(key, "{hash:016x}}}");
+        Some(descriptor_key)
+    } else {
+        key.push_str(descriptor_key);
+        key.push('}');
+        None
+    }
 }
 
 #[cfg(test)]
@@ -230,5 +274,64 @@ mod redis_key_tests {
             redis_key("", &hit(day), later),
             redis_key("", &hit(second), later)
         );
+    }
+}
+
+#[cfg(test)]
+mod penalty_key_tests {
+    use super::*;
+    use crate::limit::{Role, Unit};
+    use crate::penalty::Policy;
+
+    fn penalized(key: &str) -> Hit {
+        let policy = Policy {
+            after: 1,
+            within_us: 1,
+            block_ms: 1,
+            factor_milli: 1000,
+            max_block_ms: 1,
+            forget_us: 1,
+        };
+        Hit {
+            key: key.to_string(),
+            limit: Limit {
+                penalty: Some(policy),
+                ..Limit::fixed_window(10, Unit::Minute)
+            },
+            cost: 1,
+            role: Role::Enforced,
+            joins_previous: false,
+            lease: None,
+        }
+    }
+
+    /// The slot Redis Cluster hashes: the text of the first `{...}` when not empty.
+    fn hashed(key: &str) -> &str {
+        let Some(open) = key.find('{') else { return key };
+        match key[open + 1..].find('}') {
+            Some(0) | None => key,
+            Some(close) => &key[open + 1..open + 1 + close],
+        }
+    }
+
+    #[test]
+    fn a_penalized_limit_and_its_record_share_a_slot_whatever_the_key_holds() {
+        for (prefix, descriptor) in [
+            ("", "login_user_bob_"),
+            ("rl_", "login_user_{bob}_"),
+            ("{shared}", "login_user_bob_"),
+            ("half{", "login_user_b}ob_"),
+        ] {
+            let hit = penalized(descriptor);
+            let limit = redis_key(prefix, &hit, 1_234_567_000_000);
+            let record = penalty_key(prefix, &hit);
+            assert_eq!(hashed(&limit), hashed(&record), "{limit} and {record}");
+            assert_ne!(limit, record);
+        }
+        let hit = penalized("login_user_bob_");
+        assert_eq!(redis_key("", &hit, 1_234_567_000_000), "{login_user_bob_}1234560");
+        assert_eq!(penalty_key("", &hit), "{login_user_bob_}penalty");
+        let braced = penalty_key("", &penalized("a_{b}_"));
+        assert!(braced.ends_with("}penalty_a_{b}_"), "{braced}");
     }
 }

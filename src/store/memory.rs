@@ -25,7 +25,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use crate::algorithm::State;
 use smallvec::SmallVec;
 
-use crate::engine::{self, Charging};
+use crate::engine::{self, Charging, Part};
 use crate::limit::{Decision, Hit};
 use crate::series::{Reporting, Series};
 use crate::store::key::Shape;
@@ -74,53 +74,58 @@ struct Entry {
 /// reference's keys do): such a state is read for as long as it is held, whichever limit's
 /// window end set its expiry, as a Redis key shared so is. Any other state reads as absent
 /// once expired (it no longer matters then).
-fn readable(entry: &Entry, hit: &Hit, now_us: u64) -> bool {
-    entry.expires_at_us > now_us || hit.limit.key_holds_window()
+fn readable(entry: &Entry, holds_window: bool, now_us: u64) -> bool {
+    entry.expires_at_us > now_us || holds_window
 }
 
-/// Writes `state` for `hit` over `entry`, in its block where it fits, keeping the shard's
+/// Whether the state of `part` of `hits` names a fixed window (a penalty's record never does).
+fn holds_window(hits: &[Hit], part: Part) -> bool {
+    !part.penalty && hits[part.hit].limit.key_holds_window()
+}
+
+/// Writes `state` over `entry`, in its block where it fits, keeping the shard's
 /// `state_bytes`.
 fn overwrite(
     entry: &mut Entry,
     state_bytes: &mut usize,
-    hit: &Hit,
+    holds_window: bool,
     state: State,
     expires_at_us: u64,
 ) {
     let before = footprint::heap_bytes(&entry.state);
     footprint::hold(&mut entry.state, state);
     *state_bytes = *state_bytes - before + footprint::heap_bytes(&entry.state);
-    entry.expires_at_us = kept_until(entry, hit, expires_at_us);
+    entry.expires_at_us = kept_until(entry, holds_window, expires_at_us);
 }
 
-/// When `entry`, rewritten by `hit` with a state that matters until `expires_at_us`, may go:
-/// a fixed window shared by limits of several periods stays until the longest one's end.
-fn kept_until(entry: &Entry, hit: &Hit, expires_at_us: u64) -> u64 {
-    if hit.limit.key_holds_window() {
+/// When `entry`, rewritten with a state that matters until `expires_at_us`, may go: a fixed
+/// window shared by limits of several periods stays until the longest one's end.
+fn kept_until(entry: &Entry, holds_window: bool, expires_at_us: u64) -> u64 {
+    if holds_window {
         expires_at_us.max(entry.expires_at_us)
     } else {
         expires_at_us
     }
 }
 
-/// The state of `hit` (under `id`) in `shard`, if it still reads as held at `now_us`.
-fn live<'s>(shard: &'s Shard, id: &KeyId, hit: &Hit, now_us: u64) -> Option<&'s State> {
+/// The state under `id` in `shard`, if it still reads as held at `now_us`.
+fn live<'s>(shard: &'s Shard, id: &KeyId, holds_window: bool, now_us: u64) -> Option<&'s State> {
     shard
         .entries
         .get(id)
-        .filter(|entry| readable(entry, hit, now_us))
+        .filter(|entry| readable(entry, holds_window, now_us))
         .map(|entry| &entry.state)
 }
 
-/// The state of `hit` (its id, and the position of its shard in `shards`), as `live` reads
-/// it.
+/// The state at `place` (its id, and the position of its shard in `shards`), as `live`
+/// reads it.
 fn held_state<'a>(
     shards: &'a [MutexGuard<'_, Shard>],
     (id, position): (KeyId, usize),
-    hit: &Hit,
+    holds_window: bool,
     now_us: u64,
 ) -> Option<&'a State> {
-    live(&shards[position], &id, hit, now_us)
+    live(&shards[position], &id, holds_window, now_us)
 }
 
 /// A shard's lock on a cache line of its own: threads working on neighbouring shards do not
@@ -147,11 +152,12 @@ impl Shard {
         }
     }
 
-    /// Stores `state` for `hit` under `id`, in place when the key is held, keeping the byte
-    /// count.
-    fn write(&mut self, id: KeyId, hit: &Hit, state: State, expires_at_us: u64) {
+    /// Stores `state` under `id`, in place when the key is held, keeping the byte count.
+    fn write(&mut self, id: KeyId, holds_window: bool, state: State, expires_at_us: u64) {
         match self.entries.get_mut(&id) {
-            Some(entry) => overwrite(entry, &mut self.state_bytes, hit, state, expires_at_us),
+            Some(entry) => {
+                overwrite(entry, &mut self.state_bytes, holds_window, state, expires_at_us)
+            }
             None => {
                 let state = footprint::fresh(state);
                 self.state_bytes += footprint::heap_bytes(&state);
@@ -284,7 +290,18 @@ impl MemoryStore {
         let (id, index) = self.locate(hit, now_us);
         let shard = self.lock(index);
         let entry = shard.entries.get(&id)?;
-        readable(entry, hit, now_us).then(|| entry.state.clone())
+        readable(entry, hit.limit.key_holds_window(), now_us).then(|| entry.state.clone())
+    }
+
+    /// What `hit`'s penalty remembers of its client now, for tools and tests.
+    pub fn record_of(&self, hit: &Hit) -> Option<crate::penalty::Record> {
+        let now_us = self.clock.now_us();
+        let (id, index) = self.locate_record(hit);
+        let shard = self.lock(index);
+        match live(&shard, &id, false, now_us) {
+            Some(State::Penalty(held)) => Some((*held.0).clone()),
+            _ => None,
+        }
     }
 
     /// How many requests found the store full of state that still matters.
@@ -317,9 +334,32 @@ impl MemoryStore {
             }
         };
         let hash = hasher.finish128();
-        let id = KeyId(hash.h1 ^ window, hash.h2);
-        // The map uses the first half; the shard comes from the second.
+        self.placed(KeyId(hash.h1 ^ window, hash.h2))
+    }
+
+    /// The id of the record `hit`'s penalty keeps of its client (its key, whatever the
+    /// limit's shape or window), and its shard.
+    fn locate_record(&self, hit: &Hit) -> (KeyId, usize) {
+        let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
+        hasher.write(hit.key.as_bytes());
+        // No descriptor key holds a NUL, so no limit's state hashes this.
+        hasher.write(b"\0penalty");
+        let hash = hasher.finish128();
+        self.placed(KeyId(hash.h1, hash.h2))
+    }
+
+    /// `id` and its shard: the map uses the first half; the shard comes from the second.
+    fn placed(&self, id: KeyId) -> (KeyId, usize) {
         (id, (id.1 as usize) & (self.shards.len() - 1))
+    }
+
+    /// Where `part` of `hits` lives.
+    fn locate_part(&self, hits: &[Hit], part: Part, now_us: u64) -> (KeyId, usize) {
+        if part.penalty {
+            self.locate_record(&hits[part.hit])
+        } else {
+            self.locate(&hits[part.hit], now_us)
+        }
     }
 
     fn charge_one(
@@ -339,7 +379,8 @@ impl MemoryStore {
         } = &mut *shard;
         let (outcome, needs) = match entries.get_mut(&id) {
             Some(entry) => {
-                let live = readable(entry, hit, now_us).then_some(&entry.state);
+                let holds_window = hit.limit.key_holds_window();
+                let live = readable(entry, holds_window, now_us).then_some(&entry.state);
                 let outcome = engine::decide_hit(hit, charging, live, now_us);
                 let Some((state, _)) = &outcome.new_state else {
                     return Ok(outcome.decision);
@@ -349,7 +390,7 @@ impl MemoryStore {
                 if after <= held {
                     let decision = outcome.decision;
                     if let Some((state, expires_at_us)) = outcome.new_state {
-                        overwrite(entry, state_bytes, hit, state, expires_at_us);
+                        overwrite(entry, state_bytes, holds_window, state, expires_at_us);
                     }
                     return Ok(decision);
                 }
@@ -369,51 +410,65 @@ impl MemoryStore {
             return Err(self.no_room());
         }
         if let Some((state, expires_at_us)) = outcome.new_state {
-            shard.write(id, hit, state, expires_at_us);
+            shard.write(id, hit.limit.key_holds_window(), state, expires_at_us);
         }
         Ok(outcome.decision)
     }
 
-    /// Decides a request's hits under the locks of every shard they touch, taken in shard
-    /// order (so two requests never wait on each other in a cycle), by the request's rules
-    /// (`engine::decide`); the charges that stand are written only if there is room for all.
+    /// Decides a request's hits under the locks of every shard they touch (their limits'
+    /// states and their penalties' records), taken in shard order (so two requests never
+    /// wait on each other in a cycle), by the request's rules (`engine::decide`); the writes
+    /// are made only if there is room for all.
     fn charge_request(
         &self,
         hits: &[Hit],
         charging: Charging,
         now_us: u64,
     ) -> Result<Vec<Decision>, StoreError> {
-        let mut placed: SmallVec<[(KeyId, usize); 4]> =
-            hits.iter().map(|hit| self.locate(hit, now_us)).collect();
+        let mut parts: SmallVec<[Part; 4]> = (0..hits.len()).map(Part::limit).collect();
+        parts.extend(
+            (0..hits.len())
+                .filter(|&i| hits[i].limit.penalty.is_some())
+                .map(Part::penalty),
+        );
+        let mut placed: SmallVec<[(KeyId, usize); 4]> = parts
+            .iter()
+            .map(|&part| self.locate_part(hits, part, now_us))
+            .collect();
         let mut indices: SmallVec<[usize; 4]> = placed.iter().map(|&(_, index)| index).collect();
         indices.sort_unstable();
         indices.dedup();
         let mut shards: SmallVec<[MutexGuard<'_, Shard>; 4]> =
             indices.iter().map(|&index| self.lock(index)).collect();
-        // Every index is in `indices`: the shards are locked in its order. From here each hit
+        // Every index is in `indices`: the shards are locked in its order. From here each part
         // has its key and the position of its shard among those locked.
         for (_, index) in placed.iter_mut() {
             *index = indices.iter().position(|&i| i == *index).unwrap_or(0);
         }
+        let place = |part: Part| {
+            let at = parts.iter().position(|&p| p == part).unwrap_or(0);
+            placed[at]
+        };
         let mut plan = {
             let held = &shards[..];
             engine::decide(
                 hits,
-                |i| placed[i].0,
+                |part| place(part).0,
                 charging,
                 now_us,
-                |i| held_state(held, placed[i], &hits[i], now_us),
+                |part| held_state(held, place(part), holds_window(hits, part), now_us),
             )
         };
         let writes = plan.take_writes();
-        self.make_room(&mut shards, &writes, |hit| placed[hit].1, now_us)?;
+        self.make_room(&mut shards, &writes, |part| place(part).1, now_us)?;
         for write in writes {
-            let hit = &hits[write.hit];
-            shards[placed[write.hit].1].write(write.key, hit, write.state, write.expires_at_us);
+            let holds = holds_window(hits, write.part());
+            let position = place(write.part()).1;
+            shards[position].write(write.key, holds, write.state, write.expires_at_us);
         }
         let held = &shards[..];
         Ok(plan.settle(hits, now_us, |i| {
-            held_state(held, placed[i], &hits[i], now_us)
+            held_state(held, place(Part::limit(i)), holds_window(hits, Part::limit(i)), now_us)
         }))
     }
 
@@ -424,12 +479,12 @@ impl MemoryStore {
         &self,
         shards: &mut [MutexGuard<'_, Shard>],
         writes: &[engine::Write<KeyId>],
-        position: impl Fn(usize) -> usize,
+        position: impl Fn(Part) -> usize,
         now_us: u64,
     ) -> Result<(), StoreError> {
         let mut needs: SmallVec<[(usize, usize, usize); 4]> = SmallVec::new();
         for write in writes {
-            let position = position(write.hit);
+            let position = position(write.part());
             let (new_key, grows) = shards[position].needs(&write.key, &write.state);
             if new_key == 0 && grows == 0 {
                 continue;
@@ -501,9 +556,12 @@ impl Store for MemoryStore {
 
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.clock.now_us();
-        // One hit vetoes exactly when it is denied: all-or-nothing is the hit alone.
+        // One hit vetoes exactly when it is denied: all-or-nothing is the hit alone (unless
+        // a penalty's record is kept beside it).
         if let [hit] = hits {
-            return Ok(vec![self.charge_one(hit, charging, now_us)?]);
+            if hit.limit.penalty.is_none() {
+                return Ok(vec![self.charge_one(hit, charging, now_us)?]);
+            }
         }
         self.charge_request(hits, charging, now_us)
     }

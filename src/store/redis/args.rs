@@ -5,6 +5,7 @@
 use redis::Cmd;
 
 use crate::limit::{LeaseCall, Role};
+use crate::penalty::Policy;
 
 /// The arguments of one hit in a script call, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +32,8 @@ pub struct ScriptArgs {
     pub group: usize,
     /// On a concurrency limit, the lease the hit acquires or releases.
     pub lease: Option<LeaseCall>,
+    /// The limit's penalty, whose record is under a key of the call's own (`penalty_arg`).
+    pub penalty: Option<Policy>,
     /// The algorithm's own arguments (`Counting::script_args`), of which it takes `own_count`.
     pub own: [u64; 2],
     pub own_count: usize,
@@ -45,9 +48,22 @@ pub fn lease_arg(lease: Option<LeaseCall>) -> String {
     }
 }
 
+/// A penalty as a script argument: the position of its record's key in KEYS (from 1), then
+/// after, within_us, block_ms, factor_milli, max_block_ms and forget_us, space-separated;
+/// empty without one.
+pub fn penalty_arg(penalty: Option<&Policy>, key_index: usize) -> String {
+    match penalty {
+        Some(p) => format!(
+            "{key_index} {} {} {} {} {} {}",
+            p.after, p.within_us, p.block_ms, p.factor_milli, p.max_block_ms, p.forget_us
+        ),
+        None => String::new(),
+    }
+}
+
 impl ScriptArgs {
     /// The names of a hit's common arguments, in the order `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "algorithm",
         "requests_per_unit",
         "period_us",
@@ -59,11 +75,12 @@ impl ScriptArgs {
         "debt",
         "group",
         "lease",
+        "penalty",
     ];
 
     /// Appends the arguments, in `NAMES` order, then the algorithm's own; absent values are
-    /// sent empty.
-    pub fn append_to(&self, call: &mut Cmd) {
+    /// sent empty. `record_key`: where the penalty's record is in the call's KEYS (from 1).
+    pub fn append_to(&self, call: &mut Cmd, record_key: usize) {
         call.arg(self.algorithm)
             .arg(self.requests_per_unit)
             .arg(self.period_us)
@@ -77,7 +94,11 @@ impl ScriptArgs {
             .arg(self.role.as_str())
             .arg(if self.debt { "1" } else { "0" })
             .arg(self.group)
-            .arg(lease_arg(self.lease));
+            .arg(lease_arg(self.lease))
+            .arg(penalty_arg(
+                self.penalty.as_ref().filter(|_| record_key > 0),
+                record_key,
+            ));
         for own in &self.own[..self.own_count.min(self.own.len())] {
             call.arg(*own);
         }
@@ -105,6 +126,14 @@ mod tests {
             debt: true,
             group: 3,
             lease: Some(LeaseCall::Release(0xab)),
+            penalty: Some(Policy {
+                after: 3,
+                within_us: 60_000_000,
+                block_ms: 60_000,
+                factor_milli: 1_500,
+                max_block_ms: 3_600_000,
+                forget_us: 86_400_000_000,
+            }),
             own: [60_000_000, 3],
             own_count: 2,
         }
@@ -129,7 +158,7 @@ mod tests {
             own_count: 0,
             ..args()
         }
-        .append_to(&mut call);
+        .append_to(&mut call, 2);
         assert_eq!(call.args_iter().count(), ScriptArgs::NAMES.len());
         for (index, name) in ScriptArgs::NAMES.iter().enumerate() {
             let line = format!("--   ARGV[+{index}]  {name}  ");
@@ -162,12 +191,13 @@ mod tests {
     fn the_arguments_are_sent_in_order_absent_ones_empty() {
         let sent_of = |args: ScriptArgs| {
             let mut call = Cmd::new();
-            args.append_to(&mut call);
+            args.append_to(&mut call, 2);
             sent(&call).join(" ")
         };
         assert_eq!(
             sent_of(args()),
-            "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 -00000000000000ab 60000000 3"
+            "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 -00000000000000ab \
+             2 3 60000000 60000 1500 3600000 86400000000 60000000 3"
         );
         let plain = ScriptArgs {
             now_us: None,
@@ -176,13 +206,15 @@ mod tests {
             debt: false,
             group: 0,
             lease: None,
+            penalty: None,
             own_count: 0,
             ..args()
         };
-        // The empty now_us, nonce and lease are two spaces each (the last one a trailing one).
+        // The empty now_us, nonce, lease and penalty are two spaces each (the last two
+        // trailing).
         assert_eq!(
             sent_of(plain),
-            "token_bucket 10 60000000 1 10   enforced 0 0 "
+            "token_bucket 10 60000000 1 10   enforced 0 0  "
         );
     }
 }

@@ -30,6 +30,7 @@ use scripts::Script;
 use crate::engine::{descriptor_groups, Charging};
 use crate::limit::{Decision, Hit, Unit};
 use crate::otel::spans;
+use crate::penalty::Penalized;
 use crate::series::{Reporting, Series};
 use crate::store::{key, Clock, Store, StoreError};
 
@@ -254,6 +255,7 @@ impl RedisStore {
             debt: hit.limit.debt,
             group,
             lease: hit.lease,
+            penalty: hit.limit.penalty,
             own: hit.limit.counting.script_args(&rate),
             own_count: algorithm.own_script_args().len(),
         }
@@ -316,6 +318,8 @@ impl RedisStore {
             for hit in &hits[group.clone()] {
                 calls.push(HitCall {
                     key: key::redis_key(&self.key_prefix, hit, now_us),
+                    record_key: (hit.limit.penalty.is_some() && !hit.releases())
+                        .then(|| key::penalty_key(&self.key_prefix, hit)),
                     args: self.script_args(hit, group.start, now_us),
                     backend: self.backend_of(hit),
                 });
@@ -370,10 +374,12 @@ async fn ping(connection: &Connection) -> bool {
     reply.is_ok()
 }
 
-/// One hit as a script call sees it: its key, its arguments and its backend.
+/// One hit as a script call sees it: its key (and its penalty's record's, which shares its
+/// slot), its arguments and its backend.
 #[derive(Debug, Clone)]
 struct HitCall {
     key: String,
+    record_key: Option<String>,
     args: ScriptArgs,
     backend: usize,
 }
@@ -386,13 +392,23 @@ fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cm
         4 + calls.len() * (3 + ScriptArgs::NAMES.len()),
         command.len() + script.len() + keys_len + 64 * calls.len() + 16,
     );
-    cmd.arg(command).arg(script).arg(calls.len());
+    // KEYS: every hit's key, then the penalties' records' keys.
+    let records = calls.iter().filter(|c| c.record_key.is_some()).count();
+    cmd.arg(command).arg(script).arg(calls.len() + records);
     for call in calls {
         cmd.arg(&call.key);
     }
+    for record in calls.iter().filter_map(|c| c.record_key.as_ref()) {
+        cmd.arg(record);
+    }
     cmd.arg(mode.as_str());
+    let mut record_index = calls.len();
     for call in calls {
-        call.args.append_to(&mut cmd);
+        if call.record_key.is_some() {
+            record_index += 1;
+        }
+        let at = if call.record_key.is_some() { record_index } else { 0 };
+        call.args.append_to(&mut cmd, at);
     }
     cmd
 }
@@ -470,11 +486,11 @@ impl Store for RedisStore {
 /// A script's reply for `count` hits called as `mode` says: each hit's decision, and the
 /// time it was decided at (0 where the mode does not reply it).
 fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u64)>, StoreError> {
-    // A decision's six fields, and the time for the calls of a Cluster.
+    // A decision's nine fields, and the time for the calls of a Cluster.
     let fields = if matches!(mode, Mode::Any | Mode::Refund) {
-        7
+        10
     } else {
-        6
+        9
     };
     if reply.len() != count * fields {
         return Err(protocol(&format!(
@@ -493,8 +509,13 @@ fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u
                 retry_after_us: non_negative(fields[3]),
                 released: u32::try_from(non_negative(fields[4])).unwrap_or(u32::MAX),
                 expired: u32::try_from(non_negative(fields[5])).unwrap_or(u32::MAX),
+                penalty: Penalized {
+                    until_us: non_negative(fields[6]),
+                    offence: u32::try_from(non_negative(fields[7])).unwrap_or(u32::MAX),
+                    imposed: fields[8] == 1,
+                },
             };
-            (decision, fields.get(6).map_or(0, |&at| non_negative(at)))
+            (decision, fields.get(9).map_or(0, |&at| non_negative(at)))
         })
         .collect())
 }

@@ -1,0 +1,292 @@
+//! A limit's `penalty` setting as YAML gives it: when a client is denied `after` times
+//! `within` a period it is blocked for `block`; each repeat offence while it is remembered
+//! multiplies the block by `factor`, up to `max_block`; `forget_after` without a denial
+//! forgets it. Read and validated here, each refusal naming its key.
+
+use std::fmt;
+
+use crate::algorithm::params::Refusal;
+use crate::duration;
+
+/// The most denials `after` may count: the strikes a client's record holds.
+pub const MAX_AFTER: u64 = 100;
+/// The longest duration a penalty may name: a year (blocks times the factor stay below 2^53
+/// in milliseconds, where the Redis script's doubles are exact).
+const MAX_DURATION_US: u64 = 365 * 86_400 * 1_000_000;
+/// The largest factor, in thousandths.
+const MAX_FACTOR_MILLI: u64 = 100_000;
+/// `max_block` when not given: a day (or `block`, when that is longer).
+const DEFAULT_MAX_BLOCK_US: u64 = 86_400 * 1_000_000;
+/// `forget_after` when not given: a day (or `within`, when that is longer).
+const DEFAULT_FORGET_US: u64 = 86_400 * 1_000_000;
+/// `factor` when not given, in thousandths.
+const DEFAULT_FACTOR_MILLI: u32 = 2_000;
+
+/// The YAML keys of `penalty`.
+pub const KEYS: [&str; 6] = [
+    "after",
+    "within",
+    "block",
+    "factor",
+    "max_block",
+    "forget_after",
+];
+
+/// A penalty: when, for how long, how it grows, when a client is forgotten. Blocks are whole
+/// milliseconds (the escalation's arithmetic); the periods microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Policy {
+    /// Denials within `within_us` that block the client.
+    pub after: u32,
+    pub within_us: u64,
+    /// The first block.
+    pub block_ms: u64,
+    /// Each repeat offence's block: the last one times `factor_milli` / 1000.
+    pub factor_milli: u32,
+    pub max_block_ms: u64,
+    /// A client denied nothing for this long (after its last block ended) is forgotten.
+    pub forget_us: u64,
+}
+
+impl Policy {
+    /// The policy `value` (a YAML map) gives a limit of period `period_us` (`within`'s
+    /// default).
+    pub fn parse(value: &serde_yaml::Value, period_us: u64) -> Result<Policy, Refusal> {
+        let serde_yaml::Value::Mapping(map) = value else {
+            return Err(Refusal::new(
+                "penalty",
+                format!("must be a map of {}", KEYS.join(", ")),
+            ));
+        };
+        for key in map.keys() {
+            let known = key.as_str().is_some_and(|k| KEYS.contains(&k));
+            if !known {
+                let name = key.as_str().map_or_else(|| format!("{key:?}"), str::to_string);
+                let reason = format!("unknown key '{name}' (expected {})", KEYS.join(", "));
+                return Err(Refusal::new("penalty", reason));
+            }
+        }
+        let get = |key: &str| map.get(key);
+        let after = match get("after") {
+            None => 1,
+            Some(value) => match value.as_u64().filter(|n| (1..=MAX_AFTER).contains(n)) {
+                Some(after) => u32::try_from(after).unwrap_or(1),
+                None => {
+                    let reason = format!("must be a whole number from 1 to {MAX_AFTER}");
+                    return Err(Refusal::new("penalty.after", reason));
+                }
+            },
+        };
+        let within_us = duration_of(get("within"), "penalty.within")?
+            .unwrap_or_else(|| period_us.min(MAX_DURATION_US));
+        let Some(block_us) = duration_of(get("block"), "penalty.block")? else {
+            return Err(Refusal::new(
+                "penalty.block",
+                "is required: how long a client is blocked (1m, 30s, ...)",
+            ));
+        };
+        let block_ms = whole_ms(block_us, "penalty.block")?;
+        let factor_milli = match get("factor") {
+            None => DEFAULT_FACTOR_MILLI,
+            Some(value) => factor_of(value)?,
+        };
+        let max_block_us = duration_of(get("max_block"), "penalty.max_block")?
+            .unwrap_or(DEFAULT_MAX_BLOCK_US.max(block_us));
+        let max_block_ms = whole_ms(max_block_us, "penalty.max_block")?;
+        if max_block_ms < block_ms {
+            let reason = format!(
+                "{} is shorter than block ({})",
+                duration::format_us(max_block_us),
+                duration::format_us(block_us)
+            );
+            return Err(Refusal::new("penalty.max_block", reason));
+        }
+        let forget_us = duration_of(get("forget_after"), "penalty.forget_after")?
+            .unwrap_or(DEFAULT_FORGET_US.max(within_us));
+        if forget_us < within_us {
+            let reason = format!(
+                "{} is shorter than within ({}): a client would be forgotten while its denials still count",
+                duration::format_us(forget_us),
+                duration::format_us(within_us)
+            );
+            return Err(Refusal::new("penalty.forget_after", reason));
+        }
+        Ok(Policy {
+            after,
+            within_us,
+            block_ms,
+            factor_milli,
+            max_block_ms,
+            forget_us,
+        })
+    }
+
+    /// The block of offence `n` (1 the first) on its own: `block` times the factor n - 1
+    /// times, each product rounded down to the millisecond and held to `max_block`.
+    pub fn nth_block_ms(&self, n: u32) -> u64 {
+        let mut block = self.block_ms.min(self.max_block_ms);
+        for _ in 1..n {
+            let next = self.next_block_ms(block);
+            if next == block {
+                break;
+            }
+            block = next;
+        }
+        block
+    }
+
+    /// The block after one of `last_ms`.
+    pub fn next_block_ms(&self, last_ms: u64) -> u64 {
+        (last_ms * u64::from(self.factor_milli) / 1000).min(self.max_block_ms)
+    }
+
+    /// `factor` as written (`2`, `1.5`).
+    pub fn factor_text(&self) -> String {
+        let (whole, milli) = (self.factor_milli / 1000, self.factor_milli % 1000);
+        if milli == 0 {
+            whole.to_string()
+        } else {
+            format!("{whole}.{milli:03}").trim_end_matches('0').to_string()
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    /// `after 5 denials within 1m: blocked 1m, x2 each repeat up to 1h, forgotten after 1d`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let denials = if self.after == 1 { "denial" } else { "denials" };
+        write!(
+            f,
+            "after {} {denials} within {}: blocked {}, x{} each repeat up to {}, forgotten after {} without a denial",
+            self.after,
+            duration::format_us(self.within_us),
+            duration::format_us(self.block_ms * 1000),
+            self.factor_text(),
+            duration::format_us(self.max_block_ms * 1000),
+            duration::format_us(self.forget_us),
+        )
+    }
+}
+
+/// A duration under `key` (a text such as `10m`, or a number of seconds), above 0 and at
+/// most a year; `None` when absent.
+fn duration_of(value: Option<&serde_yaml::Value>, key: &'static str) -> Result<Option<u64>, Refusal> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let text = match value {
+        serde_yaml::Value::String(text) => text.clone(),
+        serde_yaml::Value::Number(number) if number.is_u64() => number.to_string(),
+        _ => {
+            return Err(Refusal::new(
+                key,
+                "must be a duration (30s, 10m, 1h, 1d, ...)",
+            ))
+        }
+    };
+    match duration::parse_us(&text) {
+        Ok(0) => Err(Refusal::new(key, "must be longer than 0")),
+        Ok(us) if us > MAX_DURATION_US => Err(Refusal::new(key, "must be at most a year (365d)")),
+        Ok(us) => Ok(Some(us)),
+        Err(error) => Err(Refusal::new(key, error.to_string())),
+    }
+}
+
+/// `us` in whole milliseconds, refused when it has a fraction of one.
+fn whole_ms(us: u64, key: &'static str) -> Result<u64, Refusal> {
+    if us % 1000 == 0 {
+        Ok(us / 1000)
+    } else {
+        Err(Refusal::new(key, "must be whole milliseconds"))
+    }
+}
+
+/// `factor`: a number from 1 to 100 with at most three decimals, in thousandths.
+fn factor_of(value: &serde_yaml::Value) -> Result<u32, Refusal> {
+    let refused = || {
+        Refusal::new(
+            "penalty.factor",
+            "must be a number from 1 to 100, at most three decimals (2, 1.5)",
+        )
+    };
+    let text = match value {
+        serde_yaml::Value::Number(number) => number.to_string(),
+        serde_yaml::Value::String(text) => text.clone(),
+        _ => return Err(refused()),
+    };
+    let (whole, fraction) = text.split_once('.').unwrap_or((&text, ""));
+    if fraction.len() > 3 || !fraction.chars().all(|c| c.is_ascii_digit()) {
+        return Err(refused());
+    }
+    let whole: u64 = whole.parse().map_err(|_| refused())?;
+    let fraction: u64 = format!("{fraction:0<3}").parse().map_err(|_| refused())?;
+    let milli = whole.saturating_mul(1000).saturating_add(fraction);
+    if !(1000..=MAX_FACTOR_MILLI).contains(&milli) {
+        return Err(refused());
+    }
+    u32::try_from(milli).map_err(|_| refused())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<Policy, Refusal> {
+        let value: serde_yaml::Value = serde_yaml::from_str(yaml).expect("YAML");
+        Policy::parse(&value, 60_000_000)
+    }
+
+    #[test]
+    fn defaults_fill_what_is_not_given() {
+        let policy = parse("{block: 1m}").expect("valid");
+        assert_eq!(
+            policy,
+            Policy {
+                after: 1,
+                within_us: 60_000_000,
+                block_ms: 60_000,
+                factor_milli: 2_000,
+                max_block_ms: 86_400_000,
+                forget_us: 86_400_000_000,
+            }
+        );
+        assert_eq!(
+            policy.to_string(),
+            "after 1 denial within 1m: blocked 1m, x2 each repeat up to 1d, forgotten after 1d without a denial"
+        );
+    }
+
+    #[test]
+    fn every_field_is_validated_under_its_own_key() {
+        let refused = [
+            ("{}", "penalty.block"),
+            ("[1]", "penalty"),
+            ("{block: 1m, afterr: 3}", "penalty"),
+            ("{block: 1m, after: 0}", "penalty.after"),
+            ("{block: 1m, after: 101}", "penalty.after"),
+            ("{block: 1m, within: 0s}", "penalty.within"),
+            ("{block: 1m, within: soon}", "penalty.within"),
+            ("{block: 1500us}", "penalty.block"),
+            ("{block: 400d}", "penalty.block"),
+            ("{block: 1m, factor: 0.5}", "penalty.factor"),
+            ("{block: 1m, factor: 1.2345}", "penalty.factor"),
+            ("{block: 1m, factor: 101}", "penalty.factor"),
+            ("{block: 1h, max_block: 1m}", "penalty.max_block"),
+            ("{block: 1m, within: 1h, forget_after: 1m}", "penalty.forget_after"),
+        ];
+        for (yaml, key) in refused {
+            let refusal = parse(yaml).expect_err(yaml);
+            assert_eq!(refusal.key, key, "{yaml}: {}", refusal.reason);
+        }
+    }
+
+    #[test]
+    fn blocks_grow_by_the_factor_up_to_the_maximum() {
+        let policy = parse("{block: 1m, factor: 1.5, max_block: 5m}").expect("valid");
+        assert_eq!(policy.factor_text(), "1.5");
+        let blocks: Vec<u64> = (1..=6).map(|n| policy.nth_block_ms(n) / 1000).collect();
+        assert_eq!(blocks, [60, 90, 135, 202, 300, 300]);
+        let flat = parse("{block: 2m, factor: 1}").expect("valid");
+        assert_eq!(flat.nth_block_ms(50), 120_000);
+    }
+}
