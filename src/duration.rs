@@ -69,7 +69,15 @@ mod tests {
 
     #[test]
     fn formats_read_back() {
-        for us in [0, 1, 1_500, 90_000_000, 120_000_000, 3_600_000_000, 86_400_000_000] {
+        for us in [
+            0,
+            1,
+            1_500,
+            90_000_000,
+            120_000_000,
+            3_600_000_000,
+            86_400_000_000,
+        ] {
             assert_eq!(parse_us(&format_us(us)).unwrap_or(u64::MAX), us, "{us}");
         }
         assert_eq!(format_us(90_000_000), "90s");

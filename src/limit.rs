@@ -4,8 +4,8 @@
 use std::fmt;
 
 use crate::algorithm::{self, Outcome, Rate, State};
-use crate::penalty::Policy;
 pub use crate::algorithm::{Algorithm, Counting, Decision, LeaseCall};
+use crate::penalty::Policy;
 
 /// A time unit of envoyproxy/ratelimit's format. Month is 30 days and year 365, as there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -61,7 +61,9 @@ impl Policy {
         for key in map.keys() {
             let known = key.as_str().is_some_and(|k| KEYS.contains(&k));
             if !known {
-                let name = key.as_str().map_or_else(|| format!("{key:?}"), str::to_string);
+                let name = key
+                    .as_str()
+                    .map_or_else(|| format!("{key:?}"), str::to_string);
                 let reason = format!("unknown key '{name}' (expected {})", KEYS.join(", "));
                 return Err(Refusal::new("penalty", reason));
             }
@@ -146,7 +148,9 @@ impl Policy {
         if milli == 0 {
             whole.to_string()
         } else {
-            format!("{whole}.{milli:03}").trim_end_matches('0').to_string()
+            format!("{whole}.{milli:03}")
+                .trim_end_matches('0')
+                .to_string()
         }
     }
 }
@@ -170,7 +174,10 @@ impl fmt::Display for Policy {
 
 /// A duration under `key` (a text such as `10m`, or a number of seconds), above 0 and at
 /// most a year; `None` when absent.
-fn duration_of(value: Option<&serde_yaml::Value>, key: &'static str) -> Result<Option<u64>, Refusal> {
+fn duration_of(
+    value: Option<&serde_yaml::Value>,
+    key: &'static str,
+) -> Result<Option<u64>, Refusal> {
     let Some(value) = value else {
         return Ok(None);
     };
@@ -272,7 +279,10 @@ mod tests {
             ("{block: 1m, factor: 1.2345}", "penalty.factor"),
             ("{block: 1m, factor: 101}", "penalty.factor"),
             ("{block: 1h, max_block: 1m}", "penalty.max_block"),
-            ("{block: 1m, within: 1h, forget_after: 1m}", "penalty.forget_after"),
+            (
+                "{block: 1m, within: 1h, forget_after: 1m}",
+                "penalty.forget_after",
+            ),
         ];
         for (yaml, key) in refused {
             let refusal = parse(yaml).expect_err(yaml);

@@ -55,7 +55,10 @@ fn after_denials_within_the_period_block_and_the_block_grows() {
     // 3 denials within 60 s block for 10 s, then 20 s, 40 s, held to 50 s.
     let policy = policy(3, 60, 10, 2_000, 50);
     let (decisions, record) = denials(&policy, &[0, 1, 2, 3, 12, 13, 14, 40, 41, 42]);
-    let until: Vec<u64> = decisions.iter().map(|d| d.penalty.until_us / SECOND).collect();
+    let until: Vec<u64> = decisions
+        .iter()
+        .map(|d| d.penalty.until_us / SECOND)
+        .collect();
     // The third denial imposes 2 + 10; a request at 3 s is blocked; from 12 s the limit
     // decides again and the third denial after the block imposes 14 + 20.
     assert_eq!(until, [0, 0, 12, 12, 0, 0, 34, 0, 0, 82]);

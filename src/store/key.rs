@@ -307,7 +307,9 @@ mod penalty_key_tests {
 
     /// The slot Redis Cluster hashes: the text of the first `{...}` when not empty.
     fn hashed(key: &str) -> &str {
-        let Some(open) = key.find('{') else { return key };
+        let Some(open) = key.find('{') else {
+            return key;
+        };
         match key[open + 1..].find('}') {
             Some(0) | None => key,
             Some(close) => &key[open + 1..open + 1 + close],
@@ -329,7 +331,10 @@ mod penalty_key_tests {
             assert_ne!(limit, record);
         }
         let hit = penalized("login_user_bob_");
-        assert_eq!(redis_key("", &hit, 1_234_567_000_000), "{login_user_bob_}1234560");
+        assert_eq!(
+            redis_key("", &hit, 1_234_567_000_000),
+            "{login_user_bob_}1234560"
+        );
         assert_eq!(penalty_key("", &hit), "{login_user_bob_}penalty");
         let braced = penalty_key("", &penalized("a_{b}_"));
         assert!(braced.ends_with("}penalty_a_{b}_"), "{braced}");

@@ -155,9 +155,13 @@ impl Shard {
     /// Stores `state` under `id`, in place when the key is held, keeping the byte count.
     fn write(&mut self, id: KeyId, holds_window: bool, state: State, expires_at_us: u64) {
         match self.entries.get_mut(&id) {
-            Some(entry) => {
-                overwrite(entry, &mut self.state_bytes, holds_window, state, expires_at_us)
-            }
+            Some(entry) => overwrite(
+                entry,
+                &mut self.state_bytes,
+                holds_window,
+                state,
+                expires_at_us,
+            ),
             None => {
                 let state = footprint::fresh(state);
                 self.state_bytes += footprint::heap_bytes(&state);
@@ -468,7 +472,12 @@ impl MemoryStore {
         }
         let held = &shards[..];
         Ok(plan.settle(hits, now_us, |i| {
-            held_state(held, place(Part::limit(i)), holds_window(hits, Part::limit(i)), now_us)
+            held_state(
+                held,
+                place(Part::limit(i)),
+                holds_window(hits, Part::limit(i)),
+                now_us,
+            )
         }))
     }
 

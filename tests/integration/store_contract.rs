@@ -13,6 +13,7 @@ use sluice::algorithm::warm_up::WarmUpParameters;
 use sluice::algorithm::State;
 use sluice::engine::{self, Charging};
 use sluice::limit::{Algorithm, Counting, Decision, Hit, LeaseCall, Limit, Role, Unit};
+use sluice::penalty::Policy;
 use sluice::store::key::Shape;
 use sluice::store::memory::MemoryStore;
 use sluice::store::{ManualClock, Store};
@@ -228,9 +229,31 @@ fn warm_up_agrees_at_random_warm_ups_cold_factors_and_in_debt() {
     );
 }
 
+/// A penalty of short periods, so that a sequence sees blocks impose, grow, end and be
+/// forgotten.
+fn penalty() -> impl Strategy<Value = Policy> {
+    (
+        1u32..=3,
+        1u64..=30,
+        1u64..=20,
+        1000u32..=3000,
+        0u64..=40,
+        0u64..=60,
+    )
+        .prop_map(|(after, within, block, factor_milli, more, quiet)| Policy {
+            after,
+            within_us: within * 100_000,
+            block_ms: block * 100,
+            factor_milli,
+            max_block_ms: (block + more) * 100,
+            forget_us: (within + quiet) * 100_000,
+        })
+}
+
 /// Requests of one to three hits on three keys of random algorithms and limits (some taking
-/// debt), with random roles and costs (some beyond every limit), some hits joining the
-/// previous one's descriptor (a key may appear twice in a request), charged both ways.
+/// debt, half with a penalty), with random roles and costs (some beyond every limit), some
+/// hits joining the previous one's descriptor (a key may appear twice in a request), charged
+/// both ways.
 fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
     let limit_of = (
         0..Algorithm::ALL.len(),
@@ -238,6 +261,7 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
         1u32..=2,
         1u32..=5,
         prop::bool::weighted(0.3),
+        prop::option::weighted(0.5, penalty()),
     );
     let limits = prop::collection::vec(limit_of, 3);
     let role = prop_oneof![
@@ -259,8 +283,9 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
         |(limits, requests, all_or_nothing)| {
             let limits = limits
                 .into_iter()
-                .map(|(a, l, m, b, debt)| Limit {
+                .map(|(a, l, m, b, debt, penalty)| Limit {
                     debt,
+                    penalty,
                     ..limit(Algorithm::ALL[a], l, m, Some(b))
                 })
                 .collect();
@@ -272,6 +297,9 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
 #[test]
 fn random_requests_of_several_hits_agree_both_ways_of_charging() {
     let fixture = Fixture::new();
+    // Blocks imposed, and hits denied by a block, over every case: the penalties were
+    // exercised, not only carried.
+    let (imposed, blocked) = (AtomicUsize::new(0), AtomicUsize::new(0));
     check_cases(96, &multi_hit_scenario(), |(limits, requests, all)| {
         let charging = if all {
             Charging::AllOrNothing
@@ -279,9 +307,22 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
             Charging::EveryHit
         };
         let (memory, redis) = both_requests(&fixture, &limits, &requests, charging);
+        for decision in &memory {
+            let penalty = decision.penalty;
+            imposed.fetch_add(usize::from(penalty.imposed), Ordering::Relaxed);
+            blocked.fetch_add(
+                usize::from(penalty.until_us > 0 && !penalty.imposed),
+                Ordering::Relaxed,
+            );
+        }
         prop_assert_eq!(memory, redis, "{:?} {:?}", limits, charging);
         Ok(())
     });
+    let (imposed, blocked) = (imposed.into_inner(), blocked.into_inner());
+    assert!(
+        imposed > 20 && blocked > 20,
+        "{imposed} blocks imposed, {blocked} hits blocked"
+    );
 }
 
 #[test]

@@ -407,7 +407,11 @@ fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cm
         if call.record_key.is_some() {
             record_index += 1;
         }
-        let at = if call.record_key.is_some() { record_index } else { 0 };
+        let at = if call.record_key.is_some() {
+            record_index
+        } else {
+            0
+        };
         call.args.append_to(&mut cmd, at);
     }
     cmd
