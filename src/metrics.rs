@@ -4,6 +4,8 @@
 //! Prometheus mapping so existing dashboards keep working; sluice's own metrics start with
 //! `sluice_`. Other components write their own series (`series::Reporting`).
 
+mod penalties;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -45,6 +47,8 @@ struct LimitCounters {
     labels: LimitLabels,
     /// A concurrency limit's lease series, registered when it first takes or frees one.
     leases: OnceLock<LeaseCounters>,
+    /// A penalty's series, registered when it first blocks a client.
+    penalties: OnceLock<penalties::PenaltyCounters>,
 }
 
 /// One concurrency limit's leases: taken, refused, released, expired (in leases, a hit's
@@ -82,6 +86,8 @@ pub struct Metrics {
     store_errors: [Counter; 4],
     /// The statsd sink's stats, when on (`USE_STATSD`, `USE_DOG_STATSD`).
     statsd: Option<ServiceStats>,
+    /// What the penalty series count block ends from.
+    epoch: std::time::Instant,
 }
 
 impl Metrics {
@@ -122,6 +128,7 @@ impl Metrics {
             limits_writer: Mutex::new(()),
             request_valued_series: AtomicUsize::new(0),
             statsd: None,
+            epoch: std::time::Instant::now(),
         }
     }
 
@@ -141,9 +148,31 @@ impl Metrics {
         self.series.upkeep();
     }
 
-    /// The Prometheus text exposition, every component's series included.
+    /// The Prometheus text exposition, every component's series included (the clients a
+    /// penalty blocks counted as of now).
     pub fn render(&self) -> String {
+        for counters in self.limits.load().values() {
+            if let Some(penalties) = counters.penalties.get() {
+                penalties.refresh(self.epoch);
+            }
+        }
         self.series.render()
+    }
+
+    /// What a limit's penalty did to a hit (`decision`): imposed a block, or denied it for one.
+    pub fn record_penalty(&self, labels: &LimitLabels, decision: &Decision) {
+        if decision.penalty.until_us == 0 {
+            return;
+        }
+        let known = self.limits.load();
+        let counters = match known.get(labels) {
+            Some(counters) => counters.clone(),
+            None => self.register_limit(labels),
+        };
+        let penalties = counters.penalties.get_or_init(|| {
+            penalties::PenaltyCounters::new(&self.series, &limit_labels(&counters.labels))
+        });
+        penalties.record(&decision.penalty, decision.retry_after_us, self.epoch);
     }
 
     /// Counts one limited descriptor's hits, split as envoyproxy/ratelimit's base limiter
@@ -310,6 +339,7 @@ impl Metrics {
                 .as_ref()
                 .map(|statsd| statsd.limit_counters(&labels.stats_key)),
             leases: OnceLock::new(),
+            penalties: OnceLock::new(),
             labels: labels.clone(),
         });
         let mut grown = HashMap::clone(&known);

@@ -130,6 +130,7 @@ impl<S: Store> RateLimiter<S> {
         let decisions = self.charge(&hits).await?;
         let settled = plan::settle(planned, &decisions);
         self.record(&settled);
+        let block = extras::latest_block(&settled);
         let acquired = settled
             .iter()
             .filter_map(|s| s.lease)
@@ -156,6 +157,13 @@ impl<S: Store> RateLimiter<S> {
         // The token of the leases taken, for the release to send back.
         if let (Some(token), true, Code::Ok) = (token, acquired, overall) {
             extras::add_lease_token(dynamic_metadata.get_or_insert_with(Default::default), token);
+        }
+        // The block that denies the request (or would, in shadow mode).
+        if let Some(block) = block {
+            extras::add_block(
+                dynamic_metadata.get_or_insert_with(Default::default),
+                &block,
+            );
         }
         Ok(RateLimitResponse {
             overall_code: overall as i32,
@@ -195,6 +203,11 @@ impl<S: Store> RateLimiter<S> {
     /// and what its concurrency limit did to its leases (a release counts only there).
     fn record(&self, settled: &[plan::Settled<'_>]) {
         for s in settled {
+            if let Some(labels) = s.labels.as_deref() {
+                for block in &s.blocks {
+                    self.metrics.record_penalty(labels, block);
+                }
+            }
             if let (Some(lease), Some(labels)) = (s.lease, s.labels.as_deref()) {
                 self.metrics.record_lease(labels, &lease);
                 if lease.releases {

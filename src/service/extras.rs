@@ -1,15 +1,17 @@
 //! What a response carries beside the statuses, each behind a setting as in
 //! envoyproxy/ratelimit: `RateLimit-*` headers (and `Retry-After`) of one descriptor, and
-//! dynamic metadata describing the request and the limits it passed.
+//! dynamic metadata describing the request and the limits it passed; and sluice's own
+//! metadata, always: the token of the leases a request took, the block a penalty put on it.
 
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
-use crate::limit::Unit;
+use crate::limit::{ceil_seconds, Decision, Unit};
 use crate::proto::envoy::config::core::v3::HeaderValue;
 use crate::proto::rate_limit_response::{Code, DescriptorStatus};
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
 use crate::service::lease::{self, LEASE_KEY};
+use crate::service::plan::Settled;
 use crate::service::response::Verdict;
 
 /// The rate limit headers: their names (`LIMIT_LIMIT_HEADER`, ...) and their form.
@@ -195,6 +197,90 @@ pub fn add_lease_token(metadata: &mut Struct, token: u64) {
         .insert(LEASE_KEY.into(), string(lease::format_token(token)));
 }
 
+/// The dynamic metadata key of a penalty's block (README, "Penalties").
+pub const PENALTY_KEY: &str = "sluice.penalty";
+
+/// A block a penalty put on a request's descriptor.
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub descriptor: usize,
+    pub decision: Decision,
+    pub limit_name: String,
+    pub shadow_mode: bool,
+}
+
+/// Of the blocks on a request's descriptors, the one ending last.
+pub fn latest_block(settled: &[Settled<'_>]) -> Option<Block> {
+    let (descriptor, s, decision) = settled
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.blocks.iter().map(move |d| (i, s, *d)))
+        .max_by_key(|(i, _, d)| (d.penalty.until_us, std::cmp::Reverse(*i)))?;
+    let (limit_name, shadow_mode) = match &s.verdict {
+        Verdict::Limited(applied) => (applied.name.to_string(), applied.shadow_mode),
+        _ => (String::new(), false),
+    };
+    Some(Block {
+        descriptor,
+        decision,
+        limit_name,
+        shadow_mode,
+    })
+}
+
+/// Adds `sluice.penalty`: until when the client is blocked (RFC 3339, UTC, to the second,
+/// rounded up as `Retry-After` is), the seconds to wait, the offence's number, whether this
+/// request's denial imposed it, the descriptor (its index in the request), the limit's name,
+/// and whether the limit is in shadow mode (the block counted, not enforced).
+pub fn add_block(metadata: &mut Struct, block: &Block) {
+    let penalty = &block.decision.penalty;
+    let until_s = ceil_seconds(penalty.until_us);
+    let mut fields = std::collections::BTreeMap::new();
+    fields.insert("until".into(), string(utc_text(until_s)));
+    #[allow(clippy::cast_precision_loss)]
+    let numbers = [
+        (
+            "retry_after_seconds",
+            ceil_seconds(block.decision.retry_after_us) as f64,
+        ),
+        ("offence", f64::from(penalty.offence)),
+        ("descriptor", block.descriptor as f64),
+    ];
+    for (name, value) in numbers {
+        fields.insert(name.into(), number(value));
+    }
+    fields.insert("imposed".into(), boolean(penalty.imposed));
+    fields.insert("shadow_mode".into(), boolean(block.shadow_mode));
+    if !block.limit_name.is_empty() {
+        fields.insert("limit".into(), string(block.limit_name.clone()));
+    }
+    metadata
+        .fields
+        .insert(PENALTY_KEY.into(), structure(Struct { fields }));
+}
+
+/// `seconds` since the epoch as RFC 3339 UTC (`2026-12-01T20:15:00Z`), by the civil calendar
+/// (days to year, month, day as in Howard Hinnant's `civil_from_days`).
+pub fn utc_text(seconds: u64) -> String {
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 /// Adds `from`'s fields to `into`, keeping a value `into` already has; two maps of the same
 /// name merge in turn.
 fn merge_first_wins(into: &mut Struct, from: &Struct) {
@@ -227,6 +313,12 @@ fn number(n: f64) -> Value {
     }
 }
 
+fn boolean(b: bool) -> Value {
+    Value {
+        kind: Some(Kind::BoolValue(b)),
+    }
+}
+
 fn list(values: Vec<Value>) -> Value {
     Value {
         kind: Some(Kind::ListValue(ListValue { values })),
@@ -236,5 +328,18 @@ fn list(values: Vec<Value>) -> Value {
 fn structure(fields: Struct) -> Value {
     Value {
         kind: Some(Kind::StructValue(fields)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_in_utc_by_the_civil_calendar() {
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_text(1_796_156_100), "2026-12-01T20:15:00Z");
+        assert_eq!(utc_text(4_102_444_799), "2099-12-31T23:59:59Z");
     }
 }

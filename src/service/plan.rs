@@ -186,13 +186,15 @@ pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Option<
 }
 
 /// What each descriptor got: its verdict, the binding limit's decision, the cost, the
-/// metric labels, and its concurrency limit's decision (the first, when it has several).
+/// metric labels, its concurrency limit's decision (the first, when it has several), and the
+/// decisions of its limits that a penalty's block denied.
 pub struct Settled<'a> {
     pub verdict: Verdict<'a>,
     pub decision: Option<Decision>,
     pub cost: u64,
     pub labels: Option<Cow<'a, LimitLabels>>,
     pub lease: Option<LeaseOutcome>,
+    pub blocks: SmallVec<[Decision; 1]>,
 }
 
 /// What a descriptor's concurrency limit did: acquired (or was refused) `cost`, or released.
@@ -225,6 +227,11 @@ pub fn settle<'a>(
                     cost: p.cost,
                     releases: p.release.is_some(),
                 });
+            let blocks = taken
+                .iter()
+                .filter(|d| d.penalty.until_us > 0)
+                .copied()
+                .collect();
             let bound = engine::binding(&taken).and_then(|index| {
                 let applied = p.limits.into_iter().nth(index)?;
                 Some((applied, *taken.get(index)?))
@@ -236,6 +243,7 @@ pub fn settle<'a>(
                     cost: p.cost,
                     labels: p.labels,
                     lease,
+                    blocks,
                 },
                 None => Settled {
                     verdict: if p.unlimited {
@@ -247,6 +255,7 @@ pub fn settle<'a>(
                     cost: p.cost,
                     labels: None,
                     lease: None,
+                    blocks,
                 },
             }
         })

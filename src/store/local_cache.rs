@@ -8,6 +8,10 @@
 //! a fixed window is answered here, as the reference's cache does: its count is past L until
 //! its window ends whatever else is charged, so a denial of any cost holds until then. The
 //! other algorithms would take the hit as debt, which only the store can do.
+//!
+//! A limit with a penalty is answered here only while its client is blocked (a block never
+//! ends early, whatever any replica charges), for every cost; its other denials must reach
+//! the store, which counts them as strikes.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -17,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::engine::Charging;
 use crate::limit::{Decision, Hit, Limit};
+use crate::penalty::Penalized;
 use crate::series::{Reporting, Series};
 use crate::store::{Clock, Store, StoreError};
 
@@ -42,11 +47,13 @@ struct OverLimitCache {
     hits: AtomicU64,
 }
 
-/// A key over its limit until `until_us`; fully replenished at `reset_at_us` at the earliest.
+/// A key over its limit until `until_us`; fully replenished at `reset_at_us` at the earliest;
+/// the block that holds it, when a penalty does.
 #[derive(Clone, Copy)]
 struct Over {
     until_us: u64,
     reset_at_us: u64,
+    penalty: Penalized,
 }
 
 impl<S: Store> WithLocalCache<S> {
@@ -151,6 +158,10 @@ impl OverLimitCache {
         if hit.lease.is_some() || hit.limit.algorithm().leases() {
             return false;
         }
+        if hit.limit.penalty.is_some() {
+            // Only its blocks are remembered (`remember`).
+            return true;
+        }
         match charging {
             Charging::AllOrNothing => !hit.limit.debt,
             Charging::EveryHit => hit.limit.key_holds_window(),
@@ -159,7 +170,9 @@ impl OverLimitCache {
 
     /// The local answer for `hit`, when its key is known to be over at `now_us`.
     fn answer(&self, hit: &Hit, charging: Charging, now_us: u64) -> Option<Decision> {
-        if hit.cost == 0 || !Self::applies(hit, charging) {
+        // A block denies every cost; an over-limit key, only costs above 0.
+        let blocks = hit.limit.penalty.is_some();
+        if (hit.cost == 0 && !blocks) || !Self::applies(hit, charging) {
             return None;
         }
         let shard = self.lock(self.shard_of(hit));
@@ -171,6 +184,10 @@ impl OverLimitCache {
             remaining: 0,
             reset_after_us: over.reset_at_us.max(over.until_us) - now_us,
             retry_after_us: over.until_us - now_us,
+            penalty: Penalized {
+                imposed: false,
+                ..over.penalty
+            },
             ..Decision::default()
         })
     }
@@ -178,6 +195,12 @@ impl OverLimitCache {
     /// Remembers a denial that holds for every cost until its wait is over: one of cost 1,
     /// or, with the reference's counting, one of any cost (its window's count is past L).
     fn remember(&self, hit: &Hit, decision: &Decision, charging: Charging, now_us: u64) {
+        if hit.limit.penalty.is_some() {
+            if decision.penalty.until_us > 0 && decision.retry_after_us > 0 {
+                self.insert(hit, now_us, decision);
+            }
+            return;
+        }
         let holds_for_every_cost = hit.cost == 1 || charging == Charging::EveryHit;
         if decision.admitted
             || hit.cost == 0
@@ -187,6 +210,11 @@ impl OverLimitCache {
         {
             return;
         }
+        self.insert(hit, now_us, decision);
+    }
+
+    /// Holds `hit`'s key as over until `decision`'s wait is over, within the byte bound.
+    fn insert(&self, hit: &Hit, now_us: u64, decision: &Decision) {
         let index = self.shard_of(hit);
         let size = hit.key.len() + ENTRY_OVERHEAD_BYTES;
         let mut shard = self.lock(index);
@@ -217,6 +245,7 @@ impl OverLimitCache {
         let over = Over {
             until_us: now_us + decision.retry_after_us,
             reset_at_us: now_us + decision.reset_after_us,
+            penalty: decision.penalty,
         };
         if shard.insert((hit.key.clone(), hit.limit), over).is_none() {
             used.fetch_add(size, Ordering::Relaxed);
