@@ -98,7 +98,8 @@ fn block_decision(record: &Record, now_us: u64, imposed: bool) -> Decision {
 /// Whether the limit's `decision` is a strike: a denial, unless the hit was `charged` while
 /// something remained (a report landing in debt is not a violation of its own).
 pub fn is_violation(decision: &Decision, charged: bool) -> bool {
-    !decision.admitted && !(charged && decision.remaining > 0)
+    let report_into_debt = charged && decision.remaining > 0;
+    !(decision.admitted || report_into_debt)
 }
 
 /// The record after a strike at `now_us`, and whether it imposed a block.

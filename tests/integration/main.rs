@@ -20,6 +20,7 @@ mod leases;
 mod load_tools;
 mod operations;
 mod otel_traces;
+mod penalties;
 mod redis_deployments;
 mod redis_pipelining;
 mod redis_store;
