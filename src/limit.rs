@@ -212,8 +212,8 @@ impl fmt::Display for Limit {
         if self.debt {
             write!(f, ", taking debt")?;
         }
-        if let Some(penalty) = &self.penalty {
-            write!(f, "; penalty {penalty}")?;
+        if self.penalty.is_some() {
+            write!(f, ", with a penalty")?;
         }
         Ok(())
     }

@@ -195,7 +195,54 @@ fn explain(rule: &config::Rule) -> Vec<String> {
             }
         ));
     }
+    for limit in &limits {
+        if let Some(policy) = &limit.penalty {
+            lines.push(penalty_text(rule, limit, policy));
+        }
+    }
     lines
+}
+
+/// What a limit's penalty does, in words, with its first blocks.
+fn penalty_text(
+    rule: &config::Rule,
+    limit: &sluice::limit::Limit,
+    policy: &sluice::penalty::Policy,
+) -> String {
+    use sluice::duration::format_us;
+    let mut blocks: Vec<String> = Vec::new();
+    for n in 1..=6 {
+        let block = format_us(policy.nth_block_ms(n) * 1000);
+        if blocks.last() == Some(&block) {
+            break;
+        }
+        blocks.push(block);
+    }
+    let more = if policy.nth_block_ms(7) > policy.nth_block_ms(6) {
+        ", ..."
+    } else {
+        ""
+    };
+    let times = match policy.after {
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    };
+    let enforced = if rule.shadow_mode {
+        "in shadow mode, counted and reported, never enforced"
+    } else {
+        "every request OVER_LIMIT until the block ends, the limit not charged"
+    };
+    format!(
+        "{}: {limit}: a client denied {times} within {} is blocked: {enforced}; blocks \
+         {}{more} (x{} each repeat, {} at most); forgotten after {} without a denial; not \
+         applied to RLQS buckets",
+        rule.full_key,
+        format_us(policy.within_us),
+        blocks.join(", "),
+        policy.factor_text(),
+        format_us(policy.max_block_ms * 1000),
+        format_us(policy.forget_us),
+    )
 }
 
 /// A limit's period in words: `minute`, `5 minutes`.

@@ -33,6 +33,37 @@ fn check_config_summarises_each_domain() {
 }
 
 #[test]
+fn check_config_explains_a_penalty_and_places_each_refused_field() {
+    let penalties = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cases/penalties/config.yaml")
+        .display()
+        .to_string();
+    let output = sluice(&["check-config", &penalties]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(
+            "auth.user: token_bucket: 5 per minute, burst 5, with a penalty: a client denied 2 \
+             times within 1m is blocked: every request OVER_LIMIT until the block ends, the \
+             limit not charged; blocks 1m, 2m, 3m (x2 each repeat, 3m at most); forgotten \
+             after 10m without a denial"
+        ),
+        "{stdout}"
+    );
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let bad = dir.path().join("bad.yaml");
+    let text = "domain: d\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n      penalty:\n        block: 1m\n        factor: 0.5\n";
+    std::fs::write(&bad, text).expect("write");
+    let output = sluice(&["check-config", &bad.display().to_string()]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bad.yaml:9:9: descriptors[0].rate_limit.penalty.factor: must be a number from 1 to 100"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn check_config_prints_every_error_and_exits_one() {
     let output = sluice(&[
         "check-config",
