@@ -27,7 +27,7 @@ use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::store::{Store, StoreError};
 pub use error::DecisionError;
-pub use extras::{HeaderForm, HeaderNames};
+pub use extras::{HeaderForm, HeaderNames, PENALTY_KEY};
 pub use plan::LeaseOutcome;
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;

@@ -34,6 +34,7 @@ pub fn text(report: &Report) -> String {
             total - admitted,
             left
         );
+        write_blocks(&mut out, run);
         let _ = writeln!(out, "  {:>8}  {:>8}  {:>8}", "time", "admitted", "rejected");
         let rows = buckets(run, report.bucket_us, report.duration_us);
         let most = rows.iter().map(|(a, r)| a + r).max().unwrap_or(0).max(1);
@@ -52,6 +53,20 @@ pub fn text(report: &Report) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The blocks a penalty imposed, one line each: when, which offence, how long.
+fn write_blocks(out: &mut String, run: &DescriptorRun) {
+    for d in &run.decisions {
+        if let Some((offence, block_s)) = d.imposed {
+            let _ = writeln!(
+                out,
+                "  blocked at {}: offence {offence}, for {}",
+                seconds(d.time_us),
+                crate::duration::format_us(block_s * MICROS_PER_SECOND)
+            );
+        }
+    }
 }
 
 /// Every decision as CSV.

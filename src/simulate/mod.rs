@@ -17,9 +17,9 @@ use crate::limit::ceil_seconds;
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::rate_limit_response::Code;
-use crate::proto::{RateLimitDescriptor, RateLimitRequest};
+use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use crate::service::lease::{self, LEASE_KEY};
-use crate::service::{DecisionError, RateLimiter, ServiceOptions};
+use crate::service::{DecisionError, RateLimiter, ServiceOptions, PENALTY_KEY};
 use crate::store::memory::MemoryStore;
 use crate::store::ManualClock;
 pub use traffic::{Traffic, TrafficError};
@@ -74,6 +74,8 @@ pub struct SimulatedDecision {
     pub admitted: bool,
     pub remaining: u32,
     pub reset_s: i64,
+    /// The block a penalty imposed on this request: its offence and its length in seconds.
+    pub imposed: Option<(u32, u64)>,
 }
 
 /// Why a simulation cannot run.
@@ -225,19 +227,50 @@ async fn replay(
         if let (Some(hold_us), Some(token)) = (hold_us, lease::token_in(&response)) {
             releases.push(Reverse((time_us.saturating_add(hold_us), token)));
         }
+        let imposed = imposed_block(&response);
         let statuses = response
             .statuses
             .iter()
-            .map(|status| SimulatedDecision {
+            .enumerate()
+            .map(|(index, status)| SimulatedDecision {
                 time_us,
                 admitted: status.code != Code::OverLimit as i32,
                 remaining: status.limit_remaining,
                 reset_s: status.duration_until_reset.map_or(0, |d| d.seconds),
+                imposed: imposed
+                    .filter(|(descriptor, _)| *descriptor == index)
+                    .map(|(_, block)| block),
             })
             .collect();
         decisions.push(statuses);
     }
     Ok(decisions)
+}
+
+/// The block a penalty imposed on the request, from its `sluice.penalty` metadata: the
+/// descriptor's index, the offence and the block's length in seconds.
+fn imposed_block(response: &RateLimitResponse) -> Option<(usize, (u32, u64))> {
+    use prost_types::value::Kind;
+    let metadata = response.dynamic_metadata.as_ref()?;
+    let Some(Kind::StructValue(block)) = &metadata.fields.get(PENALTY_KEY)?.kind else {
+        return None;
+    };
+    let field = |name: &str| match block.fields.get(name).and_then(|v| v.kind.as_ref()) {
+        Some(Kind::NumberValue(n)) => Some(*n),
+        Some(Kind::BoolValue(b)) => Some(f64::from(u8::from(*b))),
+        _ => None,
+    };
+    if field("imposed")? < 1.0 {
+        return None;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Some((
+        field("descriptor")? as usize,
+        (
+            field("offence")? as u32,
+            field("retry_after_seconds")? as u64,
+        ),
+    ))
 }
 
 /// A request of `descriptors` at `cost`; with `release`, each carries that lease token back.
@@ -279,7 +312,11 @@ fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
             let limits: Vec<String> = rule
                 .limits
                 .iter()
-                .filter_map(|named| named.limit.map(|limit| limit.to_string()))
+                .filter_map(|named| named.limit)
+                .map(|limit| match &limit.penalty {
+                    Some(policy) => format!("{limit} ({policy})"),
+                    None => limit.to_string(),
+                })
                 .collect();
             let limits = limits.join(" and ");
             if rule.shadow_mode {

@@ -265,3 +265,39 @@ fn a_concurrency_limit_admits_as_requests_end_with_hold() {
     // 2 a second, each running 2.5 s: 3 start, then one whenever one ends.
     assert_eq!(admitted.len(), 12, "{admitted:?}");
 }
+
+#[test]
+fn a_brute_force_on_the_login_is_blocked_longer_each_time_it_comes_back() {
+    // One try a second for half an hour on 5 a minute: each time the minute's five are gone,
+    // the third denial (3 within 10 minutes) blocks, for 1, 2, 4, 8, then 16 minutes. A block
+    // ends inside a new minute: its five are admitted, then the next three denials block.
+    let text = simulate(&[
+        "--descriptor",
+        "login=mallory",
+        "--rate",
+        "1/s",
+        "--duration",
+        "30m",
+    ]);
+    let blocks: Vec<&str> = text
+        .lines()
+        .filter(|line| line.trim_start().starts_with("blocked at"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        blocks,
+        [
+            "blocked at 7s: offence 1, for 1m",
+            "blocked at 74s: offence 2, for 2m",
+            "blocked at 201s: offence 3, for 4m",
+            "blocked at 448s: offence 4, for 8m",
+            "blocked at 935s: offence 5, for 16m",
+        ],
+        "{text}"
+    );
+    assert!(text.contains("1800 requests, 25 admitted"), "{text}");
+    assert!(
+        text.contains("(after 3 denials within 10m: blocked 1m, x2 each repeat up to 1h"),
+        "{text}"
+    );
+}
