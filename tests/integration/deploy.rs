@@ -435,6 +435,32 @@ fn the_envoy_example_releases_the_lease_it_acquired_when_the_stream_ends() {
     );
 }
 
+/// The login route of deploy/envoy/envoy.yaml falls under a limit with a penalty.
+#[test]
+fn the_envoy_example_blocks_a_client_that_keeps_failing_its_login() {
+    let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
+    let host = &connection_manager(&envoy)["route_config"]["virtual_hosts"][0];
+    let login = host["routes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|route| route["match"]["prefix"].as_str() == Some("/login"))
+        .expect("the login route");
+    let [descriptor] = &descriptors_of(&login["route"]["rate_limits"])[..] else {
+        panic!("one policy");
+    };
+    let config =
+        sluice::config::load(&[root().join("config")], Default::default()).expect("config/ loads");
+    let domain = config.domain("edge_proxy").expect("edge_proxy");
+    let entries = descriptor.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let rule = domain.resolve(entries).expect("a rule").rule;
+    let penalty = rule.limits[0]
+        .limit
+        .and_then(|l| l.penalty)
+        .expect("a penalty");
+    assert_eq!((penalty.after, penalty.block_ms), (3, 60_000));
+}
+
 #[test]
 fn envoy_and_istio_descriptors_are_limited_by_the_config() {
     let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
