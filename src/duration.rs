@@ -48,6 +48,34 @@ pub fn format_us(us: u64) -> String {
     "0s".to_string()
 }
 
+/// `us` for people: days, hours, minutes and seconds, each when not 0, the seconds to the
+/// millisecond (`1d2h`, `3m22.5s`, `90ms`); `0s` for 0.
+pub fn human(us: u64) -> String {
+    let mut out = String::new();
+    let mut rest = us;
+    for (scale, unit) in [
+        (86_400_000_000, "d"),
+        (3_600_000_000, "h"),
+        (60_000_000, "m"),
+    ] {
+        if rest >= scale {
+            out.push_str(&format!("{}{unit}", rest / scale));
+            rest %= scale;
+        }
+    }
+    let millis = rest / 1000;
+    if millis >= 1000 || (millis > 0 && !out.is_empty()) {
+        let seconds = format!("{}.{:03}", millis / 1000, millis % 1000);
+        out.push_str(seconds.trim_end_matches('0').trim_end_matches('.'));
+        out.push('s');
+    } else if millis > 0 {
+        out.push_str(&format!("{millis}ms"));
+    } else if out.is_empty() {
+        out.push_str(&format_us(us));
+    }
+    out
+}
+
 /// Parses a duration (for clap's `value_parser`).
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
     parse_us(text).map(Duration::from_micros)
@@ -82,5 +110,20 @@ mod tests {
         }
         assert_eq!(format_us(90_000_000), "90s");
         assert_eq!(format_us(7_200_000_000), "2h");
+    }
+
+    #[test]
+    fn human_durations_name_each_unit() {
+        let cases = [
+            (202_500_000, "3m22.5s"),
+            (90_000_000, "1m30s"),
+            (3_600_000_000, "1h"),
+            (90_000, "90ms"),
+            (93_600_000_000, "1d2h"),
+            (0, "0s"),
+        ];
+        for (us, text) in cases {
+            assert_eq!(human(us), text, "{us}");
+        }
     }
 }

@@ -209,10 +209,10 @@ fn penalty_text(
     limit: &sluice::limit::Limit,
     policy: &sluice::penalty::Policy,
 ) -> String {
-    use sluice::duration::format_us;
+    use sluice::duration::human;
     let mut blocks: Vec<String> = Vec::new();
     for n in 1..=6 {
-        let block = format_us(policy.nth_block_ms(n) * 1000);
+        let block = human(policy.nth_block_ms(n) * 1000);
         if blocks.last() == Some(&block) {
             break;
         }
@@ -237,11 +237,11 @@ fn penalty_text(
          {}{more} (x{} each repeat, {} at most); forgotten after {} without a denial; not \
          applied to RLQS buckets",
         rule.full_key,
-        format_us(policy.within_us),
+        human(policy.within_us),
         blocks.join(", "),
         policy.factor_text(),
-        format_us(policy.max_block_ms * 1000),
-        format_us(policy.forget_us),
+        human(policy.max_block_ms * 1000),
+        human(policy.forget_us),
     )
 }
 

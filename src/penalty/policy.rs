@@ -98,8 +98,8 @@ impl Policy {
         if max_block_ms < block_ms {
             let reason = format!(
                 "{} is shorter than block ({})",
-                duration::format_us(max_block_us),
-                duration::format_us(block_us)
+                duration::human(max_block_us),
+                duration::human(block_us)
             );
             return Err(Refusal::new("penalty.max_block", reason));
         }
@@ -108,8 +108,8 @@ impl Policy {
         if forget_us < within_us {
             let reason = format!(
                 "{} is shorter than within ({}): a client would be forgotten while its denials still count",
-                duration::format_us(forget_us),
-                duration::format_us(within_us)
+                duration::human(forget_us),
+                duration::human(within_us)
             );
             return Err(Refusal::new("penalty.forget_after", reason));
         }
@@ -163,11 +163,11 @@ impl fmt::Display for Policy {
             f,
             "after {} {denials} within {}: blocked {}, x{} each repeat up to {}, forgotten after {} without a denial",
             self.after,
-            duration::format_us(self.within_us),
-            duration::format_us(self.block_ms * 1000),
+            duration::human(self.within_us),
+            duration::human(self.block_ms * 1000),
             self.factor_text(),
-            duration::format_us(self.max_block_ms * 1000),
-            duration::format_us(self.forget_us),
+            duration::human(self.max_block_ms * 1000),
+            duration::human(self.forget_us),
         )
     }
 }

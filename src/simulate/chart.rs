@@ -63,7 +63,7 @@ fn write_blocks(out: &mut String, run: &DescriptorRun) {
                 out,
                 "  blocked at {}: offence {offence}, for {}",
                 seconds(d.time_us),
-                crate::duration::format_us(block_s * MICROS_PER_SECOND)
+                crate::duration::human(block_s * MICROS_PER_SECOND)
             );
         }
     }
