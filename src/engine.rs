@@ -1,10 +1,12 @@
 //! The rules of one request, pure: given its hits and a view of their state, which hits are
 //! admitted, which charges stand, what each key holds afterwards, and which limit of a
 //! descriptor binds. All-or-nothing, debt, the veto of enforced and quota hits, descriptor
-//! groups, the binding limit and the state each hit is decided on are written here once; the memory store calls `decide` under its locks (and keeps
-//! what is its own: locking, room, bytes), the Redis Cluster path calls `standing` to know
-//! which charges to take back. `lua/request.lua` is the one other copy (atomic on one Redis),
-//! held to this one by the contract test.
+//! groups, the binding limit, the state each hit is decided on, and a penalty around its
+//! limit's decision (`penalty::decide`: a blocked client, a strike that always stands) are
+//! written here once; the memory store calls `decide` under its locks (and keeps what is its
+//! own: locking, room, bytes), the Redis Cluster path calls `standing` to know which charges
+//! to take back. `lua/request.lua` is the one other copy (atomic on one Redis), held to this
+//! one by the contract test.
 
 use smallvec::SmallVec;
 
