@@ -20,6 +20,8 @@
 //!   cache, and `any`, the one store value the server serves with.
 //! - `proto`: Envoy's API types, generated from `proto/`.
 //! - `simulate`: `sluice simulate`, synthetic traffic through the service on a virtual clock.
+//! - `record`: recording decided calls (`serve --record`), in a versioned format;
+//!   `replay`: `sluice replay`, a recording decided again under another config, compared.
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
@@ -34,6 +36,7 @@ pub mod metrics;
 pub mod otel;
 pub mod penalty;
 pub mod proto;
+pub mod record;
 pub mod rlqs;
 pub mod series;
 pub mod server;

@@ -497,6 +497,10 @@ pub struct Decision {
     pub expired: u32,
     /// What the limit's penalty did: blocked the hit, or imposed the block (`penalty`).
     pub penalty: crate::penalty::Penalized,
+    /// When the store decided it (its clock, µs since the epoch); 0 when no store did. The
+    /// memory store reads it under the locks the decision holds, so that two decisions on
+    /// one key are in the order of their times (what a recording replays by).
+    pub decided_at_us: u64,
 }
 
 impl Decision {

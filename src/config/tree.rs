@@ -62,6 +62,15 @@ impl Config {
     pub fn rule_count(&self) -> usize {
         self.domains.values().map(|d| d.rules().len()).sum()
     }
+
+    /// Every (key, value) pair that a node of some domain names exactly (`value: free`).
+    pub fn named_values(&self) -> std::collections::HashSet<(String, String)> {
+        let mut named = std::collections::HashSet::new();
+        for domain in self.domains.values() {
+            domain.root.collect_named(&mut named);
+        }
+        named
+    }
 }
 
 /// One domain's tree and the files it came from.
@@ -251,6 +260,19 @@ impl Level {
                 }
                 node.children.label_rules(domain, path);
                 path.pop();
+            }
+        }
+    }
+
+    fn collect_named(&self, out: &mut std::collections::HashSet<(String, String)>) {
+        for (key, nodes) in &self.by_key {
+            for (value, node) in &nodes.exact {
+                out.insert((key.clone(), value.clone()));
+                node.children.collect_named(out);
+            }
+            let others = nodes.wildcards.iter().map(|(_, node)| node);
+            for node in others.chain(nodes.any_value.as_deref()) {
+                node.children.collect_named(out);
             }
         }
     }

@@ -188,6 +188,7 @@ impl OverLimitCache {
                 imposed: false,
                 ..over.penalty
             },
+            decided_at_us: now_us,
             ..Decision::default()
         })
     }

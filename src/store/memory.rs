@@ -128,6 +128,22 @@ fn held_state<'a>(
     live(&shards[position], &id, holds_window, now_us)
 }
 
+/// `id` (from `hashed`) at `now_us`: a fixed window's start folded in.
+fn at_time(id: KeyId, hit: &Hit, now_us: u64) -> KeyId {
+    match Shape::of(&hit.limit, now_us) {
+        Shape::Window { start_s } => KeyId(id.0 ^ start_s, id.1),
+        Shape::Limited { .. } => id,
+    }
+}
+
+/// `decision`, decided at `now_us`.
+fn stamped(decision: Decision, now_us: u64) -> Decision {
+    Decision {
+        decided_at_us: now_us,
+        ..decision
+    }
+}
+
 /// A shard's lock on a cache line of its own: threads working on neighbouring shards do not
 /// take the line from each other.
 #[repr(align(128))]
@@ -328,17 +344,21 @@ impl MemoryStore {
     /// their hashes collide; hashing it as well cost 76 instructions a hit); any other shape is
     /// hashed with the key.
     fn locate(&self, hit: &Hit, now_us: u64) -> (KeyId, usize) {
+        let (id, shard) = self.hashed(hit);
+        (at_time(id, hit, now_us), shard)
+    }
+
+    /// `locate` before the time is known: the id without a fixed window's start (`at_time`
+    /// folds it in), and the shard, which the time never changes.
+    fn hashed(&self, hit: &Hit) -> (KeyId, usize) {
         let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
         hasher.write(hit.key.as_bytes());
-        let window = match Shape::of(&hit.limit, now_us) {
-            Shape::Window { start_s } => start_s,
-            limited => {
-                limited.hash(&mut hasher);
-                0
-            }
-        };
+        if !hit.limit.key_holds_window() {
+            // Any shape but a window is the same at every time.
+            Shape::of(&hit.limit, 0).hash(&mut hasher);
+        }
         let hash = hasher.finish128();
-        self.placed(KeyId(hash.h1 ^ window, hash.h2))
+        self.placed(KeyId(hash.h1, hash.h2))
     }
 
     /// The id of the record `hit`'s penalty keeps of its client (its key, whatever the
@@ -357,23 +377,33 @@ impl MemoryStore {
         (id, (id.1 as usize) & (self.shards.len() - 1))
     }
 
-    /// Where `part` of `hits` lives.
-    fn locate_part(&self, hits: &[Hit], part: Part, now_us: u64) -> (KeyId, usize) {
+    /// Where `part` of `hits` lives, before the time is known (`hashed`).
+    fn hashed_part(&self, hits: &[Hit], part: Part) -> (KeyId, usize) {
         if part.penalty {
             self.locate_record(&hits[part.hit])
         } else {
-            self.locate(&hits[part.hit], now_us)
+            self.hashed(&hits[part.hit])
         }
     }
 
-    fn charge_one(
+    /// Decides one hit, reading the time once its shard is locked (`Decision::decided_at_us`).
+    fn charge_one(&self, hit: &Hit, charging: Charging) -> Result<Decision, StoreError> {
+        let (id, index) = self.hashed(hit);
+        let mut shard = self.lock(index);
+        let now_us = self.clock.now_us();
+        let id = at_time(id, hit, now_us);
+        self.charge_one_locked(&mut shard, id, hit, charging, now_us)
+            .map(|decision| stamped(decision, now_us))
+    }
+
+    fn charge_one_locked(
         &self,
+        shard: &mut Shard,
+        id: KeyId,
         hit: &Hit,
         charging: Charging,
         now_us: u64,
     ) -> Result<Decision, StoreError> {
-        let (id, index) = self.locate(hit, now_us);
-        let mut shard = self.lock(index);
         // A held key whose state does not grow (every algorithm but a log past its block):
         // one lookup, written in place.
         let Shard {
@@ -410,7 +440,7 @@ impl MemoryStore {
             }
         };
         let (new_keys, grows) = needs;
-        if !self.room(&mut shard, new_keys, grows, now_us) {
+        if !self.room(shard, new_keys, grows, now_us) {
             return Err(self.no_room());
         }
         if let Some((state, expires_at_us)) = outcome.new_state {
@@ -421,14 +451,9 @@ impl MemoryStore {
 
     /// Decides a request's hits under the locks of every shard they touch (their limits'
     /// states and their penalties' records), taken in shard order (so two requests never
-    /// wait on each other in a cycle), by the request's rules (`engine::decide`); the writes
-    /// are made only if there is room for all.
-    fn charge_request(
-        &self,
-        hits: &[Hit],
-        charging: Charging,
-        now_us: u64,
-    ) -> Result<Vec<Decision>, StoreError> {
+    /// wait on each other in a cycle), by the request's rules (`engine::decide`), at the
+    /// time read once they are all held; the writes are made only if there is room for all.
+    fn charge_request(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let mut parts: SmallVec<[Part; 4]> = (0..hits.len()).map(Part::limit).collect();
         parts.extend(
             (0..hits.len())
@@ -437,7 +462,7 @@ impl MemoryStore {
         );
         let mut placed: SmallVec<[(KeyId, usize); 4]> = parts
             .iter()
-            .map(|&part| self.locate_part(hits, part, now_us))
+            .map(|&part| self.hashed_part(hits, part))
             .collect();
         let mut indices: SmallVec<[usize; 4]> = placed.iter().map(|&(_, index)| index).collect();
         indices.sort_unstable();
@@ -445,9 +470,13 @@ impl MemoryStore {
         let mut shards: SmallVec<[MutexGuard<'_, Shard>; 4]> =
             indices.iter().map(|&index| self.lock(index)).collect();
         // Every index is in `indices`: the shards are locked in its order. From here each part
-        // has its key and the position of its shard among those locked.
-        for (_, index) in placed.iter_mut() {
+        // has its key at this time and the position of its shard among those locked.
+        let now_us = self.clock.now_us();
+        for (part, (id, index)) in parts.iter().zip(placed.iter_mut()) {
             *index = indices.iter().position(|&i| i == *index).unwrap_or(0);
+            if !part.penalty {
+                *id = at_time(*id, &hits[part.hit], now_us);
+            }
         }
         let place = |part: Part| {
             let at = parts.iter().position(|&p| p == part).unwrap_or(0);
@@ -471,14 +500,18 @@ impl MemoryStore {
             shards[position].write(write.key, holds, write.state, write.expires_at_us);
         }
         let held = &shards[..];
-        Ok(plan.settle(hits, now_us, |i| {
+        let decisions = plan.settle(hits, now_us, |i| {
             held_state(
                 held,
                 place(Part::limit(i)),
                 holds_window(hits, Part::limit(i)),
                 now_us,
             )
-        }))
+        });
+        Ok(decisions
+            .into_iter()
+            .map(|decision| stamped(decision, now_us))
+            .collect())
     }
 
     /// Makes room for `writes` in the shards they go to (`position(hit)` in `shards`): new
@@ -564,15 +597,14 @@ impl Store for MemoryStore {
     }
 
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
-        let now_us = self.clock.now_us();
         // One hit vetoes exactly when it is denied: all-or-nothing is the hit alone (unless
         // a penalty's record is kept beside it).
         if let [hit] = hits {
             if hit.limit.penalty.is_none() {
-                return Ok(vec![self.charge_one(hit, charging, now_us)?]);
+                return Ok(vec![self.charge_one(hit, charging)?]);
             }
         }
-        self.charge_request(hits, charging, now_us)
+        self.charge_request(hits, charging)
     }
 
     async fn healthy(&self) -> bool {

@@ -489,7 +489,10 @@ fn by_shape(limits: &[Limit], requests: &[RequestSpec], charging: Charging) -> V
                 None => states.push((shape, state)),
             }
         }
-        decided.push(outcome.decision);
+        decided.push(Decision {
+            decided_at_us: now,
+            ..outcome.decision
+        });
     }
     decided
 }

@@ -483,7 +483,16 @@ impl Store for RedisStore {
             Err(_) => Err(self.timed_out()),
         };
         self.condition.note(&result);
-        result
+        // Decided at sluice's time of the call (the scripts may have read Redis TIME).
+        result.map(|decisions| {
+            decisions
+                .into_iter()
+                .map(|d| Decision {
+                    decided_at_us: now_us,
+                    ..d
+                })
+                .collect()
+        })
     }
 }
 
@@ -518,6 +527,7 @@ fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u
                     offence: u32::try_from(non_negative(fields[7])).unwrap_or(u32::MAX),
                     imposed: fields[8] == 1,
                 },
+                decided_at_us: 0,
             };
             (decision, fields.get(9).map_or(0, |&at| non_negative(at)))
         })
