@@ -26,6 +26,7 @@ use tonic_health::ServingStatus;
 use crate::config::{self, Config, ConfigErrors, ReloadResult, Reloader, XdsSource};
 use crate::http::{self, Endpoints, Readiness, Scrapes};
 use crate::metrics::Metrics;
+use crate::record::Recorder;
 use crate::rlqs::budget::AnyBudget;
 use crate::rlqs::QuotaService;
 use crate::service::RateLimiter;
@@ -60,6 +61,8 @@ pub enum ServerError {
     Task(String),
     #[error("gRPC TLS: {0}")]
     Tls(#[from] TlsError),
+    #[error("{0}")]
+    Record(#[from] crate::record::RecordError),
 }
 
 /// The two ports, bound by the caller (`main`, or a test on `127.0.0.1:0`).
@@ -126,7 +129,7 @@ pub async fn run(
     } else {
         load_files(&settings, &metrics).await?
     };
-    let (store, budget) = stores::build(&settings.store).await?;
+    let (store, budget) = stores::build(&settings.store, settings.record.is_some()).await?;
     metrics.series().add_reporter(store.clone());
     let run = Running {
         settings: &settings,
@@ -205,12 +208,25 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         if settings.healthcheck_store {
             tokio::spawn(watch_store(Arc::downgrade(&store), readiness.clone()));
         }
-        let limiter = Arc::new(RateLimiter::new(
+        let recorder = match &settings.record {
+            Some(record) => {
+                let recorder = Arc::new(Recorder::start(record)?);
+                self.metrics.series().add_reporter(recorder.clone());
+                tracing::info!(path = %record.path.display(), sample = record.sample, "recording decided calls");
+                Some(recorder)
+            }
+            None => None,
+        };
+        let mut limiter = RateLimiter::new(
             config.clone(),
             store.clone(),
             settings.service.clone(),
             self.metrics.clone(),
-        ));
+        );
+        if let Some(recorder) = &recorder {
+            limiter = limiter.with_recorder(recorder.clone());
+        }
+        let limiter = Arc::new(limiter);
         let (stop, stopped) = watch::channel(false);
         let services = grpc::Services {
             limiter: limiter.clone(),
@@ -248,6 +264,12 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         reloading.abort();
         let servers = async { (grpc.await, http.await) };
         drain(settings, &readiness, &health, stop, servers).await;
+        if let Some(recorder) = recorder {
+            // What is queued is written before the process ends.
+            tokio::task::spawn_blocking(move || recorder.finish())
+                .await
+                .map_err(|e| ServerError::Task(e.to_string()))?;
+        }
         Ok(())
     }
 }

@@ -25,7 +25,8 @@ use crate::otel::spans;
 use crate::proto::rate_limit_response::Code;
 use crate::proto::rate_limit_service_server::RateLimitService;
 use crate::proto::{RateLimitRequest, RateLimitResponse};
-use crate::store::{Store, StoreError};
+use crate::record::Recorder;
+use crate::store::{Clock, Store, StoreError, SystemClock};
 pub use error::DecisionError;
 pub use extras::{HeaderForm, HeaderNames, PENALTY_KEY};
 pub use plan::LeaseOutcome;
@@ -71,6 +72,8 @@ pub struct RateLimiter<S> {
     options: ServiceOptions,
     metrics: Arc<Metrics>,
     tokens: lease::LeaseTokens,
+    /// Where decided calls are recorded (`--record`), when they are.
+    recorder: Option<Arc<Recorder>>,
 }
 
 impl<S: Store> RateLimiter<S> {
@@ -86,7 +89,14 @@ impl<S: Store> RateLimiter<S> {
             options,
             metrics,
             tokens: lease::LeaseTokens::new(),
+            recorder: None,
         }
+    }
+
+    /// The same service, recording every call it decides to `recorder`.
+    pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// The store it decides on (tools and tests read its state).
@@ -128,6 +138,7 @@ impl<S: Store> RateLimiter<S> {
         }
         let (hits, token) = plan::hits(&mut planned, &self.tokens);
         let decisions = self.charge(&hits).await?;
+        let decided_at_us = decisions.iter().map(|d| d.decided_at_us).max();
         let settled = plan::settle(planned, &decisions);
         self.record(&settled);
         let block = extras::latest_block(&settled);
@@ -165,13 +176,21 @@ impl<S: Store> RateLimiter<S> {
                 &block,
             );
         }
-        Ok(RateLimitResponse {
+        let response = RateLimitResponse {
             overall_code: overall as i32,
             statuses,
             response_headers_to_add,
             dynamic_metadata,
             ..Default::default()
-        })
+        };
+        if let Some(recorder) = &self.recorder {
+            // The store's time of the decision, so that a replay keeps the store's order.
+            let t = decided_at_us
+                .filter(|&t| t > 0)
+                .unwrap_or_else(|| SystemClock.now_us());
+            recorder.record(t, request, &response, &config);
+        }
+        Ok(response)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Settings from command-line flags and environment variables, validated into `Settings`
 //! before any port opens, one file per concern: the ports (`ports`), where the configuration
 //! comes from (`source`), the store (`store`, `redis`), how requests are answered
-//! (`requests`), what sluice tells about itself (`observability`, `traces`), and the
+//! (`requests`), what sluice tells about itself (`observability`, `traces`), recording calls
+//! for replay (`record`), and the
 //! reference's variables sluice ignores or refuses (`compat`). envoyproxy/ratelimit's variable
 //! names are accepted with their meaning (`GRPC_HOST`/`GRPC_PORT`, `RUNTIME_ROOT`, ...). clap
 //! lives only here: the choices among a domain's options are `choices`.
@@ -12,6 +13,7 @@ mod choices;
 mod compat;
 mod observability;
 mod ports;
+mod record;
 mod redis;
 mod requests;
 mod source;
@@ -24,6 +26,7 @@ pub use observability::{LogFormat, ObservabilityArgs, ObservabilitySettings};
 pub use ports::{
     ConnectionLimits, NetworkSettings, PortSettings, PortsArgs, PrometheusListener, TlsSettings,
 };
+pub use record::RecordArgs;
 pub use redis::{RedisArgs, RedisSettings};
 pub use requests::RequestArgs;
 pub use source::{ConfigType, SourceArgs, SourceSettings};
@@ -43,6 +46,8 @@ pub struct ServeArgs {
     pub requests: RequestArgs,
     #[command(flatten)]
     pub observability: ObservabilityArgs,
+    #[command(flatten)]
+    pub record: RecordArgs,
 }
 
 /// Validated settings of a running server.
@@ -57,6 +62,8 @@ pub struct Settings {
     /// The RLQS service's behaviour.
     pub rlqs: RlqsSettings,
     pub observability: ObservabilitySettings,
+    /// Recording decided calls (`--record`).
+    pub record: Option<crate::record::RecordSettings>,
 }
 
 impl ServeArgs {
@@ -64,14 +71,20 @@ impl ServeArgs {
     pub fn into_settings(self) -> Result<Settings, SettingsError> {
         let observability = self.observability.into_settings()?;
         let trace_ratio = observability.tracing.as_ref().map(|t| t.sampling_rate);
+        let source = self.source.into_settings()?;
+        let service = self.requests.service_options(trace_ratio)?;
+        let record = self
+            .record
+            .into_settings(&service, source.load_options.debt)?;
         Ok(Settings {
-            source: self.source.into_settings()?,
+            source,
             ports: self.ports.into_settings()?,
             healthcheck_store: self.store.checks_health(),
             store: self.store.into_settings()?,
-            service: self.requests.service_options(trace_ratio)?,
+            service,
             rlqs: self.requests.rlqs()?,
             observability,
+            record,
         })
     }
 }
@@ -103,6 +116,8 @@ pub enum SettingsError {
     Statsd(String),
     #[error("tracing: {0}")]
     Tracing(String),
+    #[error("recording: {0}")]
+    Record(String),
 }
 
 /// envoyproxy/ratelimit variables set in this process's environment that sluice ignores, each

@@ -94,7 +94,9 @@ impl Recorder {
         let counts = Arc::new(RecordCounts::default());
         let output = writer::Output::open(settings, &header, counts.clone())?;
         let (queue, receiver) = sync_channel(settings.queue.max(1));
-        let hashing = settings.hash_values.then(|| writer::Hashing::new(settings.hash_key.as_deref()));
+        let hashing = settings
+            .hash_values
+            .then(|| writer::Hashing::new(settings.hash_key.as_deref()));
         let thread = std::thread::Builder::new()
             .name("sluice-record".into())
             .spawn(move || writer::run(&receiver, output, hashing))
@@ -102,7 +104,11 @@ impl Recorder {
                 path: settings.path.clone(),
                 source,
             })?;
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
         let threshold = if settings.sample >= 1.0 {
             u64::MAX
         } else {

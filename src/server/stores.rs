@@ -11,24 +11,32 @@ use crate::store::any::AnyStore;
 use crate::store::local_cache::WithLocalCache;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisStore, RedisTargets};
-use crate::store::{StoreError, SystemClock};
+use crate::store::{Clock, StoreError, StrictClock, SystemClock};
 
 /// How often the memory store drops expired state.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Builds the store `settings` names (connecting to Redis and loading its scripts when it is
-/// Redis) and the RLQS budget beside it.
+/// Redis) and the RLQS budget beside it. `ordered`: the memory store's decisions are on a
+/// `StrictClock` (a recording replays them in the order they were made).
 pub async fn build(
     settings: &StoreSettings,
+    ordered: bool,
 ) -> Result<(Arc<AnyStore>, Arc<AnyBudget>), StoreError> {
     let store = match settings {
         StoreSettings::Memory {
             memory_max_keys,
             memory_max_bytes,
-        } => AnyStore::Memory(
-            MemoryStore::new(*memory_max_keys, Arc::new(SystemClock))
-                .with_max_bytes(*memory_max_bytes),
-        ),
+        } => {
+            let clock: Arc<dyn Clock> = if ordered {
+                Arc::new(StrictClock::default())
+            } else {
+                Arc::new(SystemClock)
+            };
+            AnyStore::Memory(
+                MemoryStore::new(*memory_max_keys, clock).with_max_bytes(*memory_max_bytes),
+            )
+        }
         StoreSettings::Redis(redis) => redis_store(redis).await?,
     };
     let budget = Arc::new(AnyBudget::for_store(&store));

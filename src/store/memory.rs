@@ -453,7 +453,11 @@ impl MemoryStore {
     /// states and their penalties' records), taken in shard order (so two requests never
     /// wait on each other in a cycle), by the request's rules (`engine::decide`), at the
     /// time read once they are all held; the writes are made only if there is room for all.
-    fn charge_request(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
+    fn charge_request(
+        &self,
+        hits: &[Hit],
+        charging: Charging,
+    ) -> Result<Vec<Decision>, StoreError> {
         let mut parts: SmallVec<[Part; 4]> = (0..hits.len()).map(Part::limit).collect();
         parts.extend(
             (0..hits.len())

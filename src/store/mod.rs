@@ -128,6 +128,27 @@ impl Clock for ManualClock {
     }
 }
 
+/// The wall clock, never reading the same microsecond twice (nor going back): two readings
+/// are in the order they were taken. A recording server's memory store reads it under its
+/// locks, so that the decisions on a key are in the order of their times.
+#[derive(Debug, Default)]
+pub struct StrictClock {
+    last: AtomicU64,
+}
+
+impl Clock for StrictClock {
+    fn now_us(&self) -> u64 {
+        let now = SystemClock.now_us();
+        let previous = self
+            .last
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+                Some(now.max(last + 1))
+            })
+            .unwrap_or(now);
+        now.max(previous + 1)
+    }
+}
+
 /// The machine's wall clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
