@@ -2,7 +2,10 @@
 //! them buffered, flushes when the queue is idle, moves the file to `<path>.1` when it would
 //! pass its bound, and counts what it could not write instead of failing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+/// The (key, value) pairs a config names exactly.
+type NamedValues = HashSet<(String, String)>;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -136,8 +139,8 @@ impl Output {
 /// Keyed hashes of descriptor values, keeping those the config names exactly.
 pub(super) struct Hashing {
     keys: (u64, u64),
-    /// The (key, value) pairs each config names, by the config's address.
-    named: HashMap<usize, (Arc<Config>, HashSet<(String, String)>)>,
+    /// The config last seen, and the (key, value) pairs it names.
+    named: Option<(Arc<Config>, NamedValues)>,
 }
 
 impl Hashing {
@@ -158,10 +161,7 @@ impl Hashing {
                 (random.hash_one(1_u8), random.hash_one(2_u8))
             }
         };
-        Hashing {
-            keys,
-            named: HashMap::new(),
-        }
+        Hashing { keys, named: None }
     }
 
     /// `value` of `key` as recorded: kept when `config` names it (or it is a lease token),
@@ -179,15 +179,16 @@ impl Hashing {
     }
 
     fn names(&mut self, config: &Arc<Config>, key: &str, value: &str) -> bool {
-        let address = Arc::as_ptr(config) as usize;
-        if !self.named.contains_key(&address) {
+        let current = self
+            .named
+            .as_ref()
+            .is_some_and(|(seen, _)| Arc::ptr_eq(seen, config));
+        if !current {
             // One config at a time: a reload replaces the set.
-            self.named.clear();
-            self.named
-                .insert(address, (config.clone(), config.named_values()));
+            self.named = Some((config.clone(), config.named_values()));
         }
         self.named
-            .get(&address)
+            .as_ref()
             .is_some_and(|(_, named)| named.contains(&(key.to_string(), value.to_string())))
     }
 }
