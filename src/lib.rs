@@ -37,6 +37,7 @@ pub mod otel;
 pub mod penalty;
 pub mod proto;
 pub mod record;
+pub mod replay;
 pub mod rlqs;
 pub mod series;
 pub mod server;

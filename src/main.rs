@@ -1,4 +1,4 @@
-//! The `sluice` command: `serve` (the default) and `check-config`. Parses arguments, sets up
+//! The `sluice` command: `serve` (the default), `check-config`, `simulate` and `replay`. Parses arguments, sets up
 //! logging and signals, and hands over to the library; exit codes are decided here only.
 
 use std::io::IsTerminal;
@@ -54,6 +54,39 @@ enum Command {
     /// Replay synthetic traffic against a config on a virtual clock and show what each
     /// request gets, per descriptor: a chart per time bucket, or every decision as CSV.
     Simulate(Box<SimulateArgs>),
+    /// Decide recorded calls (`serve --record`) again under a config and report, per rule,
+    /// what it changes against the recorded decisions or a baseline config; exit 3 when the
+    /// newly denied share passes a threshold.
+    Replay(Box<ReplayArgs>),
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// The config under test: a file or directory; repeatable.
+    #[arg(long = "config", required = true)]
+    config: Vec<PathBuf>,
+    /// A config to compare with, replayed the same way (instead of the recorded decisions);
+    /// repeatable.
+    #[arg(long)]
+    baseline: Vec<PathBuf>,
+    /// Recordings, in time order (a rotated `FILE.1` before `FILE`).
+    #[arg(required = true)]
+    recordings: Vec<PathBuf>,
+    /// Let several files hold the same domain.
+    #[arg(long)]
+    merge_domain_config: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the report, per rule over time, as an SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Exit 3 when more than this percent of the calls are newly denied.
+    #[arg(long)]
+    max_newly_denied: Option<f64>,
+    /// Exit 3 when more than this percent of any rule's calls are newly denied.
+    #[arg(long)]
+    max_newly_denied_per_rule: Option<f64>,
 }
 
 #[derive(clap::Args)]
@@ -119,6 +152,7 @@ fn main() -> ExitCode {
         ),
         Some(Command::Serve(args)) => serve(*args),
         Some(Command::Simulate(args)) => run_simulation(&args),
+        Some(Command::Replay(args)) => run_replay(&args),
         None => serve(cli.serve),
     }
 }
@@ -251,6 +285,58 @@ fn period_text(limit: &sluice::limit::Limit) -> String {
         format!("{} {}s", limit.unit_multiplier, limit.unit)
     } else {
         limit.unit.to_string()
+    }
+}
+
+fn run_replay(args: &ReplayArgs) -> ExitCode {
+    use sluice::replay::{self, Gate, Replay};
+    let replay = Replay {
+        config: args.config.clone(),
+        baseline: (!args.baseline.is_empty()).then(|| args.baseline.clone()),
+        recordings: args.recordings.clone(),
+        merge_domain_config: args.merge_domain_config,
+    };
+    let report = match replay::run(&replay) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("sluice replay: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(error) => {
+                eprintln!("sluice replay: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        let configs: Vec<String> = args
+            .config
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        print!("{}", report.text(&configs.join(", ")));
+    }
+    if let Some(path) = &args.svg {
+        if let Err(error) = std::fs::write(path, replay::svg::svg(&report)) {
+            eprintln!("sluice replay: {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let gate = Gate {
+        overall: args.max_newly_denied,
+        per_rule: args.max_newly_denied_per_rule,
+    };
+    let failures = gate.failures(&report);
+    for failure in &failures {
+        eprintln!("sluice replay: {failure}");
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
     }
 }
 

@@ -28,7 +28,7 @@ use crate::proto::{RateLimitRequest, RateLimitResponse};
 use crate::record::Recorder;
 use crate::store::{Clock, Store, StoreError, SystemClock};
 pub use error::DecisionError;
-pub use extras::{HeaderForm, HeaderNames, PENALTY_KEY};
+pub use extras::{utc_text, HeaderForm, HeaderNames, PENALTY_KEY};
 pub use plan::LeaseOutcome;
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;

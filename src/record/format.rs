@@ -58,6 +58,9 @@ pub struct Call {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub hits_addend: u32,
     pub descriptors: Vec<Descriptor>,
+    /// The overall code; absent when the writer did not know (a converter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<Code>,
     /// What each descriptor got, in order; absent when the writer did not know (a converter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statuses: Option<Vec<Status>>,

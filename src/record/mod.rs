@@ -67,6 +67,7 @@ pub(crate) enum Message {
 /// A call and what it got, as the request path hands it over.
 pub(crate) struct Pending {
     pub t: u64,
+    pub code: Code,
     pub request: RateLimitRequest,
     pub statuses: Vec<Status>,
     pub lease: Option<String>,
@@ -147,8 +148,14 @@ impl Recorder {
                 remaining: status.limit_remaining,
             })
             .collect();
+        let code = if response.overall_code == ProtoCode::OverLimit as i32 {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
         let pending = Pending {
             t,
+            code,
             request: request.clone(),
             statuses,
             lease: crate::service::lease::token_in(response),

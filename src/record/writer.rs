@@ -223,6 +223,7 @@ fn line(pending: &Pending, hashing: &mut Option<Hashing>) -> Vec<u8> {
         domain: pending.request.domain.clone(),
         hits_addend: pending.request.hits_addend,
         descriptors,
+        code: Some(pending.code),
         statuses: Some(pending.statuses.clone()),
         lease: pending.lease.clone(),
     };

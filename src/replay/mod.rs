@@ -1,0 +1,279 @@
+//! `sluice replay`: a recording's calls decided again under a new config, in the service on
+//! the memory store with a virtual clock following the recorded times, and compared with what
+//! they got (the recorded decisions, or a baseline config replayed the same way). The report
+//! (`report`) says per rule what changes; `svg` draws it. Deterministic: the same inputs give
+//! the same report.
+
+pub mod report;
+pub mod svg;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use smallvec::SmallVec;
+
+use crate::config::{self, Config, ConfigErrors, LoadOptions};
+use crate::engine::Charging;
+use crate::metrics::Metrics;
+use crate::proto::rate_limit_response::Code;
+use crate::record::format::{self, Call, FormatError, RecordedOptions};
+use crate::service::lease::{self, LEASE_KEY};
+use crate::service::{RateLimiter, ServiceOptions};
+use crate::store::memory::MemoryStore;
+use crate::store::ManualClock;
+pub use report::Report;
+
+/// What to replay.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// The config under test.
+    pub config: Vec<PathBuf>,
+    /// The config to compare with, replayed the same way; `None`: the recorded decisions.
+    pub baseline: Option<Vec<PathBuf>>,
+    pub recordings: Vec<PathBuf>,
+    pub merge_domain_config: bool,
+}
+
+/// Why a replay cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{0}")]
+    Recording(#[from] FormatError),
+    #[error("configuration {which} refused:\n{errors}")]
+    Config {
+        which: &'static str,
+        errors: ConfigErrors,
+    },
+    #[error("{0} records decisions under other settings ({1:?}) than the first recording ({2:?})")]
+    Options(PathBuf, RecordedOptions, RecordedOptions),
+    #[error("{path}: call {call} has no recorded decisions: compare with --baseline")]
+    NoDecisions { path: PathBuf, call: usize },
+    #[error("cannot start the runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// What one call got on one side: its overall answer, each descriptor's, and whether the
+/// config knew its domain or the service refused it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub admitted: bool,
+    pub descriptors: SmallVec<[bool; 2]>,
+    pub unknown_domain: bool,
+    pub refused: bool,
+}
+
+/// Runs the replay.
+pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
+    let (calls, options) = read_recordings(&replay.recordings)?;
+    let load_options = LoadOptions {
+        merge_domain_config: replay.merge_domain_config,
+        debt: options.debt,
+    };
+    let load = |paths: &[PathBuf], which| {
+        config::load(paths, load_options).map_err(|errors| ReplayError::Config { which, errors })
+    };
+    let config = load(&replay.config, "--config")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    let before = match &replay.baseline {
+        Some(paths) => {
+            let baseline = load(paths, "--baseline")?;
+            runtime.block_on(decide_all(baseline, options, &calls))
+        }
+        None => recorded(&replay.recordings, &calls)?,
+    };
+    let config = Arc::new(config);
+    let after = runtime.block_on(decide_all_shared(config.clone(), options, &calls));
+    let baseline = match &replay.baseline {
+        Some(paths) => format!("{} replayed", list(paths)),
+        None => "the recorded decisions".to_string(),
+    };
+    Ok(report::build(&config, &calls, &before, &after, baseline))
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
+}
+
+/// Every call of `paths`, in time order (a rotated file's calls before the newer one's at
+/// equal times, as given), and the settings they were decided under.
+fn read_recordings(paths: &[PathBuf]) -> Result<(Vec<Call>, RecordedOptions), ReplayError> {
+    let mut calls = Vec::new();
+    let mut options = None;
+    for path in paths {
+        let recording = format::read(path)?;
+        let given = recording.header.options;
+        match options {
+            None => options = Some(given),
+            Some(first) if first != given => {
+                return Err(ReplayError::Options(path.clone(), given, first))
+            }
+            Some(_) => {}
+        }
+        calls.extend(recording.calls);
+    }
+    calls.sort_by_key(|call| call.t);
+    Ok((calls, options.unwrap_or_default()))
+}
+
+/// The recorded decisions of `calls` (each must have them).
+fn recorded(paths: &[PathBuf], calls: &[Call]) -> Result<Vec<Decided>, ReplayError> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(index, call)| {
+            let statuses = call
+                .statuses
+                .as_ref()
+                .ok_or_else(|| ReplayError::NoDecisions {
+                    path: paths.first().cloned().unwrap_or_default(),
+                    call: index + 1,
+                })?;
+            let descriptors: SmallVec<[bool; 2]> = statuses
+                .iter()
+                .map(|s| s.code == format::Code::Ok)
+                .collect();
+            // Without its overall code (a converter's), a call is admitted when no descriptor
+            // was over.
+            let admitted = match call.code {
+                Some(code) => code == format::Code::Ok,
+                None => descriptors.iter().all(|&ok| ok),
+            };
+            Ok(Decided {
+                admitted,
+                descriptors,
+                unknown_domain: false,
+                refused: false,
+            })
+        })
+        .collect()
+}
+
+async fn decide_all(config: Config, options: RecordedOptions, calls: &[Call]) -> Vec<Decided> {
+    decide_all_shared(Arc::new(config), options, calls).await
+}
+
+/// Decides `calls` in order under `config` on a fresh memory store whose clock follows them.
+async fn decide_all_shared(
+    config: Arc<Config>,
+    options: RecordedOptions,
+    calls: &[Call],
+) -> Vec<Decided> {
+    let clock = Arc::new(ManualClock::default());
+    let store = Arc::new(MemoryStore::new(usize::MAX / 1024, clock.clone()));
+    let service = ServiceOptions {
+        shadow_mode: options.shadow_mode,
+        quota_mode: options.quota_mode,
+        charging: if options.every_hit {
+            Charging::EveryHit
+        } else {
+            Charging::AllOrNothing
+        },
+        ..ServiceOptions::default()
+    };
+    let limiter = RateLimiter::new(
+        Arc::new(ArcSwap::new(config.clone())),
+        store.clone(),
+        service,
+        Arc::new(Metrics::new(0.8, 0)),
+    );
+    // Recorded lease tokens, to the tokens this replay's acquires got.
+    let mut tokens: HashMap<String, String> = HashMap::new();
+    let mut swept_at = 0;
+    let mut decided = Vec::with_capacity(calls.len());
+    for call in calls {
+        clock.set(call.t);
+        if call.t.saturating_sub(swept_at) > SWEEP_EVERY_US {
+            store.sweep_expired();
+            swept_at = call.t;
+        }
+        let mut request = call.request();
+        for entry in request
+            .descriptors
+            .iter_mut()
+            .flat_map(|d| d.entries.iter_mut())
+        {
+            if entry.key == LEASE_KEY {
+                if let Some(token) = tokens.remove(&entry.value) {
+                    entry.value = token;
+                }
+            }
+        }
+        let unknown_domain = config.domain(&call.domain).is_none();
+        decided.push(match limiter.decide(&request).await {
+            Ok(response) => {
+                if let (Some(recorded), Some(token)) = (&call.lease, lease::token_in(&response)) {
+                    tokens.insert(recorded.clone(), token);
+                }
+                Decided {
+                    admitted: response.overall_code != Code::OverLimit as i32,
+                    descriptors: response
+                        .statuses
+                        .iter()
+                        .map(|s| s.code != Code::OverLimit as i32)
+                        .collect(),
+                    unknown_domain,
+                    refused: false,
+                }
+            }
+            Err(_) => Decided {
+                admitted: true,
+                descriptors: call.descriptors.iter().map(|_| true).collect(),
+                unknown_domain,
+                refused: true,
+            },
+        });
+    }
+    decided
+}
+
+/// Thresholds of newly denied calls, in percent, past which a replay fails (CI refusing a
+/// config change).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gate {
+    /// Of every call.
+    pub overall: Option<f64>,
+    /// Of any one rule's calls.
+    pub per_rule: Option<f64>,
+}
+
+impl Gate {
+    /// What `report` passes: one line per threshold passed, none when within them.
+    pub fn failures(&self, report: &Report) -> Vec<String> {
+        #[allow(clippy::cast_precision_loss)]
+        let share = |part: u64, whole: u64| {
+            if whole == 0 {
+                0.0
+            } else {
+                part as f64 * 100.0 / whole as f64
+            }
+        };
+        let mut failures = Vec::new();
+        if let Some(max) = self.overall {
+            let newly = share(report.newly_denied, report.calls);
+            if newly > max {
+                failures.push(format!(
+                    "{} of {} calls newly denied ({newly:.1}%, more than {max}%)",
+                    report.newly_denied, report.calls
+                ));
+            }
+        }
+        if let Some(max) = self.per_rule {
+            for rule in &report.rules {
+                let newly = share(rule.newly_denied, rule.calls);
+                if newly > max {
+                    failures.push(format!(
+                        "rule {}: {} of {} calls newly denied ({newly:.1}%, more than {max}%)",
+                        rule.rule, rule.newly_denied, rule.calls
+                    ));
+                }
+            }
+        }
+        failures
+    }
+}
+
+/// How often (in recorded time) the replay's store drops expired state.
+const SWEEP_EVERY_US: u64 = 10_000_000;

@@ -1,0 +1,344 @@
+//! What a replay found: per call and per rule of the new config, what each side admitted and
+//! denied, what changed, the clients it changed most for, over time (for the picture); the
+//! rules no call matched and the descriptors no rule matches. As text, and as data (`--json`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use super::Decided;
+use crate::config::Config;
+use crate::record::format::Call;
+use crate::service::lease::LEASE_KEY;
+
+/// Time buckets of each rule's timeline.
+pub const BUCKETS: usize = 60;
+/// The clients listed per rule, most affected first.
+const CLIENTS: usize = 5;
+
+/// Admitted and denied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub admitted: u64,
+    pub denied: u64,
+}
+
+impl Counts {
+    fn add(&mut self, admitted: bool) {
+        if admitted {
+            self.admitted += 1;
+        } else {
+            self.denied += 1;
+        }
+    }
+}
+
+/// What changed for one client (a descriptor's values) of a rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Client {
+    pub client: String,
+    pub newly_denied: u64,
+    pub newly_admitted: u64,
+}
+
+/// Admitted and denied calls of one time bucket, on each side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Bucket {
+    pub before: Counts,
+    pub after: Counts,
+}
+
+/// One rule of the new config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rule {
+    /// Its composite key (`edge_proxy.remote_address`), or `(limit override)`.
+    pub rule: String,
+    /// Descriptors of the recorded calls it matched.
+    pub calls: u64,
+    pub before: Counts,
+    pub after: Counts,
+    pub newly_denied: u64,
+    pub newly_admitted: u64,
+    /// Most affected first (then by name); at most five.
+    pub clients: Vec<Client>,
+    pub timeline: Vec<Bucket>,
+}
+
+/// The whole comparison.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// What the new config is compared with.
+    pub baseline: String,
+    pub calls: u64,
+    pub first_us: u64,
+    pub last_us: u64,
+    /// Whole calls, by their overall code.
+    pub before: Counts,
+    pub after: Counts,
+    pub newly_denied: u64,
+    pub newly_admitted: u64,
+    /// Calls of a domain the new config does not have (answered OK, as the server does).
+    pub unknown_domain: u64,
+    /// Calls the service refused (INVALID_ARGUMENT) on either side.
+    pub refused: u64,
+    pub rules: Vec<Rule>,
+    /// Rules of the new config no recorded call matched.
+    pub never_matched: Vec<String>,
+    /// Descriptors no rule of the new config matches, and a few of them.
+    pub unmatched: u64,
+    pub unmatched_examples: Vec<String>,
+}
+
+/// A rule's running tally.
+#[derive(Default)]
+struct Tally {
+    calls: u64,
+    before: Counts,
+    after: Counts,
+    newly_denied: u64,
+    newly_admitted: u64,
+    clients: BTreeMap<String, (u64, u64)>,
+    timeline: Vec<Bucket>,
+}
+
+/// The report of `calls`, decided `before` and `after` (one `Decided` per call each), with
+/// rules named by `config` (the new one).
+pub fn build(
+    config: &Config,
+    calls: &[Call],
+    before: &[Decided],
+    after: &[Decided],
+    baseline: String,
+) -> Report {
+    let first_us = calls.first().map_or(0, |c| c.t);
+    let last_us = calls.last().map_or(0, |c| c.t);
+    let span = (last_us - first_us).max(1);
+    let bucket_of = |t: u64| {
+        (((t - first_us) as u128 * BUCKETS as u128 / (span as u128 + 1)) as usize).min(BUCKETS - 1)
+    };
+    let mut report = Report {
+        baseline,
+        calls: calls.len() as u64,
+        first_us,
+        last_us,
+        before: Counts::default(),
+        after: Counts::default(),
+        newly_denied: 0,
+        newly_admitted: 0,
+        unknown_domain: 0,
+        refused: 0,
+        rules: Vec::new(),
+        never_matched: Vec::new(),
+        unmatched: 0,
+        unmatched_examples: Vec::new(),
+    };
+    let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut unmatched_examples = BTreeSet::new();
+    for ((call, before), after) in calls.iter().zip(before).zip(after) {
+        report.before.add(before.admitted);
+        report.after.add(after.admitted);
+        report.newly_denied += u64::from(before.admitted && !after.admitted);
+        report.newly_admitted += u64::from(!before.admitted && after.admitted);
+        report.unknown_domain += u64::from(after.unknown_domain);
+        report.refused += u64::from(before.refused || after.refused);
+        for (index, descriptor) in call.descriptors.iter().enumerate() {
+            let client = client_of(&descriptor.entries);
+            let Some(rule) = rule_of(config, call, index) else {
+                report.unmatched += 1;
+                if unmatched_examples.len() < CLIENTS {
+                    unmatched_examples.insert(client);
+                }
+                continue;
+            };
+            let was = before.descriptors.get(index).copied().unwrap_or(true);
+            let is = after.descriptors.get(index).copied().unwrap_or(true);
+            let tally = tallies.entry(rule).or_default();
+            if tally.timeline.is_empty() {
+                tally.timeline = vec![Bucket::default(); BUCKETS];
+            }
+            tally.calls += 1;
+            tally.before.add(was);
+            tally.after.add(is);
+            let bucket = &mut tally.timeline[bucket_of(call.t)];
+            bucket.before.add(was);
+            bucket.after.add(is);
+            if was != is {
+                let changed = tally.clients.entry(client).or_default();
+                if was {
+                    tally.newly_denied += 1;
+                    changed.0 += 1;
+                } else {
+                    tally.newly_admitted += 1;
+                    changed.1 += 1;
+                }
+            }
+        }
+    }
+    report.unmatched_examples = unmatched_examples.into_iter().collect();
+    let matched: BTreeSet<&String> = tallies.keys().collect();
+    report.never_matched = config
+        .domains()
+        .into_iter()
+        .flat_map(|domain| domain.rules())
+        .map(|rule| rule.full_key.clone())
+        .filter(|key| !matched.contains(key))
+        .collect();
+    report.never_matched.sort();
+    report.rules = tallies
+        .into_iter()
+        .map(|(rule, tally)| rule_report(rule, tally))
+        .collect();
+    report
+}
+
+fn rule_report(rule: String, tally: Tally) -> Rule {
+    let mut clients: Vec<Client> = tally
+        .clients
+        .into_iter()
+        .map(|(client, (newly_denied, newly_admitted))| Client {
+            client,
+            newly_denied,
+            newly_admitted,
+        })
+        .collect();
+    clients.sort_by(|a, b| {
+        (b.newly_denied + b.newly_admitted)
+            .cmp(&(a.newly_denied + a.newly_admitted))
+            .then_with(|| a.client.cmp(&b.client))
+    });
+    clients.truncate(CLIENTS);
+    Rule {
+        rule,
+        calls: tally.calls,
+        before: tally.before,
+        after: tally.after,
+        newly_denied: tally.newly_denied,
+        newly_admitted: tally.newly_admitted,
+        clients,
+        timeline: tally.timeline,
+    }
+}
+
+/// A descriptor's values as a client: `key=value,key2=value2` (a lease token left out).
+fn client_of(entries: &[(String, String)]) -> String {
+    let parts: Vec<String> = entries
+        .iter()
+        .filter(|(key, _)| key != LEASE_KEY)
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    parts.join(",")
+}
+
+/// The rule of `config` descriptor `index` of `call` falls under, as the service matches it:
+/// a client's override is `(limit override)`, a lease token is set aside.
+fn rule_of(config: &Config, call: &Call, index: usize) -> Option<String> {
+    let descriptor = call.descriptors.get(index)?;
+    let domain = config.domain(&call.domain)?;
+    if descriptor.limit.is_some() {
+        return Some("(limit override)".to_string());
+    }
+    let entries: smallvec::SmallVec<[(&str, &str); 8]> = descriptor
+        .entries
+        .iter()
+        .filter(|(key, _)| key != LEASE_KEY)
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    domain
+        .resolve(entries.into_iter())
+        .map(|m| m.rule.full_key.clone())
+}
+
+/// `part` of `whole`, in percent with one decimal.
+pub fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "0.0%".to_string();
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let share = part as f64 * 100.0 / whole as f64;
+    format!("{share:.1}%")
+}
+
+impl Report {
+    /// The report as text.
+    pub fn text(&self, config: &str) -> String {
+        let mut out = String::new();
+        let span = format!(
+            "{} to {}",
+            crate::service::utc_text(self.first_us / 1_000_000),
+            crate::service::utc_text(self.last_us.div_ceil(1_000_000))
+        );
+        let _ = writeln!(
+            out,
+            "{} calls ({span}) replayed under {config}, compared with {}",
+            self.calls, self.baseline
+        );
+        let _ = writeln!(
+            out,
+            "  admitted {} -> {}, denied {} -> {}: newly denied {} ({}), newly admitted {} ({})",
+            self.before.admitted,
+            self.after.admitted,
+            self.before.denied,
+            self.after.denied,
+            self.newly_denied,
+            percent(self.newly_denied, self.calls),
+            self.newly_admitted,
+            percent(self.newly_admitted, self.calls),
+        );
+        if self.unknown_domain > 0 || self.refused > 0 {
+            let _ = writeln!(
+                out,
+                "  calls of a domain the config does not have: {}; calls refused: {}",
+                self.unknown_domain, self.refused
+            );
+        }
+        for rule in &self.rules {
+            write_rule(&mut out, rule);
+        }
+        if !self.never_matched.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nrules no call matched: {}",
+                self.never_matched.join(", ")
+            );
+        }
+        if self.unmatched > 0 {
+            let _ = writeln!(
+                out,
+                "\ndescriptors no rule matches: {} (e.g. {})",
+                self.unmatched,
+                self.unmatched_examples.join("; ")
+            );
+        }
+        out
+    }
+}
+
+fn write_rule(out: &mut String, rule: &Rule) {
+    let _ = writeln!(out, "\nrule {}: {} calls", rule.rule, rule.calls);
+    let _ = writeln!(
+        out,
+        "  admitted {} -> {}, denied {} -> {}: newly denied {} ({}), newly admitted {} ({})",
+        rule.before.admitted,
+        rule.after.admitted,
+        rule.before.denied,
+        rule.after.denied,
+        rule.newly_denied,
+        percent(rule.newly_denied, rule.calls),
+        rule.newly_admitted,
+        percent(rule.newly_admitted, rule.calls),
+    );
+    if !rule.clients.is_empty() {
+        let clients: Vec<String> = rule
+            .clients
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} (+{} denied, +{} admitted)",
+                    c.client, c.newly_denied, c.newly_admitted
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  most affected: {}", clients.join(", "));
+    }
+}
