@@ -21,6 +21,7 @@ mod load_tools;
 mod operations;
 mod otel_traces;
 mod penalties;
+mod record_replay;
 mod redis_deployments;
 mod redis_pipelining;
 mod redis_store;
