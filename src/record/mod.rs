@@ -71,7 +71,8 @@ pub(crate) struct Pending {
     pub request: RateLimitRequest,
     pub statuses: Vec<Status>,
     pub lease: Option<String>,
-    pub config: Arc<Config>,
+    /// The config it was decided under, when values are hashed (those it names stay).
+    pub config: Option<Arc<Config>>,
 }
 
 /// The recorder of a server.
@@ -79,6 +80,7 @@ pub struct Recorder {
     queue: SyncSender<Message>,
     /// A client is recorded when the hash of its descriptors falls below this.
     threshold: u64,
+    hashes: bool,
     counts: Arc<RecordCounts>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -118,6 +120,7 @@ impl Recorder {
         Ok(Recorder {
             queue,
             threshold,
+            hashes: settings.hash_values,
             counts,
             writer: Mutex::new(Some(thread)),
         })
@@ -159,7 +162,7 @@ impl Recorder {
             request: request.clone(),
             statuses,
             lease: crate::service::lease::token_in(response),
-            config: config.clone(),
+            config: self.hashes.then(|| config.clone()),
         };
         match self.queue.try_send(Message::Call(Box::new(pending))) {
             Ok(()) => {}

@@ -6,23 +6,26 @@ use std::collections::HashSet;
 
 /// The (key, value) pairs a config names exactly.
 type NamedValues = HashSet<(String, String)>;
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use siphasher::sip::SipHasher13;
 
-use super::format::{Call, Descriptor, Header, Override};
+use serde::Serialize;
+
+use super::format::{Code, Header, Override, Status};
 use super::{Message, Pending, RecordCounts, RecordError, RecordSettings};
 use crate::config::Config;
 use crate::service::lease::LEASE_KEY;
 
-/// How long the writer waits for a call before it flushes what it wrote.
-const IDLE_FLUSH: Duration = Duration::from_millis(200);
+/// How long the writer sleeps when the queue is empty (after flushing what it wrote).
+const IDLE_SLEEP: Duration = Duration::from_millis(10);
 /// After a failed write, how long before the file is opened again.
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
 
@@ -193,22 +196,51 @@ impl Hashing {
     }
 }
 
-/// The line of `pending`.
-fn line(pending: &Pending, hashing: &mut Option<Hashing>) -> Vec<u8> {
+/// A call's line as `format::Call` writes it, borrowing what it can from the request.
+#[derive(Serialize)]
+struct Line<'a> {
+    t: u64,
+    domain: &'a str,
+    #[serde(skip_serializing_if = "is_zero")]
+    hits_addend: u32,
+    descriptors: Vec<LineDescriptor<'a>>,
+    code: Code,
+    statuses: &'a [Status],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct LineDescriptor<'a> {
+    entries: Vec<(&'a str, Cow<'a, str>)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hits_addend: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<Override>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Appends the line of `pending` to `out`.
+fn line(pending: &Pending, hashing: &mut Option<Hashing>, out: &mut Vec<u8>) {
     let descriptors = pending
         .request
         .descriptors
         .iter()
-        .map(|d| Descriptor {
+        .map(|d| LineDescriptor {
             entries: d
                 .entries
                 .iter()
                 .map(|e| {
-                    let value = match hashing.as_mut() {
-                        Some(hashing) => hashing.value(&pending.config, &e.key, &e.value),
-                        None => e.value.clone(),
+                    let value = match (hashing.as_mut(), &pending.config) {
+                        (Some(hashing), Some(config)) => {
+                            Cow::Owned(hashing.value(config, &e.key, &e.value))
+                        }
+                        _ => Cow::Borrowed(e.value.as_str()),
                     };
-                    (e.key.clone(), value)
+                    (e.key.as_str(), value)
                 })
                 .collect(),
             hits_addend: d.hits_addend,
@@ -218,30 +250,45 @@ fn line(pending: &Pending, hashing: &mut Option<Hashing>) -> Vec<u8> {
             }),
         })
         .collect();
-    let call = Call {
+    let line = Line {
         t: pending.t,
-        domain: pending.request.domain.clone(),
+        domain: &pending.request.domain,
         hits_addend: pending.request.hits_addend,
         descriptors,
-        code: Some(pending.code),
-        statuses: Some(pending.statuses.clone()),
-        lease: pending.lease.clone(),
+        code: pending.code,
+        statuses: &pending.statuses,
+        lease: pending.lease.as_deref(),
     };
-    let mut bytes = serde_json::to_vec(&call).unwrap_or_default();
-    bytes.push(b'\n');
-    bytes
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    }
 }
 
-/// Writes the calls `receiver` brings until it says stop (or every sender is gone).
+/// Writes the calls `receiver` brings until it says stop (or every sender is gone): whatever
+/// is queued, then, the queue empty, a flush and a short sleep. The writer never blocks on
+/// the queue, so a call handed over never has to wake it.
 pub(super) fn run(receiver: &Receiver<Message>, mut output: Output, mut hashing: Option<Hashing>) {
+    let mut buffer = Vec::with_capacity(512);
+    let mut unflushed = false;
     loop {
-        match receiver.recv_timeout(IDLE_FLUSH) {
-            Ok(Message::Call(pending)) => output.write(&line(&pending, &mut hashing)),
-            Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => {
+        match receiver.try_recv() {
+            Ok(Message::Call(pending)) => {
+                buffer.clear();
+                line(&pending, &mut hashing, &mut buffer);
+                output.write(&buffer);
+                unflushed = true;
+            }
+            Ok(Message::Stop) | Err(TryRecvError::Disconnected) => {
                 output.flush();
                 return;
             }
-            Err(RecvTimeoutError::Timeout) => output.flush(),
+            Err(TryRecvError::Empty) => {
+                if unflushed {
+                    output.flush();
+                    unflushed = false;
+                }
+                std::thread::sleep(IDLE_SLEEP);
+            }
         }
     }
 }
