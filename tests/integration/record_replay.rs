@@ -71,6 +71,21 @@ async fn client_calls(sluice: &Sluice, client: usize, calls: usize) -> usize {
             call_one(&mut grpc, "app", &[("user", &user)]).await;
             made += 1;
         }
+        let other = match n % 4 {
+            // A check, then its cost reported after the response (into debt).
+            0 => vec![descriptor_with_hits(&[("tokens", &name)], 0)],
+            1 => vec![descriptor_with_hits(&[("tokens", &name)], 7)],
+            2 => vec![
+                descriptor(&[("api_key", &format!("k{}", client % 2))]),
+                descriptor(&[("trial", &name)]),
+            ],
+            _ => vec![
+                descriptor(&[("tier", &name)]),
+                descriptor(&[("tier", &format!("t{}", client % 2))]),
+            ],
+        };
+        call(&mut grpc, request("app", other)).await;
+        made += 1;
         if n % 7 == 0 {
             let chat = format!("k{}", client % 2);
             let acquired = call_one(&mut grpc, "app", &[("chat", &chat)]).await;
@@ -133,8 +148,27 @@ async fn a_recording_made_under_load_replays_to_exactly_its_own_decisions() {
         .collect();
     assert_eq!(
         rules,
-        ["app.chat", "app.client", "app.shared_all", "app.user"]
+        [
+            "app.api_key",
+            "app.chat",
+            "app.client",
+            "app.shared_all",
+            "app.tier",
+            "app.tokens",
+            "app.trial",
+            "app.user"
+        ]
     );
+    // The rules that denied while recorded (the shared bucket vetoes most calls before a
+    // client's own limit fills; shadow mode answers OK; two leases were never all taken).
+    let denying = ["app.api_key", "app.shared_all", "app.tier", "app.tokens", "app.user"];
+    for rule in report["rules"].as_array().unwrap() {
+        let name = rule["rule"].as_str().unwrap();
+        if denying.contains(&name) {
+            let denied = rule["before"]["denied"].as_u64().unwrap();
+            assert!(denied > 0, "{name} denied nothing: {}", rule["before"]);
+        }
+    }
     assert_eq!(
         report["never_matched"][0].as_str(),
         Some("app.plan_free.client")
@@ -251,6 +285,64 @@ fn halving_a_limit_newly_denies_what_the_calls_say_and_the_gate_fails_on_it() {
         ),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_recording_is_bounded_by_its_size_and_samples_whole_clients() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("calls.jsonl");
+    let file = path.display().to_string();
+    let sluice = Sluice::start(
+        CONFIG,
+        &[
+            "--record",
+            &file,
+            "--record-max-bytes",
+            "4096",
+            "--record-sample",
+            "0.5",
+        ],
+    );
+    let mut grpc = sluice.client().await;
+    for _ in 0..4 {
+        for client in 0..60 {
+            call_one(&mut grpc, "app", &[("client", &format!("c{client}"))]).await;
+        }
+    }
+    let (_, metrics) = sluice.http_get("/metrics");
+    stop(sluice);
+    assert!(series(&metrics, "sluice_record_rotations_total").unwrap_or(0.0) >= 1.0);
+    let aside = dir.path().join("calls.jsonl.1");
+    let mut clients: std::collections::BTreeSet<String> = Default::default();
+    for file in [&aside, &path] {
+        let text = std::fs::read_to_string(file).expect("both files");
+        assert!(text.len() <= 4096, "{} bytes", text.len());
+        assert!(
+            text.starts_with("{\"sluice_recording\":1"),
+            "each file has its header"
+        );
+        for line in text.lines().skip(1) {
+            let call: Value = serde_json::from_str(line).expect("a call");
+            clients.insert(
+                call["descriptors"][0]["entries"][0][1]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    }
+    // About half the 60 clients are sampled; each of the others never appears.
+    let sampled = clients.len();
+    assert!((10..=50).contains(&sampled), "{sampled} clients");
+    // Together the two files replay (the calls before them are gone: bounded).
+    let (code, report) = replay_json(&[
+        "--config",
+        &fixture("config.yaml").display().to_string(),
+        &aside.display().to_string(),
+        &file,
+    ]);
+    assert_eq!(code, Some(0));
+    assert!(report["calls"].as_u64().unwrap() < 240);
 }
 
 #[tokio::test]
