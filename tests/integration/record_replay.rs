@@ -161,7 +161,13 @@ async fn a_recording_made_under_load_replays_to_exactly_its_own_decisions() {
     );
     // The rules that denied while recorded (the shared bucket vetoes most calls before a
     // client's own limit fills; shadow mode answers OK; two leases were never all taken).
-    let denying = ["app.api_key", "app.shared_all", "app.tier", "app.tokens", "app.user"];
+    let denying = [
+        "app.api_key",
+        "app.shared_all",
+        "app.tier",
+        "app.tokens",
+        "app.user",
+    ];
     for rule in report["rules"].as_array().unwrap() {
         let name = rule["rule"].as_str().unwrap();
         if denying.contains(&name) {
