@@ -464,13 +464,59 @@ async fn a_redis_refusing_writes_is_logged_once_as_answering_errors_not_as_unrea
         "an out-of-memory Redis refuses the scripts' writes"
     );
     let log = sluice.log();
-    assert_eq!(log.matches("Redis answers with errors").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("Redis is out of memory (OOM").count(),
+        1,
+        "{log}"
+    );
     assert_eq!(log.matches("unreachable").count(), 0, "{log}");
     assert_eq!(log.matches("reachable again").count(), 0, "{log}");
     let (_, metrics) = sluice.http_get("/metrics");
     assert_eq!(
         series(&metrics, r#"sluice_store_errors_total{kind="protocol"}"#),
         Some(failed as f64),
+        "{metrics}"
+    );
+    let condition = |name: &str| {
+        series(
+            &metrics,
+            &format!("sluice_redis_condition{{condition=\"{name}\"}}"),
+        )
+    };
+    assert_eq!(condition("out_of_memory"), Some(1.0), "{metrics}");
+    assert_eq!(condition("normal"), Some(0.0), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_read_only_replica_is_named_as_one() {
+    let primary = RedisServer::start(&[]);
+    let replica = RedisServer::start(&[]);
+    let sluice = sluice_on(&replica, &[]);
+    let mut client = sluice.client().await;
+    call_one(&mut client, "r", &[("envoy", "warm")]).await;
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]);
+    let mut failed = 0;
+    for i in 0..20 {
+        let value = format!("ro{i}");
+        let answer = client
+            .should_rate_limit(request("r", vec![descriptor(&[("envoy", &value)])]))
+            .await;
+        failed += usize::from(answer.is_err());
+    }
+    assert!(failed > 0, "a replica refuses the scripts' writes");
+    let log = sluice.log();
+    assert_eq!(
+        log.matches("Redis is a read-only replica").count(),
+        1,
+        "{log}"
+    );
+    let (_, metrics) = sluice.http_get("/metrics");
+    assert_eq!(
+        series(
+            &metrics,
+            r#"sluice_redis_condition{condition="read_only_replica"}"#
+        ),
+        Some(1.0),
         "{metrics}"
     );
 }

@@ -1,20 +1,69 @@
-//! How Redis has been answering, as the calls find it: normally, not in time, not at all, or
-//! with error replies (a Redis out of memory refuses writes). Each change is logged once; the
-//! way back from error replies only after a quiet spell, so that a Redis failing every other
-//! call is one line, not one per call.
+//! How Redis has been answering, as the calls find it, named: normally, not in time,
+//! unreachable, out of memory, a read-only replica, in a failover, refusing sluice's
+//! credentials, or with other error replies. Each change is logged once, with a metric of the
+//! current condition (`sluice_redis_condition`); the way back from error replies only after a
+//! quiet spell, so that a Redis failing every other call is one line, not one per call.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
+use metrics::Label;
+
+use crate::series::Series;
 use crate::store::StoreError;
 
 /// How long without a failure before Redis counts as answering normally again.
 const QUIET_SPELL: Duration = Duration::from_secs(5);
 
+/// A condition: its metric label, and what its first failure logs.
+struct Named {
+    label: &'static str,
+    says: &'static str,
+}
+
+/// Every condition, `NORMAL` first; the index is the state.
+const CONDITIONS: [Named; 8] = [
+    Named {
+        label: "normal",
+        says: "Redis is reachable again, answering normally",
+    },
+    Named {
+        label: "timing_out",
+        says: "Redis does not answer in time: calls fail until it does",
+    },
+    Named {
+        label: "unreachable",
+        says: "Redis is unreachable: calls fail until it is back",
+    },
+    Named {
+        label: "out_of_memory",
+        says: "Redis is out of memory (OOM, maxmemory): it refuses the scripts' writes, and calls fail while it does",
+    },
+    Named {
+        label: "read_only_replica",
+        says: "Redis is a read-only replica (READONLY): calls fail until sluice reaches a primary",
+    },
+    Named {
+        label: "failover",
+        says: "Redis is in a failover or loading its data (MASTERDOWN, LOADING, CLUSTERDOWN, TRYAGAIN): calls fail until it is over",
+    },
+    Named {
+        label: "authentication",
+        says: "Redis refuses sluice's credentials (NOAUTH, WRONGPASS, NOPERM): calls fail until they are accepted",
+    },
+    Named {
+        label: "error_replies",
+        says: "Redis answers with errors: calls fail while it does",
+    },
+];
 const NORMAL: u8 = 0;
 const TIMING_OUT: u8 = 1;
 const UNREACHABLE: u8 = 2;
-const ERROR_REPLIES: u8 = 3;
+const OUT_OF_MEMORY: u8 = 3;
+const READ_ONLY: u8 = 4;
+const FAILOVER: u8 = 5;
+const AUTHENTICATION: u8 = 6;
+const ERROR_REPLIES: u8 = 7;
 
 /// The condition of one store's Redis.
 pub struct Condition {
@@ -22,6 +71,34 @@ pub struct Condition {
     started: Instant,
     /// When the last call failed, in milliseconds since `started`.
     last_failure_ms: AtomicU64,
+}
+
+/// The condition `error` shows.
+fn condition_of(error: &StoreError) -> u8 {
+    let redis = |source: &crate::store::BoxError| {
+        source
+            .downcast_ref::<redis::RedisError>()
+            .map(|e| (e.code().map(str::to_string), e.kind()))
+    };
+    match error {
+        StoreError::Timeout { .. } => TIMING_OUT,
+        StoreError::Unreachable { source, .. } => match redis(source) {
+            Some((_, redis::ErrorKind::AuthenticationFailed)) => AUTHENTICATION,
+            _ => UNREACHABLE,
+        },
+        StoreError::Protocol { source, .. } => match redis(source) {
+            Some((Some(code), _)) => match code.as_str() {
+                "OOM" => OUT_OF_MEMORY,
+                "READONLY" => READ_ONLY,
+                "MASTERDOWN" | "LOADING" | "CLUSTERDOWN" | "TRYAGAIN" => FAILOVER,
+                "NOAUTH" | "WRONGPASS" | "NOPERM" => AUTHENTICATION,
+                _ => ERROR_REPLIES,
+            },
+            Some((None, redis::ErrorKind::AuthenticationFailed)) => AUTHENTICATION,
+            _ => ERROR_REPLIES,
+        },
+        StoreError::Full { .. } => ERROR_REPLIES,
+    }
 }
 
 impl Condition {
@@ -41,35 +118,33 @@ impl Condition {
                 let state = self.state.load(Ordering::Relaxed);
                 // Error replies come and go with what a call writes: only a quiet spell ends
                 // them. A connection that answers again is back at once.
+                let replies = !matches!(state, NORMAL | TIMING_OUT | UNREACHABLE);
                 let quiet = now_ms.saturating_sub(self.last_failure_ms.load(Ordering::Relaxed));
-                let settled = state != ERROR_REPLIES || quiet >= QUIET_SPELL.as_millis() as u64;
+                let settled = !replies || quiet >= QUIET_SPELL.as_millis() as u64;
                 if state != NORMAL
                     && settled
                     && self.state.swap(NORMAL, Ordering::Relaxed) != NORMAL
                 {
-                    tracing::info!("Redis is reachable again, answering normally");
+                    tracing::info!("{}", CONDITIONS[usize::from(NORMAL)].says);
                 }
                 return;
             }
             Err(error) => error,
         };
         self.last_failure_ms.store(now_ms, Ordering::Relaxed);
-        let state = match error {
-            StoreError::Timeout { .. } => TIMING_OUT,
-            StoreError::Unreachable { .. } => UNREACHABLE,
-            StoreError::Protocol { .. } | StoreError::Full { .. } => ERROR_REPLIES,
-        };
-        if self.state.swap(state, Ordering::Relaxed) == state {
-            return;
+        let state = condition_of(error);
+        if self.state.swap(state, Ordering::Relaxed) != state {
+            tracing::warn!(%error, "{}", CONDITIONS[usize::from(state)].says);
         }
-        match state {
-            TIMING_OUT => {
-                tracing::warn!(%error, "Redis does not answer in time: calls fail until it does")
-            }
-            UNREACHABLE => {
-                tracing::warn!(%error, "Redis is unreachable: calls fail until it is back")
-            }
-            _ => tracing::warn!(%error, "Redis answers with errors: calls fail while it does"),
+    }
+
+    /// Writes `sluice_redis_condition{condition}`: 1 for the current one, 0 for the others.
+    pub fn report(&self, series: &Series) {
+        let current = usize::from(self.state.load(Ordering::Relaxed));
+        for (index, named) in CONDITIONS.iter().enumerate() {
+            let labels = vec![Label::new("condition", named.label)];
+            let value = if index == current { 1.0 } else { 0.0 };
+            series.gauge("sluice_redis_condition", labels).set(value);
         }
     }
 }

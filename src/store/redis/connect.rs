@@ -88,8 +88,25 @@ impl Connection {
             .as_ref()
             .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
         {
-            if let Err(error) = sentinel.refresh().await {
-                tracing::warn!(%error, "cannot find the Redis primary through Sentinel");
+            match sentinel.refresh().await {
+                // Logged when the primary is first lost and when it is found: the calls of a
+                // failover retry this many times a second.
+                Err(error) => {
+                    if !sentinel
+                        .lost
+                        .swap(true, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        tracing::warn!(%error, "cannot find the Redis primary through Sentinel (a failover in progress?): calls fail until it is found");
+                    }
+                }
+                Ok(()) => {
+                    if sentinel
+                        .lost
+                        .swap(false, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        tracing::info!("found the Redis primary through Sentinel again");
+                    }
+                }
             }
         }
     }
@@ -100,6 +117,8 @@ pub struct SentinelConnection {
     sentinel: Mutex<SentinelClient>,
     primary: ArcSwap<ConnectionManager>,
     config: ConnectionManagerConfig,
+    /// The last lookup of the primary failed (logged once until one succeeds).
+    lost: std::sync::atomic::AtomicBool,
 }
 
 impl SentinelConnection {
@@ -163,6 +182,7 @@ impl RedisTarget {
                     sentinel: Mutex::new(sentinel),
                     primary: ArcSwap::from_pointee(primary),
                     config,
+                    lost: std::sync::atomic::AtomicBool::new(false),
                 })))
             }
         }

@@ -442,9 +442,11 @@ impl Mode {
 }
 
 impl Reporting for RedisStore {
-    /// Script reloads after NOSCRIPT, and with implicit pipelining its pipelines and calls.
+    /// Script reloads after NOSCRIPT, how Redis has been answering, and with implicit
+    /// pipelining its pipelines and calls.
     fn report(&self, series: &Series) {
         series.total("sluice_redis_script_reloads_total", self.script_reloads());
+        self.condition.report(series);
         if self.backends.iter().any(|b| b.pipeliner.is_some()) {
             let counts = &self.pipeline_counts;
             let pipelines = counts.pipelines.load(Ordering::Relaxed);
