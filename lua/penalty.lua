@@ -5,15 +5,21 @@
 -- when the client is forgotten: "<offences> <last_block_ms> <blocked_until_us>
 -- <remembered_until_us> <strike_us>...", the strikes since the last offence, oldest first.
 
+-- The whole numbers of `text`, in order.
+local function numbers_of(text)
+  local n = {}
+  for field in string.gmatch(text, '%d+') do
+    n[#n + 1] = tonumber(field)
+  end
+  return n
+end
+
 -- The hit's penalty, from its argument (common.lua, ARGV[+11]); nil without one.
 local function penalty_of(arg, KEYS)
   if arg == '' then
     return nil
   end
-  local n = {}
-  for field in string.gmatch(arg, '%d+') do
-    n[#n + 1] = tonumber(field)
-  end
+  local n = numbers_of(arg)
   if n[1] == 0 then
     return nil
   end
@@ -27,10 +33,7 @@ local function penalty_read(key, now)
   if not value then
     return nil
   end
-  local n = {}
-  for field in string.gmatch(value, '%d+') do
-    n[#n + 1] = tonumber(field)
-  end
+  local n = numbers_of(value)
   local record = {offences = n[1], last = n[2], blocked = n[3], remembered = n[4], strikes = {}}
   for i = 5, #n do
     record.strikes[#record.strikes + 1] = n[i]
