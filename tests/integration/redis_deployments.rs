@@ -88,6 +88,42 @@ async fn sentinel_leads_sluice_to_the_primary() {
 }
 
 #[tokio::test]
+async fn a_primary_sentinel_cannot_reach_is_logged_when_lost_not_at_every_retry() {
+    let mut primary = RedisServer::start(&[]);
+    let sentinel = RedisServer::start_sentinel("mymaster", primary.port);
+    let redis_url = format!("mymaster,127.0.0.1:{}", sentinel.port);
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &["--store", "redis", "--redis-command-timeout", "300ms"],
+        &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &redis_url)],
+    );
+    assert_eq!(
+        admitted_per_value(&sluice, "user", &["s1".to_string()], 1).await,
+        [1]
+    );
+    // Sentinel keeps naming the stopped primary (its down-after is a minute): every call
+    // fails over to a lookup that fails.
+    primary.stop();
+    let mut client = sluice.client().await;
+    let mut failed = 0;
+    for _ in 0..20 {
+        let answer = client
+            .should_rate_limit(request("d", vec![descriptor(&[("user", "s2")])]))
+            .await;
+        failed += usize::from(answer.is_err());
+    }
+    assert!(failed >= 15, "{failed} calls failed");
+    let log = sluice.log();
+    assert!(
+        log.matches("cannot find the Redis primary through Sentinel")
+            .count()
+            <= 1,
+        "{log}"
+    );
+    assert_eq!(log.matches("Redis is unreachable").count(), 1, "{log}");
+}
+
+#[tokio::test]
 async fn tls_with_a_private_ca() {
     let redis = RedisServer::start_tls();
     let url = format!("rediss://127.0.0.1:{}", redis.port);
