@@ -95,24 +95,16 @@ impl Policy {
         let max_block_us = duration_of(get("max_block"), "penalty.max_block")?
             .unwrap_or(DEFAULT_MAX_BLOCK_US.max(block_us));
         let max_block_ms = whole_ms(max_block_us, "penalty.max_block")?;
-        if max_block_ms < block_ms {
-            let reason = format!(
-                "{} is shorter than block ({})",
-                duration::human(max_block_us),
-                duration::human(block_us)
-            );
-            return Err(Refusal::new("penalty.max_block", reason));
-        }
+        not_shorter("penalty.max_block", max_block_us, ("block", block_us), "")?;
         let forget_us = duration_of(get("forget_after"), "penalty.forget_after")?
             .unwrap_or(DEFAULT_FORGET_US.max(within_us));
-        if forget_us < within_us {
-            let reason = format!(
-                "{} is shorter than within ({}): a client would be forgotten while its denials still count",
-                duration::human(forget_us),
-                duration::human(within_us)
-            );
-            return Err(Refusal::new("penalty.forget_after", reason));
-        }
+        let why = ": a client would be forgotten while its denials still count";
+        not_shorter(
+            "penalty.forget_after",
+            forget_us,
+            ("within", within_us),
+            why,
+        )?;
         Ok(Policy {
             after,
             within_us,
@@ -197,6 +189,25 @@ fn duration_of(
         Ok(us) => Ok(Some(us)),
         Err(error) => Err(Refusal::new(key, error.to_string())),
     }
+}
+
+/// Refuses `us` under `key` when it is shorter than the other setting's `us` (`name`),
+/// saying so and `why`.
+fn not_shorter(
+    key: &'static str,
+    us: u64,
+    (name, other_us): (&str, u64),
+    why: &str,
+) -> Result<(), Refusal> {
+    if us >= other_us {
+        return Ok(());
+    }
+    let reason = format!(
+        "{} is shorter than {name} ({}){why}",
+        duration::human(us),
+        duration::human(other_us)
+    );
+    Err(Refusal::new(key, reason))
 }
 
 /// `us` in whole milliseconds, refused when it has a fraction of one.

@@ -252,21 +252,21 @@ impl Gate {
         };
         let mut failures = Vec::new();
         if let Some(max) = self.overall {
-            let newly = share(report.newly_denied, report.calls);
+            let newly = share(report.compared.newly_denied, report.calls);
             if newly > max {
                 failures.push(format!(
                     "{} of {} calls newly denied ({newly:.1}%, more than {max}%)",
-                    report.newly_denied, report.calls
+                    report.compared.newly_denied, report.calls
                 ));
             }
         }
         if let Some(max) = self.per_rule {
             for rule in &report.rules {
-                let newly = share(rule.newly_denied, rule.calls);
+                let newly = share(rule.compared.newly_denied, rule.calls);
                 if newly > max {
                     failures.push(format!(
                         "rule {}: {} of {} calls newly denied ({newly:.1}%, more than {max}%)",
-                        rule.rule, rule.newly_denied, rule.calls
+                        rule.rule, rule.compared.newly_denied, rule.calls
                     ));
                 }
             }

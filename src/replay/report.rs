@@ -34,6 +34,41 @@ impl Counts {
     }
 }
 
+/// Admitted and denied on each side, and what changed between them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Comparison {
+    pub before: Counts,
+    pub after: Counts,
+    pub newly_denied: u64,
+    pub newly_admitted: u64,
+}
+
+impl Comparison {
+    /// One call (or descriptor) admitted or not before (`was`) and after (`is`).
+    fn add(&mut self, was: bool, is: bool) {
+        self.before.add(was);
+        self.after.add(is);
+        self.newly_denied += u64::from(was && !is);
+        self.newly_admitted += u64::from(!was && is);
+    }
+
+    /// `admitted 9 -> 7, denied 1 -> 3: newly denied 2 (20.0%), newly admitted 0 (0.0%)`,
+    /// shares of `calls`.
+    fn line(&self, calls: u64) -> String {
+        format!(
+            "admitted {} -> {}, denied {} -> {}: newly denied {} ({}), newly admitted {} ({})",
+            self.before.admitted,
+            self.after.admitted,
+            self.before.denied,
+            self.after.denied,
+            self.newly_denied,
+            percent(self.newly_denied, calls),
+            self.newly_admitted,
+            percent(self.newly_admitted, calls),
+        )
+    }
+}
+
 /// What changed for one client (a descriptor's values) of a rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Client {
@@ -56,10 +91,8 @@ pub struct Rule {
     pub rule: String,
     /// Descriptors of the recorded calls it matched.
     pub calls: u64,
-    pub before: Counts,
-    pub after: Counts,
-    pub newly_denied: u64,
-    pub newly_admitted: u64,
+    #[serde(flatten)]
+    pub compared: Comparison,
     /// Most affected first (then by name); at most five.
     pub clients: Vec<Client>,
     pub timeline: Vec<Bucket>,
@@ -74,10 +107,8 @@ pub struct Report {
     pub first_us: u64,
     pub last_us: u64,
     /// Whole calls, by their overall code.
-    pub before: Counts,
-    pub after: Counts,
-    pub newly_denied: u64,
-    pub newly_admitted: u64,
+    #[serde(flatten)]
+    pub compared: Comparison,
     /// Calls of a domain the new config does not have (answered OK, as the server does).
     pub unknown_domain: u64,
     /// Calls the service refused (INVALID_ARGUMENT) on either side.
@@ -94,10 +125,7 @@ pub struct Report {
 #[derive(Default)]
 struct Tally {
     calls: u64,
-    before: Counts,
-    after: Counts,
-    newly_denied: u64,
-    newly_admitted: u64,
+    compared: Comparison,
     clients: BTreeMap<String, (u64, u64)>,
     timeline: Vec<Bucket>,
 }
@@ -122,10 +150,7 @@ pub fn build(
         calls: calls.len() as u64,
         first_us,
         last_us,
-        before: Counts::default(),
-        after: Counts::default(),
-        newly_denied: 0,
-        newly_admitted: 0,
+        compared: Comparison::default(),
         unknown_domain: 0,
         refused: 0,
         rules: Vec::new(),
@@ -136,10 +161,7 @@ pub fn build(
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let mut unmatched_examples = BTreeSet::new();
     for ((call, before), after) in calls.iter().zip(before).zip(after) {
-        report.before.add(before.admitted);
-        report.after.add(after.admitted);
-        report.newly_denied += u64::from(before.admitted && !after.admitted);
-        report.newly_admitted += u64::from(!before.admitted && after.admitted);
+        report.compared.add(before.admitted, after.admitted);
         report.unknown_domain += u64::from(after.unknown_domain);
         report.refused += u64::from(before.refused || after.refused);
         for (index, descriptor) in call.descriptors.iter().enumerate() {
@@ -158,18 +180,15 @@ pub fn build(
                 tally.timeline = vec![Bucket::default(); BUCKETS];
             }
             tally.calls += 1;
-            tally.before.add(was);
-            tally.after.add(is);
+            tally.compared.add(was, is);
             let bucket = &mut tally.timeline[bucket_of(call.t)];
             bucket.before.add(was);
             bucket.after.add(is);
             if was != is {
                 let changed = tally.clients.entry(client).or_default();
                 if was {
-                    tally.newly_denied += 1;
                     changed.0 += 1;
                 } else {
-                    tally.newly_admitted += 1;
                     changed.1 += 1;
                 }
             }
@@ -211,10 +230,7 @@ fn rule_report(rule: String, tally: Tally) -> Rule {
     Rule {
         rule,
         calls: tally.calls,
-        before: tally.before,
-        after: tally.after,
-        newly_denied: tally.newly_denied,
-        newly_admitted: tally.newly_admitted,
+        compared: tally.compared,
         clients,
         timeline: tally.timeline,
     }
@@ -273,18 +289,7 @@ impl Report {
             "{} calls ({span}) replayed under {config}, compared with {}",
             self.calls, self.baseline
         );
-        let _ = writeln!(
-            out,
-            "  admitted {} -> {}, denied {} -> {}: newly denied {} ({}), newly admitted {} ({})",
-            self.before.admitted,
-            self.after.admitted,
-            self.before.denied,
-            self.after.denied,
-            self.newly_denied,
-            percent(self.newly_denied, self.calls),
-            self.newly_admitted,
-            percent(self.newly_admitted, self.calls),
-        );
+        let _ = writeln!(out, "  {}", self.compared.line(self.calls));
         if self.unknown_domain > 0 || self.refused > 0 {
             let _ = writeln!(
                 out,
@@ -316,18 +321,7 @@ impl Report {
 
 fn write_rule(out: &mut String, rule: &Rule) {
     let _ = writeln!(out, "\nrule {}: {} calls", rule.rule, rule.calls);
-    let _ = writeln!(
-        out,
-        "  admitted {} -> {}, denied {} -> {}: newly denied {} ({}), newly admitted {} ({})",
-        rule.before.admitted,
-        rule.after.admitted,
-        rule.before.denied,
-        rule.after.denied,
-        rule.newly_denied,
-        percent(rule.newly_denied, rule.calls),
-        rule.newly_admitted,
-        percent(rule.newly_admitted, rule.calls),
-    );
+    let _ = writeln!(out, "  {}", rule.compared.line(rule.calls));
     if !rule.clients.is_empty() {
         let clients: Vec<String> = rule
             .clients

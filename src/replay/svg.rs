@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::report::{Bucket, Counts, Report, BUCKETS};
+use super::report::{Bucket, Report, BUCKETS};
 
 const WIDTH: usize = 760;
 const PANEL: usize = 150;
@@ -51,8 +51,8 @@ pub fn svg(report: &Report) -> String {
             top + 12,
             escape(&rule.rule),
             rule.calls,
-            rule.newly_denied,
-            rule.newly_admitted
+            rule.compared.newly_denied,
+            rule.compared.newly_admitted
         );
         let base = top + 20 + PLOT;
         let _ = writeln!(
@@ -92,11 +92,4 @@ fn escape(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-impl Counts {
-    /// Admitted and denied together.
-    pub fn total(&self) -> u64 {
-        self.admitted + self.denied
-    }
 }
