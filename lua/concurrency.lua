@@ -2,7 +2,9 @@
 -- taken (src/algorithm/concurrency.rs, whose decisions this one repeats field by field).
 -- Key: CACHE_KEY_PREFIX .. concurrency_<L>per<W in s>s_domain_key_value_..., a hash: one field
 --      per token holding leases (16 hex digits, from the hit's `lease`), valued
---      "<units>:<expires_at_us>"; the key expires with its last lease.
+--      "<units>:<expires_at_us>", and `_until`, when the state stops mattering (its last lease's
+--      end plus one life, as the memory store's state expires): from then on it reads as absent,
+--      whatever the key's TTL (which a clock given by sluice may outrun); the key expires then.
 -- State: {live = {{token, units, expires}...}, expired = units that ended within the last W}
 --        (older ones are forgotten; the key lives one W after its last lease, for them).
 -- A hit's lease is "+<token>" (acquire `cost` leases) or "-<token>" (release what the token
@@ -48,12 +50,19 @@ algorithms.concurrency = function()
       local fields = redis.call('HGETALL', hit.key)
       local live, expired = {}, 0
       for i = 1, #fields, 2 do
+        if fields[i] == '_until' and tonumber(fields[i + 1]) <= hit.now then
+          return {live = {}, expired = 0}
+        end
+      end
+      for i = 1, #fields, 2 do
         local units, expires = string.match(fields[i + 1], '^(%d+):(%d+)$')
-        units, expires = tonumber(units), tonumber(expires)
-        if expires > hit.now then
-          live[#live + 1] = {token = fields[i], units = units, expires = expires}
-        elseif expires + hit.period > hit.now then
-          expired = expired + units
+        if units then
+          units, expires = tonumber(units), tonumber(expires)
+          if expires > hit.now then
+            live[#live + 1] = {token = fields[i], units = units, expires = expires}
+          elseif expires + hit.period > hit.now then
+            expired = expired + units
+          end
         end
       end
       return {live = live, expired = expired}
@@ -126,6 +135,7 @@ algorithms.concurrency = function()
       end
       -- Kept one life after the last lease ends, to report its expiry.
       if #fields > 0 then
+        redis.call('HSET', hit.key, '_until', fmt(last + hit.period))
         expire_after(hit.key, last + hit.period - hit.now)
       end
     end,

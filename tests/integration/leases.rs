@@ -272,7 +272,8 @@ fn held_in(redis: &[u16], key: &str) -> u64 {
         let reply = crate::support::redis::cli(port, &["HVALS", key]);
         units += reply
             .lines()
-            .filter_map(|value| value.split(':').next()?.trim().parse::<u64>().ok())
+            // A lease is `units:end`; `_until` (the state's end) is not one.
+            .filter_map(|value| value.split_once(':')?.0.trim().parse::<u64>().ok())
             .sum::<u64>();
     }
     units

@@ -464,7 +464,9 @@ fn changing_limit() -> impl Strategy<Value = Limit> {
 /// The decisions of `requests` (one hit each: which limit, its cost) when every state is
 /// named by its descriptor and `Shape` and nothing else: the model both stores must follow.
 fn by_shape(limits: &[Limit], requests: &[RequestSpec], charging: Charging) -> Vec<Decision> {
-    let mut states: Vec<(Shape, State)> = Vec::new();
+    // Each state with when it stops mattering: from then on it reads as absent, as both
+    // stores read it (a fixed window's for as long as it is held).
+    let mut states: Vec<(Shape, State, u64)> = Vec::new();
     let mut now = START_US;
     let mut decided = Vec::new();
     for (step, hits) in requests {
@@ -472,8 +474,10 @@ fn by_shape(limits: &[Limit], requests: &[RequestSpec], charging: Charging) -> V
         let (index, cost, _, _) = hits[0];
         let limit = limits[index];
         let shape = Shape::of(&limit, now);
-        let at = states.iter().position(|(s, _)| *s == shape);
-        let state = at.map(|i| &states[i].1);
+        let at = states.iter().position(|(s, _, _)| *s == shape);
+        let state = at
+            .filter(|&i| states[i].2 > now || limit.key_holds_window())
+            .map(|i| &states[i].1);
         let hit = Hit {
             key: String::new(),
             limit,
@@ -483,10 +487,10 @@ fn by_shape(limits: &[Limit], requests: &[RequestSpec], charging: Charging) -> V
             lease: lease_of(&limit, decided.len(), cost),
         };
         let outcome = engine::decide_hit(&hit, charging, state, now);
-        if let Some((state, _)) = outcome.new_state {
+        if let Some((state, expires_at_us)) = outcome.new_state {
             match at {
-                Some(i) => states[i].1 = state,
-                None => states.push((shape, state)),
+                Some(i) => states[i] = (shape, state, expires_at_us),
+                None => states.push((shape, state, expires_at_us)),
             }
         }
         decided.push(Decision {
