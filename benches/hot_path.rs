@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the request path's parts: config matching, each algorithm's pure
-//! function, the memory store (alone and contended), and key building.
-//!   cargo bench --bench hot_path
+//! function, the memory store (alone and contended, and its snapshot of a million keys), and
+//! key building.
+//!   cargo bench --bench hot_path   (one part: `-- snapshot`)
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -143,5 +144,62 @@ fn contended(store: &Arc<MemoryStore>, hits: &[Hit], iterations: u64) -> Duratio
     started.elapsed()
 }
 
-criterion_group!(benches, matching, algorithms, keys, memory_store);
+/// A memory store holding 1,000,000 keys: 700,000 hourly fixed windows, 200,000 token buckets
+/// and 100,000 sliding logs of 3 entries.
+fn million_keys() -> MemoryStore {
+    let store = MemoryStore::new(2_000_000, Arc::new(SystemClock)).with_max_bytes(1 << 30);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let kinds = [
+        (Algorithm::FixedWindow, 700_000, 1),
+        (Algorithm::TokenBucket, 200_000, 1),
+        (Algorithm::SlidingWindowLog, 100_000, 3),
+    ];
+    for (algorithm, keys, cost) in kinds {
+        let limit = Limit::new(Counting::of(algorithm), 10, Unit::Hour);
+        for i in 0..keys {
+            let hit = Hit {
+                key: format!("bench_{algorithm}_{i}_"),
+                limit,
+                cost,
+                role: Role::Enforced,
+                joins_previous: false,
+                lease: None,
+            };
+            runtime
+                .block_on(store.charge(&[hit], Charging::AllOrNothing))
+                .expect("memory store");
+        }
+    }
+    store
+}
+
+/// The memory store's snapshot of 1,000,000 keys: written (encoded, synced, renamed) and read
+/// back into an empty store.
+fn snapshot(c: &mut Criterion) {
+    let store = million_keys();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("bench.snapshot");
+    let mut group = c.benchmark_group("memory store snapshot");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(20));
+    group.bench_function("write 1M keys", |b| {
+        b.iter(|| store.save_snapshot(&path).expect("written"))
+    });
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    println!("snapshot of {} keys: {bytes} bytes", store.key_count());
+    group.bench_function("read 1M keys", |b| {
+        b.iter_with_large_drop(|| {
+            let mut empty =
+                MemoryStore::new(2_000_000, Arc::new(SystemClock)).with_max_bytes(1 << 30);
+            let loaded = empty.load_snapshot(&path).expect("read");
+            assert_eq!(loaded.keys, 1_000_000);
+            empty
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, matching, algorithms, keys, memory_store, snapshot);
 criterion_main!(benches);

@@ -63,6 +63,8 @@ pub enum ServerError {
     Tls(#[from] TlsError),
     #[error("{0}")]
     Record(#[from] crate::record::RecordError),
+    #[error("memory store snapshot: {0}")]
+    Snapshot(#[from] crate::store::memory::snapshot::SnapshotError),
 }
 
 /// The two ports, bound by the caller (`main`, or a test on `127.0.0.1:0`).
@@ -242,6 +244,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         let listeners = self.listeners;
         let (grpc, health) =
             grpc::serve(settings, listeners.grpc, services, until(stopped.clone()))?;
+        let store_for_snapshot = store.clone();
         let endpoints = Arc::new(Endpoints {
             config,
             limiter,
@@ -264,6 +267,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         reloading.abort();
         let servers = async { (grpc.await, http.await) };
         drain(settings, &readiness, &health, stop, servers).await;
+        stores::save_on_shutdown(store_for_snapshot, &settings.store).await;
         if let Some(recorder) = recorder {
             // What is queued is written before the process ends.
             tokio::task::spawn_blocking(move || recorder.finish())

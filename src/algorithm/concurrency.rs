@@ -10,6 +10,7 @@
 //! for that long after its last lease ends, and then forgotten.
 
 use crate::algorithm::params::NoParameters;
+use crate::algorithm::persist::{put_count, Input, Persist};
 use crate::algorithm::remaining;
 use crate::algorithm::{Ask, Decision, HeapSize, LeaseCall, LimitAlgorithm};
 
@@ -24,6 +25,30 @@ pub struct Lease {
 /// The leases of one key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Leases(pub Vec<Lease>);
+
+impl Persist for Leases {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_count(out, self.0.len());
+        for lease in &self.0 {
+            for value in [lease.token, lease.units, lease.expires_at_us] {
+                out.extend_from_slice(&value.to_le_bytes());
+            }
+        }
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        let count = input.count(24)?;
+        let mut leases = Vec::with_capacity(count);
+        for _ in 0..count {
+            leases.push(Lease {
+                token: input.u64()?,
+                units: input.u64()?,
+                expires_at_us: input.u64()?,
+            });
+        }
+        Some(Leases(leases))
+    }
+}
 
 impl HeapSize for Leases {
     fn heap_bytes(&self) -> usize {

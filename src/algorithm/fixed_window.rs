@@ -7,6 +7,7 @@
 //! Exact for any time below 2^64 microseconds and counts below 2^64.
 
 use crate::algorithm::params::NoParameters;
+use crate::algorithm::persist::{Input, Persist};
 use crate::algorithm::remaining;
 use crate::algorithm::{Ask, Decision, HeapSize, LimitAlgorithm, Rate};
 
@@ -18,6 +19,20 @@ pub struct Window {
     /// Cost charged in this window so far; above L only in debt (the excess carries over)
     /// or by the reference's counting (it does not).
     pub count: u64,
+}
+
+impl Persist for Window {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.start_us.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        Some(Window {
+            start_us: input.u64()?,
+            count: input.u64()?,
+        })
+    }
 }
 
 /// Start of the window holding `now_us`.

@@ -7,6 +7,7 @@
 //! integers for every u32 limit and burst, u64 cost and period.
 
 use crate::algorithm::params::Burst;
+use crate::algorithm::persist::{Input, Persist};
 use crate::algorithm::{remaining, wait_us};
 use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
@@ -14,6 +15,18 @@ use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tat {
     pub scaled_empty_at: u128,
+}
+
+impl Persist for Tat {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.scaled_empty_at.to_le_bytes());
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        Some(Tat {
+            scaled_empty_at: input.u128()?,
+        })
+    }
 }
 
 /// The leaky bucket in the registry: `burst` defaults to 1, strict pacing.

@@ -17,6 +17,7 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod leaky_bucket;
 pub mod params;
+pub mod persist;
 pub mod sliding_window_counter;
 pub mod sliding_window_log;
 pub mod token_bucket;
@@ -26,6 +27,7 @@ use std::borrow::Borrow;
 use std::fmt;
 
 use params::{Given, Parameters, Refusal};
+use persist::Persist;
 
 /// One algorithm's rules. Implemented once per algorithm module, named in the registry.
 pub trait LimitAlgorithm {
@@ -302,6 +304,40 @@ macro_rules! registry {
                 match self {
                     $(State::$variant(held) => HeapSize::heap_bytes(held),)+
                     State::Penalty(held) => HeapSize::heap_bytes(held),
+                }
+            }
+
+            /// What names each kind of state in a snapshot, by its tag: the algorithms in
+            /// registry order, then a penalty's record.
+            pub const PERSISTED_NAMES: &'static [&'static str] = &[$($name,)+ "penalty"];
+
+            /// The state's tag in a snapshot: its kind's index in `PERSISTED_NAMES`.
+            pub fn persisted_tag(&self) -> u8 {
+                let mut tag = 0;
+                $(
+                    if matches!(self, State::$variant(_)) {
+                        return tag;
+                    }
+                    tag += 1;
+                )+
+                tag
+            }
+
+            /// Appends the state's bytes (without its tag) to `out`.
+            pub fn persist(&self, out: &mut Vec<u8>) {
+                match self {
+                    $(State::$variant(held) => Persist::put(held, out),)+
+                    State::Penalty(held) => Persist::put(held, out),
+                }
+            }
+
+            /// A state of the kind `name` read from all of `bytes`; `None` for an unknown
+            /// kind or bytes of another layout.
+            pub fn restore(name: &str, bytes: &[u8]) -> Option<State> {
+                match name {
+                    $($name => persist::read_whole::<$held>(bytes).map(State::$variant),)+
+                    "penalty" => persist::read_whole(bytes).map(State::Penalty),
+                    _ => None,
                 }
             }
         }

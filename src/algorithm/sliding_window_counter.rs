@@ -8,6 +8,7 @@
 //! at most L + prev x elapsed / W < 2L.
 
 use crate::algorithm::params::NoParameters;
+use crate::algorithm::persist::{Input, Persist};
 use crate::algorithm::remaining;
 use crate::algorithm::{Ask, Decision, HeapSize, LimitAlgorithm, Rate};
 
@@ -17,6 +18,22 @@ pub struct Counts {
     pub start_us: u64,
     pub previous: u64,
     pub current: u64,
+}
+
+impl Persist for Counts {
+    fn put(&self, out: &mut Vec<u8>) {
+        for value in [self.start_us, self.previous, self.current] {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        Some(Counts {
+            start_us: input.u64()?,
+            previous: input.u64()?,
+            current: input.u64()?,
+        })
+    }
 }
 
 /// The stored counts moved to the window holding `now_us`.

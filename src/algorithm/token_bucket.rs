@@ -6,6 +6,7 @@
 //! cost and period. In debt the bucket holds fewer than no tokens, and refills from there.
 
 use crate::algorithm::params::Burst;
+use crate::algorithm::persist::{Input, Persist};
 use crate::algorithm::{remaining, wait_us};
 use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
@@ -14,6 +15,20 @@ use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 pub struct Bucket {
     pub scaled_tokens: i128,
     pub updated_us: u64,
+}
+
+impl Persist for Bucket {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.scaled_tokens.to_le_bytes());
+        out.extend_from_slice(&self.updated_us.to_le_bytes());
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        Some(Bucket {
+            scaled_tokens: input.i128()?,
+            updated_us: input.u64()?,
+        })
+    }
 }
 
 /// Tokens at `now_us`: a new bucket is full; time going back refills nothing.

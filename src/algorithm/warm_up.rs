@@ -20,6 +20,7 @@
 //! script's doubles are exact.
 
 use crate::algorithm::params::{Given, Parameters, Refusal};
+use crate::algorithm::persist::{Input, Persist};
 use crate::algorithm::{Ask, Decision, HeapSize, LimitAlgorithm, Rate};
 
 /// `cold_factor` when not given: Guava's.
@@ -137,6 +138,22 @@ pub struct Ramp {
     pub next_free_us: u64,
     pub stored: u64,
     pub in_debt: bool,
+}
+
+impl Persist for Ramp {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.next_free_us.to_le_bytes());
+        out.extend_from_slice(&self.stored.to_le_bytes());
+        out.push(u8::from(self.in_debt));
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        Some(Ramp {
+            next_free_us: input.u64()?,
+            stored: input.u64()?,
+            in_debt: input.bool()?,
+        })
+    }
 }
 
 /// The integer constants of a rate's warm-up.

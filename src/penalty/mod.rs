@@ -15,6 +15,7 @@
 
 pub mod policy;
 
+use crate::algorithm::persist::{Input, Persist};
 use crate::algorithm::{Decision, HeapSize, Outcome};
 pub use policy::Policy;
 
@@ -36,6 +37,31 @@ pub struct Record {
 /// A record as the memory store holds it (one heap block, so that every state stays small).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held(pub Box<Record>);
+
+impl Persist for Held {
+    fn put(&self, out: &mut Vec<u8>) {
+        let record = &self.0;
+        out.extend_from_slice(&record.offences.to_le_bytes());
+        for value in [
+            record.last_block_ms,
+            record.blocked_until_us,
+            record.remembered_until_us,
+        ] {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+        record.strikes.put(out);
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        Some(Held::from(Record {
+            offences: input.u32()?,
+            last_block_ms: input.u64()?,
+            blocked_until_us: input.u64()?,
+            remembered_until_us: input.u64()?,
+            strikes: Vec::take(input)?,
+        }))
+    }
+}
 
 impl From<Record> for Held {
     fn from(record: Record) -> Held {

@@ -1,12 +1,17 @@
 //! Where limit state is kept: `--store` (or the reference's `BACKEND_TYPE`, or a Redis URL in
-//! the environment), the memory store's bounds, the Redis flags (`redis`), and whether health
+//! the environment), the memory store's bounds and snapshot, the Redis flags (`redis`), and whether health
 //! follows the store.
+
+use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::builder::FalseyValueParser;
 use clap::{ArgAction, Args, ValueEnum};
 
 use super::redis::{RedisArgs, RedisSettings};
 use super::SettingsError;
+use crate::duration;
+use crate::store::memory::snapshot::Snapshotting;
 
 /// The flags of the store.
 #[derive(Debug, Clone, Args)]
@@ -27,6 +32,15 @@ pub struct StoreArgs {
     /// dropped to make room; when none is, a request needing a new key gets --failure-mode.
     #[arg(long, env = "SLUICE_MEMORY_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub memory_max_bytes: usize,
+    /// Where the memory store keeps its state across restarts: written there on shutdown
+    /// (and every --memory-snapshot-interval), read back at start. Unset: state lives only in
+    /// the process, and a restart starts every client afresh.
+    #[arg(long, env = "SLUICE_MEMORY_SNAPSHOT")]
+    pub memory_snapshot: Option<PathBuf>,
+    /// How often the snapshot is also written while serving, so that a crash loses at most
+    /// this much; 0s: only on shutdown.
+    #[arg(long, env = "SLUICE_MEMORY_SNAPSHOT_INTERVAL", default_value = "0s", value_parser = duration::parse)]
+    pub memory_snapshot_interval: Duration,
     /// `/healthcheck` answers 500 while the store does not answer.
     #[arg(long, env = "SLUICE_HEALTHCHECK_STORE", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub healthcheck_store: bool,
@@ -52,6 +66,8 @@ pub enum StoreSettings {
         memory_max_keys: usize,
         /// `--memory-max-bytes`.
         memory_max_bytes: usize,
+        /// `--memory-snapshot` and its interval.
+        snapshot: Option<Snapshotting>,
     },
     Redis(Box<RedisSettings>),
 }
@@ -64,6 +80,11 @@ impl StoreArgs {
             StoreKind::Memory => StoreSettings::Memory {
                 memory_max_keys: super::at_least_one("--memory-max-keys", self.memory_max_keys)?,
                 memory_max_bytes: super::at_least_one("--memory-max-bytes", self.memory_max_bytes)?,
+                snapshot: self.memory_snapshot.map(|path| Snapshotting {
+                    path,
+                    interval: (!self.memory_snapshot_interval.is_zero())
+                        .then_some(self.memory_snapshot_interval),
+                }),
             },
         })
     }

@@ -11,10 +11,14 @@
 //! instead of a heap string, so an entry is 56 bytes in the map's table. Two distinct keys
 //! share state only if their 128-bit hashes collide: for a million keys, a chance of about
 //! 1 in 10^27.
+//!
+//! With `--memory-snapshot`, the state is written to a file on shutdown (and periodically)
+//! and read back at start (`snapshot`).
 
 mod decide;
 use decide::at_time;
 mod footprint;
+pub mod snapshot;
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -63,6 +67,8 @@ pub struct MemoryStore {
     /// Requests that found no room: the store full of state that still matters.
     full: AtomicU64,
     full_logged: AtomicBool,
+    /// Snapshots written and failed, and the keys of the last one written.
+    snapshots: [AtomicU64; 3],
 }
 
 struct Entry {
@@ -238,6 +244,7 @@ impl MemoryStore {
             clock,
             full: AtomicU64::new(0),
             full_logged: AtomicBool::new(false),
+            snapshots: Default::default(),
         }
     }
 
@@ -396,6 +403,18 @@ impl Reporting for MemoryStore {
         series.level("sluice_memory_store_keys", self.key_count() as u64);
         series.level("sluice_memory_store_bytes", self.bytes_held() as u64);
         series.total("sluice_memory_store_full_total", self.full_count());
+        let [written, failed, keys] = self.snapshots.each_ref().map(|n| n.load(Ordering::Relaxed));
+        if written + failed > 0 {
+            for (result, count) in [("written", written), ("failed", failed)] {
+                series
+                    .counter(
+                        "sluice_memory_store_snapshots_total",
+                        vec![metrics::Label::new("result", result)],
+                    )
+                    .absolute(count);
+            }
+            series.level("sluice_memory_store_snapshot_keys", keys);
+        }
     }
 }
 

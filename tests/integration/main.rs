@@ -18,6 +18,7 @@ mod hardening;
 mod in_process;
 mod leases;
 mod load_tools;
+mod memory_snapshot;
 mod operations;
 mod otel_traces;
 mod penalties;
