@@ -10,6 +10,12 @@
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 -- A hit of a limit with a penalty is denied while its client is blocked, its limit left
 -- alone; a strike (lua/penalty.lua) is recorded whatever the request's fate.
+--
+-- Read-only (`request(KEYS, ARGV, true)`, the `_ro` function, for a Redis that refuses
+-- writes: out of memory, a read-only replica): the hits are decided alike, nothing is
+-- written, and one more reply field says whether the answer needed a write (1) or not (0).
+-- The charge of a denied hit by the reference's counting ("every", not debt) is not such a
+-- need: Redis could not keep it, and it changes only how far over its limit the key is.
 
 -- The common arguments of a hit; the algorithm's own follow them.
 local COMMON = 12
@@ -50,6 +56,12 @@ local function decide(hit, state)
   return decision(false, d[2], next[3], next[4]), in_debt
 end
 
+-- Whether a read-only answer may leave out the charge of `hit`, decided `d`: a denial
+-- charged only by the reference's counting.
+local function droppable(hit, d)
+  return d[1] == 0 and not hit.debt and not hit.releases
+end
+
 local function append(replies, d, now)
   for _, field in ipairs(d) do
     replies[#replies + 1] = field
@@ -59,8 +71,10 @@ end
 
 -- One call: decides the hits of KEYS and ARGV (see common.lua). scripts.rs ends the script
 -- with `return request(KEYS, ARGV)`, or registers `request` as a function of a library.
-local function request(KEYS, ARGV)
+local function request(KEYS, ARGV, read_only)
   local mode = ARGV[1]
+  -- Read-only: whether the answer needed a write.
+  local needed = 0
   -- The calls of a Cluster ("any", "refund") also reply the time each hit was decided at.
   local with_time = mode == 'any' or mode == 'refund'
   local fields = with_time and 10 or 9
@@ -99,6 +113,7 @@ local function request(KEYS, ARGV)
       lease = ARGV[at + 10],
       releases = string.sub(ARGV[at + 10], 1, 1) == '-',
       penalty = penalty_of(ARGV[at + 11], KEYS),
+      read_only = read_only,
     }
     local own = params[hits[i].algorithm] or {}
     for j, field in ipairs(own) do
@@ -125,10 +140,17 @@ local function request(KEYS, ARGV)
     local hit = hits[1]
     local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
     if changed ~= nil then
-      algorithm(hit.algorithm).write(hit, changed)
+      if not read_only then
+        algorithm(hit.algorithm).write(hit, changed)
+      elseif not droppable(hit, d) then
+        needed = 1
+      end
     end
     if with_time then
       d[10] = hit.now
+    end
+    if read_only then
+      d[fields + 1] = needed
     end
     return d
   end
@@ -256,14 +278,27 @@ local function request(KEYS, ARGV)
       stands[j] = nil
     end
   end
-  for j = 1, n do
-    local hit = hits[j]
-    if last[hit.key] == j then
-      algorithm(hit.algorithm).write(hit, changes[j])
+  if read_only then
+    for j = 1, n do
+      if stands[j] and not droppable(hits[j], decisions[j]) then
+        needed = 1
+      end
     end
-  end
-  for key, written in pairs(struck) do
-    penalty_write(key, written[1], written[2])
+    if next(struck) ~= nil then
+      needed = 1
+    end
+    -- Nothing was written: what remains is what the keys hold.
+    last = {}
+  else
+    for j = 1, n do
+      local hit = hits[j]
+      if last[hit.key] == j then
+        algorithm(hit.algorithm).write(hit, changes[j])
+      end
+    end
+    for key, written in pairs(struck) do
+      penalty_write(key, written[1], written[2])
+    end
   end
 
   local replies = {}
@@ -288,6 +323,9 @@ local function request(KEYS, ARGV)
     if with_time then
       replies[at + 10] = hit.now
     end
+  end
+  if read_only then
+    replies[#replies + 1] = needed
   end
   return replies
 end

@@ -1,7 +1,8 @@
 -- sliding_window_log: one sorted-set member per admitted unit of cost, scored by its time
 -- (src/algorithm/sliding_window_log.rs). Members are `<nonce>:<i>`: the nonce is unique per hit.
 -- Key: CACHE_KEY_PREFIX .. sliding_window_log_<L>per<W in s>s_domain_key_value_...
--- State: {count = live stored entries, added = {hits charged earlier in this call}}; an
+-- State: {count = live stored entries, skip = entries before them that left the window (read
+-- only: kept where they cannot be dropped), added = {hits charged earlier in this call}}; an
 -- entry stamped ts is in the window iff ts + W > now. At most the newest L + 1 entries are
 -- kept: while L + 1 are live every hit is denied, and a decision only ever looks at the newest
 -- L + 1 - h (a hit in debt adds at most L + 1).
@@ -29,7 +30,8 @@ algorithms.sliding_window_log = function()
 
   local function entry_at(hit, state, rank)
     if rank < state.count then
-      local entry = redis.call('ZRANGE', hit.key, rank, rank, 'WITHSCORES')
+      local at = rank + (state.skip or 0)
+      local entry = redis.call('ZRANGE', hit.key, at, at, 'WITHSCORES')
       return tonumber(entry[2])
     end
     rank = rank - state.count
@@ -60,9 +62,15 @@ algorithms.sliding_window_log = function()
 
   return {
     read = function(hit)
+      local dead = fmt(hit.now - hit.period)
+      if hit.read_only then
+        -- Entries that left the window are skipped where they cannot be dropped.
+        local skip = redis.call('ZCOUNT', hit.key, '-inf', dead)
+        return {count = redis.call('ZCARD', hit.key) - skip, skip = skip, added = {}}
+      end
       -- Entries that left the window matter to no one: dropping them changes no decision.
-      redis.call('ZREMRANGEBYSCORE', hit.key, '-inf', fmt(hit.now - hit.period))
-      return {count = redis.call('ZCARD', hit.key), added = {}}
+      redis.call('ZREMRANGEBYSCORE', hit.key, '-inf', dead)
+      return {count = redis.call('ZCARD', hit.key), skip = 0, added = {}}
     end,
     decide = function(hit, state)
       local count = live(state)
@@ -81,7 +89,7 @@ algorithms.sliding_window_log = function()
           added[i] = earlier
         end
         added[#added + 1] = {cost = hit.cost, now = hit.now, nonce = hit.nonce}
-        after = {count = state.count, added = added}
+        after = {count = state.count, skip = state.skip, added = added}
       end
       local changed = nil
       if hit.cost > 0 then
@@ -95,7 +103,7 @@ algorithms.sliding_window_log = function()
         added[i] = earlier
       end
       added[#added + 1] = {cost = math.min(hit.cost, hit.limit + 1), now = hit.now, nonce = hit.nonce}
-      return {count = state.count, added = added}
+      return {count = state.count, skip = state.skip, added = added}
     end,
     write = function(hit, state)
       for _, added in ipairs(state.added) do

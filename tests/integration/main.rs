@@ -25,6 +25,7 @@ mod penalties;
 mod record_replay;
 mod redis_deployments;
 mod redis_pipelining;
+mod redis_refusing_writes;
 mod redis_store;
 mod reference_cases;
 mod response_extras;

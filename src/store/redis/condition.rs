@@ -37,11 +37,11 @@ const CONDITIONS: [Named; 8] = [
     },
     Named {
         label: "out_of_memory",
-        says: "Redis is out of memory (OOM, maxmemory): it refuses the scripts' writes, and calls fail while it does",
+        says: "Redis is out of memory (OOM, maxmemory): it refuses the scripts' writes; while it does, calls that need a write fail and those that need none (denials, cost 0) are answered read-only",
     },
     Named {
         label: "read_only_replica",
-        says: "Redis is a read-only replica (READONLY): calls fail until sluice reaches a primary",
+        says: "Redis is a read-only replica (READONLY): until sluice reaches a primary, calls that need a write fail and those that need none (denials, cost 0) are answered read-only",
     },
     Named {
         label: "failover",
@@ -75,30 +75,38 @@ pub struct Condition {
 
 /// The condition `error` shows.
 fn condition_of(error: &StoreError) -> u8 {
-    let redis = |source: &crate::store::BoxError| {
-        source
-            .downcast_ref::<redis::RedisError>()
-            .map(|e| (e.code().map(str::to_string), e.kind()))
-    };
+    fn redis(source: &crate::store::BoxError) -> Option<&redis::RedisError> {
+        source.downcast_ref()
+    }
     match error {
         StoreError::Timeout { .. } => TIMING_OUT,
-        StoreError::Unreachable { source, .. } => match redis(source) {
-            Some((_, redis::ErrorKind::AuthenticationFailed)) => AUTHENTICATION,
+        StoreError::Unreachable { source, .. } => match redis(source).map(|e| e.kind()) {
+            Some(redis::ErrorKind::AuthenticationFailed) => AUTHENTICATION,
             _ => UNREACHABLE,
         },
-        StoreError::Protocol { source, .. } => match redis(source) {
-            Some((Some(code), _)) => match code.as_str() {
-                "OOM" => OUT_OF_MEMORY,
-                "READONLY" => READ_ONLY,
-                "MASTERDOWN" | "LOADING" | "CLUSTERDOWN" | "TRYAGAIN" => FAILOVER,
-                "NOAUTH" | "WRONGPASS" | "NOPERM" => AUTHENTICATION,
-                _ => ERROR_REPLIES,
-            },
-            Some((None, redis::ErrorKind::AuthenticationFailed)) => AUTHENTICATION,
-            _ => ERROR_REPLIES,
-        },
+        StoreError::Protocol { source, .. } => {
+            redis(source).map_or(ERROR_REPLIES, condition_of_reply)
+        }
         StoreError::Full { .. } => ERROR_REPLIES,
     }
+}
+
+/// The condition an error reply of Redis shows.
+fn condition_of_reply(error: &redis::RedisError) -> u8 {
+    match error.code() {
+        Some("OOM") => OUT_OF_MEMORY,
+        Some("READONLY") => READ_ONLY,
+        Some("MASTERDOWN" | "LOADING" | "CLUSTERDOWN" | "TRYAGAIN") => FAILOVER,
+        Some("NOAUTH" | "WRONGPASS" | "NOPERM") => AUTHENTICATION,
+        None if error.kind() == redis::ErrorKind::AuthenticationFailed => AUTHENTICATION,
+        _ => ERROR_REPLIES,
+    }
+}
+
+/// Whether `error` is Redis refusing writes (out of memory, a read-only replica): a call that
+/// needs no write can still be answered read-only.
+pub fn refuses_writes(error: &redis::RedisError) -> bool {
+    matches!(condition_of_reply(error), OUT_OF_MEMORY | READ_ONLY)
 }
 
 impl Condition {
@@ -131,8 +139,17 @@ impl Condition {
             }
             Err(error) => error,
         };
+        self.note_failure(condition_of(error), error, now_ms);
+    }
+
+    /// Notes a write Redis refused, whether or not the call was then answered read-only.
+    pub fn note_refusal(&self, error: &redis::RedisError) {
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.note_failure(condition_of_reply(error), error, now_ms);
+    }
+
+    fn note_failure(&self, state: u8, error: &dyn std::fmt::Display, now_ms: u64) {
         self.last_failure_ms.store(now_ms, Ordering::Relaxed);
-        let state = condition_of(error);
         if self.state.swap(state, Ordering::Relaxed) != state {
             tracing::warn!(%error, "{}", CONDITIONS[usize::from(state)].says);
         }

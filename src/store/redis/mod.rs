@@ -22,7 +22,7 @@ use redis::{Cmd, RedisError, RedisResult};
 use tracing::Instrument;
 
 pub use args::ScriptArgs;
-use condition::Condition;
+use condition::{refuses_writes, Condition};
 pub use connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use pipeline::{PipelineCounts, Pipeliner};
 use scripts::Script;
@@ -112,6 +112,8 @@ pub struct RedisStore {
     nonce_prefix: String,
     nonce: AtomicU64,
     script_reloads: AtomicU64,
+    /// Calls answered read-only while Redis refused writes.
+    read_only_answers: AtomicU64,
     /// How Redis has been answering: changes are logged once, not per request.
     condition: Condition,
     /// The pipelines of implicit pipelining, and the calls they held.
@@ -175,6 +177,7 @@ impl RedisStore {
             nonce_prefix: format!("{:x}", super::unique_process_id() as u32),
             nonce: AtomicU64::new(0),
             script_reloads: AtomicU64::new(0),
+            read_only_answers: AtomicU64::new(0),
             condition: Condition::new(),
             pipeline_counts,
         };
@@ -267,6 +270,60 @@ impl RedisStore {
     /// the calls to come and sends the code itself (EVAL), which cannot be lost even if
     /// flushed again meanwhile.
     async fn call(
+        &self,
+        backend: &Backend,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> RedisResult<Vec<i64>> {
+        let refused = match self.call_writing(backend, calls, mode).await {
+            Err(error) if refuses_writes(&error) && mode != Mode::Refund => error,
+            result => return result,
+        };
+        self.condition.note_refusal(&refused);
+        match self.call_read_only(backend, calls, mode).await {
+            // The last field: whether the answer needed a write.
+            Ok(mut reply) if reply.last() == Some(&0) => {
+                reply.pop();
+                self.read_only_answers.fetch_add(1, Ordering::Relaxed);
+                Ok(reply)
+            }
+            // It needs a write (or the read failed too): the refusal stands.
+            _ => Err(refused),
+        }
+    }
+
+    /// The read-only twin of a call (`scripts`), for a Redis that refuses writes: FCALL_RO of
+    /// the library's `_ro` function, else (Redis before 7, or a library lost) EVAL of the
+    /// read-only script, which writes nothing either.
+    async fn call_read_only(
+        &self,
+        backend: &Backend,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> RedisResult<Vec<i64>> {
+        if backend.functions.load(Ordering::Relaxed) {
+            let function = self.script.read_only_function();
+            let result = backend
+                .send(script_call("FCALL_RO", function, calls, mode))
+                .instrument(spans::redis_span("FCALL_RO", calls.len(), mode.as_str()))
+                .await;
+            if result.is_ok() {
+                return result;
+            }
+        }
+        backend
+            .send(script_call(
+                "EVAL",
+                self.script.read_only_code(),
+                calls,
+                mode,
+            ))
+            .instrument(spans::redis_span("EVAL", calls.len(), mode.as_str()))
+            .await
+    }
+
+    /// One script call as `mode` says, healed after NOSCRIPT (`call`).
+    async fn call_writing(
         &self,
         backend: &Backend,
         calls: &[HitCall],
@@ -446,6 +503,10 @@ impl Reporting for RedisStore {
     /// pipelining its pipelines and calls.
     fn report(&self, series: &Series) {
         series.total("sluice_redis_script_reloads_total", self.script_reloads());
+        series.total(
+            "sluice_redis_read_only_answers_total",
+            self.read_only_answers.load(Ordering::Relaxed),
+        );
         self.condition.report(series);
         if self.backends.iter().any(|b| b.pipeliner.is_some()) {
             let counts = &self.pipeline_counts;

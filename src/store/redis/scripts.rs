@@ -9,7 +9,9 @@
 //!   retry that sends the code itself after the server lost it.
 //!
 //! Both are named by the script's SHA1, so replicas of different versions never call each
-//! other's code.
+//! other's code. Each has a read-only twin, for a Redis that refuses writes (out of memory, a
+//! read-only replica): the library's `<function>_ro`, flagged `no-writes` (called with
+//! FCALL_RO), and a script sent whole with EVAL (only while Redis refuses writes).
 
 use crate::limit::Algorithm;
 
@@ -20,9 +22,11 @@ const REQUEST: &str = include_str!("../../../lua/request.lua");
 /// The script and the function library, and their names.
 pub struct Script {
     code: String,
+    read_only_code: String,
     sha1: String,
     library: String,
     function: String,
+    read_only_function: String,
 }
 
 impl Script {
@@ -38,22 +42,39 @@ impl Script {
         body.push('\n');
         body.push_str(REQUEST);
         let code = format!("{body}\nreturn request(KEYS, ARGV)\n");
+        let read_only_code = format!("{body}\nreturn request(KEYS, ARGV, true)\n");
         let sha1 = redis::Script::new(&code).get_hash().to_string();
         let function = format!("sluice_{}", &sha1[..16]);
+        let read_only_function = format!("{function}_ro");
         let library = format!(
-            "#!lua name={function}\n{body}\nredis.register_function('{function}', request)\n"
+            "#!lua name={function}\n{body}\nredis.register_function('{function}', request)\n\
+             redis.register_function{{function_name = '{read_only_function}', \
+             callback = function(KEYS, ARGV) return request(KEYS, ARGV, true) end, \
+             flags = {{'no-writes'}}}}\n"
         );
         Script {
             code,
+            read_only_code,
             sha1,
             library,
             function,
+            read_only_function,
         }
     }
 
     /// The Lua code of the script.
     pub fn code(&self) -> &str {
         &self.code
+    }
+
+    /// The Lua code of the read-only script.
+    pub fn read_only_code(&self) -> &str {
+        &self.read_only_code
+    }
+
+    /// The name of the library's read-only function.
+    pub fn read_only_function(&self) -> &str {
+        &self.read_only_function
     }
 
     /// The SHA1 of the script's code, hexadecimal.
