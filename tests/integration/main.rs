@@ -24,6 +24,7 @@ mod otel_traces;
 mod penalties;
 mod record_replay;
 mod redis_deployments;
+mod redis_faults;
 mod redis_pipelining;
 mod redis_refusing_writes;
 mod redis_store;

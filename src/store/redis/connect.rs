@@ -84,10 +84,10 @@ impl Connection {
         let Connection::Sentinel(sentinel) = self else {
             return;
         };
-        if result
-            .as_ref()
-            .is_err_and(|e| e.is_io_error() || e.is_connection_dropped())
-        {
+        // A dropped connection, or a primary demoted to a replica under sluice (READONLY).
+        if result.as_ref().is_err_and(|e| {
+            e.is_io_error() || e.is_connection_dropped() || e.code() == Some("READONLY")
+        }) {
             match sentinel.refresh().await {
                 // Logged when the primary is first lost and when it is found: the calls of a
                 // failover retry this many times a second.
@@ -112,10 +112,19 @@ impl Connection {
     }
 }
 
-/// The primary's connection, re-resolved through the sentinels when it fails.
+/// How often the sentinels are asked which node is the primary, while its connection works:
+/// after a failover that leaves the old primary up (`SENTINEL FAILOVER`, a partition), it
+/// takes writes that the new one never sees until it is turned into a replica, which
+/// Sentinel does only some seconds later. Following the sentinels bounds that to this.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+/// The primary's connection, re-resolved through the sentinels when it fails, and when the
+/// sentinels name another primary (`follow`).
 pub struct SentinelConnection {
     sentinel: Mutex<SentinelClient>,
     primary: ArcSwap<ConnectionManager>,
+    /// The address of `primary`.
+    address: ArcSwap<String>,
     config: ConnectionManagerConfig,
     /// The last lookup of the primary failed (logged once until one succeeds).
     lost: std::sync::atomic::AtomicBool,
@@ -129,11 +138,43 @@ impl SentinelConnection {
 
     /// Asks the sentinels for the primary again (after a failover).
     pub async fn refresh(&self) -> RedisResult<()> {
+        self.connect_to_primary(true).await.map(|_| ())
+    }
+
+    /// Connects to the primary the sentinels name, unless it is the one connected and
+    /// `always` is false; returns whether it moved.
+    async fn connect_to_primary(&self, always: bool) -> RedisResult<bool> {
         let mut sentinel = self.sentinel.lock().await;
         let client = sentinel.async_get_client().await?;
+        let address = client.get_connection_info().addr().to_string();
+        let moved = address != **self.address.load();
+        if !moved && !always {
+            return Ok(false);
+        }
         let manager = ConnectionManager::new_with_config(client, self.config.clone()).await?;
         self.primary.store(Arc::new(manager));
-        Ok(())
+        self.address.store(Arc::new(address));
+        Ok(moved)
+    }
+
+    /// Asks the sentinels every `FOLLOW_EVERY` which node is the primary, and moves to a new
+    /// one as soon as they name it; ends with the connection.
+    async fn follow(connection: std::sync::Weak<SentinelConnection>) {
+        let mut ticks = tokio::time::interval(FOLLOW_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(connection) = connection.upgrade() else {
+                return;
+            };
+            // A failed lookup is the calls' to report (`after_failure`): they fail with it.
+            if let Ok(true) = connection.connect_to_primary(false).await {
+                tracing::info!(
+                    primary = %connection.address.load(),
+                    "Sentinel names another Redis primary: calls go to it from now on"
+                );
+            }
+        }
     }
 }
 
@@ -177,13 +218,17 @@ impl RedisTarget {
                     SentinelServerType::Master,
                 )?;
                 let client = sentinel.async_get_client().await?;
+                let address = client.get_connection_info().addr().to_string();
                 let primary = ConnectionManager::new_with_config(client, config.clone()).await?;
-                Ok(Connection::Sentinel(Arc::new(SentinelConnection {
+                let connection = Arc::new(SentinelConnection {
                     sentinel: Mutex::new(sentinel),
                     primary: ArcSwap::from_pointee(primary),
+                    address: ArcSwap::from_pointee(address),
                     config,
                     lost: std::sync::atomic::AtomicBool::new(false),
-                })))
+                });
+                tokio::spawn(SentinelConnection::follow(Arc::downgrade(&connection)));
+                Ok(Connection::Sentinel(connection))
             }
         }
     }

@@ -17,27 +17,41 @@ pub struct RedisServer {
 
 /// A Redis Cluster of three primaries on free ports, formed and serving every slot.
 pub fn start_cluster() -> Vec<RedisServer> {
+    start_cluster_of(0, "3000")
+}
+
+/// A Redis Cluster of three primaries with `replicas` replicas each, whose nodes count one
+/// another failed after `node_timeout_ms`; formed, serving every slot, replicas in sync.
+/// The primaries come first.
+pub fn start_cluster_of(replicas: usize, node_timeout_ms: &str) -> Vec<RedisServer> {
     let cluster_args = [
         "--cluster-enabled",
         "yes",
         "--cluster-config-file",
         "nodes.conf",
         "--cluster-node-timeout",
-        "3000",
+        node_timeout_ms,
     ];
-    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start(&cluster_args)).collect();
+    let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+        .map(|_| RedisServer::start(&cluster_args))
+        .collect();
     let addresses: Vec<String> = nodes
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port))
         .collect();
     let mut create = vec!["--cluster", "create"];
     create.extend(addresses.iter().map(String::as_str));
-    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+    let replicas = replicas.to_string();
+    create.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
     nodes[0].cli(&create);
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let in_sync = |n: &RedisServer| {
+        let info = n.cli(&["INFO", "replication"]);
+        !info.contains("role:slave") || info.contains("master_link_status:up")
+    };
     while !nodes
         .iter()
-        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") && in_sync(n))
     {
         assert!(Instant::now() < deadline, "the cluster did not form");
         std::thread::sleep(Duration::from_millis(100));
@@ -112,12 +126,19 @@ impl RedisServer {
         )
     }
 
-    /// Starts a sentinel on a free port, monitoring the primary on `primary_port` as `name`.
+    /// Starts a sentinel on a free port, monitoring the primary on `primary_port` as `name`
+    /// (counting it down after a minute: no failover within a test).
     pub fn start_sentinel(name: &str, primary_port: u16) -> RedisServer {
+        RedisServer::start_sentinel_with(name, primary_port, 60_000)
+    }
+
+    /// A sentinel (the only one, so its own quorum) that counts the primary down after
+    /// `down_after_ms` and fails over to a replica.
+    pub fn start_sentinel_with(name: &str, primary_port: u16, down_after_ms: u64) -> RedisServer {
         let dir = tempfile::tempdir().expect("temporary directory");
         let port = free_port();
         let config = format!(
-            "port {port}\nbind 127.0.0.1\nsentinel monitor {name} 127.0.0.1 {primary_port} 1\nsentinel down-after-milliseconds {name} 60000\n"
+            "port {port}\nbind 127.0.0.1\nsentinel monitor {name} 127.0.0.1 {primary_port} 1\nsentinel down-after-milliseconds {name} {down_after_ms}\nsentinel failover-timeout {name} 10000\n"
         );
         let path = write(dir.path(), "sentinel.conf", &config);
         RedisServer::spawn(port, &[&path, "--sentinel"], None, dir)
