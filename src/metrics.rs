@@ -5,6 +5,7 @@
 //! `sluice_`. Other components write their own series (`series::Reporting`).
 
 mod penalties;
+pub mod runtime;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -25,6 +25,7 @@ use tonic_health::ServingStatus;
 
 use crate::config::{self, Config, ConfigErrors, ReloadResult, Reloader, XdsSource};
 use crate::http::{self, Endpoints, Readiness, Scrapes};
+use crate::metrics::runtime::RuntimeTasks;
 use crate::metrics::Metrics;
 use crate::record::Recorder;
 use crate::rlqs::budget::AnyBudget;
@@ -122,6 +123,9 @@ pub async fn run(
             .series()
             .add_reporter(Arc::new(crate::otel::span_counts()));
     }
+    metrics
+        .series()
+        .add_reporter(Arc::new(RuntimeTasks(tokio::runtime::Handle::current())));
     let metrics = Arc::new(metrics);
     tokio::spawn(metrics_upkeep(Arc::downgrade(&metrics)));
     let config = if let Some(xds) = &settings.source.xds {
