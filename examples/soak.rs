@@ -104,8 +104,9 @@ struct Period {
     most_held: u64,
 }
 
-/// The windows of the faults applied so far (start, end), in ms since the soak began; an
-/// error counts as the fault's if it lands within it or 3 s after.
+/// The windows of the faults applied so far (start, end), in ms since the soak began (a
+/// fault under way ends at `u64::MAX`); an error counts as the fault's if it lands within it
+/// or 3 s after.
 #[derive(Default)]
 struct Faults(Mutex<Vec<(u64, u64)>>);
 
@@ -114,7 +115,7 @@ impl Faults {
         let faults = self.0.lock().unwrap_or_else(|p| p.into_inner());
         faults
             .iter()
-            .any(|&(start, end)| at_ms + 100 >= start && at_ms <= end + 3000)
+            .any(|&(start, end)| at_ms + 100 >= start && at_ms <= end.saturating_add(3000))
     }
 }
 
@@ -148,6 +149,14 @@ fn lease_token(response: &sluice::proto::RateLimitResponse) -> Option<String> {
     }
 }
 
+/// SplitMix64's finaliser: a well-spread number from a counter.
+fn mix(n: u64) -> u64 {
+    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// One caller: a call every `every`, cycling over the algorithms and keys; one call in eight
 /// takes a lease, held 0-200 ms, then released.
 async fn caller(
@@ -159,15 +168,18 @@ async fn caller(
     period: Arc<Mutex<Period>>,
     faults: Arc<Faults>,
 ) {
+    // Callers start spread over one interval, and draw what they ask at random.
+    tokio::time::sleep(every.mul_f64(index as f64 / 32.0)).await;
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut n = index;
+    let mut n = index << 32;
     while Instant::now() < until {
         ticks.tick().await;
-        n += 7919;
-        let key = (n as usize / 8) % KEYS;
-        let leasing = n % 8 == 0;
-        let algorithm = (n as usize / 80) % RATES.len();
+        n += 1;
+        let draw = mix(n) as usize;
+        let key = draw % KEYS;
+        let algorithm = (draw / KEYS) % RATES.len();
+        let leasing = (draw / KEYS / RATES.len()) % 8 == 0;
         let descriptor = if leasing {
             vec![("leases", format!("k{key}"))]
         } else {
@@ -201,19 +213,21 @@ async fn caller(
             }
         };
         if let Some(token) = token {
-            let hold = Duration::from_millis(n % 200);
+            let hold = Duration::from_millis(mix(!n) % 200);
             tokio::time::sleep(hold).await;
+            // Counted free as the release leaves: the server frees it only later, so the
+            // count here never exceeds what the server holds.
+            {
+                let mut period = period.lock().unwrap_or_else(|p| p.into_inner());
+                period.held[key] = period.held[key].saturating_sub(1);
+            }
             let release = request(vec![vec![
                 ("leases", format!("k{key}")),
                 ("sluice.lease", token),
             ]]);
-            let released = client.should_rate_limit(release).await.is_ok();
-            if !released {
-                // Unreleased, the lease ends with its life (2 s).
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-            let mut period = period.lock().unwrap_or_else(|p| p.into_inner());
-            period.held[key] = period.held[key].saturating_sub(1);
+            // A failed release leaves the lease to its life (2 s): the server holds it
+            // longer than counted here, never shorter.
+            let _ = client.should_rate_limit(release).await;
         }
     }
 }
@@ -374,13 +388,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             n = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             std::thread::sleep(Duration::from_secs(20 + (n >> 33) % 40));
             let start = started.elapsed().as_millis() as u64;
+            let log = || fault_log.0.lock().unwrap_or_else(|p| p.into_inner());
+            log().push((start, u64::MAX));
             let what = apply_fault(n >> 40, port, redis_pid);
             let end = started.elapsed().as_millis() as u64;
-            fault_log
-                .0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((start, end));
+            if let Some(last) = log().last_mut() {
+                last.1 = end;
+            }
             eprintln!("{:>6.0} s  fault: {what}", start as f64 / 1000.0);
         }
     });
