@@ -67,8 +67,7 @@ pub struct MemoryStore {
     /// Requests that found no room: the store full of state that still matters.
     full: AtomicU64,
     full_logged: AtomicBool,
-    /// Snapshots written and failed, and the keys of the last one written.
-    snapshots: [AtomicU64; 3],
+    snapshots: snapshot::Counts,
 }
 
 struct Entry {
@@ -403,7 +402,13 @@ impl Reporting for MemoryStore {
         series.level("sluice_memory_store_keys", self.key_count() as u64);
         series.level("sluice_memory_store_bytes", self.bytes_held() as u64);
         series.total("sluice_memory_store_full_total", self.full_count());
-        let [written, failed, keys] = self.snapshots.each_ref().map(|n| n.load(Ordering::Relaxed));
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let snapshots = &self.snapshots;
+        let (written, failed, keys) = (
+            load(&snapshots.written),
+            load(&snapshots.failed),
+            load(&snapshots.last_keys),
+        );
         if written + failed > 0 {
             for (result, count) in [("written", written), ("failed", failed)] {
                 series

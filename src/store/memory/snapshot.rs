@@ -23,7 +23,7 @@ use std::fs::{self, File};
 use std::hash::Hasher;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use siphasher::sip::SipHasher13;
@@ -87,6 +87,15 @@ pub enum SnapshotError {
     },
 }
 
+/// The snapshots a store wrote and failed to write, and the keys of the last one written
+/// (`sluice_memory_store_snapshots_total`, `sluice_memory_store_snapshot_keys`).
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub written: AtomicU64,
+    pub failed: AtomicU64,
+    pub last_keys: AtomicU64,
+}
+
 /// A snapshot written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Written {
@@ -147,11 +156,13 @@ impl MemoryStore {
         let written = self.write_snapshot(path);
         match &written {
             Ok(written) => {
-                self.snapshots[0].fetch_add(1, Ordering::Relaxed);
-                self.snapshots[2].store(written.keys as u64, Ordering::Relaxed);
+                self.snapshots.written.fetch_add(1, Ordering::Relaxed);
+                self.snapshots
+                    .last_keys
+                    .store(written.keys as u64, Ordering::Relaxed);
             }
             Err(_) => {
-                self.snapshots[1].fetch_add(1, Ordering::Relaxed);
+                self.snapshots.failed.fetch_add(1, Ordering::Relaxed);
             }
         }
         written
