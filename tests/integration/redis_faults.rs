@@ -326,7 +326,7 @@ fn primary_port(sentinel: &RedisServer) -> String {
 async fn a_sentinel_failover_after_the_primary_is_killed() {
     let (mut primary, replica, sentinel) = sentinel_deployment();
     let sluice = sluice_through(&sentinel);
-    let pid = primary_pid(&primary);
+    let pid = pid_of(&primary);
     let (calls, fault) = under_load(&sluice, MIXED, 3000, 13_000, move || kill(pid)).await;
     primary.stop();
     assert_eq!(
@@ -372,8 +372,8 @@ async fn a_sentinel_failover_on_command() {
     assert!(seen.calls > 1000);
 }
 
-/// The pid of a server (to kill it from the fault's thread).
-fn primary_pid(server: &RedisServer) -> String {
+/// The pid of a server (to signal it from the fault's thread).
+fn pid_of(server: &RedisServer) -> String {
     server
         .cli(&["INFO", "server"])
         .lines()
@@ -383,11 +383,16 @@ fn primary_pid(server: &RedisServer) -> String {
         .to_string()
 }
 
-fn kill(pid: String) {
+/// Sends `signal` (`-KILL`, `-STOP`, `-CONT`) to the process `pid`.
+fn signal(pid: &str, signal: &str) {
     let status = std::process::Command::new("kill")
-        .args(["-KILL", &pid])
+        .args([signal, pid])
         .status();
-    assert!(status.is_ok_and(|s| s.success()), "kill {pid}");
+    assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pid}");
+}
+
+fn kill(pid: String) {
+    signal(&pid, "-KILL");
 }
 
 /// The nodes of `nodes` that are primaries now.
@@ -423,7 +428,7 @@ async fn a_cluster_primary_killed_fails_over_to_its_replica() {
     let nodes = start_cluster_of(1, "1000");
     let sluice = sluice_on_cluster(&nodes);
     let replica = replica_of(&nodes, nodes[0].port).port;
-    let pid = primary_pid(&nodes[0]);
+    let pid = pid_of(&nodes[0]);
     let (calls, fault) = under_load(&sluice, MIXED, 3000, 13_000, move || kill(pid)).await;
     let now = primaries(&nodes);
     assert!(
@@ -518,17 +523,11 @@ async fn a_redis_that_stops_answering_costs_the_timeout_not_a_hang() {
         &["--redis-command-timeout", "500ms"],
         &[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
     );
-    let pid = primary_pid(&redis);
+    let pid = pid_of(&redis);
     let (calls, fault) = under_load(&sluice, MIXED, 2000, 4000, move || {
-        let signal = |name: &str| {
-            let status = std::process::Command::new("kill")
-                .args([name, &pid])
-                .status();
-            assert!(status.is_ok_and(|s| s.success()));
-        };
-        signal("-STOP");
+        signal(&pid, "-STOP");
         std::thread::sleep(Duration::from_secs(3));
-        signal("-CONT");
+        signal(&pid, "-CONT");
     })
     .await;
     // Stopped 3 s: calls fail each within the timeout, and are steady within 1 s of CONT.
