@@ -395,10 +395,7 @@ fn insert(level: &mut Level, key: &str, value: &str, node: Node) -> bool {
         }
         nodes.any_value = Some(Box::new(node));
     } else if let Some(pattern) = Pattern::parse(value) {
-        if nodes.wildcards.iter().any(|(p, _)| *p == pattern) {
-            return false;
-        }
-        nodes.wildcards.push((pattern, node));
+        return nodes.wildcards.push(pattern, node);
     } else {
         if nodes.exact.contains_key(value) {
             return false;

@@ -1,12 +1,13 @@
 //! Configuration: envoyproxy/ratelimit's YAML format (`file`), its validation and compilation
-//! into a descriptor tree (`compile`, `tree`), file discovery and loading (`load`), and errors
-//! that name file, line and column (`error`, `position`), and hot reload (`watch`). Knows no
-//! store and no gRPC.
+//! into a descriptor tree (`compile`, `tree`, with the wildcard index `wildcards`), file
+//! discovery and loading (`load`), and errors that name file, line and column (`error`,
+//! `position`), and hot reload (`watch`). Knows no store and no gRPC.
 
 mod bounds;
 mod compile;
 mod error;
 mod file;
+mod in_force;
 mod load;
 mod metadata;
 mod pattern;
@@ -14,6 +15,7 @@ mod position;
 mod resource;
 mod tree;
 mod watch;
+mod wildcards;
 mod xds;
 
 pub use crate::labels::MatchedLevel;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use smallvec::SmallVec;
 
 use crate::config::error::FileError;
-use crate::config::pattern::Pattern;
+use crate::config::wildcards::Wildcards;
 use crate::labels::{LimitLabels, MatchedLevel};
 use crate::limit::Limit;
 
@@ -87,12 +87,12 @@ pub(crate) struct Level {
     pub(crate) by_key: HashMap<String, KeyNodes>,
 }
 
-/// The nodes of one key at one level: exact values, wildcard values in file order, and the
-/// value-less default.
+/// The nodes of one key at one level: exact values, wildcard values in file order (indexed),
+/// and the value-less default.
 #[derive(Debug, Default)]
 pub(crate) struct KeyNodes {
     pub(crate) exact: HashMap<String, Node>,
-    pub(crate) wildcards: Vec<(Pattern, Node)>,
+    pub(crate) wildcards: Wildcards<Node>,
     pub(crate) any_value: Option<Box<Node>>,
 }
 
@@ -228,7 +228,7 @@ impl KeyNodes {
         if let Some(node) = self.exact.get(value) {
             return Some((node, Some(value)));
         }
-        if let Some((pattern, node)) = self.wildcards.iter().find(|(p, _)| p.matches(value)) {
+        if let Some((pattern, node)) = self.wildcards.find(value) {
             return Some((node, Some(pattern.as_str())));
         }
         self.any_value.as_deref().map(|node| (node, None))

@@ -961,6 +961,21 @@ const MATCH_CASES: &[MatchCase] = &[
             ("several=acb", None),
         ],
     },
+    MatchCase {
+        replays: "Overlapping wildcard values of every shape: the first in file order wins",
+        config: include_str!("../fixtures/cases/rules/overlapping_wildcards.yaml"),
+        domain: "test-domain",
+        matches: &[
+            ("tenant=team-a-prod", Some((7, "minute", ""))),
+            ("tenant=team-b-prod", Some((1, "minute", ""))),
+            ("tenant=ax-prod", Some((1, "minute", ""))),
+            ("tenant=team-a", Some((2, "minute", ""))),
+            ("tenant=team-x", Some((2, "minute", ""))),
+            ("tenant=xyz", Some((4, "minute", ""))),
+            ("tenant=tod", Some((5, "minute", ""))),
+            ("tenant=q", Some((6, "minute", ""))),
+        ],
+    },
 ];
 
 #[test]
