@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{mpsc, Notify};
 
+use crate::config::in_force::{put_in_force, OnLoad};
 use crate::config::{load, Config, ConfigErrors, LoadOptions};
 
 /// How long to wait for a burst of file events to settle before reloading.
@@ -24,7 +25,7 @@ pub struct Reloader {
     paths: Vec<PathBuf>,
     options: LoadOptions,
     current: Arc<ArcSwap<Config>>,
-    on_reload: Box<dyn Fn(ReloadResult<'_>) + Send + Sync>,
+    on_reload: OnLoad,
 }
 
 impl Reloader {
@@ -39,29 +40,30 @@ impl Reloader {
             paths,
             options,
             current,
-            on_reload: Box::new(on_reload),
+            on_reload: Arc::new(on_reload),
         }
     }
 
-    /// Loads the paths again, off the async runtime (reading and parsing block); swaps the
-    /// result in when it is valid. Returns whether it was.
+    /// Loads the paths again and puts a valid result in force, all off the async runtime
+    /// (reading, parsing, compiling, the listeners and dropping the previous config block).
+    /// Returns whether it was valid.
     pub async fn reload(&self) -> bool {
         let (paths, options) = (self.paths.clone(), self.options);
-        let loaded = match tokio::task::spawn_blocking(move || load(&paths, options)).await {
-            Ok(loaded) => loaded,
-            Err(error) => {
-                tracing::error!(%error, "the config load did not finish; the previous one keeps serving");
-                return false;
-            }
-        };
-        match loaded {
+        let (current, on_reload) = (self.current.clone(), self.on_reload.clone());
+        let reloaded = tokio::task::spawn_blocking(move || match load(&paths, options) {
             Ok(config) => {
-                (self.on_reload)(Ok(&config));
-                self.current.store(Arc::new(config));
+                put_in_force(&current, config, &on_reload);
                 true
             }
             Err(errors) => {
-                (self.on_reload)(Err(&errors));
+                on_reload(Err(&errors));
+                false
+            }
+        });
+        match reloaded.await {
+            Ok(reloaded) => reloaded,
+            Err(error) => {
+                tracing::error!(%error, "the config load did not finish; the previous one keeps serving");
                 false
             }
         }

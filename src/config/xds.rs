@@ -14,6 +14,7 @@ use arc_swap::ArcSwap;
 use prost::Message;
 use tokio::sync::mpsc;
 
+use crate::config::in_force::{put_in_force, OnLoad};
 use crate::config::{load_docs_of, Config, ConfigErrors, LoadOptions, ReloadResult};
 use crate::proto::envoy::config::core::v3::Node;
 use crate::proto::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -64,7 +65,7 @@ pub struct XdsSource {
     settings: XdsSettings,
     options: LoadOptions,
     current: Arc<ArcSwap<Config>>,
-    on_load: Box<dyn Fn(ReloadResult<'_>) + Send + Sync>,
+    on_load: OnLoad,
 }
 
 impl XdsSource {
@@ -78,7 +79,7 @@ impl XdsSource {
             settings,
             options,
             current,
-            on_load: Box::new(on_load),
+            on_load: Arc::new(on_load),
         }
     }
 
@@ -164,26 +165,26 @@ impl XdsSource {
             };
             docs.push((name, config));
         }
-        let options = self.options;
-        let loaded = tokio::task::spawn_blocking(move || load_docs_of(docs, options))
-            .await
-            .map_err(|e| format!("the configuration did not compile: {e}"))?;
-        let version = &response.version_info;
-        match loaded {
+        let (options, current, on_load) =
+            (self.options, self.current.clone(), self.on_load.clone());
+        let version = response.version_info.clone();
+        let source = format!("xDS {} version {version}", self.settings.server_url);
+        let applied = tokio::task::spawn_blocking(move || match load_docs_of(docs, options) {
             Ok(config) => {
-                let source = format!("xDS {} version {version}", self.settings.server_url);
                 let config = crate::config::load::with_source(config, source);
                 tracing::info!(version = %version, domains = config.domains().len(), "xDS configuration applied");
-                (self.on_load)(Ok(&config));
-                self.current.store(Arc::new(config));
+                put_in_force(&current, config, &on_load);
                 Ok(())
             }
             Err(errors) => {
                 tracing::error!(version = %version, "xDS configuration refused, the previous one keeps serving:\n{errors}");
-                (self.on_load)(Err(&errors));
+                on_load(Err(&errors));
                 Err(describe(&errors))
             }
-        }
+        });
+        applied
+            .await
+            .map_err(|e| format!("the configuration did not compile: {e}"))?
     }
 
     fn request(&self, version: &str, nonce: &str, error: Option<Status>) -> DiscoveryRequest {
