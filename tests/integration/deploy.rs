@@ -639,7 +639,7 @@ async fn the_dashboard_queries_only_metrics_sluice_exports() {
 
 #[test]
 fn the_dockerfile_builds_with_the_readme_command() {
-    let command = "cargo build --release --locked";
+    let command = "cargo build --profile dist --locked";
     let dockerfile = read("deploy/docker/Dockerfile");
     assert!(
         dockerfile
