@@ -283,11 +283,15 @@ pub fn parse(text: &str) -> Result<Parsed, serde_yaml::Error> {
     let mut value: serde_yaml::Value = serde_yaml::from_str(text)?;
     let mut parsed = Parsed::default();
     scan(&mut value, Level::File, "", &mut parsed);
-    // Without misplaced keys the text itself is decoded, so that errors keep their position.
-    parsed.doc = if parsed.misplaced.is_empty() {
-        serde_yaml::from_str(text)?
-    } else {
-        serde_yaml::from_value(value)?
+    // Decoded from the value already parsed (a second parse of the text was half of a large
+    // file's load); an error has no position then, so without misplaced keys the text itself
+    // is decoded again for the same error with its line and column.
+    parsed.doc = match serde_yaml::from_value(value) {
+        Ok(doc) => doc,
+        Err(error) if parsed.misplaced.is_empty() => {
+            return Err(serde_yaml::from_str::<FileDoc>(text).err().unwrap_or(error));
+        }
+        Err(error) => return Err(error),
     };
     Ok(parsed)
 }
