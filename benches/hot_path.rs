@@ -1,6 +1,6 @@
-//! Micro-benchmarks of the request path's parts: config matching, each algorithm's pure
-//! function, the memory store (alone and contended, and its snapshot of a million keys), and
-//! key building.
+//! Micro-benchmarks of the request path's parts: config matching (10,000 wildcard values
+//! included), each algorithm's pure function, the memory store (alone and contended, a request
+//! of 8 hits together and alone, and its snapshot of a million keys), and key building.
 //!   cargo bench --bench hot_path   (one part: `-- snapshot`)
 
 use std::hint::black_box;
@@ -33,6 +33,25 @@ fn config() -> Config {
     load(&[path], LoadOptions::default()).expect("bench config loads")
 }
 
+/// 10,000 wildcard values at one key, of three shapes in turn: `w<i>-*`, `*-w<i>`, `*.w<i>.*`.
+fn tenant_config() -> Config {
+    let mut yaml = String::from("domain: tenants\ndescriptors:\n");
+    for i in 0..10_000 {
+        let value = match i % 3 {
+            0 => format!("w{i}-*"),
+            1 => format!("*-w{i}"),
+            _ => format!("*.w{i}.*"),
+        };
+        yaml.push_str(&format!(
+            "  - key: tenant\n    value: \"{value}\"\n    rate_limit: {{unit: second, requests_per_unit: 10}}\n"
+        ));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tenants.yaml");
+    std::fs::write(&path, yaml).expect("write");
+    load(&[path], LoadOptions::default()).expect("tenant config loads")
+}
+
 fn matching(c: &mut Criterion) {
     let config = config();
     let domain = config.domain("bench").expect("domain");
@@ -50,6 +69,22 @@ fn matching(c: &mut Criterion) {
                 .is_some()
         })
     });
+    let tenants = tenant_config();
+    let tenants = tenants.domain("tenants").expect("domain");
+    for (name, value) in [
+        ("match/last prefix of 10,000 wildcards", "w9999-x"),
+        ("match/last suffix of 10,000 wildcards", "x-w9997"),
+        ("match/last infix of 10,000 wildcards", "a.w9998.b"),
+        ("match/none of 10,000 wildcards", "nomatch-value"),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                tenants
+                    .resolve(black_box([("tenant", value)]).into_iter())
+                    .is_some()
+            })
+        });
+    }
     c.bench_function("match/4 levels", |b| {
         b.iter(|| {
             domain
@@ -114,6 +149,29 @@ fn memory_store(c: &mut Criterion) {
     });
     c.bench_function("memory store/charge, 4 threads on 16 hot keys", |b| {
         b.iter_custom(|iterations| contended(&store, &hits[..16], iterations))
+    });
+    // A request of 8 descriptors decided together (all-or-nothing), beside the same 8 hits
+    // charged one call each: what deciding them together costs (BENCHMARKS.md, "Scale").
+    let mut next = 0;
+    c.bench_function("memory store/8 hits, all-or-nothing", |b| {
+        b.iter(|| {
+            next = (next + 8) % (hits.len() - 8);
+            runtime
+                .block_on(store.charge(&hits[next..next + 8], Charging::AllOrNothing))
+                .expect("memory store")
+        })
+    });
+    c.bench_function("memory store/8 hits, each alone", |b| {
+        b.iter(|| {
+            next = (next + 8) % (hits.len() - 8);
+            for hit in &hits[next..next + 8] {
+                black_box(
+                    runtime
+                        .block_on(store.charge(std::slice::from_ref(hit), Charging::AllOrNothing))
+                        .expect("memory store"),
+                );
+            }
+        })
     });
 }
 

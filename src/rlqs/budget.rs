@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 
-use super::share::shares_in_demand_order;
+use super::claims::BucketClaims;
 use crate::store::any::AnyStore;
 use crate::store::StoreError;
 
@@ -45,43 +45,6 @@ pub struct Ask<'a> {
     pub limit: u64,
     pub now_us: u64,
     pub expires_at_us: u64,
-}
-
-/// Settles `ask` against the `claims` on its bucket: drops the expired ones, records the
-/// client's demand and returns (and records) its share.
-pub fn settle(claims: &mut HashMap<String, Claim>, ask: &Ask<'_>) -> u64 {
-    claims.retain(|client, claim| claim.expires_at_us > ask.now_us || client == ask.client);
-    let assigned_before = claims.get(ask.client).map_or(0, |c| c.assigned);
-    claims.insert(
-        ask.client.to_string(),
-        Claim {
-            demand: ask.demand,
-            assigned: assigned_before,
-            expires_at_us: ask.expires_at_us,
-        },
-    );
-    // Clients by demand, then id, so that an uneven split's remainder goes the same way
-    // everywhere (the order `max_min_fair` and the Lua budget use).
-    let mut order: Vec<(u64, &str)> = claims
-        .iter()
-        .map(|(client, claim)| (claim.demand, client.as_str()))
-        .collect();
-    order.sort_unstable();
-    let demands = order.iter().map(|&(demand, _)| demand);
-    let target = order
-        .iter()
-        .zip(shares_in_demand_order(ask.limit, demands))
-        .find(|((_, client), _)| *client == ask.client)
-        .map_or(0, |(_, share)| share);
-    let others = claims
-        .iter()
-        .filter(|(client, _)| client.as_str() != ask.client)
-        .fold(0u64, |sum, (_, claim)| sum.saturating_add(claim.assigned));
-    let share = target.min(ask.limit.saturating_sub(others));
-    if let Some(claim) = claims.get_mut(ask.client) {
-        claim.assigned = share;
-    }
-    share
 }
 
 /// The budget that goes with the store sluice serves with: in its Redis when it has one (every
@@ -120,7 +83,7 @@ impl Budget for AnyBudget {
 /// The budgets of one process.
 #[derive(Debug, Default)]
 pub struct MemoryBudget {
-    buckets: Mutex<HashMap<String, HashMap<String, Claim>>>,
+    buckets: Mutex<HashMap<String, BucketClaims>>,
 }
 
 impl Budget for MemoryBudget {
@@ -141,8 +104,13 @@ impl MemoryBudget {
             .buckets
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let claims = buckets.entry(ask.bucket.to_string()).or_default();
-        settle(claims, ask)
+        if let Some(claims) = buckets.get_mut(ask.bucket) {
+            return claims.settle(ask);
+        }
+        let mut claims = BucketClaims::default();
+        let share = claims.settle(ask);
+        buckets.insert(ask.bucket.to_string(), claims);
+        share
     }
 
     /// The client gives its share of the bucket back.
@@ -152,7 +120,7 @@ impl MemoryBudget {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(claims) = buckets.get_mut(bucket) {
-            claims.remove(client);
+            claims.release(client);
             if claims.is_empty() {
                 buckets.remove(bucket);
             }
@@ -165,17 +133,15 @@ impl MemoryBudget {
             .buckets
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        buckets.get(bucket).map_or(0, |claims| {
-            claims.values().filter(|c| c.expires_at_us > now_us).count()
-        })
+        buckets
+            .get(bucket)
+            .map_or(0, |claims| claims.active(now_us))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rlqs::share::max_min_fair;
-    use proptest::prelude::*;
 
     fn ask<'a>(client: &'a str, demand: u64, now_us: u64) -> Ask<'a> {
         Ask {
@@ -202,40 +168,5 @@ mod tests {
         assert_eq!(budget.active_clients("b", 30), 1);
         budget.release_now("b", "b");
         assert_eq!(budget.active_clients("b", 30), 0);
-    }
-
-    proptest! {
-        /// The share is the client's max-min fair share of every claim in force (clients in
-        /// id order, as the Lua budget orders them), capped by what the others hold.
-        #[test]
-        fn a_claim_gets_its_fair_share_capped_by_the_others(
-            others in prop::collection::vec((0u64..2_000, 0u64..1_000, 0u64..20), 0..40),
-            demand in 0u64..2_000,
-            limit in 0u64..5_000,
-        ) {
-            let mut claims: HashMap<String, Claim> = others
-                .iter()
-                .enumerate()
-                .map(|(i, &(demand, assigned, expires_at_us))| {
-                    (format!("c{i:02}"), Claim { demand, assigned, expires_at_us })
-                })
-                .collect();
-            let ask = Ask { bucket: "b", client: "me", demand, limit, now_us: 10, expires_at_us: 30 };
-            let share = settle(&mut claims, &ask);
-
-            let mut in_force: Vec<(&String, &Claim)> = claims.iter().collect();
-            in_force.sort_by_key(|(client, _)| *client);
-            prop_assert!(in_force.iter().all(|(c, claim)| claim.expires_at_us > 10 || *c == "me"));
-            let demands: Vec<u64> = in_force.iter().map(|(_, claim)| claim.demand).collect();
-            let fair = max_min_fair(limit, &demands);
-            let mine = in_force.iter().position(|(c, _)| *c == "me").map(|i| fair[i]);
-            let held: u64 = in_force
-                .iter()
-                .filter(|(c, _)| *c != "me")
-                .map(|(_, claim)| claim.assigned)
-                .sum();
-            prop_assert_eq!(Some(share), mine.map(|m| m.min(limit.saturating_sub(held))));
-            prop_assert_eq!(claims["me"].assigned, share);
-        }
     }
 }

@@ -4,11 +4,13 @@
 //! (a token bucket of the client's fair share of the bucket's configured limit, with a
 //! time-to-live) that Envoy enforces locally. `wire` decodes the reports, `bucket` maps a
 //! bucket to a limit and a share to a strategy, `share` divides a limit max-min fairly,
-//! `budget` holds the claims every client makes on a bucket, and `stream` runs one client's
+//! `budget` holds the claims every client makes on a bucket (`claims`, in the order the split
+//! walks), and `stream` runs one client's
 //! stream.
 
 pub mod bucket;
 pub mod budget;
+mod claims;
 mod report;
 pub mod share;
 mod stream;
