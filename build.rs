@@ -14,6 +14,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .file_descriptor_set_path(out_dir.join("sluice_descriptor.bin"))
+        // Prost's encoding with smaller per-stream buffers (src/codec.rs).
+        .codec_path("crate::codec::Codec")
         // RLQS usage reports come in two forms (src/rlqs/wire.rs decodes both).
         .extern_path(
             ".envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports",

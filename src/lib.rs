@@ -26,6 +26,7 @@
 
 pub mod algorithm;
 pub mod client_tls;
+pub mod codec;
 pub mod config;
 pub mod duration;
 pub mod engine;

@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::{mpsc, Notify};
 
-use crate::config::in_force::{put_in_force, OnLoad};
+use crate::config::in_force::{off_the_runtime, put_in_force, OnLoad};
 use crate::config::{load, Config, ConfigErrors, LoadOptions};
 
 /// How long to wait for a burst of file events to settle before reloading.
@@ -50,7 +50,7 @@ impl Reloader {
     pub async fn reload(&self) -> bool {
         let (paths, options) = (self.paths.clone(), self.options);
         let (current, on_reload) = (self.current.clone(), self.on_reload.clone());
-        let reloaded = tokio::task::spawn_blocking(move || match load(&paths, options) {
+        let reloaded = off_the_runtime(move || match load(&paths, options) {
             Ok(config) => {
                 put_in_force(&current, config, &on_reload);
                 true

@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 use prost::Message;
 use tokio::sync::mpsc;
 
-use crate::config::in_force::{put_in_force, OnLoad};
+use crate::config::in_force::{off_the_runtime, put_in_force, OnLoad};
 use crate::config::{load_docs_of, Config, ConfigErrors, LoadOptions, ReloadResult};
 use crate::proto::envoy::config::core::v3::Node;
 use crate::proto::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -169,7 +169,7 @@ impl XdsSource {
             (self.options, self.current.clone(), self.on_load.clone());
         let version = response.version_info.clone();
         let source = format!("xDS {} version {version}", self.settings.server_url);
-        let applied = tokio::task::spawn_blocking(move || match load_docs_of(docs, options) {
+        let applied = off_the_runtime(move || match load_docs_of(docs, options) {
             Ok(config) => {
                 let config = crate::config::load::with_source(config, source);
                 tracing::info!(version = %version, domains = config.domains().len(), "xDS configuration applied");
