@@ -69,6 +69,9 @@ enum Distribution {
     Uniform,
     /// Zipf with exponent 1: a few values get most calls.
     Zipf,
+    /// Every value in turn (`v0`, `v1`, ... across all callers): N calls create N keys, which
+    /// fills a store before a measurement (scripts/bench --scale).
+    Sequential,
 }
 
 /// Counts shared by the workers.
@@ -223,10 +226,12 @@ fn report(args: &Args, counts: &Counts, latencies: &Histogram<u64>, elapsed: Dur
     }
 }
 
-/// Draws key indexes uniformly or by Zipf (exponent 1) through a precomputed CDF.
+/// Draws key indexes uniformly, by Zipf (exponent 1) through a precomputed CDF, or in turn.
 struct Sampler {
     keys: u64,
     zipf_cdf: Option<Vec<f64>>,
+    /// The next index, when drawn in turn.
+    next: Option<AtomicU64>,
 }
 
 impl Sampler {
@@ -246,10 +251,14 @@ impl Sampler {
         Sampler {
             keys: keys.max(1),
             zipf_cdf,
+            next: (distribution == Distribution::Sequential).then(|| AtomicU64::new(0)),
         }
     }
 
     fn sample(&self, rng: &mut XorShift) -> u64 {
+        if let Some(next) = &self.next {
+            return next.fetch_add(1, Ordering::Relaxed) % self.keys;
+        }
         let unit = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
         match &self.zipf_cdf {
             Some(cdf) => cdf.partition_point(|&c| c < unit) as u64,
