@@ -23,6 +23,7 @@ It writes DIR/results.json (every run), DIR/<curve>.svg (a plot each) and DIR/ta
 tables BENCHMARKS.md shows). Servers listen on fixed local ports (2xxxx) and are stopped on exit.
 """
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -99,25 +100,20 @@ def ask_json(http, request):
         return json.load(e)
 
 
-def varint(n):
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+def load_module(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def field(number, payload):
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
+# The request encoder of scripts/h2load-request.py (Envoy's field numbers).
+H2LOAD_REQUEST = load_module("h2load_request", os.path.join(ROOT, "scripts", "h2load-request.py"))
 
 
 def grpc_request(domain, descriptors):
-    """One gRPC-framed RateLimitRequest (Envoy's field numbers) for h2load."""
-    body = field(1, domain.encode())
-    for entries in descriptors:
-        body += field(2, b"".join(field(1, field(1, k.encode()) + field(2, v.encode()))
-                                  for k, v in entries))
+    """One gRPC-framed RateLimitRequest for h2load."""
+    body = H2LOAD_REQUEST.request(domain, descriptors)
     return b"\x00" + len(body).to_bytes(4, "big") + body
 
 

@@ -278,3 +278,17 @@ impl XorShift {
         self.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In turn, every value is drawn once before any is drawn again: N calls make N keys.
+    #[test]
+    fn a_sequential_draw_takes_every_value_in_turn() {
+        let sampler = Sampler::new(5, Distribution::Sequential);
+        let mut rng = XorShift(1);
+        let drawn: Vec<u64> = (0..7).map(|_| sampler.sample(&mut rng)).collect();
+        assert_eq!(drawn, [0, 1, 2, 3, 4, 0, 1]);
+    }
+}
