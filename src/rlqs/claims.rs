@@ -30,8 +30,10 @@ impl BucketClaims {
         self.drop_expired(ask.now_us, ask.client);
         // Out of every order and of the sum assigned, then back in with nothing assigned
         // while its share is worked out.
-        self.remove(ask.client);
-        let client: Arc<str> = Arc::from(ask.client);
+        let client = match self.remove(ask.client) {
+            Some((client, _)) => client,
+            None => Arc::from(ask.client),
+        };
         let place = self.place(ask.demand, &client);
         let claim = Claim {
             demand: ask.demand,
@@ -90,16 +92,16 @@ impl BucketClaims {
             .partition_point(|(d, c)| (*d, &**c) < (demand, &**client))
     }
 
-    /// Takes the client's claim out of every order.
-    fn remove(&mut self, client: &str) -> Option<Claim> {
+    /// Takes the client's claim out of every order; the client's id and its claim.
+    fn remove(&mut self, client: &str) -> Option<(Arc<str>, Claim)> {
         let (client, claim) = self.claims.remove_entry(client)?;
         let place = self.place(claim.demand, &client);
         if self.order.get(place).is_some_and(|(_, c)| *c == client) {
             self.order.remove(place);
         }
-        self.expiries.remove(&(claim.expires_at_us, client));
+        self.expiries.remove(&(claim.expires_at_us, client.clone()));
         self.assigned = self.assigned.saturating_sub(claim.assigned);
-        Some(claim)
+        Some((client, claim))
     }
 
     /// Drops the claims expired at `now_us`, except `keep`'s.
