@@ -10,7 +10,7 @@
 //! `t<i>-*`, a value looks up four prefixes where the scan tried 10,000 patterns
 //! (BENCHMARKS.md, "Scale").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::config::pattern::Pattern;
 
@@ -31,11 +31,14 @@ struct PartIndex {
     by_part: HashMap<Box<[u8]>, Vec<u32>>,
     /// The distinct lengths of the parts, ascending.
     lengths: Vec<usize>,
+    /// How many patterns are filed.
+    filed: usize,
 }
 
 impl PartIndex {
     fn insert(&mut self, part: &[u8], id: u32) {
         self.by_part.entry(part.into()).or_default().push(id);
+        self.filed += 1;
         if let Err(at) = self.lengths.binary_search(&part.len()) {
             self.lengths.insert(at, part.len());
         }
@@ -45,19 +48,30 @@ impl PartIndex {
     fn get(&self, part: &[u8]) -> &[u32] {
         self.by_part.get(part).map_or(&[], Vec::as_slice)
     }
+
+    /// Tries the ids filed under the part of each length that `part_of` cuts from `bytes`
+    /// (its prefix or its suffix of that length).
+    fn try_ends<T>(
+        &self,
+        bytes: &[u8],
+        part_of: fn(&[u8], usize) -> &[u8],
+        first: &mut Candidate<'_, T>,
+    ) {
+        for &len in self.lengths.iter().take_while(|&&l| l <= bytes.len()) {
+            first.try_all(self.get(part_of(bytes, len)));
+        }
+    }
 }
 
 /// The wildcard values of one key at one level, each with what it leads to, in file order.
 #[derive(Debug)]
 pub(crate) struct Wildcards<T> {
     entries: Vec<(Pattern, T)>,
-    /// Pattern text to id: a value written twice at one level is refused at load.
-    ids: HashMap<String, u32>,
+    /// The patterns' texts: a value written twice at one level is refused at load.
+    texts: HashSet<String>,
     prefixes: PartIndex,
     suffixes: PartIndex,
     inner: PartIndex,
-    /// How many patterns `inner` files.
-    inner_count: usize,
     /// Patterns of `*` alone.
     everything: Vec<u32>,
 }
@@ -66,11 +80,10 @@ impl<T> Default for Wildcards<T> {
     fn default() -> Self {
         Wildcards {
             entries: Vec::new(),
-            ids: HashMap::new(),
+            texts: HashSet::new(),
             prefixes: PartIndex::default(),
             suffixes: PartIndex::default(),
             inner: PartIndex::default(),
-            inner_count: 0,
             everything: Vec::new(),
         }
     }
@@ -80,7 +93,7 @@ impl<T> Wildcards<T> {
     /// Adds `pattern` after every pattern already here; false (and nothing added) when the same
     /// pattern is here already.
     pub(crate) fn push(&mut self, pattern: Pattern, value: T) -> bool {
-        if self.ids.contains_key(pattern.as_str()) {
+        if self.texts.contains(pattern.as_str()) {
             return false;
         }
         let Ok(id) = u32::try_from(self.entries.len()) else {
@@ -90,13 +103,10 @@ impl<T> Wildcards<T> {
         match anchor {
             Anchor::Prefix => self.prefixes.insert(part, id),
             Anchor::Suffix => self.suffixes.insert(part, id),
-            Anchor::Inner => {
-                self.inner.insert(part, id);
-                self.inner_count += 1;
-            }
+            Anchor::Inner => self.inner.insert(part, id),
             Anchor::Everything => self.everything.push(id),
         }
-        self.ids.insert(pattern.as_str().to_string(), id);
+        self.texts.insert(pattern.as_str().to_string());
         self.entries.push((pattern, value));
         true
     }
@@ -106,22 +116,10 @@ impl<T> Wildcards<T> {
         let bytes = value.as_bytes();
         let mut first = Candidate::new(&self.entries, value);
         first.try_all(&self.everything);
-        for &len in self
-            .prefixes
-            .lengths
-            .iter()
-            .take_while(|&&l| l <= bytes.len())
-        {
-            first.try_all(self.prefixes.get(&bytes[..len]));
-        }
-        for &len in self
-            .suffixes
-            .lengths
-            .iter()
-            .take_while(|&&l| l <= bytes.len())
-        {
-            first.try_all(self.suffixes.get(&bytes[bytes.len() - len..]));
-        }
+        self.prefixes
+            .try_ends(bytes, |bytes, len| &bytes[..len], &mut first);
+        self.suffixes
+            .try_ends(bytes, |bytes, len| &bytes[bytes.len() - len..], &mut first);
         self.find_inner(bytes, &mut first);
         first.found()
     }
@@ -129,11 +127,11 @@ impl<T> Wildcards<T> {
     /// Tries the patterns filed under an inner part: through the index when the value has
     /// fewer substrings of the parts' lengths than there are such patterns, else each in turn.
     fn find_inner(&self, bytes: &[u8], first: &mut Candidate<'_, T>) {
-        if self.inner_count == 0 {
+        if self.inner.filed == 0 {
             return;
         }
         let lookups = bytes.len().saturating_mul(self.inner.lengths.len());
-        if lookups >= self.inner_count {
+        if lookups >= self.inner.filed {
             for ids in self.inner.by_part.values() {
                 first.try_all(ids);
             }
