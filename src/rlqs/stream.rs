@@ -36,9 +36,8 @@ const MAX_REPORTED: u64 = 1 << 50;
 /// A bucket's pairs, sorted: the same bucket whatever order its map came in.
 type Pairs = Vec<(String, String)>;
 
-/// A bucket the client reports.
+/// A bucket the client reports (its id is its pairs, the key it is kept under).
 struct Subscribed {
-    id: BucketId,
     resolved: Resolved,
     last_report: Instant,
     /// Requests per period it wants, as last measured.
@@ -51,7 +50,8 @@ pub(super) struct ClientStream<B> {
     client: String,
     answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     domain: Option<String>,
-    buckets: HashMap<Pairs, Subscribed>,
+    /// Boxed: a table slot is a key and a pointer, so the table's spare slots cost little.
+    buckets: HashMap<Pairs, Box<Subscribed>>,
     config_seen: Arc<Config>,
 }
 
@@ -81,17 +81,19 @@ impl<B: Budget> ClientStream<B> {
             tokio::select! {
                 report = reports.message() => match report {
                     Ok(Some(report)) => {
-                        if let Err(status) = self.on_report(report).await {
+                        // Boxed, as is the tick's work: the stream's task keeps only what
+                        // waits for the next event between reports.
+                        if let Err(status) = Box::pin(self.on_report(report)).await {
                             let _ = self.answers.send(Err(status)).await;
                             break;
                         }
                     }
                     Ok(None) | Err(_) => break,
                 },
-                _ = tick.tick() => self.on_tick().await,
+                _ = tick.tick() => Box::pin(self.on_tick()).await,
                 changed = stopping.changed() => {
                     if changed.is_err() || *stopping.borrow() {
-                        self.expire_all().await;
+                        Box::pin(self.expire_all()).await;
                         break;
                     }
                 }
@@ -100,7 +102,7 @@ impl<B: Budget> ClientStream<B> {
                 break;
             }
         }
-        self.release_all().await;
+        Box::pin(self.release_all()).await;
     }
 
     async fn on_report(&mut self, report: UsageReports) -> Result<(), Status> {
@@ -136,10 +138,10 @@ impl<B: Budget> ClientStream<B> {
         // per bucket.
         let claims = reported
             .iter()
-            .map(|(_, bucket)| self.assign(&domain, bucket));
+            .map(|(pairs, bucket)| self.assign(&domain, pairs, bucket));
         let actions = futures_util::future::join_all(claims).await;
         for (pairs, bucket) in reported {
-            self.buckets.insert(pairs, bucket);
+            self.buckets.insert(pairs, Box::new(bucket));
         }
         self.send(actions).await;
         Ok(())
@@ -170,11 +172,9 @@ impl<B: Budget> ClientStream<B> {
             Some(d) => Duration::new(d.seconds as u64, d.nanos as u32),
             None => Duration::ZERO,
         };
-        let mut pairs: Pairs = id
-            .bucket
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // Exactly as long as the id: the stream keeps it for the bucket's life.
+        let mut pairs: Pairs = Vec::with_capacity(id.bucket.len());
+        pairs.extend(id.bucket);
         pairs.sort();
         let is_new = !self.buckets.contains_key(&pairs);
         if is_new && self.buckets.len() + new_ones >= self.shared.settings.max_buckets_per_stream {
@@ -209,7 +209,6 @@ impl<B: Budget> ClientStream<B> {
             );
         }
         let subscribed = Subscribed {
-            id,
             resolved,
             last_report: Instant::now(),
             demand,
@@ -219,7 +218,12 @@ impl<B: Budget> ClientStream<B> {
     }
 
     /// The assignment of `bucket` now: its share of its limit, allow all, or the default.
-    async fn assign(&self, domain: &str, bucket: &Subscribed) -> BucketAction {
+    async fn assign(
+        &self,
+        domain: &str,
+        pairs: &[(String, String)],
+        bucket: &Subscribed,
+    ) -> BucketAction {
         let strategy = match &bucket.resolved {
             Resolved::Unknown => {
                 bucket::blanket(self.shared.settings.default_action == DefaultAction::Allow)
@@ -256,7 +260,7 @@ impl<B: Budget> ClientStream<B> {
                 }
             }
         };
-        assignment(&bucket.id, strategy, bucket.ttl)
+        assignment(pairs, strategy, bucket.ttl)
     }
 
     /// Abandons quiet buckets; reassigns or abandons buckets a config change touched.
@@ -271,8 +275,8 @@ impl<B: Budget> ClientStream<B> {
             .collect();
         for pairs in quiet {
             if let Some(bucket) = self.buckets.remove(&pairs) {
-                self.release(&bucket).await;
-                actions.push(abandon(&bucket.id));
+                self.release(&bucket.resolved).await;
+                actions.push(abandon(&pairs));
             }
         }
         let config = self.shared.config.load_full();
@@ -300,8 +304,8 @@ impl<B: Budget> ClientStream<B> {
             }
             if resolved == Resolved::Unknown {
                 if let Some(bucket) = self.buckets.remove(&key) {
-                    self.release(&bucket).await;
-                    actions.push(abandon(&bucket.id));
+                    self.release(&bucket.resolved).await;
+                    actions.push(abandon(&key));
                 }
                 continue;
             }
@@ -309,16 +313,9 @@ impl<B: Budget> ClientStream<B> {
                 continue;
             };
             let old = std::mem::replace(&mut bucket.resolved, resolved);
-            let old_bucket = Subscribed {
-                id: bucket.id.clone(),
-                resolved: old,
-                last_report: bucket.last_report,
-                demand: bucket.demand,
-                ttl: bucket.ttl,
-            };
-            self.release(&old_bucket).await;
+            self.release(&old).await;
             if let Some(bucket) = self.buckets.get(&key) {
-                actions.push(self.assign(domain, bucket).await);
+                actions.push(self.assign(domain, &key, bucket).await);
             }
         }
         actions
@@ -329,21 +326,21 @@ impl<B: Budget> ClientStream<B> {
     async fn expire_all(&mut self) {
         let actions = self
             .buckets
-            .values()
-            .map(|b| assignment(&b.id, bucket::blanket(true), Duration::ZERO))
+            .keys()
+            .map(|pairs| assignment(pairs, bucket::blanket(true), Duration::ZERO))
             .collect();
         self.send(actions).await;
     }
 
-    async fn release(&self, bucket: &Subscribed) {
-        if let Resolved::Limited { budget_key, .. } = &bucket.resolved {
+    async fn release(&self, resolved: &Resolved) {
+        if let Resolved::Limited { budget_key, .. } = resolved {
             self.shared.budget.release(budget_key, &self.client).await;
         }
     }
 
     async fn release_all(&self) {
         for bucket in self.buckets.values() {
-            self.release(bucket).await;
+            self.release(&bucket.resolved).await;
         }
     }
 
@@ -358,9 +355,20 @@ impl<B: Budget> ClientStream<B> {
     }
 }
 
-fn assignment(id: &BucketId, strategy: RateLimitStrategy, ttl: Duration) -> BucketAction {
+/// The id of the bucket `pairs` name, as the client sent it.
+fn bucket_id(pairs: &[(String, String)]) -> BucketId {
+    BucketId {
+        bucket: pairs.iter().cloned().collect(),
+    }
+}
+
+fn assignment(
+    pairs: &[(String, String)],
+    strategy: RateLimitStrategy,
+    ttl: Duration,
+) -> BucketAction {
     BucketAction {
-        bucket_id: Some(id.clone()),
+        bucket_id: Some(bucket_id(pairs)),
         bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
             assignment_time_to_live: Some(bucket::duration(ttl)),
             rate_limit_strategy: Some(strategy),
@@ -368,9 +376,9 @@ fn assignment(id: &BucketId, strategy: RateLimitStrategy, ttl: Duration) -> Buck
     }
 }
 
-fn abandon(id: &BucketId) -> BucketAction {
+fn abandon(pairs: &[(String, String)]) -> BucketAction {
     BucketAction {
-        bucket_id: Some(id.clone()),
+        bucket_id: Some(bucket_id(pairs)),
         bucket_action: Some(Action::AbandonAction(AbandonAction {})),
     }
 }
