@@ -16,19 +16,19 @@ pub mod share;
 mod stream;
 pub mod wire;
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use futures_util::Stream;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
-use crate::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
 use budget::Budget;
 use wire::UsageReports;
 
@@ -109,17 +109,15 @@ impl<B: Budget> QuotaService<B> {
 
 #[tonic::async_trait]
 impl<B: Budget> RateLimitQuotaService for QuotaService<B> {
-    type StreamRateLimitQuotasStream = ReceiverStream<Result<RateLimitQuotaResponse, Status>>;
+    type StreamRateLimitQuotasStream = Pin<Box<dyn Stream<Item = stream::Answer> + Send>>;
 
     async fn stream_rate_limit_quotas(
         &self,
         request: Request<Streaming<UsageReports>>,
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
-        let (answers, answered) = mpsc::channel(16);
         let number = self.shared.next_client.fetch_add(1, Ordering::Relaxed);
         let client = format!("{}-{number}", self.shared.process);
-        let run = stream::ClientStream::new(self.shared.clone(), client, answers);
-        tokio::spawn(run.serve(request.into_inner()));
-        Ok(Response::new(ReceiverStream::new(answered)))
+        let run = stream::ClientStream::new(self.shared.clone(), client);
+        Ok(Response::new(Box::pin(run.answers(request.into_inner()))))
     }
 }

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use futures_util::Stream;
+use tokio::sync::watch;
 use tonic::{Status, Streaming};
 
 use super::bucket::{self, Resolved};
@@ -45,67 +46,59 @@ struct Subscribed {
     ttl: Duration,
 }
 
-pub(super) struct ClientStream<B> {
+/// One answer on the stream: assignments, or the error that ends it.
+pub(super) type Answer = Result<RateLimitQuotaResponse, Status>;
+
+pub(super) struct ClientStream<B: Budget> {
     shared: Arc<Shared<B>>,
     client: String,
-    answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     domain: Option<String>,
     /// Boxed: a table slot is a key and a pointer, so the table's spare slots cost little.
     buckets: HashMap<Pairs, Box<Subscribed>>,
     config_seen: Arc<Config>,
 }
 
+/// A stream being answered: the client's state and the events it waits on.
+struct Running<B: Budget> {
+    client: ClientStream<B>,
+    reports: Streaming<UsageReports>,
+    tick: tokio::time::Interval,
+    stopping: watch::Receiver<bool>,
+    ended: bool,
+}
+
 impl<B: Budget> ClientStream<B> {
-    pub(super) fn new(
-        shared: Arc<Shared<B>>,
-        client: String,
-        answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
-    ) -> ClientStream<B> {
+    pub(super) fn new(shared: Arc<Shared<B>>, client: String) -> ClientStream<B> {
         let config_seen = shared.config.load_full();
         ClientStream {
             shared,
             client,
-            answers,
             domain: None,
             buckets: HashMap::new(),
             config_seen,
         }
     }
 
-    /// Answers `reports` until the client closes the stream, breaks it, sends something
-    /// invalid, or sluice stops.
-    pub(super) async fn serve(mut self, mut reports: Streaming<UsageReports>) {
-        let mut tick = tokio::time::interval(TICK);
-        let mut stopping = self.shared.stopping.clone();
-        loop {
-            tokio::select! {
-                report = reports.message() => match report {
-                    Ok(Some(report)) => {
-                        // Boxed, as is the tick's work: the stream's task keeps only what
-                        // waits for the next event between reports.
-                        if let Err(status) = Box::pin(self.on_report(report)).await {
-                            let _ = self.answers.send(Err(status)).await;
-                            break;
-                        }
-                    }
-                    Ok(None) | Err(_) => break,
-                },
-                _ = tick.tick() => Box::pin(self.on_tick()).await,
-                changed = stopping.changed() => {
-                    if changed.is_err() || *stopping.borrow() {
-                        Box::pin(self.expire_all()).await;
-                        break;
-                    }
-                }
-            }
-            if self.answers.is_closed() {
-                break;
-            }
-        }
-        Box::pin(self.release_all()).await;
+    /// The answers to `reports`, until the client closes the stream, breaks it, sends
+    /// something invalid, or sluice stops. The work is done as the client's connection
+    /// reads the answers: a stream has no task or channel of its own, and between events it
+    /// holds only what waits for the next one (each event's work is boxed while it runs).
+    pub(super) fn answers(self, reports: Streaming<UsageReports>) -> impl Stream<Item = Answer> {
+        let stopping = self.shared.stopping.clone();
+        let running = Running {
+            client: self,
+            reports,
+            tick: tokio::time::interval(TICK),
+            stopping,
+            ended: false,
+        };
+        futures_util::stream::unfold(running, |mut running| async move {
+            let answer = running.next_answer().await?;
+            Some((answer, running))
+        })
     }
-
-    async fn on_report(&mut self, report: UsageReports) -> Result<(), Status> {
+    /// The assignments a report calls for.
+    async fn on_report(&mut self, report: UsageReports) -> Result<Vec<BucketAction>, Status> {
         let domain = match (&self.domain, report.domain.as_str()) {
             (None, "") => {
                 return Err(Status::invalid_argument(
@@ -143,8 +136,7 @@ impl<B: Budget> ClientStream<B> {
         for (pairs, bucket) in reported {
             self.buckets.insert(pairs, Box::new(bucket));
         }
-        self.send(actions).await;
-        Ok(())
+        Ok(actions)
     }
 
     /// The bucket one usage reports, as it now stands, or why the bucket is refused;
@@ -264,7 +256,7 @@ impl<B: Budget> ClientStream<B> {
     }
 
     /// Abandons quiet buckets; reassigns or abandons buckets a config change touched.
-    async fn on_tick(&mut self) {
+    async fn on_tick(&mut self) -> Vec<BucketAction> {
         let mut actions = Vec::new();
         let abandon_after = self.shared.settings.abandon_after;
         let quiet: Vec<Pairs> = self
@@ -286,7 +278,7 @@ impl<B: Budget> ClientStream<B> {
                 actions.extend(self.on_config_change(&config, &domain).await);
             }
         }
-        self.send(actions).await;
+        actions
     }
 
     /// The actions a new config calls for: abandon what it no longer limits, reassign what
@@ -323,13 +315,11 @@ impl<B: Budget> ClientStream<B> {
 
     /// Every assignment expires now (time-to-live 0): the client falls back to its own
     /// configured behaviour while sluice is away.
-    async fn expire_all(&mut self) {
-        let actions = self
-            .buckets
+    fn expiries(&self) -> Vec<BucketAction> {
+        self.buckets
             .keys()
             .map(|pairs| assignment(pairs, bucket::blanket(true), Duration::ZERO))
-            .collect();
-        self.send(actions).await;
+            .collect()
     }
 
     async fn release(&self, resolved: &Resolved) {
@@ -338,20 +328,86 @@ impl<B: Budget> ClientStream<B> {
         }
     }
 
-    async fn release_all(&self) {
-        for bucket in self.buckets.values() {
+    async fn release_all(&mut self) {
+        let buckets = std::mem::take(&mut self.buckets);
+        for bucket in buckets.values() {
             self.release(&bucket.resolved).await;
         }
     }
+}
 
-    async fn send(&self, actions: Vec<BucketAction>) {
-        if actions.is_empty() {
+impl<B: Budget> Running<B> {
+    /// The next answer, once some event calls for one; `None` when the stream has ended.
+    async fn next_answer(&mut self) -> Option<Answer> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            let actions = tokio::select! {
+                report = self.reports.message() => match report {
+                    Ok(Some(report)) => match Box::pin(self.client.on_report(report)).await {
+                        Ok(actions) => actions,
+                        Err(status) => {
+                            self.end().await;
+                            return Some(Err(status));
+                        }
+                    },
+                    Ok(None) | Err(_) => {
+                        self.end().await;
+                        return None;
+                    }
+                },
+                _ = self.tick.tick() => Box::pin(self.client.on_tick()).await,
+                changed = self.stopping.changed() => {
+                    if changed.is_err() || *self.stopping.borrow() {
+                        let actions = self.client.expiries();
+                        self.end().await;
+                        actions
+                    } else {
+                        Vec::new()
+                    }
+                }
+            };
+            if !actions.is_empty() {
+                return Some(Ok(RateLimitQuotaResponse {
+                    bucket_action: actions,
+                }));
+            }
+        }
+    }
+
+    /// Gives every share back; the stream answers nothing more.
+    async fn end(&mut self) {
+        self.ended = true;
+        Box::pin(self.client.release_all()).await;
+    }
+}
+
+impl<B: Budget> Drop for ClientStream<B> {
+    /// A stream dropped before it ended (its client reset it, or its connection broke)
+    /// still gives its shares back, on a task of their own.
+    fn drop(&mut self) {
+        let held: Vec<String> = self
+            .buckets
+            .drain()
+            .filter_map(|(_, bucket)| match bucket.resolved {
+                Resolved::Limited { budget_key, .. } => Some(budget_key),
+                _ => None,
+            })
+            .collect();
+        if held.is_empty() {
             return;
         }
-        let response = RateLimitQuotaResponse {
-            bucket_action: actions,
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
         };
-        let _ = self.answers.send(Ok(response)).await;
+        let budget = self.shared.budget.clone();
+        let client = std::mem::take(&mut self.client);
+        runtime.spawn(async move {
+            for bucket in held {
+                budget.release(&bucket, &client).await;
+            }
+        });
     }
 }
 

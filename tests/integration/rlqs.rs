@@ -220,6 +220,50 @@ async fn a_client_that_goes_quiet_gives_its_share_back_after_its_time_to_live() 
 }
 
 #[tokio::test]
+async fn an_envoy_that_dies_gives_its_share_back_at_once_not_after_its_time_to_live() {
+    // Assignments live 30 s: only the dead client's stream ending can return its share.
+    let sluice = Sluice::start(CONFIG, &["--rlqs-min-assignment-ttl", "30s"]);
+    let mut a = QuotaClient::open(&sluice).await;
+    let short = Duration::from_millis(200);
+    tokens(&a.share("search", 100, short).await);
+    let mut other = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-quota-load"))
+        .args([
+            "--target",
+            &sluice.grpc_addr.to_string(),
+            "--domain",
+            "quota",
+        ])
+        .args([
+            "--key",
+            "api",
+            "--value",
+            "search",
+            "--clients",
+            "1",
+            "--demand",
+            "100",
+        ])
+        .args(["--interval", "200ms", "--duration", "60s"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start sluice-quota-load");
+    let mut halved = false;
+    for _ in 0..50 {
+        if tokens(&a.share("search", 100, short).await).0 == 500 {
+            halved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(halved, "the second client never took its half");
+    // Killed: no end of stream is sent; the connection just goes.
+    other.kill().expect("kill sluice-quota-load");
+    other.wait().expect("reap sluice-quota-load");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(tokens(&a.share("search", 100, short).await).0, 1000);
+}
+
+#[tokio::test]
 async fn unlimited_and_unknown_buckets_get_blanket_rules() {
     let allow = Sluice::start(CONFIG, &[]);
     let mut client = QuotaClient::open(&allow).await;
