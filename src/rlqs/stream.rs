@@ -97,6 +97,7 @@ impl<B: Budget> ClientStream<B> {
             Some((answer, running))
         })
     }
+
     /// The assignments a report calls for.
     async fn on_report(&mut self, report: UsageReports) -> Result<Vec<BucketAction>, Status> {
         let domain = match (&self.domain, report.domain.as_str()) {
@@ -329,10 +330,26 @@ impl<B: Budget> ClientStream<B> {
     }
 
     async fn release_all(&mut self) {
-        let buckets = std::mem::take(&mut self.buckets);
-        for bucket in buckets.values() {
-            self.release(&bucket.resolved).await;
-        }
+        let held = self.take_held();
+        give_back(&*self.shared.budget, &held, &self.client).await;
+    }
+
+    /// Takes every bucket off the stream: the budget keys it holds a share of.
+    fn take_held(&mut self) -> Vec<String> {
+        self.buckets
+            .drain()
+            .filter_map(|(_, bucket)| match bucket.resolved {
+                Resolved::Limited { budget_key, .. } => Some(budget_key),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// `client` gives its shares of the `held` budget keys back.
+async fn give_back<B: Budget>(budget: &B, held: &[String], client: &str) {
+    for bucket in held {
+        budget.release(bucket, client).await;
     }
 }
 
@@ -387,14 +404,7 @@ impl<B: Budget> Drop for ClientStream<B> {
     /// A stream dropped before it ended (its client reset it, or its connection broke)
     /// still gives its shares back, on a task of their own.
     fn drop(&mut self) {
-        let held: Vec<String> = self
-            .buckets
-            .drain()
-            .filter_map(|(_, bucket)| match bucket.resolved {
-                Resolved::Limited { budget_key, .. } => Some(budget_key),
-                _ => None,
-            })
-            .collect();
+        let held = self.take_held();
         if held.is_empty() {
             return;
         }
@@ -403,11 +413,7 @@ impl<B: Budget> Drop for ClientStream<B> {
         };
         let budget = self.shared.budget.clone();
         let client = std::mem::take(&mut self.client);
-        runtime.spawn(async move {
-            for bucket in held {
-                budget.release(&bucket, &client).await;
-            }
-        });
+        runtime.spawn(async move { give_back(&*budget, &held, &client).await });
     }
 }
 
