@@ -5,9 +5,11 @@
 -- The call takes:
 --   KEYS[i]  the key of hit i; after the hits' keys, those of their penalties' records
 --   ARGV[1]  the mode: "all" (a request is charged only if no hit vetoes it), "every" (every
---            hit is charged, denied or not: envoyproxy/ratelimit's counting), "any" (every
---            admitted hit is charged: one Cluster slot's share of a request, sluice settles
---            the rest), or "refund" (the hits were charged by an "any" call and are taken back)
+--            hit is charged, denied or not: envoyproxy/ratelimit's counting; a lease only by
+--            a request that is not vetoed), "any" (every admitted hit is charged: one Cluster
+--            slot's share of a request, sluice settles the rest), "every_part" ("every" for
+--            one slot's share: a lease's acquire as "any"), or "refund" (the hits were
+--            charged by an "any" or "every_part" call and are taken back)
 -- then, for each hit i in turn, 12 common arguments, then the algorithm's own (as many as the
 -- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
 -- read into the hit's fields of those names (src/store/redis/args.rs builds them, in this
@@ -20,8 +22,9 @@
 --   ARGV[+5]  now_us  now in microseconds, or "" to read Redis TIME (one clock for every
 --                     replica); for "refund", the time the charge was decided at
 --   ARGV[+6]  nonce  a value unique to this hit (sliding_window_log members), or ""
---   ARGV[+7]  role  "enforced" (a denial denies the request), "shadow" (never denies) or
---                   "quota" (denies only when every quota hit of the request is denied)
+--   ARGV[+7]  role  "enforced" (a denial denies the request), "shadow" (never denies),
+--                   "quota" (denies only when every quota hit of the request is denied) or
+--                   "passing_quota" (a quota hit that always counts as passing)
 --   ARGV[+8]  debt  "1" when the limit takes debt (a hit that does not fit is charged), else "0"
 --   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
 --                    charged together or not at all

@@ -26,6 +26,9 @@ algorithms.fixed_window = function()
 
   return {
     blocks_zero_itself = true,
+    -- Without debt the count is its window's (the key names it): past L it is forgotten
+    -- when the window ends, so a limit of 0 takes the reference's charges too.
+    excess_ends_with_window = true,
     -- Without debt the state is the key's value: the driver may read the values of several
     -- hits with one MGET and hand each to `read` (false for a key that does not exist).
     plain = function(hit)

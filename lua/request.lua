@@ -5,7 +5,8 @@
 -- of a limit that takes debt is charged even when it does not fit (it is denied all the
 -- same, and told when a hit of cost 1 fits again), and so is a release of leases. With
 -- "every" (the reference's counting),
--- every hit is charged so, denied or not. With "all", a request that its hits veto
+-- every hit is charged so, denied or not, but a lease's acquire: a lease is taken only by a
+-- request that is not vetoed, in both modes. With "all", a request that its hits veto
 -- (an enforced hit denied, or every quota hit denied: src/engine.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 -- A hit of a limit with a penalty is denied while its client is blocked, its limit left
@@ -47,7 +48,9 @@ local function decide(hit, state)
     return blocked(hit), nil
   end
   local d, changed = rules.decide(hit, state)
-  if d[1] == 1 or not hit.charges_denied or hit.cost == 0 or hit.limit == 0 or rules.never_owes then
+  -- A limit of 0 never repays a debt; a window that forgets its count takes the charge.
+  local never_repaid = hit.limit == 0 and not (rules.excess_ends_with_window and not hit.debt)
+  if d[1] == 1 or not hit.charges_denied or hit.cost == 0 or never_repaid or rules.never_owes then
     return d, changed
   end
   -- Charged all the same: denied, reporting what remained before it (as every denial does).
@@ -73,10 +76,17 @@ end
 -- with `return request(KEYS, ARGV)`, or registers `request` as a function of a library.
 local function request(KEYS, ARGV, read_only)
   local mode = ARGV[1]
+  -- Whether a hit's charge stands whatever its request's fate: debt, a release, and with
+  -- "every" every hit but a lease's acquire (a lease is taken only by an admitted request,
+  -- the only one that gets its token).
+  local every = mode == 'every' or mode == 'every_part'
+  local function always_stands(hit)
+    return hit.debt or hit.releases or (every and not hit.acquires)
+  end
   -- Read-only: whether the answer needed a write.
   local needed = 0
   -- The calls of a Cluster ("any", "refund") also reply the time each hit was decided at.
-  local with_time = mode == 'any' or mode == 'refund'
+  local with_time = mode == 'any' or mode == 'every_part' or mode == 'refund'
   local fields = with_time and 10 or 9
 
   -- Redis TIME, read once per call when some hit needs it.
@@ -108,10 +118,11 @@ local function request(KEYS, ARGV, read_only)
       nonce = ARGV[at + 6],
       role = ARGV[at + 7],
       debt = ARGV[at + 8] == '1',
-      charges_denied = ARGV[at + 8] == '1' or mode == 'every',
+      charges_denied = ARGV[at + 8] == '1' or every,
       group = ARGV[at + 9],
       lease = ARGV[at + 10],
       releases = string.sub(ARGV[at + 10], 1, 1) == '-',
+      acquires = string.sub(ARGV[at + 10], 1, 1) == '+',
       penalty = penalty_of(ARGV[at + 11], KEYS),
       read_only = read_only,
     }
@@ -240,12 +251,12 @@ local function request(KEYS, ARGV, read_only)
       denied = denied or d[1] == 0
       i = i + 1
     end
-    -- A group stands whole or not at all; debt, and every hit with "every", always stands.
-    -- "any" (one Cluster slot's share of a request) leaves the groups to sluice.
+    -- A group stands whole or not at all; debt, and every hit but a lease's acquire with
+    -- "every", always stands. "any" and "every_part" (one Cluster slot's share of a
+    -- request) leave the groups to sluice.
     for j = first, i - 1 do
       local change = changes[j]
-      local always = hits[j].charges_denied or hits[j].releases
-      if change ~= nil and (always or not denied or mode == 'any') then
+      if change ~= nil and (always_stands(hits[j]) or not denied or mode == 'any' or mode == 'every_part') then
         stands[j] = true
         latest[hits[j].key] = change
       end
@@ -253,7 +264,7 @@ local function request(KEYS, ARGV, read_only)
   end
 
   local vetoed = false
-  if mode == 'all' then
+  if mode == 'all' or mode == 'every' then
     local enforced_denied, quota_hits, quota_denied = false, 0, 0
     for j = 1, n do
       local role, admitted = hits[j].role, decisions[j][1] == 1
@@ -264,6 +275,9 @@ local function request(KEYS, ARGV, read_only)
         if not admitted then
           quota_denied = quota_denied + 1
         end
+      elseif role == 'passing_quota' then
+        -- A quota hit in shadow mode: its status is OK, so it always passes.
+        quota_hits = quota_hits + 1
       end
     end
     vetoed = enforced_denied or (quota_hits > 0 and quota_denied == quota_hits)
@@ -272,7 +286,7 @@ local function request(KEYS, ARGV, read_only)
   -- The charges that stand (a vetoed request keeps only its debt), and each key's last.
   local last = {}
   for j = 1, n do
-    if stands[j] and (hits[j].debt or hits[j].releases or not vetoed) then
+    if stands[j] and (always_stands(hits[j]) or not vetoed) then
       last[hits[j].key] = j
     else
       stands[j] = nil

@@ -47,7 +47,7 @@ pub fn descriptor_groups(hits: &[Hit]) -> impl Iterator<Item = std::ops::Range<u
 }
 
 /// Whether hits of these roles, admitted or not, deny their request: an enforced hit denied,
-/// or every quota hit denied (when there is one). The stores charge nothing for such a
+/// or every quota hit denied (when there is one; a passing quota hit never is). The stores charge nothing for such a
 /// request (`Charging::AllOrNothing`), and its overall code is OVER_LIMIT.
 pub fn vetoed(outcomes: impl IntoIterator<Item = (Role, bool)>) -> bool {
     let (mut quota_hits, mut quota_denied) = (0, 0);
@@ -58,6 +58,7 @@ pub fn vetoed(outcomes: impl IntoIterator<Item = (Role, bool)>) -> bool {
                 quota_hits += 1;
                 quota_denied += usize::from(!admitted);
             }
+            Role::PassingQuota => quota_hits += 1,
             _ => {}
         }
     }
@@ -81,22 +82,25 @@ pub fn decide_hit(hit: &Hit, charging: Charging, state: Option<&State>, now_us: 
     )
 }
 
-/// Whether the charge of `hit` stands: debt and a lease's release always do, every hit with
-/// `EveryHit`; otherwise only when no limit of its descriptor denied and the request is not
-/// vetoed.
+/// Whether the charge of `hit` stands: debt and a lease's release always do, and with
+/// `EveryHit` every hit but a lease's acquire; otherwise only when no limit of its descriptor
+/// denied and the request is not vetoed. (A lease is taken only by an admitted request in
+/// both modes: one taken by a denied request would get no token to release it with.)
 pub fn charge_stands(hit: &Hit, charging: Charging, group_denied: bool, vetoed: bool) -> bool {
-    hit.limit.debt || hit.releases() || charging == Charging::EveryHit || !(group_denied || vetoed)
+    hit.limit.debt
+        || hit.releases()
+        || (charging == Charging::EveryHit && !hit.acquires())
+        || !(group_denied || vetoed)
 }
 
-/// Whether a request whose hits were admitted as `admitted` says is vetoed under `charging`
-/// (the reference's counting vetoes nothing: every hit is charged).
-fn request_vetoed(hits: &[Hit], admitted: impl Fn(usize) -> bool, charging: Charging) -> bool {
-    charging == Charging::AllOrNothing
-        && vetoed(
-            hits.iter()
-                .enumerate()
-                .map(|(i, hit)| (hit.role, admitted(i))),
-        )
+/// Whether a request whose hits were admitted as `admitted` says is vetoed (in either
+/// charging mode: the reference's counting still charges every hit but a lease's acquire).
+fn request_vetoed(hits: &[Hit], admitted: impl Fn(usize) -> bool) -> bool {
+    vetoed(
+        hits.iter()
+            .enumerate()
+            .map(|(i, hit)| (hit.role, admitted(i))),
+    )
 }
 
 /// For a request decided hit by hit elsewhere (one call per Cluster slot), whether each
@@ -108,7 +112,7 @@ pub fn standing(
     charging: Charging,
     failed: bool,
 ) -> SmallVec<[bool; 8]> {
-    let vetoed = failed || request_vetoed(hits, &admitted, charging);
+    let vetoed = failed || request_vetoed(hits, &admitted);
     let mut stands = SmallVec::from_elem(false, hits.len());
     for group in descriptor_groups(hits) {
         let denied = group.clone().any(|i| !admitted(i));
@@ -259,7 +263,7 @@ pub fn decide<'s, K: Copy + Eq>(
                 .filter(|c| charge_stands(&hits[c.hit], charging, denied, false)),
         );
     }
-    let vetoed = request_vetoed(hits, |i| decisions[i].admitted, charging);
+    let vetoed = request_vetoed(hits, |i| decisions[i].admitted);
     charged.retain(|c| charge_stands(&hits[c.hit], charging, false, vetoed));
     let mut is_charged = SmallVec::from_elem(false, hits.len());
     for charge in &charged {

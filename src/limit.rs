@@ -201,12 +201,27 @@ impl Limit {
 }
 
 impl fmt::Display for Limit {
-    /// `token_bucket: 10 per second, burst 20`, `fixed_window: 5 per 5 minutes`.
+    /// `token_bucket: 10 per second, burst 20`, `fixed_window: 5 per 5 minutes`;
+    /// `concurrency: 3 in flight, a lease lives at most 2 seconds` (not a rate: its period
+    /// is a lease's longest life).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} per ", self.algorithm(), self.requests_per_unit)?;
-        match self.unit_multiplier {
-            0 | 1 => write!(f, "{}", self.unit)?,
-            n => write!(f, "{n} {}s", self.unit)?,
+        if self.algorithm().leases() {
+            write!(
+                f,
+                "{}: {} in flight, a lease lives at most ",
+                self.algorithm(),
+                self.requests_per_unit
+            )?;
+            match self.unit_multiplier {
+                0 | 1 => write!(f, "1 {}", self.unit)?,
+                n => write!(f, "{n} {}s", self.unit)?,
+            }
+        } else {
+            write!(f, "{}: {} per ", self.algorithm(), self.requests_per_unit)?;
+            match self.unit_multiplier {
+                0 | 1 => write!(f, "{}", self.unit)?,
+                n => write!(f, "{n} {}s", self.unit)?,
+            }
         }
         f.write_str(&self.counting.describe(&self.rate()))?;
         if self.debt {
@@ -242,6 +257,12 @@ impl Hit {
     pub fn releases(&self) -> bool {
         matches!(self.lease, Some(LeaseCall::Release(_)))
     }
+
+    /// Whether the hit acquires a lease: it is taken only by a request that is admitted, in
+    /// either charging mode.
+    pub fn acquires(&self) -> bool {
+        matches!(self.lease, Some(LeaseCall::Acquire(_)))
+    }
 }
 
 /// How a hit's denial weighs on the request it belongs to.
@@ -254,6 +275,9 @@ pub enum Role {
     Shadow,
     /// `quota_mode`: the request is denied only when every quota hit of it is.
     Quota,
+    /// `quota_mode` and `shadow_mode` together: one of the request's quota hits, always
+    /// counted as passing (its status is OK whatever it decides), as in the reference.
+    PassingQuota,
 }
 
 impl Role {
@@ -263,6 +287,7 @@ impl Role {
             Role::Enforced => "enforced",
             Role::Shadow => "shadow",
             Role::Quota => "quota",
+            Role::PassingQuota => "passing_quota",
         }
     }
 }

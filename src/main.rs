@@ -217,16 +217,11 @@ fn explain(rule: &config::Rule) -> Vec<String> {
     }
     for limit in limits.iter().filter(|limit| limit.algorithm().leases()) {
         lines.push(format!(
-            "{}: {limit}: at most {} requests in flight; an admitted request holds its cost \
-             in leases until its release (a descriptor carrying the token, {}) or for {} at \
-             the most",
+            "{}: {limit}: a count of requests in flight, not a rate; an admitted request \
+             holds its cost in leases until its release (a descriptor carrying the token, \
+             {}) or until its lease's life ends",
             rule.full_key,
-            limit.requests_per_unit,
             sluice::service::lease::LEASE_KEY,
-            match limit.unit_multiplier {
-                0 | 1 => format!("1 {}", limit.unit),
-                n => format!("{n} {}s", limit.unit),
-            }
         ));
     }
     for limit in &limits {

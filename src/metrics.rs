@@ -188,8 +188,9 @@ impl Metrics {
         }
     }
 
-    /// What a descriptor's concurrency limit did to its leases.
-    pub fn record_lease(&self, labels: &LimitLabels, lease: &LeaseOutcome) {
+    /// What a descriptor's concurrency limit did to its leases; `request_denied`: the request
+    /// was denied, so leases its limit admitted were not taken (and are counted nowhere).
+    pub fn record_lease(&self, labels: &LimitLabels, lease: &LeaseOutcome, request_denied: bool) {
         let known = self.limits.load();
         let counters = match known.get(labels) {
             Some(counters) => counters.clone(),
@@ -208,14 +209,12 @@ impl Metrics {
         });
         let decision = &lease.decision;
         let (released, expired) = (u64::from(decision.released), u64::from(decision.expired));
-        if !lease.releases && lease.cost > 0 {
-            if decision.admitted {
-                leases.acquired.increment(lease.cost);
-                #[allow(clippy::cast_precision_loss)]
-                leases.held.increment(lease.cost as f64);
-            } else {
-                leases.refused.increment(lease.cost);
-            }
+        if lease.taken(request_denied) {
+            leases.acquired.increment(lease.cost);
+            #[allow(clippy::cast_precision_loss)]
+            leases.held.increment(lease.cost as f64);
+        } else if lease.refused() {
+            leases.refused.increment(lease.cost);
         }
         leases.released.increment(released);
         leases.expired.increment(expired);

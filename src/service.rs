@@ -33,6 +33,9 @@ pub use plan::LeaseOutcome;
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;
 
+/// What each descriptor's limit decided on its own (`RateLimiter::decide_with_limits`).
+pub type LimitDecisions = SmallVec<[Option<bool>; 4]>;
+
 /// Service-wide behaviour that settings choose.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceOptions {
@@ -109,6 +112,19 @@ impl<S: Store> RateLimiter<S> {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, DecisionError> {
+        self.decide_with_limits(request)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// Decides one request, and says what each descriptor's limit decided on its own:
+    /// admitted or not (a shadow-mode limit's denial included, which its status hides), or
+    /// `None` where no limit applied (no match, `unlimited`, replaced). `sluice replay`
+    /// counts rules by it.
+    pub async fn decide_with_limits(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<(RateLimitResponse, LimitDecisions), DecisionError> {
         let decided = self.decide_uncounted(request).await;
         if let Err(error) = &decided {
             self.metrics.record_error(error.metric_label());
@@ -119,7 +135,7 @@ impl<S: Store> RateLimiter<S> {
     async fn decide_uncounted(
         &self,
         request: &RateLimitRequest,
-    ) -> Result<RateLimitResponse, DecisionError> {
+    ) -> Result<(RateLimitResponse, LimitDecisions), DecisionError> {
         validate::validate_request(request, &self.options.bounds)?;
         // One snapshot for the whole request: a reload never mixes two configs in one answer.
         let config = self.config.load_full();
@@ -132,26 +148,33 @@ impl<S: Store> RateLimiter<S> {
             .collect();
         plan::apply_replaces(&mut planned);
         if self.options.quota_mode {
-            planned
-                .iter_mut()
-                .for_each(plan::Planned::all_in_quota_mode);
+            plan::all_in_quota_mode(&mut planned);
         }
         let (hits, token) = plan::hits(&mut planned, &self.tokens);
         let decisions = self.charge(&hits).await?;
         let decided_at_us = decisions.iter().map(|d| d.decided_at_us).max();
         let settled = plan::settle(planned, &decisions);
-        self.record(&settled);
-        let block = extras::latest_block(&settled);
-        let acquired = settled
-            .iter()
-            .filter_map(|s| s.lease)
-            .any(|lease| !lease.releases && lease.cost > 0 && lease.decision.admitted);
         let statuses: Vec<_> = settled
             .iter()
             .map(|s| response::status(&s.verdict, s.decision.as_ref()))
             .collect();
+        let limits_decided: LimitDecisions = settled
+            .iter()
+            .map(|s| match (&s.verdict, s.decision) {
+                (Verdict::Limited(_), Some(decision)) => Some(decision.admitted),
+                _ => None,
+            })
+            .collect();
+        let mut overall = response::overall_code(settled.iter().map(|s| &s.verdict), &statuses);
+        // The store's veto: a denied request took no lease.
+        let denied = overall == Code::OverLimit;
+        self.record(&settled, denied);
+        let block = extras::latest_block(&settled);
+        let acquired = settled
+            .iter()
+            .filter_map(|s| s.lease)
+            .any(|lease| lease.taken(denied));
         let verdicts: SmallVec<[Verdict<'_>; 4]> = settled.into_iter().map(|s| s.verdict).collect();
-        let mut overall = response::overall_code(&verdicts, &statuses);
         if overall == Code::OverLimit && self.options.shadow_mode {
             // `SHADOW_MODE`: the answer is OK; the statuses stay truthful.
             overall = Code::Ok;
@@ -166,7 +189,7 @@ impl<S: Store> RateLimiter<S> {
             .response_dynamic_metadata
             .then(|| extras::dynamic_metadata(request, &verdicts, &statuses));
         // The token of the leases taken, for the release to send back.
-        if let (Some(token), true, Code::Ok) = (token, acquired, overall) {
+        if let (Some(token), true) = (token, acquired) {
             extras::add_lease_token(dynamic_metadata.get_or_insert_with(Default::default), token);
         }
         // The block that denies the request (or would, in shadow mode).
@@ -190,7 +213,7 @@ impl<S: Store> RateLimiter<S> {
                 .unwrap_or_else(|| SystemClock.now_us());
             recorder.record(t, request, &response, &config);
         }
-        Ok(response)
+        Ok((response, limits_decided))
     }
 }
 
@@ -219,8 +242,9 @@ impl<S: Store> RateLimiter<S> {
     }
 
     /// Counts every charged descriptor's hits under its labels, as its binding limit decided,
-    /// and what its concurrency limit did to its leases (a release counts only there).
-    fn record(&self, settled: &[plan::Settled<'_>]) {
+    /// and what its concurrency limit did to its leases (a release counts only there; a
+    /// request that was `denied` took none).
+    fn record(&self, settled: &[plan::Settled<'_>], denied: bool) {
         for s in settled {
             if let Some(labels) = s.labels.as_deref() {
                 for block in &s.blocks {
@@ -228,7 +252,7 @@ impl<S: Store> RateLimiter<S> {
                 }
             }
             if let (Some(lease), Some(labels)) = (s.lease, s.labels.as_deref()) {
-                self.metrics.record_lease(labels, &lease);
+                self.metrics.record_lease(labels, &lease, denied);
                 if lease.releases {
                     continue;
                 }

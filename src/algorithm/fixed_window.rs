@@ -100,6 +100,7 @@ impl LimitAlgorithm for FixedWindow {
     type Params = NoParameters;
     const KEY_HOLDS_WINDOW: bool = true;
     const DECIDES_ZERO_LIMIT: bool = true;
+    const EXCESS_ENDS_WITH_WINDOW: bool = true;
 
     /// Decides one hit. Returns the decision and the window to store when it changed.
     #[inline]

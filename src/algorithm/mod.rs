@@ -59,6 +59,11 @@ pub trait LimitAlgorithm {
     /// The algorithm's own rule covers `requests_per_unit: 0` (else the common one applies).
     const DECIDES_ZERO_LIMIT: bool = false;
 
+    /// Without debt, a charge past the limit stays in its window and is forgotten when the
+    /// window ends (the fixed window's key names its window): a limit of 0 can then take the
+    /// reference's charges of denied hits, which no other algorithm could ever repay.
+    const EXCESS_ENDS_WITH_WINDOW: bool = false;
+
     /// The capacity whatever the limit says (a pacer's 1), when the algorithm has one.
     const FIXED_CAPACITY: Option<u64> = None;
 
@@ -519,13 +524,15 @@ fn decide_by<A: LimitAlgorithm>(
         (state, expires_at_us)
     };
     // Debt, or the reference's counting: a hit that does not fit is charged all the same (a
-    // limit of 0 is never repaid, so it takes none). It is denied, reports what remained
-    // before it (as every denial does), and is told when a hit of cost 1 fits again.
+    // limit of 0 never repays a debt, so it takes none; its window forgets a count). It is
+    // denied, reports what remained before it (as every denial does), and is told when a
+    // hit of cost 1 fits again.
+    let never_repaid = rate.requests_per_unit == 0 && (rate.debt || !A::EXCESS_ENDS_WITH_WINDOW);
     if decision.admitted
         || !A::OWES
         || !rate.charges_what_does_not_fit()
         || cost == 0
-        || rate.requests_per_unit == 0
+        || never_repaid
     {
         return (decision, changed.map(with_expiry));
     }

@@ -34,19 +34,31 @@ impl PenaltyCounters {
 
     /// A hit's `penalty`, whose block ends `wait_us` from now.
     pub(super) fn record(&self, penalty: &Penalized, wait_us: u64, epoch: Instant) {
+        self.record_at(penalty, wait_us, elapsed_us(epoch));
+    }
+
+    /// Sets the gauge to the blocks that have not ended, forgetting the others.
+    pub(super) fn refresh(&self, epoch: Instant) {
+        self.refresh_at(elapsed_us(epoch));
+    }
+
+    /// `record` at `now_us` since the epoch. A block is kept under the second its end falls
+    /// in, and counted until that second starts (less than a second early): a client blocked
+    /// again as soon as its block ends is then never counted twice.
+    fn record_at(&self, penalty: &Penalized, wait_us: u64, now_us: u64) {
         if penalty.imposed {
             self.imposed.increment(1);
-            let ends_s = (epoch.elapsed().as_micros() as u64 + wait_us).div_ceil(1_000_000);
+            let ends_s = now_us.saturating_add(wait_us) / 1_000_000;
             *self.lock().entry(ends_s).or_default() += 1;
-            self.refresh(epoch);
+            self.refresh_at(now_us);
         } else if penalty.until_us > 0 {
             self.denied.increment(1);
         }
     }
 
-    /// Sets the gauge to the blocks that have not ended, forgetting the others.
-    pub(super) fn refresh(&self, epoch: Instant) {
-        let now_s = epoch.elapsed().as_secs();
+    /// `refresh` at `now_us` since the epoch: the blocks whose end's second has not begun.
+    fn refresh_at(&self, now_us: u64) {
+        let now_s = now_us / 1_000_000;
         let mut ends = self.lock();
         let live = ends.split_off(&(now_s + 1));
         *ends = live;
@@ -54,9 +66,61 @@ impl PenaltyCounters {
         self.blocked.set(ends.values().sum::<u64>() as f64);
     }
 
+    /// The clients counted as blocked now.
+    #[cfg(test)]
+    fn blocked_now(&self) -> u64 {
+        self.lock().values().sum()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, u64>> {
         self.ends
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Microseconds since `epoch`.
+fn elapsed_us(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn imposed() -> Penalized {
+        Penalized {
+            imposed: true,
+            until_us: 1,
+            ..Penalized::default()
+        }
+    }
+
+    #[test]
+    fn a_client_blocked_again_right_after_its_block_ends_counts_once() {
+        let series = Series::new();
+        let counters = PenaltyCounters::new(&series, &[]);
+        // Blocked at 9.7 s for 0.5 s: the block ends at 10.2 s.
+        counters.record_at(&imposed(), 500_000, 9_700_000);
+        assert_eq!(counters.blocked_now(), 1);
+        // Blocked again at 10.25 s, just after, for 2 s.
+        counters.record_at(&imposed(), 2_000_000, 10_250_000);
+        assert_eq!(counters.blocked_now(), 1, "one client, one block at a time");
+        counters.refresh_at(12_300_000);
+        assert_eq!(counters.blocked_now(), 0);
+    }
+
+    #[test]
+    fn blocks_of_several_clients_count_until_they_end() {
+        let series = Series::new();
+        let counters = PenaltyCounters::new(&series, &[]);
+        counters.record_at(&imposed(), 3_000_000, 1_000_000);
+        counters.record_at(&imposed(), 5_000_000, 1_500_000);
+        counters.refresh_at(3_500_000);
+        assert_eq!(counters.blocked_now(), 2);
+        counters.refresh_at(4_100_000);
+        assert_eq!(counters.blocked_now(), 1, "the first ended at 4 s");
+        counters.refresh_at(6_600_000);
+        assert_eq!(counters.blocked_now(), 0);
     }
 }

@@ -182,9 +182,22 @@ pub fn read(path: &Path) -> Result<Recording, FormatError> {
         line,
         reason,
     };
-    let mut lines = std::io::BufReader::new(file).lines();
+    // Lines as bytes: one that is not UTF-8 is refused with its number, like any bad line.
+    let mut lines = std::io::BufReader::new(file)
+        .split(b'\n')
+        .enumerate()
+        .map(|(index, line)| {
+            let number = index + 1;
+            let mut bytes = line.map_err(io)?;
+            if bytes.last() == Some(&b'\r') {
+                bytes.pop();
+            }
+            String::from_utf8(bytes)
+                .map(|text| (number, text))
+                .map_err(|e| refused(number, format!("not UTF-8: {}", e.utf8_error())))
+        });
     let first = match lines.next() {
-        Some(line) => line.map_err(io)?,
+        Some(line) => line?.1,
         None => return Err(refused(1, "empty: no header".into())),
     };
     let header: Header = serde_json::from_str(&first)
@@ -197,10 +210,10 @@ pub fn read(path: &Path) -> Result<Recording, FormatError> {
         return Err(refused(1, reason));
     }
     let mut calls = Vec::new();
-    for (index, line) in lines.enumerate() {
-        let line = line.map_err(io)?;
-        let call: Call = serde_json::from_str(&line)
-            .map_err(|e| refused(index + 2, format!("not a call: {e}")))?;
+    for line in lines {
+        let (number, line) = line?;
+        let call: Call =
+            serde_json::from_str(&line).map_err(|e| refused(number, format!("not a call: {e}")))?;
         calls.push(call);
     }
     Ok(Recording { header, calls })

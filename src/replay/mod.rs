@@ -59,7 +59,9 @@ pub enum ReplayError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
     pub admitted: bool,
-    pub descriptors: SmallVec<[bool; 2]>,
+    /// What each descriptor's limit decided on its own: admitted or not (a shadow-mode
+    /// limit's denial included), `None` where no limit applied.
+    pub descriptors: SmallVec<[Option<bool>; 2]>,
     pub unknown_domain: bool,
     pub refused: bool,
 }
@@ -131,15 +133,17 @@ fn recorded(paths: &[PathBuf], calls: &[Call]) -> Result<Vec<Decided>, ReplayErr
                     path: paths.first().cloned().unwrap_or_default(),
                     call: index + 1,
                 })?;
-            let descriptors: SmallVec<[bool; 2]> = statuses
+            // A recorded status says which limit applied, and its code (a shadow-mode
+            // limit's is OK: a recording cannot tell its denials).
+            let descriptors: SmallVec<[Option<bool>; 2]> = statuses
                 .iter()
-                .map(|s| s.code == format::Code::Ok)
+                .map(|s| s.limit.is_some().then_some(s.code == format::Code::Ok))
                 .collect();
             // Without its overall code (a converter's), a call is admitted when no descriptor
             // was over.
             let admitted = match call.code {
                 Some(code) => code == format::Code::Ok,
-                None => descriptors.iter().all(|&ok| ok),
+                None => statuses.iter().all(|s| s.code == format::Code::Ok),
             };
             Ok(Decided {
                 admitted,
@@ -202,25 +206,21 @@ async fn decide_all_shared(
             }
         }
         let unknown_domain = config.domain(&call.domain).is_none();
-        decided.push(match limiter.decide(&request).await {
-            Ok(response) => {
+        decided.push(match limiter.decide_with_limits(&request).await {
+            Ok((response, limits)) => {
                 if let (Some(recorded), Some(token)) = (&call.lease, lease::token_in(&response)) {
                     tokens.insert(recorded.clone(), token);
                 }
                 Decided {
                     admitted: response.overall_code != Code::OverLimit as i32,
-                    descriptors: response
-                        .statuses
-                        .iter()
-                        .map(|s| s.code != Code::OverLimit as i32)
-                        .collect(),
+                    descriptors: limits.into_iter().collect(),
                     unknown_domain,
                     refused: false,
                 }
             }
             Err(_) => Decided {
                 admitted: true,
-                descriptors: call.descriptors.iter().map(|_| true).collect(),
+                descriptors: call.descriptors.iter().map(|_| None).collect(),
                 unknown_domain,
                 refused: true,
             },
@@ -251,12 +251,14 @@ impl Gate {
             }
         };
         let mut failures = Vec::new();
+        // Releases of leases are never denied: the shares are of the calls that ask.
+        let asking = report.calls - report.releases;
         if let Some(max) = self.overall {
-            let newly = share(report.compared.newly_denied, report.calls);
+            let newly = share(report.compared.newly_denied, asking);
             if newly > max {
                 failures.push(format!(
-                    "{} of {} calls newly denied ({newly:.1}%, more than {max}%)",
-                    report.compared.newly_denied, report.calls
+                    "{} of {asking} calls newly denied ({newly:.1}%, more than {max}%)",
+                    report.compared.newly_denied
                 ));
             }
         }

@@ -113,6 +113,9 @@ pub struct Report {
     pub unknown_domain: u64,
     /// Calls the service refused (INVALID_ARGUMENT) on either side.
     pub refused: u64,
+    /// Calls that release leases (a descriptor carries `sluice.lease`): never denied, they
+    /// are left out of every comparison and share.
+    pub releases: u64,
     pub rules: Vec<Rule>,
     /// Rules of the new config no recorded call matched.
     pub never_matched: Vec<String>,
@@ -153,6 +156,7 @@ pub fn build(
         compared: Comparison::default(),
         unknown_domain: 0,
         refused: 0,
+        releases: 0,
         rules: Vec::new(),
         never_matched: Vec::new(),
         unmatched: 0,
@@ -161,6 +165,10 @@ pub fn build(
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let mut unmatched_examples = BTreeSet::new();
     for ((call, before), after) in calls.iter().zip(before).zip(after) {
+        if releases(call) {
+            report.releases += 1;
+            continue;
+        }
         report.compared.add(before.admitted, after.admitted);
         report.unknown_domain += u64::from(after.unknown_domain);
         report.refused += u64::from(before.refused || after.refused);
@@ -173,8 +181,17 @@ pub fn build(
                 }
                 continue;
             };
-            let was = before.descriptors.get(index).copied().unwrap_or(true);
-            let is = after.descriptors.get(index).copied().unwrap_or(true);
+            // What the rule decided now, against what the descriptor got before (no limit
+            // admits); a rule that did not decide it now (replaced, unlimited) counts nothing.
+            let Some(is) = after.descriptors.get(index).copied().flatten() else {
+                continue;
+            };
+            let was = before
+                .descriptors
+                .get(index)
+                .copied()
+                .flatten()
+                .unwrap_or(true);
             let tally = tallies.entry(rule).or_default();
             if tally.timeline.is_empty() {
                 tally.timeline = vec![Bucket::default(); BUCKETS];
@@ -236,6 +253,13 @@ fn rule_report(rule: String, tally: Tally) -> Rule {
     }
 }
 
+/// Whether `call` releases leases: one of its descriptors carries a token.
+fn releases(call: &Call) -> bool {
+    call.descriptors
+        .iter()
+        .any(|d| d.entries.iter().any(|(key, _)| key == LEASE_KEY))
+}
+
 /// A descriptor's values as a client: `key=value,key2=value2` (a lease token left out).
 fn client_of(entries: &[(String, String)]) -> String {
     let parts: Vec<String> = entries
@@ -289,7 +313,14 @@ impl Report {
             "{} calls ({span}) replayed under {config}, compared with {}",
             self.calls, self.baseline
         );
-        let _ = writeln!(out, "  {}", self.compared.line(self.calls));
+        let _ = writeln!(out, "  {}", self.compared.line(self.calls - self.releases));
+        if self.releases > 0 {
+            let _ = writeln!(
+                out,
+                "  releases of leases (never denied, left out of the comparison): {}",
+                self.releases
+            );
+        }
         if self.unknown_domain > 0 || self.refused > 0 {
             let _ = writeln!(
                 out,

@@ -87,10 +87,11 @@ pub fn headers(
     let requests = limit.requests_per_unit;
     let limit_value = match names.form {
         HeaderForm::Reference => requests.to_string(),
-        HeaderForm::QuotaPolicy => {
-            let window = window_seconds(verdicts, statuses, status);
-            format!("{requests}, {requests};w={window}")
-        }
+        // A concurrency limit has no window: its limit is leases in flight, with no policy.
+        HeaderForm::QuotaPolicy => match window_seconds(verdicts, statuses, status) {
+            Some(window) => format!("{requests}, {requests};w={window}"),
+            None => requests.to_string(),
+        },
     };
     let mut headers = vec![
         header(&names.limit, limit_value),
@@ -103,22 +104,24 @@ pub fn headers(
     headers
 }
 
-/// The period, in seconds, of the limit behind `status`.
+/// The period, in seconds, of the limit behind `status`; `None` for a concurrency limit,
+/// whose period is a lease's longest life, not a window.
 fn window_seconds(
     verdicts: &[Verdict<'_>],
     statuses: &[DescriptorStatus],
     status: &DescriptorStatus,
-) -> u64 {
+) -> Option<u64> {
     verdicts
         .iter()
         .zip(statuses)
         .find_map(|(verdict, s)| match verdict {
-            Verdict::Limited(applied) if std::ptr::eq(s, status) => {
-                Some(applied.limit.period_us() / 1_000_000)
-            }
+            Verdict::Limited(applied) if std::ptr::eq(s, status) => Some(
+                (!applied.limit.algorithm().leases())
+                    .then(|| applied.limit.period_us() / 1_000_000),
+            ),
             _ => None,
         })
-        .unwrap_or_default()
+        .unwrap_or(Some(0))
 }
 
 fn header(key: &str, value: String) -> HeaderValue {
@@ -171,15 +174,7 @@ fn descriptor_value(descriptor: &RateLimitDescriptor) -> Value {
         .collect();
     fields.insert("entries".into(), list(entries));
     if let Some(limit) = &descriptor.limit {
-        // Go's text form of the override, as the reference writes it.
-        let unit = Unit::from_proto_number(limit.unit).map_or("UNKNOWN", Unit::proto_name);
-        fields.insert(
-            "limit".into(),
-            string(format!(
-                "requests_per_unit:{} unit:{unit}",
-                limit.requests_per_unit
-            )),
-        );
+        fields.insert("limit".into(), string(override_text(limit)));
     }
     if let Some(hits) = descriptor.hits_addend {
         // The reference reports it as a number (a double): exact below 2^53.
@@ -187,6 +182,20 @@ fn descriptor_value(descriptor: &RateLimitDescriptor) -> Value {
         fields.insert("hitsAddend".into(), number(hits as f64));
     }
     structure(Struct { fields })
+}
+
+/// Go's text form of a limit override, as the reference writes it: each field `name:value`,
+/// a field holding its zero value left out (proto3's text form omits it).
+fn override_text(limit: &crate::proto::rate_limit_descriptor::RateLimitOverride) -> String {
+    let mut fields = Vec::with_capacity(2);
+    if limit.requests_per_unit != 0 {
+        fields.push(format!("requests_per_unit:{}", limit.requests_per_unit));
+    }
+    if limit.unit != 0 {
+        let unit = Unit::from_proto_number(limit.unit).map_or("UNKNOWN", Unit::proto_name);
+        fields.push(format!("unit:{unit}"));
+    }
+    fields.join(" ")
 }
 
 /// Adds the token of the leases a request took (`sluice.lease`: README, "Concurrency

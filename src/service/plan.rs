@@ -71,6 +71,7 @@ pub fn plan<'a>(
             quota_mode: false,
             metadata: None,
             slot: None,
+            beside_passing_quota: false,
         });
         planned.key = key::descriptor_key(domain_name, entries);
         let keys = descriptor.entries.iter().map(|e| e.key.as_str());
@@ -110,6 +111,7 @@ pub fn plan<'a>(
                 quota_mode: rule.quota_mode,
                 metadata: rule.metadata.as_ref(),
                 slot: several.then_some(slot),
+                beside_passing_quota: false,
             })
         })
         .collect();
@@ -126,11 +128,21 @@ pub fn plan<'a>(
 }
 
 impl Planned<'_> {
-    /// Puts every limit of the descriptor in quota mode (`QUOTA_MODE`).
-    pub fn all_in_quota_mode(&mut self) {
-        for applied in &mut self.limits {
-            applied.quota_mode = true;
-        }
+    /// Whether no limit applies to the descriptor (no match, or every limit replaced); an
+    /// `unlimited` rule is not this.
+    pub fn has_no_limit(&self) -> bool {
+        !self.unlimited && self.limits.is_empty()
+    }
+}
+
+/// Puts every limit of the request in quota mode (`QUOTA_MODE`). As in the reference, a
+/// descriptor no limit applies to then counts as a quota descriptor that passed: the
+/// request's quota limits can no longer all be over, so none of them denies it.
+pub fn all_in_quota_mode(planned: &mut [Planned<'_>]) {
+    let beside_passing_quota = planned.iter().any(Planned::has_no_limit);
+    for applied in planned.iter_mut().flat_map(|p| p.limits.iter_mut()) {
+        applied.quota_mode = true;
+        applied.beside_passing_quota = beside_passing_quota;
     }
 }
 
@@ -203,6 +215,26 @@ pub struct LeaseOutcome {
     pub decision: Decision,
     pub cost: u64,
     pub releases: bool,
+    /// Another limit of the descriptor denied the hit: its leases were not taken.
+    pub descriptor_denied: bool,
+}
+
+impl LeaseOutcome {
+    /// Whether the request took its leases: its concurrency limit admitted them, and neither
+    /// its descriptor nor the request (`request_denied`: vetoed, the overall code before
+    /// global shadow mode) was denied.
+    pub fn taken(&self, request_denied: bool) -> bool {
+        !self.releases
+            && self.cost > 0
+            && self.decision.admitted
+            && !self.descriptor_denied
+            && !request_denied
+    }
+
+    /// Whether the concurrency limit itself refused the leases.
+    pub fn refused(&self) -> bool {
+        !self.releases && self.cost > 0 && !self.decision.admitted
+    }
 }
 
 /// Pairs each descriptor with its binding limit and that limit's decision, given the store's
@@ -226,6 +258,7 @@ pub fn settle<'a>(
                     decision: *decision,
                     cost: p.cost,
                     releases: p.release.is_some(),
+                    descriptor_denied: taken.iter().any(|d| !d.admitted),
                 });
             let blocks = taken
                 .iter()

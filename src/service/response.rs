@@ -28,13 +28,21 @@ pub struct Applied<'a> {
     /// Of a rule of several limits, the limit's place among them: its state's key says it, so
     /// a limit keeps its key when another is replaced or left out (a release).
     pub slot: Option<usize>,
+    /// With the global `QUOTA_MODE`, the request holds a descriptor no limit applies to,
+    /// which counts as a quota descriptor that passed (as in the reference): not every quota
+    /// descriptor can be over, so this limit's denial never denies the request.
+    pub beside_passing_quota: bool,
 }
 
 impl Applied<'_> {
     /// How the limit's denial weighs on the request: a shadow-mode limit never denies it, a
-    /// quota-mode limit only with every other quota-mode limit of the request.
+    /// quota-mode limit only with every other quota-mode limit of the request; a quota-mode
+    /// limit in shadow mode, or beside a descriptor that counts as a passing quota one, is a
+    /// quota limit that passes (as in the reference).
     pub fn role(&self) -> Role {
-        if self.shadow_mode {
+        if self.quota_mode && (self.shadow_mode || self.beside_passing_quota) {
+            Role::PassingQuota
+        } else if self.shadow_mode {
             Role::Shadow
         } else if self.quota_mode {
             Role::Quota
@@ -92,16 +100,20 @@ fn limited_status(applied: &Applied<'_>, decision: &Decision) -> DescriptorStatu
 /// OVER_LIMIT iff the limited descriptors veto the request (`engine::vetoed`: any
 /// enforced one over, or every quota one over, when there are any), the rule by which the
 /// store charged it. (Global shadow mode turns it into OK afterwards, in the service.)
-pub fn overall_code(verdicts: &[Verdict<'_>], statuses: &[DescriptorStatus]) -> Code {
-    let outcomes = verdicts
-        .iter()
-        .zip(statuses)
-        .filter_map(|(verdict, status)| match verdict {
-            Verdict::Limited(applied) => {
-                Some((applied.role(), status.code != Code::OverLimit as i32))
-            }
-            _ => None,
-        });
+pub fn overall_code<'v, 'a: 'v>(
+    verdicts: impl IntoIterator<Item = &'v Verdict<'a>>,
+    statuses: &[DescriptorStatus],
+) -> Code {
+    let outcomes =
+        verdicts
+            .into_iter()
+            .zip(statuses)
+            .filter_map(|(verdict, status)| match verdict {
+                Verdict::Limited(applied) => {
+                    Some((applied.role(), status.code != Code::OverLimit as i32))
+                }
+                _ => None,
+            });
     if vetoed(outcomes) {
         Code::OverLimit
     } else {

@@ -104,24 +104,42 @@ impl<S: Store> Store for WithLocalCache<S> {
         self.inner.name()
     }
 
-    /// Answers a request locally when every hit of it is known to be over; otherwise the
-    /// request goes to the store whole, which must see every hit: a denial vetoes the others
-    /// (`AllOrNothing`) or the other limits of its descriptor.
+    /// Answers a request locally when every hit of it is known to be over. Otherwise, with
+    /// the reference's counting, the hits known to be over are answered here and only the
+    /// others go to the store (as the reference's cache does: a hit it answers is not
+    /// charged; each hit is charged on its own in that counting, so nothing else depends on
+    /// it), unless the request acquires a lease. With all-or-nothing (or a lease) the request
+    /// goes to the store whole, which must see every hit: a denial vetoes the others or the
+    /// other limits of its descriptor.
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let now_us = self.cache.clock.now_us();
-        let local: Option<Vec<Decision>> = hits
+        let local: Vec<Option<Decision>> = hits
             .iter()
             .map(|hit| self.cache.answer(hit, charging, now_us))
             .collect();
-        if let Some(local) = local {
-            self.cache.count_hits(local.len());
-            return Ok(local);
+        let answered = local.iter().filter(|d| d.is_some()).count();
+        self.cache.count_hits(answered);
+        if answered == hits.len() {
+            return Ok(local.into_iter().flatten().collect());
         }
-        let decisions = self.inner.charge(hits, charging).await?;
-        for (hit, decision) in hits.iter().zip(&decisions) {
-            self.cache.remember(hit, decision, charging, now_us);
+        // A lease's acquire stands only if the request is admitted: the store must see it all.
+        if answered == 0 || charging == Charging::AllOrNothing || hits.iter().any(Hit::acquires) {
+            let decisions = self.inner.charge(hits, charging).await?;
+            self.cache.remember_all(hits, &decisions, charging, now_us);
+            return Ok(decisions);
         }
-        Ok(decisions)
+        let rest = unanswered(hits, &local);
+        let decided = self.inner.charge(&rest, charging).await?;
+        self.cache.remember_all(&rest, &decided, charging, now_us);
+        let mut decided = decided.into_iter();
+        local
+            .into_iter()
+            .map(|answer| answer.or_else(|| decided.next()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| StoreError::Protocol {
+                store: self.inner.name(),
+                source: "fewer decisions than hits".into(),
+            })
     }
 
     async fn healthy(&self) -> bool {
@@ -134,7 +152,32 @@ impl<S: Store> Store for WithLocalCache<S> {
     }
 }
 
+/// The hits the cache did not answer, in order; a hit whose descriptor's earlier hit was
+/// answered starts its own run (`joins_previous` names the hit just before it).
+fn unanswered(hits: &[Hit], local: &[Option<Decision>]) -> Vec<Hit> {
+    hits.iter()
+        .enumerate()
+        .filter(|(i, _)| local[*i].is_none())
+        .map(|(i, hit)| Hit {
+            joins_previous: hit.joins_previous && i > 0 && local[i - 1].is_none(),
+            ..hit.clone()
+        })
+        .collect()
+}
+
 impl OverLimitCache {
+    /// Remembers the denials among `decisions` of `hits`, but for a hit whose key an earlier
+    /// hit of the request charged: it was decided on that charge, which may not stand (a
+    /// vetoed request), so its denial says nothing of what the key holds.
+    fn remember_all(&self, hits: &[Hit], decisions: &[Decision], charging: Charging, now_us: u64) {
+        for (index, (hit, decision)) in hits.iter().zip(decisions).enumerate() {
+            if hits[..index].iter().any(|earlier| earlier.key == hit.key) {
+                continue;
+            }
+            self.remember(hit, decision, charging, now_us);
+        }
+    }
+
     fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
         self.shards[index]
             .lock()

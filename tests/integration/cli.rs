@@ -64,6 +64,25 @@ fn check_config_explains_a_penalty_and_places_each_refused_field() {
 }
 
 #[test]
+fn check_config_says_a_concurrency_limit_is_leases_in_flight_not_a_rate() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("leases.yaml");
+    let text = "domain: d\ndescriptors:\n  - key: job\n    rate_limit: {algorithm: concurrency, requests_per_unit: 3, unit: second, unit_multiplier: 2}\n";
+    std::fs::write(&path, text).expect("write");
+    let output = sluice(&["check-config", &path.display().to_string()]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(
+            "d.job: concurrency: 3 in flight, a lease lives at most 2 seconds: a count of \
+             requests in flight, not a rate;"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("3 per 2 seconds"), "{stdout}");
+}
+
+#[test]
 fn check_config_prints_every_error_and_exits_one() {
     let output = sluice(&[
         "check-config",

@@ -13,9 +13,10 @@ use sluice::proto::rate_limit_response::Code as OurCode;
 use sluice::proto::RateLimitResponse as OurResponse;
 
 use sluice::algorithm::State;
+use sluice::engine::Charging;
 use sluice::limit::Hit;
 use sluice::metrics::Metrics;
-use sluice::service::RateLimiter;
+use sluice::service::{RateLimiter, ServiceOptions};
 use sluice::store::any::AnyStore;
 use sluice::store::memory::MemoryStore;
 use sluice::store::SystemClock;
@@ -175,6 +176,49 @@ async fn leases_and_rates_of_one_request_are_taken_together_or_not_at_all_on_eve
         let refused = service.series(&format!("sluice_leases_refused_total{shadow_labels}"));
         assert_eq!(refused, 1.0, "{store}");
         assert_eq!(release(&service, "shadow_key=s", &shadow).await, 1);
+    }
+}
+
+#[tokio::test]
+async fn a_request_another_limit_denies_takes_no_lease_and_counts_none_in_both_modes() {
+    let redis = RedisServer::start(&[]);
+    let every_hit = ServiceOptions {
+        charging: Charging::EveryHit,
+        ..ServiceOptions::default()
+    };
+    for (mode, options) in [
+        ("all or nothing", ServiceOptions::default()),
+        ("every hit", every_hit),
+    ] {
+        for service in every_store(&redis.url(), CONFIG, &options).await {
+            let place = format!("{} ({mode})", service.store);
+            // The rate of `rate_only` is spent; a request holding it and a concurrency
+            // limit is denied, and the concurrency limit holds nothing for it.
+            assert!(
+                is_ok(&service.ask("api", &["rate_only=x"]).await),
+                "{place}"
+            );
+            for _ in 0..3 {
+                let denied = service.ask("api", &["api_key=j", "rate_only=x"]).await;
+                assert!(!is_ok(&denied) && token_in(&denied).is_none(), "{place}");
+            }
+            assert_eq!(
+                free(&service, "api_key=j").await,
+                2,
+                "{place}: no lease held"
+            );
+            let labels = r#"{domain="api",key1="api_key"}"#;
+            let series = |name: &str| service.series(&format!("{name}{labels}"));
+            assert_eq!(series("sluice_leases_acquired_total"), 0.0, "{place}");
+            assert_eq!(series("sluice_leases_refused_total"), 0.0, "{place}");
+            assert_eq!(series("sluice_leases_held"), 0.0, "{place}");
+            // An admitted one takes its lease and counts it.
+            let token = acquire(&service, "api_key=j").await.expect("admitted");
+            assert_eq!(series("sluice_leases_acquired_total"), 1.0, "{place}");
+            assert_eq!(series("sluice_leases_held"), 1.0, "{place}");
+            release(&service, "api_key=j", &token).await;
+            assert_eq!(series("sluice_leases_held"), 0.0, "{place}");
+        }
     }
 }
 

@@ -293,6 +293,81 @@ fn halving_a_limit_newly_denies_what_the_calls_say_and_the_gate_fails_on_it() {
     );
 }
 
+/// A minute of ten jobs, each acquired and released, and ten calls of one user.
+fn jobs_recording(dir: &Path) -> PathBuf {
+    let start_us: u64 = 1_796_155_200_000_000;
+    let mut text = String::from("{\"sluice_recording\":1}\n");
+    for k in 0..10u64 {
+        let (t, token) = (start_us + k * 1_000_000, format!("{:016x}", 0xa0 + k));
+        text.push_str(&format!(
+            "{{\"t\":{t},\"domain\":\"app\",\"descriptors\":[{{\"entries\":[[\"job\",\"a\"]]}}],\"lease\":\"{token}\"}}\n"
+        ));
+        text.push_str(&format!(
+            "{{\"t\":{},\"domain\":\"app\",\"descriptors\":[{{\"entries\":[[\"job\",\"a\"],[\"sluice.lease\",\"{token}\"]]}}]}}\n",
+            t + 500_000
+        ));
+        text.push_str(&format!(
+            "{{\"t\":{},\"domain\":\"app\",\"descriptors\":[{{\"entries\":[[\"user\",\"u\"]]}}]}}\n",
+            t + 600_000
+        ));
+    }
+    let path = dir.join("jobs.jsonl");
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+#[test]
+fn the_gate_counts_calls_that_ask_and_each_rule_counts_what_it_decided() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let recording = jobs_recording(dir.path()).display().to_string();
+    let old = dir.path().join("old.yaml");
+    let new = dir.path().join("new.yaml");
+    std::fs::write(
+        &old,
+        "domain: app\ndescriptors:\n  - key: job\n    rate_limit: {algorithm: concurrency, requests_per_unit: 100, unit: minute}\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+    )
+    .expect("write");
+    // Jobs get a rate of 8 a minute; the user's limit drops to 5, in shadow mode.
+    std::fs::write(
+        &new,
+        "domain: app\ndescriptors:\n  - key: job\n    rate_limits:\n      - {algorithm: concurrency, requests_per_unit: 100, unit: minute}\n      - {unit: minute, requests_per_unit: 8}\n  - key: user\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+    )
+    .expect("write");
+    let (old, new) = (old.display().to_string(), new.display().to_string());
+    let replay = |extra: &[&str]| {
+        let mut all = vec!["replay", "--baseline", &old, "--config", &new];
+        all.extend_from_slice(extra);
+        all.push(&recording);
+        sluice_command(&all)
+    };
+    let (code, report) = replay_json(&["--baseline", &old, "--config", &new, &recording]);
+    assert_eq!(code, Some(0));
+    assert_eq!(report["calls"].as_u64(), Some(30));
+    assert_eq!(report["releases"].as_u64(), Some(10));
+    // Two of the twenty calls that ask: the releases are never denied, never counted.
+    assert_eq!(report["newly_denied"].as_u64(), Some(2));
+    let refused = replay(&["--max-newly-denied", "9"]);
+    assert_eq!(refused.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("2 of 20 calls newly denied (10.0%, more than 9%)"),
+        "{stderr}"
+    );
+    // Each rule counts what it decided: the shadow-mode rule's denials, which its status
+    // hides, and the jobs' acquires without their releases.
+    let rule = |name: &str| {
+        report["rules"]
+            .as_array()
+            .and_then(|rules| rules.iter().find(|r| r["rule"].as_str() == Some(name)))
+            .cloned()
+            .unwrap_or_else(|| panic!("rule {name}: {report}"))
+    };
+    assert_eq!(rule("app.user")["calls"].as_u64(), Some(10));
+    assert_eq!(rule("app.user")["newly_denied"].as_u64(), Some(5));
+    assert_eq!(rule("app.job")["calls"].as_u64(), Some(10));
+    assert_eq!(rule("app.job")["newly_denied"].as_u64(), Some(2));
+}
+
 #[tokio::test]
 async fn a_recording_is_bounded_by_its_size_and_samples_whole_clients() {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -469,7 +544,19 @@ fn a_truncated_or_corrupt_recording_is_refused_with_its_line() {
             "{\"hello\":1}\n".to_string(),
             "other.jsonl:1: not a sluice recording header",
         ),
-    ] {
+    ]
+    .map(|(name, text, expected)| (name, text.into_bytes(), expected))
+    .into_iter()
+    .chain([(
+        "latin1.jsonl",
+        [
+            &b"{\"sluice_recording\":1}\n"[..],
+            good.as_bytes(),
+            b"\n{\"t\":2,\"domain\":\"caf\xe9\"}\n",
+        ]
+        .concat(),
+        "latin1.jsonl:3: not UTF-8",
+    )]) {
         let path = dir.path().join(name);
         std::fs::write(&path, text).expect("write");
         let output = sluice_command(&["replay", "--config", &config, &path.display().to_string()]);

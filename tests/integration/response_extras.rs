@@ -99,6 +99,14 @@ async fn the_quota_policy_form_is_an_opt_in() {
     // w is the whole period: 5 minutes.
     let big = call(&mut client, request("h", vec![descriptor(&[("big", "c")])])).await;
     assert_eq!(header(&big, "RateLimit-Limit"), Some("100, 100;w=300"));
+    // A concurrency limit has no window: leases in flight, with no policy.
+    let jobs = call(
+        &mut client,
+        request("h", vec![descriptor(&[("jobs", "j")])]),
+    )
+    .await;
+    assert_eq!(header(&jobs, "RateLimit-Limit"), Some("3"));
+    assert_eq!(header(&jobs, "RateLimit-Remaining"), Some("2"));
 }
 
 #[tokio::test]

@@ -15,11 +15,11 @@ use sluice::service::{HeaderNames, ServiceOptions};
 use crate::support::redis::RedisServer;
 use crate::support::stores::{every_store, InProcess};
 
-const OK: Code = Code::Ok;
-const OVER: Code = Code::OverLimit;
+pub(crate) const OK: Code = Code::Ok;
+pub(crate) const OVER: Code = Code::OverLimit;
 
 /// A status's `limit_remaining` a row does not check.
-const ANY: i64 = -1;
+pub(crate) const ANY: i64 = -1;
 
 /// The reference's service config (`ratelimit_test.go`'s limits, named as there).
 const SERVICE: &str = include_str!("../fixtures/cases/rules/service.yaml");
@@ -29,28 +29,28 @@ const RULES: &str = include_str!("../fixtures/cases/rules/rules.yaml");
 
 /// One request of a row: milliseconds on the clock before it, its descriptors (`k=v`, with
 /// `+N` for N hits), the overall code, and each status's code and remaining.
-type Call = (u64, &'static [&'static str], Code, &'static [(Code, i64)]);
+pub(crate) type Call = (u64, &'static [&'static str], Code, &'static [(Code, i64)]);
 
 /// A case: what it shows, its config, domain and service options, its calls in order, the
 /// current limit some statuses (call, status) must carry (its requests_per_unit, or none), the
 /// `duration_until_reset` in seconds some must carry, the hits the local cache answered (on
 /// the store behind it), and then the series on `/metrics` it must have counted.
-struct Case {
-    shows: &'static str,
-    config: &'static str,
-    domain: &'static str,
-    options: fn() -> ServiceOptions,
-    calls: &'static [Call],
-    limits: &'static [(usize, usize, Option<u32>)],
-    resets: &'static [(usize, usize, i64)],
+pub(crate) struct Case {
+    pub(crate) shows: &'static str,
+    pub(crate) config: &'static str,
+    pub(crate) domain: &'static str,
+    pub(crate) options: fn() -> ServiceOptions,
+    pub(crate) calls: &'static [Call],
+    pub(crate) limits: &'static [(usize, usize, Option<u32>)],
+    pub(crate) resets: &'static [(usize, usize, i64)],
     /// Behind the local cache: how many hits it answered in all (Redis not asked).
-    cache_hits: Option<f64>,
+    pub(crate) cache_hits: Option<f64>,
     /// Series some calls must have counted by the time they are answered: (call, series, value).
-    series_after: &'static [(usize, &'static str, f64)],
+    pub(crate) series_after: &'static [(usize, &'static str, f64)],
     /// Response headers some calls must carry (call, name, value), or lack (`None`); the name
     /// `*` with `None`: no header at all.
-    headers: &'static [(usize, &'static str, Option<&'static str>)],
-    series: &'static [(&'static str, f64)],
+    pub(crate) headers: &'static [(usize, &'static str, Option<&'static str>)],
+    pub(crate) series: &'static [(&'static str, f64)],
 }
 
 fn defaults() -> ServiceOptions {
@@ -58,7 +58,7 @@ fn defaults() -> ServiceOptions {
 }
 
 /// What a row does not say: the default options, and nothing checked beyond its calls.
-const CASE: Case = Case {
+pub(crate) const CASE: Case = Case {
     shows: "",
     config: "",
     domain: "",
@@ -79,7 +79,7 @@ fn global_shadow_mode() -> ServiceOptions {
     }
 }
 
-fn global_quota_mode() -> ServiceOptions {
+pub(crate) fn global_quota_mode() -> ServiceOptions {
     ServiceOptions {
         quota_mode: true,
         ..ServiceOptions::default()
@@ -105,7 +105,7 @@ fn custom_headers() -> ServiceOptions {
     }
 }
 
-fn every_hit() -> ServiceOptions {
+pub(crate) fn every_hit() -> ServiceOptions {
     ServiceOptions {
         charging: Charging::EveryHit,
         ..ServiceOptions::default()
@@ -1065,7 +1065,7 @@ async fn run(case: &Case, on: &InProcess) {
 }
 
 /// Every row of `cases` on every store.
-fn run_all(cases: &[Case]) {
+pub(crate) fn run_all(cases: &[Case]) {
     let redis = RedisServer::start(&[]);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {

@@ -164,6 +164,10 @@ pub enum Mode {
     Every,
     /// Charge every admitted hit (one Cluster slot's share of a request).
     Any,
+    /// Charge every hit, denied or not, but a lease's acquire only as `Any` does (one
+    /// Cluster slot's share of a request under the reference's counting: sluice takes back
+    /// the acquires of a request that turns out vetoed).
+    EveryPart,
     /// Take back charges an earlier `Any` made.
     Refund,
 }
@@ -174,6 +178,7 @@ impl Mode {
             Mode::All => "all",
             Mode::Every => "every",
             Mode::Any => "any",
+            Mode::EveryPart => "every_part",
             Mode::Refund => "refund",
         }
     }

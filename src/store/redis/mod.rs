@@ -289,7 +289,7 @@ impl RedisStore {
         let one_backend = calls.iter().all(|call| call.backend == backend);
         let on_cluster = matches!(self.backends[backend].connection, Connection::Cluster(_));
         if (!one_backend || on_cluster) && charging == Charging::EveryHit {
-            return self.decide_every_hit_across_shards(calls).await;
+            return self.decide_every_hit_across_shards(hits, calls).await;
         }
         if !one_backend || on_cluster {
             return self.decide_across_shards(hits, calls).await;
@@ -399,7 +399,7 @@ impl Store for RedisStore {
 /// time it was decided at (0 where the mode does not reply it).
 fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u64)>, StoreError> {
     // A decision's nine fields, and the time for the calls of a Cluster.
-    let fields = if matches!(mode, Mode::Any | Mode::Refund) {
+    let fields = if matches!(mode, Mode::Any | Mode::EveryPart | Mode::Refund) {
         10
     } else {
         9

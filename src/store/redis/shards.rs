@@ -36,25 +36,57 @@ impl RedisStore {
         calls: Vec<HitCall>,
     ) -> Result<Vec<Decision>, StoreError> {
         let (mut decided, failure) = self.call_each_shard(&calls, Mode::Any).await;
-        let admitted = |index: usize| decided[index].is_some_and(|(d, _)| d.admitted);
-        let stands = standing(hits, admitted, Charging::AllOrNothing, failure.is_some());
-        let undo: Vec<bool> = stands.iter().map(|&stands| !stands).collect();
-        if undo.iter().any(|&undo| undo) {
-            // A hit whose charge is taken back reports what remains without it.
-            for (index, decision) in self.refund(&calls, &decided, &undo).await {
-                decided[index] = Some(decision);
-            }
-        }
+        self.take_back(
+            hits,
+            &calls,
+            &mut decided,
+            Charging::AllOrNothing,
+            failure.is_some(),
+        )
+        .await;
         every_decided(decided, failure)
     }
 
+    /// Takes back the charges of `hits` that must not stand under `charging`
+    /// (`engine::standing`), given what each shard decided; a hit whose charge is taken
+    /// back reports what remains without it.
+    async fn take_back(
+        &self,
+        hits: &[Hit],
+        calls: &[HitCall],
+        decided: &mut [Option<(Decision, u64)>],
+        charging: Charging,
+        failed: bool,
+    ) {
+        let admitted = |index: usize| decided[index].is_some_and(|(d, _)| d.admitted);
+        let stands = standing(hits, admitted, charging, failed);
+        let undo: Vec<bool> = stands.iter().map(|&stands| !stands).collect();
+        if undo.iter().any(|&undo| undo) {
+            for (index, decision) in self.refund(calls, decided, &undo).await {
+                decided[index] = Some(decision);
+            }
+        }
+    }
+
     /// The reference's counting across shards: every hit is charged, denied or not, so each
-    /// shard's call is the whole answer and nothing is taken back.
+    /// shard's call is the whole answer, but for a lease's acquire: one of a request that
+    /// turns out vetoed (or that failed in part) is taken back, as on one Redis.
     pub(super) async fn decide_every_hit_across_shards(
         &self,
+        hits: &[Hit],
         calls: Vec<HitCall>,
     ) -> Result<Vec<Decision>, StoreError> {
-        let (decided, failure) = self.call_each_shard(&calls, Mode::Every).await;
+        let (mut decided, failure) = self.call_each_shard(&calls, Mode::EveryPart).await;
+        if hits.iter().any(Hit::acquires) {
+            self.take_back(
+                hits,
+                &calls,
+                &mut decided,
+                Charging::EveryHit,
+                failure.is_some(),
+            )
+            .await;
+        }
         every_decided(decided, failure)
     }
 

@@ -7,6 +7,7 @@
 
 mod config;
 mod counting;
+mod differential;
 mod integration;
 mod limiter;
 mod service;
