@@ -54,73 +54,132 @@ impl<'a> Ledger<'a> {
         if exchange.differences.is_empty() {
             return Explained::Agreed;
         }
+        if exchange.straddled {
+            // Not a difference of the servers: they decided in two windows of a second.
+            for i in 0..request.descriptors.len() {
+                let counter = key_part(self.config, request, i);
+                self.parted.entry(counter).or_insert(Some(STRADDLED));
+            }
+            return Explained::Row(STRADDLED);
+        }
         let counters: Vec<String> = (0..request.descriptors.len())
             .map(|i| key_part(self.config, request, i))
             .collect();
-        let differing: Vec<usize> = self.differing_descriptors(request, exchange);
-        let earlier: Vec<Option<&'static str>> = differing
-            .iter()
-            .filter_map(|&i| self.parted.get(&counters[i]).copied())
-            .collect();
-        let follows = !differing.is_empty() && earlier.len() == differing.len();
-        let explained = if follows {
-            match earlier.iter().find_map(|row| *row) {
-                Some(row) if earlier.iter().all(Option::is_some) => Explained::Row(row),
-                _ => Explained::Unexplained { root: false },
-            }
-        } else {
-            let rows: Vec<Option<&'static str>> = exchange
-                .differences
-                .iter()
-                .map(|d| self.row_for(request, exchange, d))
-                .collect();
-            // A row that parts the servers' counters names the request over one that
-            // does not.
-            let rows: Option<Vec<&'static str>> = rows.into_iter().collect();
-            match rows {
-                Some(rows) => Explained::Row(
-                    rows.iter()
-                        .copied()
-                        .find(|row| !LEAVES_COUNTS_ALIKE.contains(row))
-                        .unwrap_or(rows[0]),
-                ),
-                None => Explained::Unexplained { root: true },
-            }
-        };
-        let mark = match explained {
-            Explained::Row(row) if LEAVES_COUNTS_ALIKE.contains(&row) => return explained,
-            Explained::Row(row) => Some(row),
-            _ => None,
-        };
-        for i in differing {
-            self.parted.entry(counters[i].clone()).or_insert(mark);
-        }
-        explained
-    }
-
-    /// The descriptors the differences name, directly or through a key they write; all of
-    /// them when only request-wide fields differ.
-    fn differing_descriptors(&self, request: &Request, exchange: &Exchange) -> Vec<usize> {
-        let mut out: Vec<usize> = Vec::new();
+        // Each difference on its own: a row explains it, or it follows from its counters'
+        // earlier parting (the row that parted them, or none when that was unexplained).
+        let mut rows: Vec<&'static str> = Vec::new();
+        let mut parted_now: Vec<(usize, Option<&'static str>)> = Vec::new();
+        let mut unexplained_root = false;
+        let mut unexplained_after = false;
+        // A request-wide field (the overall code, a header) follows from the descriptors the
+        // other differences name, or from all of them when none does.
+        let mut specific: Vec<usize> = Vec::new();
         for d in &exchange.differences {
-            let named: Vec<usize> = match (d.descriptor, d.field.strip_prefix("key ")) {
-                (Some(i), _) => vec![i],
-                (None, Some(key)) => (0..request.descriptors.len())
-                    .filter(|&i| key.contains(&key_part(self.config, request, i)))
-                    .collect(),
-                (None, None) => Vec::new(),
-            };
-            for i in named {
-                if !out.contains(&i) {
-                    out.push(i);
+            for i in self.descriptors_of(request, d).unwrap_or_default() {
+                if !specific.contains(&i) {
+                    specific.push(i);
                 }
             }
         }
-        if out.is_empty() {
-            // Only request-wide fields differ: every descriptor may be the cause.
-            out = (0..request.descriptors.len()).collect();
+        if specific.is_empty() {
+            specific = (0..request.descriptors.len()).collect();
         }
-        out
+        let classified: Vec<(
+            Vec<usize>,
+            Option<&'static str>,
+            Option<Vec<Option<&'static str>>>,
+        )> = exchange
+            .differences
+            .iter()
+            .map(|d| {
+                let named = self
+                    .descriptors_of(request, d)
+                    .unwrap_or_else(|| specific.clone());
+                let earlier: Vec<Option<&'static str>> = named
+                    .iter()
+                    .filter_map(|&i| self.parted.get(&counters[i]).copied())
+                    .collect();
+                let follows = !named.is_empty() && earlier.len() == named.len();
+                (
+                    named,
+                    self.row_for(request, exchange, d),
+                    follows.then_some(earlier),
+                )
+            })
+            .collect();
+        // A difference that follows an earlier one changed the request's fate, and with it
+        // (all or nothing) what its other descriptors got.
+        let cascade: Option<Option<&'static str>> = classified
+            .iter()
+            .find_map(|(_, _, earlier)| earlier.as_ref())
+            .map(|marks| {
+                marks
+                    .iter()
+                    .copied()
+                    .collect::<Option<Vec<_>>>()
+                    .and_then(|m| m.first().copied())
+            });
+        for (named, row, earlier) in classified {
+            let follows = earlier.map(|marks| {
+                marks
+                    .into_iter()
+                    .collect::<Option<Vec<_>>>()
+                    .and_then(|m| m.first().copied())
+            });
+            let resolved = match (row, follows.or(cascade)) {
+                (Some(row), _) => Some(row),
+                (None, Some(Some(mark))) => Some(mark),
+                (None, Some(None)) => {
+                    unexplained_after = true;
+                    None
+                }
+                (None, None) => {
+                    unexplained_root = true;
+                    None
+                }
+            };
+            rows.extend(resolved);
+            let mark = match resolved {
+                Some(row) if LEAVES_COUNTS_ALIKE.contains(&row) => continue,
+                resolved => resolved,
+            };
+            parted_now.extend(named.into_iter().map(|i| (i, mark)));
+        }
+        for (i, mark) in parted_now {
+            self.parted.entry(counters[i].clone()).or_insert(mark);
+        }
+        if unexplained_root || unexplained_after {
+            return Explained::Unexplained {
+                root: unexplained_root,
+            };
+        }
+        // A row that parts the servers' counters names the request over one that does not.
+        Explained::Row(
+            rows.iter()
+                .copied()
+                .find(|row| !LEAVES_COUNTS_ALIKE.contains(row))
+                .unwrap_or(rows[0]),
+        )
+    }
+
+    /// The descriptors a difference names: its own, or those whose key it is; `None` for a
+    /// request-wide field.
+    fn descriptors_of(&self, request: &Request, d: &Difference) -> Option<Vec<usize>> {
+        match (d.descriptor, d.field.strip_prefix("key ")) {
+            (Some(i), _) => Some(vec![i]),
+            (None, Some(key)) => {
+                let prefix = self.setting("CACHE_KEY_PREFIX").unwrap_or("");
+                let key = key.strip_prefix(prefix).unwrap_or(key);
+                let of_key = (0..request.descriptors.len()).filter(|&i| {
+                    key.strip_prefix(key_part(self.config, request, i).as_str())
+                        .is_some_and(|window| {
+                            !window.is_empty() && window.bytes().all(|b| b.is_ascii_digit())
+                        })
+                });
+                Some(of_key.collect())
+            }
+            (None, None) => None,
+        }
     }
 
     /// The row of the documented differences that explains `d`, if one does.
@@ -144,6 +203,9 @@ impl<'a> Ledger<'a> {
             && d.sluice.replace("unit:WEEK", "unit:7") == d.reference
         {
             return Some(WEEK_IN_METADATA);
+        }
+        if d.field == "metadata metadata" && self.metadata_renamed_away(request) {
+            return Some(METADATA_WITH_METRIC_FLAGS);
         }
         if self.setting("LOCAL_CACHE_SIZE_IN_BYTES").is_some()
             && self.cached_under_another_limit(request, exchange)
@@ -176,6 +238,21 @@ impl<'a> Ledger<'a> {
                     lookup::by_key_and_value(self.config, &request.domain, &d.entries)
                         .map_or(std::ptr::null(), |n| n as *const _),
                 )
+        })
+    }
+
+    /// Whether a descriptor's rule has `metadata` the reference leaves out: it rebuilds the
+    /// limit, without it, when `detailed_metric` or a `value_to_metric` on the path renames
+    /// the limit's metric.
+    fn metadata_renamed_away(&self, request: &Request) -> bool {
+        request.descriptors.iter().any(|d| {
+            let path = lookup::path_by_joined_string(self.config, &request.domain, &d.entries);
+            d.limit.is_none()
+                && path.len() == d.entries.len()
+                && path
+                    .last()
+                    .is_some_and(|n| n.metadata.is_some() && n.limit.is_some())
+                && path.iter().any(|n| n.detailed_metric || n.value_to_metric)
         })
     }
 
@@ -325,8 +402,19 @@ pub const JOINED_STRING: &str = "rule-found-by-joined-string";
 pub const RETRY_AFTER: &str = "retry-after-header";
 pub const CHECK_WRITES_KEY: &str = "check-writes-zero-key";
 pub const WEEK_IN_METADATA: &str = "week-override-in-metadata";
+pub const METADATA_WITH_METRIC_FLAGS: &str = "metadata-kept-with-metric-flags";
+/// Not a row of the table: the second ended between the two calls of a request, so the
+/// servers counted in two windows (reported apart; the run keeps its calls clear of a
+/// second's last 60 ms, which a slow call can still cross).
+pub const STRADDLED: &str = "(calls-straddled-a-second)";
+
 /// Rows after which both servers still count alike: a counter they explain has not parted.
-const LEAVES_COUNTS_ALIKE: [&str; 3] = [RETRY_AFTER, CHECK_WRITES_KEY, WEEK_IN_METADATA];
+const LEAVES_COUNTS_ALIKE: [&str; 4] = [
+    RETRY_AFTER,
+    CHECK_WRITES_KEY,
+    WEEK_IN_METADATA,
+    METADATA_WITH_METRIC_FLAGS,
+];
 pub const CACHE_BY_WINDOW_KEY: &str = "local-cache-by-window-key";
 pub const STOP_CHARGES_THE_HIT_OVER: &str = "stop-increment-charges-the-hit-over";
 pub const STOP_SAME_DESCRIPTOR_TWICE: &str = "stop-increment-same-descriptor-twice";
@@ -335,8 +423,13 @@ pub const STOP_SHADOW_OR_QUOTA_OVER: &str = "stop-increment-shadow-or-quota-over
 /// The part of a fixed-window key both servers build from a descriptor's entries (a
 /// `share_threshold` entry holds its pattern), before the window.
 fn key_part(config: &Config, request: &Request, i: usize) -> String {
-    let entries = &request.descriptors[i].entries;
-    let values = lookup::key_values(config, &request.domain, entries);
+    let descriptor = &request.descriptors[i];
+    let entries = &descriptor.entries;
+    // An override's limit takes no `share_threshold` pattern: the values as sent.
+    let values = match descriptor.limit {
+        Some(_) => entries.iter().map(|(_, v)| v.clone()).collect(),
+        None => lookup::key_values(config, &request.domain, entries),
+    };
     let mut part = format!("{}_", request.domain);
     for ((k, _), v) in entries.iter().zip(values) {
         part.push_str(&format!("{k}_{v}_"));

@@ -26,11 +26,34 @@ pub fn key_values(config: &Config, domain: &str, entries: &[(String, String)]) -
             break;
         };
         if by_pattern && node.share_threshold {
-            values[i] = node.value.clone().unwrap_or_default();
+            // The reference trims `key_` (the entry's key) off the node's joined pattern.
+            let pattern = joined_key(node);
+            values[i] = pattern
+                .strip_prefix(&format!("{key}_"))
+                .unwrap_or(&pattern)
+                .to_string();
         }
         level = node.children.iter().collect();
     }
     values
+}
+
+/// The nodes the reference walks for `entries`, as far as it finds one.
+pub fn path_by_joined_string<'a>(
+    config: &'a Config,
+    domain: &str,
+    entries: &[(String, String)],
+) -> Vec<&'a Node> {
+    let mut level: Vec<&Node> = config.top_level(domain);
+    let mut path = Vec::new();
+    for (key, value) in entries {
+        let Some((node, _)) = find_joined(&level, key, value) else {
+            break;
+        };
+        path.push(node);
+        level = node.children.iter().collect();
+    }
+    path
 }
 
 /// The node of `level` the reference finds for an entry, and whether a wildcard found it.

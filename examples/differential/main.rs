@@ -168,12 +168,14 @@ pub struct Exchange {
     pub now_s: u64,
     /// The keys the reference's Redis held before the request, with their values.
     pub reference_before: BTreeMap<String, String>,
+    /// The second ended between the two calls (a slow call): their windows may differ.
+    pub straddled: bool,
 }
 
 /// Runs sequences of one mode, each on fresh servers.
 pub struct Runner<'a> {
     args: &'a Args,
-    mode: &'a Mode,
+    pub mode: &'a Mode,
     pair: &'a Pair,
     dir: PathBuf,
 }
@@ -226,6 +228,7 @@ impl Runner<'_> {
             let message = wire::request(request);
             let r = wire::outcome(reference.client.should_rate_limit(message.clone()).await);
             let s = wire::outcome(sluice.client.should_rate_limit(message).await);
+            let straddled = clock_seconds() != now_s;
             let mut differences = compare::differences(&r, &s);
             let reference_keys = self.pair.reference_redis.dump()?;
             let reference_after: BTreeMap<String, String> =
@@ -240,6 +243,7 @@ impl Runner<'_> {
                 reference: r,
                 sluice: s,
                 now_s,
+                straddled,
                 reference_before: std::mem::replace(&mut reference_before, reference_after),
             });
         }
@@ -259,6 +263,14 @@ async fn same_second() -> u64 {
         return now.as_secs() + 1;
     }
     now.as_secs()
+}
+
+/// Whole seconds of the clock.
+fn clock_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
 }
 
 /// The counts of one mode.
@@ -322,7 +334,7 @@ async fn run(args: &Args) -> Result<bool, Error> {
                 tally.requests += 1;
                 let explained = ledger.explain(request, exchange);
                 if args.verbose && !exchange.differences.is_empty() {
-                    print_exchange(mode, number, index, request, exchange, &explained);
+                    print_exchange(mode, number, index, request, exchange, Some(&explained));
                 }
                 match explained {
                     Explained::Agreed => tally.agreed += 1,
@@ -337,11 +349,20 @@ async fn run(args: &Args) -> Result<bool, Error> {
             }
             keep_seed(&dir, &seed)?;
             for &index in roots.iter().take(2) {
-                let reproducer = shrink::shrink(&runner, &seed, index).await?;
                 println!(
-                    "\n[{}] seed {number}: request {index} differs, unexplained; reproducer:\n{reproducer}",
+                    "\n[{}] seed {number}: request {index} differs, unexplained:",
                     mode.name
                 );
+                print_exchange(
+                    mode,
+                    number,
+                    index,
+                    &seed.requests[index],
+                    &exchanges[index],
+                    None,
+                );
+                let reproducer = shrink::shrink(&runner, &seed, index).await?;
+                println!("reproducer:\n{reproducer}");
             }
         }
         all_agree &= tally.unexplained == 0;
@@ -405,12 +426,10 @@ fn print_exchange(
     index: usize,
     request: &Request,
     exchange: &Exchange,
-    explained: &Explained,
+    explained: Option<&Explained>,
 ) {
-    println!(
-        "[{}] seed {seed} #{index}: {request}  => {explained:?}",
-        mode.name
-    );
+    let explained = explained.map_or(String::new(), |e| format!("  => {e:?}"));
+    println!("[{}] seed {seed} #{index}: {request}{explained}", mode.name);
     for d in &exchange.differences {
         println!(
             "    {}: reference {} / sluice {}",

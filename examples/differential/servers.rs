@@ -73,25 +73,21 @@ impl Redis {
         Ok(client.get_connection()?)
     }
 
-    /// Every string key and its value (other kinds are listed with their type).
+    /// Every key and its value (a key that holds no string reads as empty), in one `KEYS`
+    /// and one `MGET`.
     pub fn dump(&self) -> Result<Vec<(String, String)>, Error> {
         let mut conn = self.connection()?;
         let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn)?;
-        keys.sort();
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let value: redis::RedisResult<Option<String>> =
-                redis::cmd("GET").arg(&key).query(&mut conn);
-            let value = match value {
-                Ok(v) => v.unwrap_or_default(),
-                Err(_) => {
-                    let kind: String = redis::cmd("TYPE").arg(&key).query(&mut conn)?;
-                    format!("<{kind}>")
-                }
-            };
-            out.push((key, value));
+        if keys.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(out)
+        keys.sort();
+        let values: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query(&mut conn)?;
+        Ok(keys
+            .into_iter()
+            .zip(values)
+            .map(|(key, value)| (key, value.unwrap_or_default()))
+            .collect())
     }
 
     pub fn flush(&self) -> Result<(), Error> {

@@ -1,7 +1,9 @@
-//! Shrinks a sequence whose request `index` differs to a short reproducer: the requests before
-//! it are dropped in halves, then one by one, keeping each cut after which the last request
-//! still differs (each try on fresh servers). Prints the requests left and the config.
+//! Shrinks a sequence whose request `index` differs unexplained to a short reproducer: the
+//! requests before it are dropped in halves, then one by one, keeping each cut after which the
+//! last request still differs unexplained (each try on fresh servers). Prints the requests
+//! left, their differences, and the config.
 
+use crate::explain::{Explained, Ledger};
 use crate::generate::{self, Request};
 use crate::{Error, Runner, Seed};
 
@@ -63,5 +65,10 @@ async fn differs_last(
     let mut requests = before.to_vec();
     requests.push(target.clone());
     let exchanges = runner.run(&seed.config, &requests).await?;
-    Ok(exchanges.last().is_some_and(|e| !e.differences.is_empty()))
+    let mut ledger = Ledger::new(runner.mode, &seed.config);
+    let mut last = Explained::Agreed;
+    for (request, exchange) in requests.iter().zip(&exchanges) {
+        last = ledger.explain(request, exchange);
+    }
+    Ok(matches!(last, Explained::Unexplained { .. }))
 }

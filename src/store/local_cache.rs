@@ -166,12 +166,16 @@ fn unanswered(hits: &[Hit], local: &[Option<Decision>]) -> Vec<Hit> {
 }
 
 impl OverLimitCache {
-    /// Remembers the denials among `decisions` of `hits`, but for a hit whose key an earlier
-    /// hit of the request charged: it was decided on that charge, which may not stand (a
-    /// vetoed request), so its denial says nothing of what the key holds.
+    /// Remembers the denials among `decisions` of `hits`; with all-or-nothing, not a hit whose
+    /// key an earlier hit of the request charged: it was decided on that charge, which does
+    /// not stand when the request is vetoed, so its denial says nothing of what the key holds
+    /// (with every hit counted, the earlier charge stands).
     fn remember_all(&self, hits: &[Hit], decisions: &[Decision], charging: Charging, now_us: u64) {
         for (index, (hit, decision)) in hits.iter().zip(decisions).enumerate() {
-            if hits[..index].iter().any(|earlier| earlier.key == hit.key) {
+            let after_own_charge = hits[..index]
+                .iter()
+                .any(|earlier| earlier.key == hit.key && earlier.cost > 0);
+            if charging == Charging::AllOrNothing && after_own_charge {
                 continue;
             }
             self.remember(hit, decision, charging, now_us);

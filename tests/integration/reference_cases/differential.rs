@@ -205,3 +205,26 @@ async fn week_override_in_metadata_is_named_where_the_reference_writes_its_numbe
         );
     }
 }
+
+#[tokio::test]
+async fn metadata_kept_with_metric_flags_where_the_reference_drops_it() {
+    let redis = RedisServer::start(&[]);
+    let options = ServiceOptions {
+        response_dynamic_metadata: true,
+        ..ServiceOptions::default()
+    };
+    for service in every_store(&redis.url(), LIMITS, &options).await {
+        let response = service.ask("diff", &["flagged=f"]).await;
+        let metadata = response.dynamic_metadata.expect("dynamic metadata");
+        let passed = metadata.fields.get("metadata").and_then(|v| match &v.kind {
+            Some(Kind::StructValue(s)) => s.fields.get("tier").cloned(),
+            _ => None,
+        });
+        assert_eq!(
+            passed.and_then(|v| v.kind),
+            Some(Kind::StringValue("gold".into())),
+            "{}",
+            service.store
+        );
+    }
+}
