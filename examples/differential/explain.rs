@@ -84,11 +84,7 @@ impl<'a> Ledger<'a> {
         if specific.is_empty() {
             specific = (0..request.descriptors.len()).collect();
         }
-        let classified: Vec<(
-            Vec<usize>,
-            Option<&'static str>,
-            Option<Vec<Option<&'static str>>>,
-        )> = exchange
+        let classified: Vec<Classified> = exchange
             .differences
             .iter()
             .map(|d| {
@@ -99,33 +95,28 @@ impl<'a> Ledger<'a> {
                     .iter()
                     .filter_map(|&i| self.parted.get(&counters[i]).copied())
                     .collect();
-                let follows = !named.is_empty() && earlier.len() == named.len();
-                (
+                let follows = (!named.is_empty() && earlier.len() == named.len()).then(|| {
+                    earlier
+                        .into_iter()
+                        .collect::<Option<Vec<_>>>()
+                        .and_then(|marks| marks.first().copied())
+                });
+                Classified {
+                    row: self.row_for(request, exchange, d),
                     named,
-                    self.row_for(request, exchange, d),
-                    follows.then_some(earlier),
-                )
+                    follows,
+                }
             })
             .collect();
         // A difference that follows an earlier one changed the request's fate, and with it
         // (all or nothing) what its other descriptors got.
-        let cascade: Option<Option<&'static str>> = classified
-            .iter()
-            .find_map(|(_, _, earlier)| earlier.as_ref())
-            .map(|marks| {
-                marks
-                    .iter()
-                    .copied()
-                    .collect::<Option<Vec<_>>>()
-                    .and_then(|m| m.first().copied())
-            });
-        for (named, row, earlier) in classified {
-            let follows = earlier.map(|marks| {
-                marks
-                    .into_iter()
-                    .collect::<Option<Vec<_>>>()
-                    .and_then(|m| m.first().copied())
-            });
+        let cascade = classified.iter().find_map(|c| c.follows);
+        for Classified {
+            named,
+            row,
+            follows,
+        } in classified
+        {
             let resolved = match (row, follows.or(cascade)) {
                 (Some(row), _) => Some(row),
                 (None, Some(Some(mark))) => Some(mark),
@@ -377,6 +368,14 @@ impl<'a> Ledger<'a> {
         }
         Some(STOP_CHARGES_THE_HIT_OVER)
     }
+}
+
+/// One difference, classified: the descriptors it names, the row that explains it, and,
+/// when its counters parted earlier, the row that parted them (`None` if unexplained).
+struct Classified {
+    named: Vec<usize>,
+    row: Option<&'static str>,
+    follows: Option<Option<&'static str>>,
 }
 
 /// A limit the reference applies to a descriptor, as far as the rows need it.
