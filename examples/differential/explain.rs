@@ -29,6 +29,8 @@ pub struct Ledger<'a> {
     /// A counter (domain and entries) whose counts parted, and the row that explained it
     /// (`None`: unexplained).
     parted: HashMap<String, Option<&'static str>>,
+    /// The config with each domain's files in the other order, when a domain has several.
+    reversed: Option<Config>,
     /// The reference's local cache: a window key it denied, and the limit that denied it
     /// (requests per unit, unit).
     reference_cache: HashMap<String, (u32, i32)>,
@@ -41,6 +43,9 @@ impl<'a> Ledger<'a> {
             config,
             parted: HashMap::new(),
             reference_cache: HashMap::new(),
+            reversed: mode.split_domains.then(|| Config {
+                files: config.files.iter().rev().cloned().collect(),
+            }),
         }
     }
 
@@ -183,6 +188,9 @@ impl<'a> Ledger<'a> {
         if self.matches_apart(request) {
             return Some(JOINED_STRING);
         }
+        if self.merge_order_matters(request) {
+            return Some(MERGE_ORDER);
+        }
         let sluice_over = matches!(&exchange.sluice, Ok(a) if a.overall == OVER_LIMIT);
         if d.field == "header retry-after" && d.reference == "(none)" && sluice_over {
             return Some(RETRY_AFTER);
@@ -229,6 +237,21 @@ impl<'a> Ledger<'a> {
                     lookup::by_key_and_value(self.config, &request.domain, &d.entries)
                         .map_or(std::ptr::null(), |n| n as *const _),
                 )
+        })
+    }
+
+    /// With a domain spread over files (`MERGE_DOMAIN_CONFIG`): whether a descriptor finds
+    /// another rule when the reference merges the files in the other order (it merges them
+    /// in a Go map's order, which varies; a level's wildcards are tried in merged order).
+    fn merge_order_matters(&self, request: &Request) -> bool {
+        let Some(reversed) = &self.reversed else {
+            return false;
+        };
+        request.descriptors.iter().any(|d| {
+            let as_loaded = lookup::by_joined_string(self.config, &request.domain, &d.entries);
+            let other = lookup::by_joined_string(reversed, &request.domain, &d.entries);
+            d.limit.is_none()
+                && as_loaded.map(|n| (&n.key, &n.value)) != other.map(|n| (&n.key, &n.value))
         })
     }
 
@@ -328,8 +351,18 @@ impl<'a> Ledger<'a> {
         };
         let limits = self.reference_limits(request);
         for (i, (status, applied)) in answer.statuses.iter().zip(limits).enumerate() {
-            if let (OVER_LIMIT, Some(a)) = (status.code, applied) {
-                let key = self.reference_key(request, i, a.unit, exchange.now_s);
+            let Some(a) = applied else { continue };
+            let key = self.reference_key(request, i, a.unit, exchange.now_s);
+            // A shadow-mode limit's status says OK, but its key is cached all the same when
+            // the hit takes it over its limit.
+            let before: u64 = exchange
+                .reference_before
+                .get(&key)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let shadow_over =
+                a.shadow_mode && before + cost(request, i) > u64::from(a.requests_per_unit);
+            if status.code == OVER_LIMIT || shadow_over {
                 self.reference_cache
                     .entry(key)
                     .or_insert((a.requests_per_unit, a.unit));
@@ -398,6 +431,7 @@ const OVER_LIMIT: i32 = 2;
 /// The rows of the table of differences (docs: "Differences from envoyproxy/ratelimit"),
 /// by the name the harness reports.
 pub const JOINED_STRING: &str = "rule-found-by-joined-string";
+pub const MERGE_ORDER: &str = "merged-files-order";
 pub const RETRY_AFTER: &str = "retry-after-header";
 pub const CHECK_WRITES_KEY: &str = "check-writes-zero-key";
 pub const WEEK_IN_METADATA: &str = "week-override-in-metadata";
