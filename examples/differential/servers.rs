@@ -73,8 +73,7 @@ impl Redis {
         Ok(client.get_connection()?)
     }
 
-    /// Every key and its value (a key that holds no string reads as empty), in one `KEYS`
-    /// and one `MGET`.
+    /// Every key and its value, in one `KEYS` and one `MGET` (the runs write strings only).
     pub fn dump(&self) -> Result<Vec<(String, String)>, Error> {
         let mut conn = self.connection()?;
         let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn)?;
@@ -83,10 +82,11 @@ impl Redis {
         }
         keys.sort();
         let values: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query(&mut conn)?;
+        // A key that expired between the two reads is gone.
         Ok(keys
             .into_iter()
             .zip(values)
-            .map(|(key, value)| (key, value.unwrap_or_default()))
+            .filter_map(|(key, value)| Some((key, value?)))
             .collect())
     }
 

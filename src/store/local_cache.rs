@@ -217,9 +217,11 @@ impl OverLimitCache {
 
     /// The local answer for `hit`, when its key is known to be over at `now_us`.
     fn answer(&self, hit: &Hit, charging: Charging, now_us: u64) -> Option<Decision> {
-        // A block denies every cost; an over-limit key, only costs above 0.
+        // A block denies every cost; an over-limit key, only costs above 0, but with the
+        // reference's counting a check too (its window's count is past L: a check is denied).
         let blocks = hit.limit.penalty.is_some();
-        if (hit.cost == 0 && !blocks) || !Self::applies(hit, charging) {
+        let check_fits = hit.cost == 0 && charging == Charging::AllOrNothing;
+        if (check_fits && !blocks) || !Self::applies(hit, charging) {
             return None;
         }
         let shard = self.lock(self.shard_of(hit));
@@ -241,7 +243,8 @@ impl OverLimitCache {
     }
 
     /// Remembers a denial that holds for every cost until its wait is over: one of cost 1,
-    /// or, with the reference's counting, one of any cost (its window's count is past L).
+    /// or, with the reference's counting, one of any cost, a check's included (its window's
+    /// count is past L), as the reference's cache does.
     fn remember(&self, hit: &Hit, decision: &Decision, charging: Charging, now_us: u64) {
         if hit.limit.penalty.is_some() {
             if decision.penalty.until_us > 0 && decision.retry_after_us > 0 {
@@ -251,7 +254,6 @@ impl OverLimitCache {
         }
         let holds_for_every_cost = hit.cost == 1 || charging == Charging::EveryHit;
         if decision.admitted
-            || hit.cost == 0
             || !holds_for_every_cost
             || decision.retry_after_us == 0
             || !Self::applies(hit, charging)

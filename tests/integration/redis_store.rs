@@ -55,6 +55,23 @@ pub(crate) async fn admitted_by(
 }
 
 #[tokio::test]
+async fn check_writes_zero_key_in_the_reference_and_no_key_in_sluice() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--cache-key-prefix", "ratelimit_"]);
+    let mut client = sluice.client().await;
+    // A check (hits_addend 0): the reference writes the key holding 0; sluice writes nothing.
+    let check = request("r", vec![descriptor_with_hits(&[("envoy", "bob")], 0)]);
+    let response = client.should_rate_limit(check).await.expect("answered");
+    assert_eq!(overall(&response.into_inner()), Code::Ok);
+    let keys = redis.cli(&["--scan", "--pattern", "ratelimit_r_envoy_bob_*"]);
+    assert_eq!(keys.trim(), "", "no key written by a check");
+    // A hit writes the key the reference writes.
+    call_one(&mut client, "r", &[("envoy", "bob")]).await;
+    let keys = redis.cli(&["--scan", "--pattern", "ratelimit_r_envoy_bob_*"]);
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+}
+
+#[tokio::test]
 async fn fixed_window_writes_the_key_envoyproxy_ratelimit_writes() {
     let redis = RedisServer::start(&[]);
     let sluice = sluice_on(&redis, &["--cache-key-prefix", "ratelimit_"]);

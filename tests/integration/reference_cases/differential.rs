@@ -53,6 +53,20 @@ const MATCHED: &[Case] = &[
         ..CASE
     },
     Case {
+        shows: "the local cache, every hit counted: a check's denial is remembered and a check answered from it, the count being past the limit",
+        config: LIMITS,
+        domain: "diff",
+        options: every_hit,
+        calls: &[
+            (0, &["one=g@5/minute+3"], OK, &[(OK, 2)]),
+            (0, &["one=g+0"], OVER, &[(OVER, 0)]),
+            (0, &["one=g"], OVER, &[(OVER, 0)]),
+            (0, &["one=g+0"], OVER, &[(OVER, 0)]),
+        ],
+        cache_hits: Some(2.0),
+        ..CASE
+    },
+    Case {
         shows: "global QUOTA_MODE: a descriptor no limit applies to counts as a quota descriptor that passed",
         config: LIMITS,
         domain: "diff",
