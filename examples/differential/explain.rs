@@ -355,13 +355,7 @@ impl<'a> Ledger<'a> {
             let key = self.reference_key(request, i, a.unit, exchange.now_s);
             // A shadow-mode limit's status says OK, but its key is cached all the same when
             // the hit takes it over its limit.
-            let before: u64 = exchange
-                .reference_before
-                .get(&key)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            let shadow_over =
-                a.shadow_mode && before + cost(request, i) > u64::from(a.requests_per_unit);
+            let shadow_over = a.shadow_mode && goes_over(request, exchange, i, &key, &a);
             if status.code == OVER_LIMIT || shadow_over {
                 self.reference_cache
                     .entry(key)
@@ -380,12 +374,7 @@ impl<'a> Ledger<'a> {
         for (i, applied) in limits.iter().enumerate() {
             let Some(a) = applied else { continue };
             let key = self.reference_key(request, i, a.unit, exchange.now_s);
-            let before: u64 = exchange
-                .reference_before
-                .get(&key)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            if before + cost(request, i) > u64::from(a.requests_per_unit) {
+            if goes_over(request, exchange, i, &key, a) {
                 over.push((i, a));
             }
         }
@@ -417,6 +406,17 @@ struct Applied {
     unit: i32,
     shadow_mode: bool,
     quota_mode: bool,
+}
+
+/// Whether descriptor `i`'s hit takes the count the reference's Redis held at `key` before
+/// the request past `a`'s limit.
+fn goes_over(request: &Request, exchange: &Exchange, i: usize, key: &str, a: &Applied) -> bool {
+    let before: u64 = exchange
+        .reference_before
+        .get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    before + cost(request, i) > u64::from(a.requests_per_unit)
 }
 
 /// What descriptor `i` costs: its own `hits_addend`, else the request's, at least 1.
