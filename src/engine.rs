@@ -47,8 +47,9 @@ pub fn descriptor_groups(hits: &[Hit]) -> impl Iterator<Item = std::ops::Range<u
 }
 
 /// Whether hits of these roles, admitted or not, deny their request: an enforced hit denied,
-/// or every quota hit denied (when there is one; a passing quota hit never is). The stores charge nothing for such a
-/// request (`Charging::AllOrNothing`), and its overall code is OVER_LIMIT.
+/// or every quota hit denied (when there is one; a passing quota hit never is). The stores
+/// charge nothing for such a request (`Charging::AllOrNothing`; with `EveryHit`, no lease),
+/// and its overall code is OVER_LIMIT.
 pub fn vetoed(outcomes: impl IntoIterator<Item = (Role, bool)>) -> bool {
     let (mut quota_hits, mut quota_denied) = (0, 0);
     for (role, admitted) in outcomes {

@@ -118,8 +118,8 @@ impl<S: Store> Store for WithLocalCache<S> {
             .map(|hit| self.cache.answer(hit, charging, now_us))
             .collect();
         let answered = local.iter().filter(|d| d.is_some()).count();
-        self.cache.count_hits(answered);
         if answered == hits.len() {
+            self.cache.count_hits(answered);
             return Ok(local.into_iter().flatten().collect());
         }
         // A lease's acquire stands only if the request is admitted: the store must see it all.
@@ -128,6 +128,7 @@ impl<S: Store> Store for WithLocalCache<S> {
             self.cache.remember_all(hits, &decisions, charging, now_us);
             return Ok(decisions);
         }
+        self.cache.count_hits(answered);
         let rest = unanswered(hits, &local);
         let decided = self.inner.charge(&rest, charging).await?;
         self.cache.remember_all(&rest, &decided, charging, now_us);
