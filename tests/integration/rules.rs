@@ -736,6 +736,19 @@ const RULE_CASES: &[Case] = &[
         ],
         ..CASE
     },
+    Case {
+        shows: "the local cache counts only the hits it answered: a request it could partly answer goes to the store whole",
+        config: RULES,
+        domain: "rules",
+        calls: &[
+            (0, &["one=h"], OK, &[(OK, 0)]),
+            (0, &["one=h"], OVER, &[(OVER, 0)]),
+            (0, &["one=h"], OVER, &[(OVER, 0)]),
+            (0, &["one=h", "five=h"], OVER, &[(OVER, 0), (OK, 5)]),
+        ],
+        cache_hits: Some(1.0),
+        ..CASE
+    },
 ];
 
 /// A metric label case: what it replays, its config and domain, the requests it sends (one
