@@ -32,6 +32,7 @@ pub mod duration;
 pub mod engine;
 pub mod http;
 pub mod labels;
+pub mod lease;
 pub mod limit;
 pub mod metrics;
 pub mod otel;

@@ -265,6 +265,34 @@ impl Hit {
     }
 }
 
+/// What a descriptor's concurrency limit did: acquired (or was refused) `cost`, or released.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseOutcome {
+    pub decision: Decision,
+    pub cost: u64,
+    pub releases: bool,
+    /// Another limit of the descriptor denied the hit: its leases were not taken.
+    pub descriptor_denied: bool,
+}
+
+impl LeaseOutcome {
+    /// Whether the request took its leases: its concurrency limit admitted them, and neither
+    /// its descriptor nor the request (`request_denied`: vetoed, the overall code before
+    /// global shadow mode) was denied.
+    pub fn taken(&self, request_denied: bool) -> bool {
+        !self.releases
+            && self.cost > 0
+            && self.decision.admitted
+            && !self.descriptor_denied
+            && !request_denied
+    }
+
+    /// Whether the concurrency limit itself refused the leases.
+    pub fn refused(&self) -> bool {
+        !self.releases && self.cost > 0 && !self.decision.admitted
+    }
+}
+
 /// How a hit's denial weighs on the request it belongs to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Role {

@@ -221,7 +221,7 @@ fn explain(rule: &config::Rule) -> Vec<String> {
              holds its cost in leases until its release (a descriptor carrying the token, \
              {}) or until its lease's life ends",
             rule.full_key,
-            sluice::service::lease::LEASE_KEY,
+            sluice::lease::LEASE_KEY,
         ));
     }
     for limit in &limits {

@@ -16,9 +16,8 @@ use arc_swap::ArcSwap;
 use metrics::{Counter, Gauge, Histogram, Label};
 
 use crate::labels::LimitLabels;
-use crate::limit::{Algorithm, Decision};
+use crate::limit::{Algorithm, Decision, LeaseOutcome};
 use crate::series::Series;
-use crate::service::LeaseOutcome;
 use crate::statsd::ServiceStats;
 use crate::store::StoreError;
 

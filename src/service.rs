@@ -4,7 +4,9 @@
 
 mod error;
 mod extras;
-pub mod lease;
+/// The lease token as a request carries it (kept at `crate::lease`, below the service and
+/// the recorder that both read it).
+pub use crate::lease;
 mod plan;
 mod response;
 mod validate;
@@ -19,6 +21,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::engine::Charging;
+pub use crate::limit::LeaseOutcome;
 use crate::limit::{Decision, Hit};
 use crate::metrics::{LimitOutcome, Metrics};
 use crate::otel::spans;
@@ -29,7 +32,6 @@ use crate::record::Recorder;
 use crate::store::{Clock, Store, StoreError, SystemClock};
 pub use error::DecisionError;
 pub use extras::{utc_text, HeaderForm, HeaderNames, PENALTY_KEY};
-pub use plan::LeaseOutcome;
 pub use response::{Applied, Verdict};
 pub use validate::RequestBounds;
 

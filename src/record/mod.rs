@@ -161,7 +161,7 @@ impl Recorder {
             code,
             request: request.clone(),
             statuses,
-            lease: crate::service::lease::token_in(response),
+            lease: crate::lease::token_in(response),
             config: self.hashes.then(|| config.clone()),
         };
         match self.queue.try_send(Message::Call(Box::new(pending))) {

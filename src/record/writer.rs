@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::format::{Code, Header, Override, Status};
 use super::{Message, Pending, RecordCounts, RecordError, RecordSettings};
 use crate::config::Config;
-use crate::service::lease::LEASE_KEY;
+use crate::lease::LEASE_KEY;
 
 /// How long the writer sleeps when the queue is empty (after flushing what it wrote).
 const IDLE_SLEEP: Duration = Duration::from_millis(10);

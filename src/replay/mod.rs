@@ -16,10 +16,10 @@ use smallvec::SmallVec;
 
 use crate::config::{self, Config, ConfigErrors, LoadOptions};
 use crate::engine::Charging;
+use crate::lease::{self, LEASE_KEY};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_response::Code;
 use crate::record::format::{self, Call, FormatError, RecordedOptions};
-use crate::service::lease::{self, LEASE_KEY};
 use crate::service::{RateLimiter, ServiceOptions};
 use crate::store::memory::MemoryStore;
 use crate::store::ManualClock;

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::Decided;
 use crate::config::Config;
+use crate::lease::LEASE_KEY;
 use crate::record::format::Call;
-use crate::service::lease::LEASE_KEY;
 
 /// Time buckets of each rule's timeline.
 pub const BUCKETS: usize = 60;

@@ -6,6 +6,7 @@
 
 mod in_redis;
 
+pub use super::claim::{Ask, Claim};
 pub use in_redis::RedisBudget;
 
 use std::collections::HashMap;
@@ -24,27 +25,6 @@ pub trait Budget: Send + Sync + 'static {
 
     /// The client gives its share of the bucket back.
     fn release(&self, bucket: &str, client: &str) -> impl Future<Output = ()> + Send;
-}
-
-/// One client's claim on a bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Claim {
-    /// Requests per period the client would send.
-    pub demand: u64,
-    /// Requests per period it may admit now.
-    pub assigned: u64,
-    pub expires_at_us: u64,
-}
-
-/// What a client asks of a bucket's budget.
-#[derive(Debug, Clone, Copy)]
-pub struct Ask<'a> {
-    pub bucket: &'a str,
-    pub client: &'a str,
-    pub demand: u64,
-    pub limit: u64,
-    pub now_us: u64,
-    pub expires_at_us: u64,
 }
 
 /// The budget that goes with the store sluice serves with: in its Redis when it has one (every

@@ -7,7 +7,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::budget::{Ask, Claim};
+use super::claim::{Ask, Claim};
 use super::share::shares_in_demand_order;
 
 /// Every client's claim on one bucket.

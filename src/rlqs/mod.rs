@@ -10,6 +10,7 @@
 
 pub mod bucket;
 pub mod budget;
+mod claim;
 mod claims;
 mod report;
 pub mod share;

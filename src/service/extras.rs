@@ -6,11 +6,11 @@
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
+use crate::lease::{self, LEASE_KEY};
 use crate::limit::{ceil_seconds, Decision, Unit};
 use crate::proto::envoy::config::core::v3::HeaderValue;
 use crate::proto::rate_limit_response::{Code, DescriptorStatus};
 use crate::proto::{RateLimitDescriptor, RateLimitRequest};
-use crate::service::lease::{self, LEASE_KEY};
 use crate::service::plan::Settled;
 use crate::service::response::Verdict;
 

@@ -11,9 +11,9 @@ use smallvec::SmallVec;
 use crate::config::Domain;
 use crate::engine;
 use crate::labels::LimitLabels;
-use crate::limit::{Decision, Hit, LeaseCall, Limit, Unit};
+use crate::lease::{self, LeaseTokens};
+use crate::limit::{Decision, Hit, LeaseCall, LeaseOutcome, Limit, Unit};
 use crate::proto::RateLimitDescriptor;
-use crate::service::lease::{self, LeaseTokens};
 use crate::service::response::{Applied, Verdict};
 use crate::store::key;
 
@@ -207,34 +207,6 @@ pub struct Settled<'a> {
     pub labels: Option<Cow<'a, LimitLabels>>,
     pub lease: Option<LeaseOutcome>,
     pub blocks: SmallVec<[Decision; 1]>,
-}
-
-/// What a descriptor's concurrency limit did: acquired (or was refused) `cost`, or released.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseOutcome {
-    pub decision: Decision,
-    pub cost: u64,
-    pub releases: bool,
-    /// Another limit of the descriptor denied the hit: its leases were not taken.
-    pub descriptor_denied: bool,
-}
-
-impl LeaseOutcome {
-    /// Whether the request took its leases: its concurrency limit admitted them, and neither
-    /// its descriptor nor the request (`request_denied`: vetoed, the overall code before
-    /// global shadow mode) was denied.
-    pub fn taken(&self, request_denied: bool) -> bool {
-        !self.releases
-            && self.cost > 0
-            && self.decision.admitted
-            && !self.descriptor_denied
-            && !request_denied
-    }
-
-    /// Whether the concurrency limit itself refused the leases.
-    pub fn refused(&self) -> bool {
-        !self.releases && self.cost > 0 && !self.decision.admitted
-    }
 }
 
 /// Pairs each descriptor with its binding limit and that limit's decision, given the store's

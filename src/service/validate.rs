@@ -3,9 +3,10 @@
 //! unit in a limit override, a release whose lease token sluice cannot have issued, and sizes
 //! beyond the bounds.
 
+use crate::lease;
 use crate::limit::Unit;
 use crate::proto::RateLimitRequest;
-use crate::service::{lease, DecisionError};
+use crate::service::DecisionError;
 
 /// Size bounds of a request; anything larger is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,12 +13,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use crate::config::{self, ConfigErrors, LoadOptions};
+use crate::lease::{self, LEASE_KEY};
 use crate::limit::ceil_seconds;
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::rate_limit_response::Code;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use crate::service::lease::{self, LEASE_KEY};
 use crate::service::{DecisionError, RateLimiter, ServiceOptions, PENALTY_KEY};
 use crate::store::memory::MemoryStore;
 use crate::store::ManualClock;

@@ -11,7 +11,7 @@ use crate::support::*;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-const LEASE_KEY: &str = sluice::service::lease::LEASE_KEY;
+const LEASE_KEY: &str = sluice::lease::LEASE_KEY;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -28,7 +28,7 @@ use crate::support::*;
 const CONFIG: &str = include_str!("../fixtures/cases/leases/config.yaml");
 const SECOND: u64 = 1_000_000;
 
-use sluice::service::lease::token_in;
+use sluice::lease::token_in;
 
 fn is_ok(response: &OurResponse) -> bool {
     response.overall_code == OurCode::Ok as i32
