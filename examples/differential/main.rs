@@ -64,6 +64,7 @@ struct Args {
     /// How many seeds each mode runs.
     #[arg(long, default_value_t = 20)]
     seeds: u64,
+    /// The first seed: a run takes seeds first-seed, first-seed + 1, ...
     #[arg(long, default_value_t = 1)]
     first_seed: u64,
     /// Requests a seed sends.
