@@ -17,6 +17,7 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod leaky_bucket;
 pub mod params;
+pub mod penalty_state;
 pub mod persist;
 mod rate;
 pub mod sliding_window_counter;
@@ -130,6 +131,13 @@ impl<P> Copy for Ask<'_, P> {}
 pub trait HeapSize {
     fn heap_bytes(&self) -> usize {
         0
+    }
+}
+
+impl HeapSize for penalty_state::Held {
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<penalty_state::Record>()
+            + self.0.strikes.capacity() * std::mem::size_of::<u64>()
     }
 }
 
@@ -302,7 +310,7 @@ macro_rules! registry {
         pub enum State {
             $( $variant($held), )+
             /// What a limit's penalty remembers of a client (under a key of its own).
-            Penalty(crate::penalty::Held),
+            Penalty(penalty_state::Held),
         }
 
         impl State {
@@ -482,7 +490,7 @@ pub struct Decision {
     pub released: u32,
     pub expired: u32,
     /// What the limit's penalty did: blocked the hit, or imposed the block (`penalty`).
-    pub penalty: crate::penalty::Penalized,
+    pub penalty: penalty_state::Penalized,
     /// When the store decided it (its clock, µs since the epoch); 0 when no store did. The
     /// memory store reads it under the locks the decision holds, so that two decisions on
     /// one key are in the order of their times (what a recording replays by).
