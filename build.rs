@@ -10,26 +10,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // tonic-prost-build finds protoc through PROTOC.
     env::set_var("PROTOC", protoc);
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    // The crate that runs this script is crates/sluice-proto; proto/ is at the workspace's top.
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("../..");
+    let proto = root.join("proto");
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         .file_descriptor_set_path(out_dir.join("sluice_descriptor.bin"))
-        // Prost's encoding with smaller per-stream buffers (src/codec.rs).
+        // Prost's encoding with smaller per-stream buffers (crates/sluice-proto/src/codec.rs).
         .codec_path("crate::codec::Codec")
-        // RLQS usage reports come in two forms (src/rlqs/wire.rs decodes both).
+        // RLQS usage reports come in two forms (crates/sluice-proto/src/wire.rs decodes both).
         .extern_path(
             ".envoy.service.rate_limit_quota.v3.RateLimitQuotaUsageReports",
-            "crate::rlqs::wire::UsageReports",
+            "crate::wire::UsageReports",
         )
         .compile_protos(
             &[
-                PathBuf::from("proto/envoy/service/ratelimit/v3/rls.proto"),
-                PathBuf::from("proto/envoy/service/discovery/v3/ads.proto"),
-                PathBuf::from("proto/ratelimit/config/ratelimit/v3/rls_conf.proto"),
-                PathBuf::from("proto/envoy/service/rate_limit_quota/v3/rlqs.proto"),
+                proto.join("envoy/service/ratelimit/v3/rls.proto"),
+                proto.join("envoy/service/discovery/v3/ads.proto"),
+                proto.join("ratelimit/config/ratelimit/v3/rls_conf.proto"),
+                proto.join("envoy/service/rate_limit_quota/v3/rlqs.proto"),
             ],
-            &[PathBuf::from("proto"), includes],
+            &[proto.clone(), includes],
         )?;
-    println!("cargo:rerun-if-changed=proto");
+    println!("cargo:rerun-if-changed={}", proto.display());
     Ok(())
 }

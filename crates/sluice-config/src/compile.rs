@@ -1,0 +1,406 @@
+//! Validation of one parsed file and its compilation into a domain's tree, with the reference
+//! server's rules and messages; every error found in the file is reported, not just the first.
+
+use std::cell::OnceCell;
+use std::path::Path;
+
+use crate::error::FileError;
+use crate::file::{DescriptorDoc, RateLimitDoc};
+use crate::metadata;
+use crate::pattern::Pattern;
+use crate::position::Positions;
+use crate::tree::{Level, NamedLimit, Node, RlqsStrategy, Rule};
+use crate::LoadOptions;
+use sluice_core::limit::{Algorithm, Counting, Limit, Unit, MICROS_PER_SECOND};
+use sluice_core::penalty::Policy;
+
+/// The longest period a limit may have: 100 years (in microseconds, still exact in a double).
+const MAX_PERIOD_SECONDS: u64 = 100 * 365 * 86_400;
+
+/// Compiles the descriptors of one file into a domain tree, collecting errors.
+pub(crate) struct FileCompiler<'a> {
+    path: &'a Path,
+    text: &'a str,
+    options: LoadOptions,
+    positions: OnceCell<Positions>,
+    pub(crate) errors: Vec<FileError>,
+    pub(crate) warnings: Vec<FileError>,
+}
+
+impl<'a> FileCompiler<'a> {
+    pub(crate) fn new(path: &'a Path, text: &'a str, options: LoadOptions) -> FileCompiler<'a> {
+        FileCompiler {
+            path,
+            text,
+            options,
+            positions: OnceCell::new(),
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Records an error at `key_path` (`descriptors[0].rate_limit.unit`; empty for the file).
+    pub(crate) fn error(&mut self, key_path: &str, reason: impl Into<String>) {
+        let error = self.at(key_path, reason.into());
+        self.errors.push(error);
+    }
+
+    /// Records a warning at `key_path`: the file loads, but something in it has no effect.
+    pub(crate) fn warning(&mut self, key_path: &str, reason: impl Into<String>) {
+        let warning = self.at(key_path, reason.into());
+        self.warnings.push(warning);
+    }
+
+    /// `reason`, placed at `key_path` in this file.
+    fn at(&self, key_path: &str, reason: String) -> FileError {
+        // A document with no text (an xDS resource) has no lines to point at.
+        let position = if self.text.is_empty() {
+            None
+        } else {
+            let positions = self.positions.get_or_init(|| Positions::of(self.text));
+            positions.find(key_path).or(Some((1, 1)))
+        };
+        let reason = if key_path.is_empty() {
+            reason
+        } else {
+            format!("{key_path}: {reason}")
+        };
+        FileError {
+            path: self.path.to_path_buf(),
+            position,
+            reason,
+        }
+    }
+
+    /// Adds `docs` below `level`. `yaml_prefix` is the key path of the parent node plus `.`
+    /// (empty at the top); `parent_key` the parent's composite key plus `.`.
+    pub(crate) fn add_descriptors(
+        &mut self,
+        level: &mut Level,
+        docs: &[DescriptorDoc],
+        yaml_prefix: &str,
+        parent_key: &str,
+    ) {
+        for (index, doc) in docs.iter().enumerate() {
+            let path = format!("{yaml_prefix}descriptors[{index}]");
+            let Some(key) = doc.key.as_deref().filter(|key| !key.is_empty()) else {
+                self.error(&path, "descriptor has empty key");
+                continue;
+            };
+            let value = doc.value.as_deref().unwrap_or_default();
+            let full_key = if value.is_empty() {
+                format!("{parent_key}{key}")
+            } else {
+                format!("{parent_key}{key}_{value}")
+            };
+            if doc.share_threshold && !full_key.contains('*') {
+                let reason = format!("share_threshold can only be used with wildcard values (containing '*'), but found key '{full_key}'");
+                self.error(&format!("{path}.share_threshold"), reason);
+            }
+            let mut node = Node {
+                share_threshold: doc.share_threshold,
+                value_to_metric: doc.value_to_metric,
+                rule: self.rule(doc, &path, &full_key),
+                children: Level::default(),
+            };
+            if let Some(children) = &doc.descriptors {
+                let prefix = format!("{path}.");
+                let child_key = format!("{full_key}.");
+                self.add_descriptors(&mut node.children, children, &prefix, &child_key);
+            }
+            if !insert(level, key, value, node) {
+                let reason = format!("duplicate descriptor composite key '{full_key}'");
+                self.error(&path, reason);
+            }
+        }
+    }
+
+    /// The rule of a node: its `rate_limit`, or its `rate_limits`; `None` without either (or
+    /// when they are refused).
+    fn rule(&mut self, node: &DescriptorDoc, node_path: &str, full_key: &str) -> Option<Rule> {
+        let (limits, replaces) = match (&node.rate_limit, &node.rate_limits) {
+            (None, None) => return None,
+            (Some(_), Some(_)) => {
+                let reason = "rate_limit and rate_limits cannot both be set: list every limit in rate_limits";
+                self.error(&format!("{node_path}.rate_limits"), reason);
+                return None;
+            }
+            (Some(doc), None) => {
+                let path = format!("{node_path}.rate_limit");
+                let (limit, replaces) = self.named_limit(doc, &path, true)?;
+                (vec![limit], replaces)
+            }
+            (None, Some(docs)) => self.several_limits(docs, &format!("{node_path}.rate_limits"))?,
+        };
+        let rlqs_strategy = self.rlqs_strategy(node, &limits, node_path)?;
+        Some(Rule {
+            full_key: full_key.to_string(),
+            limits,
+            replaces,
+            shadow_mode: node.shadow_mode,
+            quota_mode: node.quota_mode,
+            detailed_metric: node.detailed_metric,
+            metadata: node.metadata.as_ref().map(metadata::to_struct),
+            metric_labels: None,
+            rlqs_strategy,
+        })
+    }
+
+    /// `rlqs_strategy`: a known name, and `requests_per_time_unit` only for a limit of one
+    /// whole unit (Envoy's strategy counts per unit).
+    fn rlqs_strategy(
+        &mut self,
+        node: &DescriptorDoc,
+        limits: &[NamedLimit],
+        node_path: &str,
+    ) -> Option<RlqsStrategy> {
+        let Some(name) = &node.rlqs_strategy else {
+            return Some(RlqsStrategy::default());
+        };
+        let path = format!("{node_path}.rlqs_strategy");
+        let Some(strategy) = RlqsStrategy::parse(name) else {
+            let reason = format!(
+                "unknown RLQS strategy '{name}' (expected token_bucket or requests_per_time_unit)"
+            );
+            self.error(&path, reason);
+            return None;
+        };
+        let multiplied = limits
+            .iter()
+            .filter_map(|named| named.limit)
+            .any(|limit| limit.unit_multiplier > 1);
+        if strategy == RlqsStrategy::RequestsPerTimeUnit && multiplied {
+            let reason = "requests_per_time_unit counts per whole unit: the limit cannot have a unit_multiplier";
+            self.error(&path, reason);
+            return None;
+        }
+        Some(strategy)
+    }
+
+    /// The limits of `rate_limits`, and every name they replace.
+    fn several_limits(
+        &mut self,
+        docs: &[RateLimitDoc],
+        path: &str,
+    ) -> Option<(Vec<NamedLimit>, Vec<String>)> {
+        if docs.is_empty() {
+            self.error(path, "must hold at least one limit");
+            return None;
+        }
+        let (mut limits, mut replaces, mut valid) = (Vec::new(), Vec::new(), true);
+        for (index, doc) in docs.iter().enumerate() {
+            match self.named_limit(doc, &format!("{path}[{index}]"), false) {
+                Some((limit, names)) => {
+                    limits.push(limit);
+                    replaces.extend(names);
+                }
+                None => valid = false,
+            }
+        }
+        valid.then_some((limits, replaces))
+    }
+
+    /// One limit with its name, and the names it replaces; `unlimited` only where
+    /// `may_be_unlimited`.
+    fn named_limit(
+        &mut self,
+        doc: &RateLimitDoc,
+        path: &str,
+        may_be_unlimited: bool,
+    ) -> Option<(NamedLimit, Vec<String>)> {
+        let name = doc.name.clone().filter(|name| !name.is_empty());
+        let replaces = self.replaces(doc, name.as_deref(), path)?;
+        let limit = if doc.unlimited && !may_be_unlimited {
+            let reason = "a limit among several cannot be unlimited: use rate_limit";
+            self.error(&format!("{path}.unlimited"), reason);
+            return None;
+        } else if doc.unlimited {
+            self.check_unlimited(doc, path)?;
+            None
+        } else {
+            Some(self.limit(doc, path)?)
+        };
+        Some((NamedLimit { name, limit }, replaces))
+    }
+
+    fn replaces(
+        &mut self,
+        doc: &RateLimitDoc,
+        own: Option<&str>,
+        path: &str,
+    ) -> Option<Vec<String>> {
+        let mut names = Vec::new();
+        let mut valid = true;
+        for (index, entry) in doc.replaces.iter().flatten().enumerate() {
+            let entry_path = format!("{path}.replaces[{index}]");
+            match entry.name.as_deref().filter(|name| !name.is_empty()) {
+                None => {
+                    self.error(&entry_path, "should not have an empty replaces entry");
+                    valid = false;
+                }
+                Some(name) if Some(name) == own => {
+                    let reason = "replaces should not contain name of same descriptor";
+                    self.error(&entry_path, reason);
+                    valid = false;
+                }
+                Some(name) => names.push(name.to_string()),
+            }
+        }
+        valid.then_some(names)
+    }
+
+    fn check_unlimited(&mut self, doc: &RateLimitDoc, path: &str) -> Option<()> {
+        if doc.unit.as_deref().is_some_and(|unit| !unit.is_empty()) {
+            let reason = "should not specify rate limit unit when unlimited";
+            self.error(&format!("{path}.unit"), reason);
+            return None;
+        }
+        if doc.algorithm.is_some()
+            || doc.unit_multiplier.is_some()
+            || doc.debt.is_some()
+            || doc.penalty.is_some()
+            || !doc.parameters.is_empty()
+        {
+            let mut keys = vec!["algorithm", "unit_multiplier", "debt", "penalty"];
+            keys.extend(Algorithm::parameter_keys());
+            let last = keys.pop().unwrap_or_default();
+            let reason = format!("unlimited takes no {} or {last}", keys.join(", "));
+            self.error(path, reason);
+            return None;
+        }
+        Some(())
+    }
+
+    fn limit(&mut self, doc: &RateLimitDoc, path: &str) -> Option<Limit> {
+        let unit_text = doc.unit.as_deref().unwrap_or_default();
+        let Some(unit) = Unit::parse(unit_text) else {
+            let reason = format!(
+                "invalid rate limit unit '{unit_text}' (expected second, minute, hour, day, week, month or year)"
+            );
+            self.error(&format!("{path}.unit"), reason);
+            return None;
+        };
+        let algorithm = self.algorithm(doc.algorithm.as_deref(), path)?;
+        let unit_multiplier = doc.unit_multiplier.unwrap_or(1);
+        if unit_multiplier == 0 {
+            self.error(&format!("{path}.unit_multiplier"), "must be at least 1");
+            return None;
+        }
+        if unit.seconds() * u64::from(unit_multiplier) > MAX_PERIOD_SECONDS {
+            let reason = format!("a period of {unit_multiplier} {unit}s is longer than 100 years");
+            self.error(&format!("{path}.unit_multiplier"), reason);
+            return None;
+        }
+        // Absent means 0, as in the reference: the limit blocks everything.
+        let requests_per_unit = doc.requests_per_unit.unwrap_or(0);
+        if let Some((max, why)) = algorithm.max_requests_per_unit() {
+            if requests_per_unit > max {
+                let reason = format!("{algorithm} {why}: at most {max} requests_per_unit");
+                self.error(&format!("{path}.requests_per_unit"), reason);
+                return None;
+            }
+        }
+        let counting = self.counting(
+            algorithm,
+            doc,
+            requests_per_unit,
+            unit,
+            unit_multiplier,
+            path,
+        )?;
+        if doc.debt == Some(true) && !algorithm.owes() {
+            let reason =
+                format!("{algorithm} takes no debt: a lease that does not fit is not taken");
+            self.error(&format!("{path}.debt"), reason);
+            return None;
+        }
+        let period_us = unit.seconds() * u64::from(unit_multiplier) * MICROS_PER_SECOND;
+        let penalty = match &doc.penalty {
+            None => None,
+            Some(value) => match Policy::parse(value, period_us) {
+                Ok(policy) => Some(policy),
+                Err(refusal) => {
+                    self.error(&format!("{path}.{}", refusal.key), refusal.reason);
+                    return None;
+                }
+            },
+        };
+        Some(Limit {
+            counting,
+            requests_per_unit,
+            unit,
+            unit_multiplier,
+            // `--debt` applies to the limits that can owe.
+            debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes(),
+            penalty,
+        })
+    }
+
+    /// The algorithm with its own settings: a key of another algorithm is refused, and the
+    /// algorithm validates its own (`Counting::parse`).
+    fn counting(
+        &mut self,
+        algorithm: Algorithm,
+        doc: &RateLimitDoc,
+        requests_per_unit: u32,
+        unit: Unit,
+        unit_multiplier: u32,
+        path: &str,
+    ) -> Option<Counting> {
+        let own = algorithm.own_keys();
+        if let Some(key) = doc
+            .parameters
+            .keys()
+            .find(|key| !own.contains(&key.as_str()))
+        {
+            let reason = format!(
+                "{key} applies only to {}, not to {algorithm}",
+                Algorithm::names_taking(key)
+            );
+            self.error(&format!("{path}.{key}"), reason);
+            return None;
+        }
+        let period_us = unit.seconds() * u64::from(unit_multiplier) * MICROS_PER_SECOND;
+        match Counting::parse(algorithm, &doc.parameters, requests_per_unit, period_us) {
+            Ok(counting) => Some(counting),
+            Err(refusal) => {
+                self.error(&format!("{path}.{}", refusal.key), refusal.reason);
+                None
+            }
+        }
+    }
+
+    fn algorithm(&mut self, name: Option<&str>, path: &str) -> Option<Algorithm> {
+        let Some(name) = name else {
+            return Some(Algorithm::default());
+        };
+        if let Some(algorithm) = Algorithm::parse(name) {
+            return Some(algorithm);
+        }
+        let reason = format!(
+            "unknown algorithm '{name}' (expected {})",
+            Algorithm::names()
+        );
+        self.error(&format!("{path}.algorithm"), reason);
+        None
+    }
+}
+
+/// Inserts `node` as `key`/`value` below `level`; false when that place is taken.
+fn insert(level: &mut Level, key: &str, value: &str, node: Node) -> bool {
+    let nodes = level.by_key.entry(key.to_string()).or_default();
+    if value.is_empty() {
+        if nodes.any_value.is_some() {
+            return false;
+        }
+        nodes.any_value = Some(Box::new(node));
+    } else if let Some(pattern) = Pattern::parse(value) {
+        return nodes.wildcards.push(pattern, node);
+    } else {
+        if nodes.exact.contains_key(value) {
+            return false;
+        }
+        nodes.exact.insert(value.to_string(), node);
+    }
+    true
+}

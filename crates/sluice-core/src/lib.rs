@@ -1,0 +1,19 @@
+//! sluice's rules, pure and clockless: what a limit is and how one request is decided. No I/O
+//! crate and no clock: every function takes the time it decides at.
+//!
+//! - `limit`: the domain types (`Limit`, `Hit`, `Decision`, `Unit`).
+//! - `algorithm`: the algorithms as pure functions with their own settings (`params`), and
+//!   the registry that lists them; `penalty`: blocks for clients a limit keeps denying.
+//! - `engine`: the rules of one request (all-or-nothing, debt, veto, groups, charging).
+//! - `lease`: the tokens of concurrency leases; `share`: a limit divided max-min fairly.
+//! - `labels`: what a limit's metric labels are made of; `duration`: `10s`, `5m`, ...
+#![forbid(unsafe_code)]
+
+pub mod algorithm;
+pub mod duration;
+pub mod engine;
+pub mod labels;
+pub mod lease;
+pub mod limit;
+pub mod penalty;
+pub mod share;

@@ -1,0 +1,25 @@
+//! A concurrency limit's lease at the request's edges: the token in a request's descriptor
+//! (a release) and in a response's dynamic metadata (an acquire), on Envoy's protos. The token
+//! itself, its format and the entry's key are the core's (`sluice_core::lease`).
+
+pub use sluice_core::lease::*;
+
+use sluice_proto::{RateLimitDescriptor, RateLimitResponse};
+
+/// The token a descriptor releases: its `sluice.lease` entry's (validated before).
+pub fn released_token(descriptor: &RateLimitDescriptor) -> Option<u64> {
+    descriptor
+        .entries
+        .iter()
+        .find(|entry| entry.key == LEASE_KEY)
+        .and_then(|entry| parse_token(&entry.value))
+}
+
+/// The token a response carries (for clients of the library: `simulate`, tests).
+pub fn token_in(response: &RateLimitResponse) -> Option<String> {
+    let value = response.dynamic_metadata.as_ref()?.fields.get(LEASE_KEY)?;
+    match &value.kind {
+        Some(prost_types::value::Kind::StringValue(token)) => Some(token.clone()),
+        _ => None,
+    }
+}

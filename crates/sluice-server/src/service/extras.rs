@@ -1,0 +1,354 @@
+//! What a response carries beside the statuses, each behind a setting as in
+//! envoyproxy/ratelimit: `RateLimit-*` headers (and `Retry-After`) of one descriptor, and
+//! dynamic metadata describing the request and the limits it passed; and sluice's own
+//! metadata, always: the token of the leases a request took, the block a penalty put on it.
+
+use prost_types::value::Kind;
+use prost_types::{ListValue, Struct, Value};
+
+use crate::lease::{self, LEASE_KEY};
+use crate::service::plan::Settled;
+use crate::service::response::Verdict;
+use sluice_core::limit::{ceil_seconds, Decision, Unit};
+use sluice_proto::envoy::config::core::v3::HeaderValue;
+use sluice_proto::rate_limit_response::{Code, DescriptorStatus};
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
+
+/// The rate limit headers: their names (`LIMIT_LIMIT_HEADER`, ...) and their form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+    pub form: HeaderForm,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        HeaderNames {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+            form: HeaderForm::default(),
+        }
+    }
+}
+
+/// How `RateLimit-Limit` is written (`--response-headers-form`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HeaderForm {
+    /// `RateLimit-Limit: 10`, as envoyproxy/ratelimit writes it.
+    #[default]
+    Reference,
+    /// `RateLimit-Limit: 10, 10;w=60`: the limit and its quota policy (the window in seconds),
+    /// as the IETF RateLimit header fields draft describes.
+    QuotaPolicy,
+}
+
+/// The descriptor whose limit the headers describe, chosen as envoyproxy/ratelimit chooses:
+/// the last one denied by a limit in neither shadow nor quota mode, else the first with the
+/// least remaining among those a limit was applied to.
+fn described<'a>(
+    verdicts: &[Verdict<'_>],
+    statuses: &'a [DescriptorStatus],
+) -> Option<&'a DescriptorStatus> {
+    let denied = verdicts
+        .iter()
+        .zip(statuses)
+        .rev()
+        .find(|(verdict, status)| {
+            matches!(verdict, Verdict::Limited(applied) if !applied.quota_mode)
+                && status.code == Code::OverLimit as i32
+        })
+        .map(|(_, status)| status);
+    denied.or_else(|| {
+        statuses
+            .iter()
+            .filter(|status| status.current_limit.is_some())
+            .min_by_key(|status| status.limit_remaining)
+    })
+}
+
+/// The headers of the described descriptor, and `Retry-After` (a sluice addition) when the
+/// response is over limit. No headers when no descriptor has a limit.
+pub fn headers(
+    names: &HeaderNames,
+    verdicts: &[Verdict<'_>],
+    statuses: &[DescriptorStatus],
+    overall: Code,
+) -> Vec<HeaderValue> {
+    let Some(status) = described(verdicts, statuses) else {
+        return Vec::new();
+    };
+    let Some(limit) = &status.current_limit else {
+        return Vec::new();
+    };
+    let reset = status.duration_until_reset.map_or(0, |d| d.seconds);
+    let requests = limit.requests_per_unit;
+    let limit_value = match names.form {
+        HeaderForm::Reference => requests.to_string(),
+        // A concurrency limit has no window: its limit is leases in flight, with no policy.
+        HeaderForm::QuotaPolicy => match window_seconds(verdicts, statuses, status) {
+            Some(window) => format!("{requests}, {requests};w={window}"),
+            None => requests.to_string(),
+        },
+    };
+    let mut headers = vec![
+        header(&names.limit, limit_value),
+        header(&names.remaining, status.limit_remaining.to_string()),
+        header(&names.reset, reset.to_string()),
+    ];
+    if overall == Code::OverLimit {
+        headers.push(header("Retry-After", reset.to_string()));
+    }
+    headers
+}
+
+/// The period, in seconds, of the limit behind `status`; `None` for a concurrency limit,
+/// whose period is a lease's longest life, not a window.
+fn window_seconds(
+    verdicts: &[Verdict<'_>],
+    statuses: &[DescriptorStatus],
+    status: &DescriptorStatus,
+) -> Option<u64> {
+    verdicts
+        .iter()
+        .zip(statuses)
+        .find_map(|(verdict, s)| match verdict {
+            Verdict::Limited(applied) if std::ptr::eq(s, status) => Some(
+                (!applied.limit.algorithm().leases())
+                    .then(|| applied.limit.period_us() / 1_000_000),
+            ),
+            _ => None,
+        })
+        .unwrap_or(Some(0))
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_string(),
+        value,
+        raw_value: Vec::new(),
+    }
+}
+
+/// envoyproxy/ratelimit's dynamic metadata: `domain`; `descriptors`, one per descriptor of
+/// the request, its entries written `key=value` (with the client's `limit` override and
+/// `hitsAddend` when it carries them); the request's `hitsAddend` when set; and `metadata`,
+/// the rules' metadata of the descriptors that passed (not denied, not unlimited), merged
+/// with the first value of a name winning (maps merged name by name).
+pub fn dynamic_metadata(
+    request: &RateLimitRequest,
+    verdicts: &[Verdict<'_>],
+    statuses: &[DescriptorStatus],
+) -> Struct {
+    let mut fields = std::collections::BTreeMap::new();
+    fields.insert("domain".into(), string(request.domain.clone()));
+    let descriptors = request.descriptors.iter().map(descriptor_value).collect();
+    fields.insert("descriptors".into(), list(descriptors));
+    if request.hits_addend != 0 {
+        fields.insert("hitsAddend".into(), number(request.hits_addend.into()));
+    }
+    let mut passed = Struct::default();
+    for (verdict, status) in verdicts.iter().zip(statuses) {
+        if let Verdict::Limited(applied) = verdict {
+            if status.code != Code::OverLimit as i32 {
+                if let Some(metadata) = applied.metadata {
+                    merge_first_wins(&mut passed, metadata);
+                }
+            }
+        }
+    }
+    if !passed.fields.is_empty() {
+        fields.insert("metadata".into(), structure(passed));
+    }
+    Struct { fields }
+}
+
+fn descriptor_value(descriptor: &RateLimitDescriptor) -> Value {
+    let mut fields = std::collections::BTreeMap::new();
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|e| string(format!("{}={}", e.key, e.value)))
+        .collect();
+    fields.insert("entries".into(), list(entries));
+    if let Some(limit) = &descriptor.limit {
+        fields.insert("limit".into(), string(override_text(limit)));
+    }
+    if let Some(hits) = descriptor.hits_addend {
+        // The reference reports it as a number (a double): exact below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        fields.insert("hitsAddend".into(), number(hits as f64));
+    }
+    structure(Struct { fields })
+}
+
+/// Go's text form of a limit override, as the reference writes it: each field `name:value`,
+/// a field holding its zero value left out (proto3's text form omits it).
+fn override_text(limit: &sluice_proto::rate_limit_descriptor::RateLimitOverride) -> String {
+    let mut fields = Vec::with_capacity(2);
+    if limit.requests_per_unit != 0 {
+        fields.push(format!("requests_per_unit:{}", limit.requests_per_unit));
+    }
+    if limit.unit != 0 {
+        let unit = Unit::from_proto_number(limit.unit).map_or("UNKNOWN", Unit::proto_name);
+        fields.push(format!("unit:{unit}"));
+    }
+    fields.join(" ")
+}
+
+/// Adds the token of the leases a request took (`sluice.lease`: README, "Concurrency
+/// limits"), whether or not the reference's metadata is on.
+pub fn add_lease_token(metadata: &mut Struct, token: u64) {
+    metadata
+        .fields
+        .insert(LEASE_KEY.into(), string(lease::format_token(token)));
+}
+
+/// The dynamic metadata key of a penalty's block (README, "Penalties").
+pub const PENALTY_KEY: &str = "sluice.penalty";
+
+/// A block a penalty put on a request's descriptor.
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub descriptor: usize,
+    pub decision: Decision,
+    pub limit_name: String,
+    pub shadow_mode: bool,
+}
+
+/// Of the blocks on a request's descriptors, the one ending last.
+pub fn latest_block(settled: &[Settled<'_>]) -> Option<Block> {
+    let (descriptor, s, decision) = settled
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.blocks.iter().map(move |d| (i, s, *d)))
+        .max_by_key(|(i, _, d)| (d.penalty.until_us, std::cmp::Reverse(*i)))?;
+    let (limit_name, shadow_mode) = match &s.verdict {
+        Verdict::Limited(applied) => (applied.name.to_string(), applied.shadow_mode),
+        _ => (String::new(), false),
+    };
+    Some(Block {
+        descriptor,
+        decision,
+        limit_name,
+        shadow_mode,
+    })
+}
+
+/// Adds `sluice.penalty`: until when the client is blocked (RFC 3339, UTC, to the second,
+/// rounded up as `Retry-After` is), the seconds to wait, the offence's number, whether this
+/// request's denial imposed it, the descriptor (its index in the request), the limit's name,
+/// and whether the limit is in shadow mode (the block counted, not enforced).
+pub fn add_block(metadata: &mut Struct, block: &Block) {
+    let penalty = &block.decision.penalty;
+    let until_s = ceil_seconds(penalty.until_us);
+    let mut fields = std::collections::BTreeMap::new();
+    fields.insert("until".into(), string(utc_text(until_s)));
+    #[allow(clippy::cast_precision_loss)]
+    let numbers = [
+        (
+            "retry_after_seconds",
+            ceil_seconds(block.decision.retry_after_us) as f64,
+        ),
+        ("offence", f64::from(penalty.offence)),
+        ("descriptor", block.descriptor as f64),
+    ];
+    for (name, value) in numbers {
+        fields.insert(name.into(), number(value));
+    }
+    fields.insert("imposed".into(), boolean(penalty.imposed));
+    fields.insert("shadow_mode".into(), boolean(block.shadow_mode));
+    if !block.limit_name.is_empty() {
+        fields.insert("limit".into(), string(block.limit_name.clone()));
+    }
+    metadata
+        .fields
+        .insert(PENALTY_KEY.into(), structure(Struct { fields }));
+}
+
+/// `seconds` since the epoch as RFC 3339 UTC (`2026-12-01T20:15:00Z`), by the civil calendar
+/// (days to year, month, day as in Howard Hinnant's `civil_from_days`).
+pub fn utc_text(seconds: u64) -> String {
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Adds `from`'s fields to `into`, keeping a value `into` already has; two maps of the same
+/// name merge in turn.
+fn merge_first_wins(into: &mut Struct, from: &Struct) {
+    for (name, value) in &from.fields {
+        match into.fields.get_mut(name) {
+            None => {
+                into.fields.insert(name.clone(), value.clone());
+            }
+            Some(Value {
+                kind: Some(Kind::StructValue(existing)),
+            }) => {
+                if let Some(Kind::StructValue(more)) = &value.kind {
+                    merge_first_wins(existing, more);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+fn string(s: String) -> Value {
+    Value {
+        kind: Some(Kind::StringValue(s)),
+    }
+}
+
+fn number(n: f64) -> Value {
+    Value {
+        kind: Some(Kind::NumberValue(n)),
+    }
+}
+
+fn boolean(b: bool) -> Value {
+    Value {
+        kind: Some(Kind::BoolValue(b)),
+    }
+}
+
+fn list(values: Vec<Value>) -> Value {
+    Value {
+        kind: Some(Kind::ListValue(ListValue { values })),
+    }
+}
+
+fn structure(fields: Struct) -> Value {
+    Value {
+        kind: Some(Kind::StructValue(fields)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_in_utc_by_the_civil_calendar() {
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_text(1_796_156_100), "2026-12-01T20:15:00Z");
+        assert_eq!(utc_text(4_102_444_799), "2099-12-31T23:59:59Z");
+    }
+}

@@ -1,0 +1,185 @@
+//! One script call of the Redis store: its hits' keys and arguments (`HitCall`), the command
+//! that carries them (`script_call`), what the script does with them (`Mode`), the call
+//! itself, healed after Redis lost the scripts (NOSCRIPT), and its read-only twin, asked when
+//! Redis refuses writes (out of memory, a read-only replica).
+
+use std::sync::atomic::Ordering;
+
+use redis::{Cmd, RedisError, RedisResult};
+use tracing::Instrument;
+
+use super::args::ScriptArgs;
+use super::condition::refuses_writes;
+use super::span as spans;
+use super::{Backend, RedisStore};
+
+impl RedisStore {
+    /// Runs one script call of `calls` (a request's hits, or one shard's) on `backend` as
+    /// `mode` says: FCALL of the library, or EVALSHA of the script. When Redis lost them (a
+    /// flush, a restart, a failover: "Function not found", NOSCRIPT), loads them again for
+    /// the calls to come and sends the code itself (EVAL), which cannot be lost even if
+    /// flushed again meanwhile.
+    pub(super) async fn call(
+        &self,
+        backend: &Backend,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> RedisResult<Vec<i64>> {
+        let refused = match self.call_writing(backend, calls, mode).await {
+            Err(error) if refuses_writes(&error) && mode != Mode::Refund => error,
+            result => return result,
+        };
+        self.condition.note_refusal(&refused);
+        match self.call_read_only(backend, calls, mode).await {
+            // The last field: whether the answer needed a write.
+            Ok(mut reply) if reply.last() == Some(&0) => {
+                reply.pop();
+                self.read_only_answers.fetch_add(1, Ordering::Relaxed);
+                Ok(reply)
+            }
+            // It needs a write (or the read failed too): the refusal stands.
+            _ => Err(refused),
+        }
+    }
+
+    /// The read-only twin of a call (`scripts`), for a Redis that refuses writes: FCALL_RO of
+    /// the library's `_ro` function, else (Redis before 7, or a library lost) EVAL of the
+    /// read-only script, which writes nothing either.
+    async fn call_read_only(
+        &self,
+        backend: &Backend,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> RedisResult<Vec<i64>> {
+        if backend.functions.load(Ordering::Relaxed) {
+            let function = self.script.read_only_function();
+            let result = backend
+                .send(script_call("FCALL_RO", function, calls, mode))
+                .instrument(spans::redis_span("FCALL_RO", calls.len(), mode.as_str()))
+                .await;
+            if result.is_ok() {
+                return result;
+            }
+        }
+        backend
+            .send(script_call(
+                "EVAL",
+                self.script.read_only_code(),
+                calls,
+                mode,
+            ))
+            .instrument(spans::redis_span("EVAL", calls.len(), mode.as_str()))
+            .await
+    }
+
+    /// One script call as `mode` says, healed after NOSCRIPT (`call`).
+    async fn call_writing(
+        &self,
+        backend: &Backend,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> RedisResult<Vec<i64>> {
+        let (command, script) = if backend.functions.load(Ordering::Relaxed) {
+            ("FCALL", self.script.function())
+        } else {
+            ("EVALSHA", self.script.sha1())
+        };
+        let first = script_call(command, script, calls, mode);
+        let result = backend
+            .send(first)
+            .instrument(spans::redis_span(command, calls.len(), mode.as_str()))
+            .await;
+        let lost = |e: &RedisError| {
+            e.code() == Some("NOSCRIPT") || e.to_string().contains("Function not found")
+        };
+        if !matches!(&result, Err(e) if lost(e)) {
+            return result;
+        }
+        self.script_reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            redis = backend.role,
+            "Redis lost the scripts: loading them again"
+        );
+        if let Err(error) = self.load_scripts_in_time(backend).await {
+            // The retry below sends the code itself; the next calls will try again.
+            tracing::warn!(%error, "cannot load the scripts into Redis");
+        }
+        let code = script_call("EVAL", self.script.code(), calls, mode);
+        backend
+            .send(code)
+            .instrument(spans::redis_span("EVAL", calls.len(), mode.as_str()))
+            .await
+    }
+}
+
+/// One hit as a script call sees it: its key (and its penalty's record's, which shares its
+/// slot), its arguments and its backend.
+#[derive(Debug, Clone)]
+pub(super) struct HitCall {
+    pub(super) key: String,
+    pub(super) record_key: Option<String>,
+    pub(super) args: ScriptArgs,
+    pub(super) backend: usize,
+}
+
+/// `command` (FCALL, EVALSHA or EVAL) of `script` (the function's name, the script's SHA1 or
+/// its code) on `calls`, as `mode` says.
+fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cmd {
+    let keys_len: usize = calls.iter().map(|c| c.key.len()).sum();
+    let mut cmd = Cmd::with_capacity(
+        4 + calls.len() * (3 + ScriptArgs::NAMES.len()),
+        command.len() + script.len() + keys_len + 64 * calls.len() + 16,
+    );
+    // KEYS: every hit's key, then the penalties' records' keys.
+    let records = calls.iter().filter(|c| c.record_key.is_some()).count();
+    cmd.arg(command).arg(script).arg(calls.len() + records);
+    for call in calls {
+        cmd.arg(&call.key);
+    }
+    for record in calls.iter().filter_map(|c| c.record_key.as_ref()) {
+        cmd.arg(record);
+    }
+    cmd.arg(mode.as_str());
+    let mut record_index = calls.len();
+    for call in calls {
+        if call.record_key.is_some() {
+            record_index += 1;
+        }
+        let at = if call.record_key.is_some() {
+            record_index
+        } else {
+            0
+        };
+        call.args.append_to(&mut cmd, at);
+    }
+    cmd
+}
+
+/// What the script does with a call's hits (`ARGV[1]`, see `lua/common.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Charge only if no hit vetoes the request.
+    All,
+    /// Charge every hit, denied or not (the reference's counting).
+    Every,
+    /// Charge every admitted hit (one Cluster slot's share of a request).
+    Any,
+    /// Charge every hit, denied or not, but a lease's acquire only as `Any` does (one
+    /// Cluster slot's share of a request under the reference's counting: sluice takes back
+    /// the acquires of a request that turns out vetoed).
+    EveryPart,
+    /// Take back charges an earlier `Any` made.
+    Refund,
+}
+
+impl Mode {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Mode::All => "all",
+            Mode::Every => "every",
+            Mode::Any => "any",
+            Mode::EveryPart => "every_part",
+            Mode::Refund => "refund",
+        }
+    }
+}

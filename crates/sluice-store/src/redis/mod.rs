@@ -1,0 +1,467 @@
+//! The Redis store: every algorithm is a Lua script (`lua/`), joined into one script loaded once
+//! with SCRIPT LOAD and run with EVALSHA, one call per request (on a Cluster, one per slot,
+//! concurrently, and the charges of a denied request taken back). A NOSCRIPT reply (after
+//! SCRIPT FLUSH, a restart or a failover) reloads the script and retries the call, invisibly
+//! to the client. Per-second limits may live in a Redis of their own (`REDIS_PERSECOND`): a
+//! request that spans both is decided like one that spans a Cluster's slots. No algorithm
+//! logic lives here.
+
+mod args;
+mod call;
+mod condition;
+mod connect;
+mod pipeline;
+mod scripts;
+mod shards;
+pub mod span;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis::{Cmd, RedisError, RedisResult};
+
+pub use args::ScriptArgs;
+use call::{HitCall, Mode};
+use condition::Condition;
+pub use connect::{Connection, Pipelining, RedisKind, RedisTarget};
+use pipeline::{PipelineCounts, Pipeliner};
+use scripts::Script;
+
+use crate::series::{Reporting, Series};
+use crate::{key, Clock, Store, StoreError};
+use sluice_core::engine::{descriptor_groups, Charging};
+use sluice_core::limit::{Decision, Hit, Unit};
+use sluice_core::penalty::Penalized;
+
+/// Which clock the scripts read (`--redis-time`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Redis `TIME` inside the scripts: one clock for every sluice replica.
+    Redis,
+    /// sluice's clock, passed as an argument (for Redis services that refuse TIME).
+    Sluice,
+}
+
+/// One Redis deployment the scripts run on, and what sluice learnt of it.
+struct Backend {
+    connection: Connection,
+    /// With implicit pipelining: where script calls wait for their batch.
+    pipeliner: Option<Pipeliner>,
+    /// Whether it took the function library (Redis 7+): calls are FCALL, else EVALSHA.
+    functions: AtomicBool,
+    /// Whether the scripts were ever loaded (the first load is logged either way).
+    loaded_once: AtomicBool,
+    /// For logs: "main" or "per-second".
+    role: &'static str,
+}
+
+impl Backend {
+    /// The backend of `connection`, its calls pipelined as `target` says (not on a Cluster,
+    /// whose calls go to their slots' nodes).
+    fn new(
+        connection: Connection,
+        target: &RedisTarget,
+        counts: &Arc<PipelineCounts>,
+        role: &'static str,
+    ) -> Backend {
+        let pipelining = target.pipelining;
+        let pipeliner = match &connection {
+            Connection::Cluster(_) if pipelining.enabled() => {
+                tracing::warn!(
+                    redis = role,
+                    "implicit pipelining is not applied on a Cluster: each call goes to its slot's node as it comes"
+                );
+                None
+            }
+            _ if pipelining.enabled() => Some(Pipeliner::start(
+                connection.clone(),
+                pipelining,
+                target.command_timeout,
+                counts.clone(),
+            )),
+            _ => None,
+        };
+        Backend {
+            connection,
+            pipeliner,
+            functions: AtomicBool::new(false),
+            loaded_once: AtomicBool::new(false),
+            role,
+        }
+    }
+
+    /// Sends a script call, in the next pipeline when calls are pipelined.
+    async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
+        match &self.pipeliner {
+            Some(pipeliner) => pipeliner.send(command).await,
+            None => self.connection.command(&command).await,
+        }
+    }
+}
+
+/// The Redis store.
+pub struct RedisStore {
+    /// The main Redis, then, with `REDIS_PERSECOND`, the one of per-second limits.
+    backends: Vec<Backend>,
+    script: Script,
+    key_prefix: String,
+    clock: Arc<dyn Clock>,
+    time_source: TimeSource,
+    command_timeout: Duration,
+    nonce_prefix: String,
+    nonce: AtomicU64,
+    script_reloads: AtomicU64,
+    /// Calls answered read-only while Redis refused writes.
+    read_only_answers: AtomicU64,
+    /// How Redis has been answering: changes are logged once, not per request.
+    condition: Condition,
+    /// The pipelines of implicit pipelining, and the calls they held.
+    pipeline_counts: Arc<PipelineCounts>,
+}
+
+/// Where a store's limits live: one Redis, or per-second limits in a second one.
+pub struct RedisTargets<'a> {
+    pub main: &'a RedisTarget,
+    pub per_second: Option<&'a RedisTarget>,
+}
+
+impl RedisStore {
+    /// The connection to the main Redis (beside it, the RLQS budget keeps its claims).
+    pub fn main_connection(&self) -> &Connection {
+        &self.backends[0].connection
+    }
+
+    /// `CACHE_KEY_PREFIX`, which every key starts with.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// How long a command may take.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// Connects to the targets (waiting up to `startup_wait`) and loads the scripts.
+    pub async fn connect(
+        targets: RedisTargets<'_>,
+        startup_wait: Duration,
+        key_prefix: String,
+        time_source: TimeSource,
+        clock: Arc<dyn Clock>,
+    ) -> Result<RedisStore, StoreError> {
+        let pipeline_counts = Arc::new(PipelineCounts::default());
+        let main = connect_to(targets.main, startup_wait).await?;
+        let mut backends = vec![Backend::new(main, targets.main, &pipeline_counts, "main")];
+        if let Some(per_second) = targets.per_second {
+            let connection = connect_to(per_second, startup_wait).await?;
+            backends.push(Backend::new(
+                connection,
+                per_second,
+                &pipeline_counts,
+                "per-second",
+            ));
+        }
+        let store = RedisStore {
+            backends,
+            script: Script::new(),
+            key_prefix,
+            clock,
+            time_source,
+            // A request spanning both Redis waits for the slower one's answer.
+            command_timeout: targets
+                .per_second
+                .map_or(targets.main.command_timeout, |per_second| {
+                    per_second.command_timeout.max(targets.main.command_timeout)
+                }),
+            nonce_prefix: format!("{:x}", super::unique_process_id() as u32),
+            nonce: AtomicU64::new(0),
+            script_reloads: AtomicU64::new(0),
+            read_only_answers: AtomicU64::new(0),
+            condition: Condition::new(),
+            pipeline_counts,
+        };
+        for backend in &store.backends {
+            store.load_scripts_in_time(backend).await?;
+        }
+        Ok(store)
+    }
+
+    /// The backend of `hit`: per-second limits go to the per-second Redis when there is one.
+    fn backend_of(&self, hit: &Hit) -> usize {
+        usize::from(self.backends.len() > 1 && hit.limit.unit == Unit::Second)
+    }
+
+    /// How many times the scripts were loaded again after a NOSCRIPT reply.
+    pub fn script_reloads(&self) -> u64 {
+        self.script_reloads.load(Ordering::Relaxed)
+    }
+
+    /// `load_scripts` within the command timeout.
+    async fn load_scripts_in_time(&self, backend: &Backend) -> Result<(), StoreError> {
+        match tokio::time::timeout(self.command_timeout, self.load_scripts(backend)).await {
+            Ok(loaded) => loaded.map_err(store_error),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// The error of a command Redis did not answer in time.
+    fn timed_out(&self) -> StoreError {
+        StoreError::Timeout {
+            store: STORE,
+            after: self.command_timeout,
+        }
+    }
+
+    /// SCRIPT LOAD of the script, and FUNCTION LOAD of the library where Redis takes it (on
+    /// a Cluster, on every primary). A Redis without functions (before 7) is called with
+    /// EVALSHA.
+    async fn load_scripts(&self, backend: &Backend) -> RedisResult<()> {
+        let connection = &backend.connection;
+        let _: redis::Value = connection.command(&self.script.load_command()).await?;
+        let loaded: RedisResult<redis::Value> = connection
+            .command(&self.script.load_library_command())
+            .await;
+        let functions = loaded.is_ok();
+        let first = !backend.loaded_once.swap(true, Ordering::Relaxed);
+        if backend.functions.swap(functions, Ordering::Relaxed) != functions || first {
+            let redis = backend.role;
+            match loaded {
+                Ok(_) => tracing::info!(redis, "Redis takes functions: calls are FCALL"),
+                Err(error) => {
+                    tracing::info!(redis, %error, "Redis takes no functions: calls are EVALSHA")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The script arguments of `hit` at `now_us`, in the group starting at hit `group`.
+    fn script_args(&self, hit: &Hit, group: usize, now_us: u64) -> ScriptArgs {
+        let algorithm = hit.limit.algorithm();
+        let rate = hit.limit.rate();
+        // A key that names its window was built with sluice's clock (as envoyproxy/ratelimit
+        // does for fixed windows): the script must use the same one.
+        let sluice_clock = hit.limit.key_holds_window() || self.time_source == TimeSource::Sluice;
+        ScriptArgs {
+            algorithm: algorithm.as_str(),
+            requests_per_unit: hit.limit.requests_per_unit,
+            period_us: hit.limit.period_us(),
+            cost: hit.cost,
+            capacity: hit.limit.capacity(),
+            now_us: sluice_clock.then_some(now_us),
+            nonce: algorithm.needs_nonce().then(|| {
+                let nonce = self.nonce.fetch_add(1, Ordering::Relaxed);
+                format!("{}-{nonce}", self.nonce_prefix)
+            }),
+            role: hit.role,
+            debt: hit.limit.debt,
+            group,
+            lease: hit.lease,
+            penalty: hit.limit.penalty,
+            own: hit.limit.counting.script_args(&rate),
+            own_count: algorithm.own_script_args().len(),
+        }
+    }
+
+    /// Decides the hits: in one script call on a single node or Sentinel (atomic, as
+    /// `charging` says); across a Cluster's slots or the two Redis of `REDIS_PERSECOND`, one
+    /// call per shard, concurrently.
+    async fn decide(
+        &self,
+        hits: &[Hit],
+        charging: Charging,
+        now_us: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let mut calls: Vec<HitCall> = Vec::with_capacity(hits.len());
+        for group in descriptor_groups(hits) {
+            for hit in &hits[group.clone()] {
+                calls.push(HitCall {
+                    key: key::redis_key(&self.key_prefix, hit, now_us),
+                    record_key: (hit.limit.penalty.is_some() && !hit.releases())
+                        .then(|| key::penalty_key(&self.key_prefix, hit)),
+                    args: self.script_args(hit, group.start, now_us),
+                    backend: self.backend_of(hit),
+                });
+            }
+        }
+        let backend = calls.first().map_or(0, |call| call.backend);
+        let one_backend = calls.iter().all(|call| call.backend == backend);
+        let on_cluster = matches!(self.backends[backend].connection, Connection::Cluster(_));
+        if (!one_backend || on_cluster) && charging == Charging::EveryHit {
+            return self.decide_every_hit_across_shards(hits, calls).await;
+        }
+        if !one_backend || on_cluster {
+            return self.decide_across_shards(hits, calls).await;
+        }
+        let mode = match charging {
+            Charging::AllOrNothing => Mode::All,
+            Charging::EveryHit => Mode::Every,
+        };
+        let reply = self
+            .call(&self.backends[backend], &calls, mode)
+            .await
+            .map_err(store_error)?;
+        Ok(decisions(&reply, calls.len(), mode)?
+            .into_iter()
+            .map(|(decision, _)| decision)
+            .collect())
+    }
+}
+
+/// Connects to `target`, waiting up to `startup_wait`.
+async fn connect_to(
+    target: &RedisTarget,
+    startup_wait: Duration,
+) -> Result<Connection, StoreError> {
+    target
+        .connect_waiting(startup_wait)
+        .await
+        .map_err(|error| StoreError::Unreachable {
+            store: STORE,
+            source: format!("{}: {error}", target.describe()).into(),
+        })
+}
+
+/// PING of `connection`.
+async fn ping(connection: &Connection) -> bool {
+    let mut ping = redis::cmd("PING");
+    let reply: RedisResult<String> = match connection {
+        Connection::Single(manager) => ping.query_async(&mut manager.clone()).await,
+        Connection::Cluster(cluster) => ping.arg("sluice").query_async(&mut cluster.clone()).await,
+        Connection::Sentinel(sentinel) => ping.query_async(&mut sentinel.primary()).await,
+    };
+    reply.is_ok()
+}
+
+impl Reporting for RedisStore {
+    /// Script reloads after NOSCRIPT, how Redis has been answering, and with implicit
+    /// pipelining its pipelines and calls.
+    fn report(&self, series: &Series) {
+        series.total("sluice_redis_script_reloads_total", self.script_reloads());
+        series.total(
+            "sluice_redis_read_only_answers_total",
+            self.read_only_answers.load(Ordering::Relaxed),
+        );
+        self.condition.report(series);
+        if self.backends.iter().any(|b| b.pipeliner.is_some()) {
+            let counts = &self.pipeline_counts;
+            let pipelines = counts.pipelines.load(Ordering::Relaxed);
+            series.total("sluice_redis_pipelines_total", pipelines);
+            let calls = counts.calls.load(Ordering::Relaxed);
+            series.total("sluice_redis_pipelined_calls_total", calls);
+        }
+    }
+}
+
+impl Store for RedisStore {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    /// Every backend answers a PING in time.
+    async fn healthy(&self) -> bool {
+        let pings = join_all(self.backends.iter().map(|b| ping(&b.connection)));
+        tokio::time::timeout(self.command_timeout, pings)
+            .await
+            .is_ok_and(|answers| answers.into_iter().all(|answered| answered))
+    }
+
+    /// Redis state is keyed by descriptor and shaped by algorithm; nothing is derived here.
+    fn config_changed(&self) {}
+
+    async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now_us = self.clock.now_us();
+        let deadline = Instant::now() + self.command_timeout;
+        let decided = self.decide(hits, charging, now_us);
+        let result = match tokio::time::timeout_at(deadline.into(), decided).await {
+            Ok(decided) => decided,
+            Err(_) => Err(self.timed_out()),
+        };
+        self.condition.note(&result);
+        // Decided at sluice's time of the call (the scripts may have read Redis TIME).
+        result.map(|decisions| {
+            decisions
+                .into_iter()
+                .map(|d| Decision {
+                    decided_at_us: now_us,
+                    ..d
+                })
+                .collect()
+        })
+    }
+}
+
+/// A script's reply for `count` hits called as `mode` says: each hit's decision, and the
+/// time it was decided at (0 where the mode does not reply it).
+fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u64)>, StoreError> {
+    // A decision's nine fields, and the time for the calls of a Cluster.
+    let fields = if matches!(mode, Mode::Any | Mode::EveryPart | Mode::Refund) {
+        10
+    } else {
+        9
+    };
+    if reply.len() != count * fields {
+        return Err(protocol(&format!(
+            "{} numbers in a script reply for {count} hits",
+            reply.len()
+        )));
+    }
+    let non_negative = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(reply
+        .chunks_exact(fields)
+        .map(|fields| {
+            let decision = Decision {
+                admitted: fields[0] == 1,
+                remaining: u32::try_from(non_negative(fields[1])).unwrap_or(u32::MAX),
+                reset_after_us: non_negative(fields[2]),
+                retry_after_us: non_negative(fields[3]),
+                released: u32::try_from(non_negative(fields[4])).unwrap_or(u32::MAX),
+                expired: u32::try_from(non_negative(fields[5])).unwrap_or(u32::MAX),
+                penalty: Penalized {
+                    until_us: non_negative(fields[6]),
+                    offence: u32::try_from(non_negative(fields[7])).unwrap_or(u32::MAX),
+                    imposed: fields[8] == 1,
+                },
+                decided_at_us: 0,
+            };
+            (decision, fields.get(9).map_or(0, |&at| non_negative(at)))
+        })
+        .collect())
+}
+
+/// A reply that makes no sense.
+fn protocol(what: &str) -> StoreError {
+    StoreError::Protocol {
+        store: STORE,
+        source: what.to_string().into(),
+    }
+}
+
+/// The store's name in errors.
+pub(crate) const STORE: &str = "Redis";
+
+/// A Redis error by kind: a connection that failed, else an error reply. (Timeouts are the
+/// store's own deadline, `timed_out`.)
+pub(crate) fn store_error(error: RedisError) -> StoreError {
+    let unreachable = error.is_io_error()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.is_unrecoverable_error();
+    if unreachable {
+        StoreError::Unreachable {
+            store: STORE,
+            source: Box::new(error),
+        }
+    } else {
+        StoreError::Protocol {
+            store: STORE,
+            source: Box::new(error),
+        }
+    }
+}
