@@ -3,7 +3,7 @@
 //! process of its own (this test binary again, with the sluice binary's allocator) from two
 //! worker threads, until the memory store refuses. The store must stop at its bound (it holds
 //! at least half of it when it first refuses: its map's table doubles) and the process's
-//! resident memory must grow by no more than the margin the README states: the bound and a
+//! resident memory must grow by no more than the margin docs/memory-store.md states: the bound and a
 //! fifth, plus 16 MiB for the allocator's own arenas.
 //!
 //! The figures in BENCHMARKS.md ("Memory store footprint") are this test's table, in release:
@@ -35,7 +35,7 @@ fn bound_bytes() -> usize {
     mib << 20
 }
 
-/// What resident memory may grow by under `bound`: the README's margin.
+/// What resident memory may grow by under `bound`: docs/memory-store.md's margin.
 fn allowed_growth(bound: usize) -> usize {
     bound + bound / 5 + (16 << 20)
 }

@@ -546,7 +546,7 @@ async fn the_dashboard_queries_only_metrics_sluice_exports() {
     .unwrap();
     let url = redis.url();
     let config = dir.path().display().to_string();
-    let sluice = Sluice::start_with(
+    let sluice = Sluice::process_with(
         &[],
         &[
             "--config",
@@ -605,13 +605,13 @@ async fn the_dashboard_queries_only_metrics_sluice_exports() {
         .await;
     let (_, mut text) = sluice.http_get("/metrics");
     // The memory store's own series come from a sluice on the memory store.
-    let memory = Sluice::start(&read("config/config.yaml"), &[]);
+    let memory = Sluice::process(&read("config/config.yaml"), &[]);
     let mut memory_client = memory.client().await;
     call_one(&mut memory_client, "edge_proxy", &[("login", "u")]).await;
     text.push_str(&memory.http_get("/metrics").1);
     // The span counters come from a sluice with tracing on (towards a collector that is not
     // there).
-    let traced = Sluice::start_with(
+    let traced = Sluice::process_with(
         &[("config.yaml", &read("config/config.yaml"))],
         &[],
         &[
@@ -770,7 +770,7 @@ fn envoy_gateway_runs_sluice_with_the_references_contract() {
             "{name} is not read by sluice"
         );
     }
-    assert!(read("README.md").contains("### Envoy Gateway"));
+    assert!(read("docs/deploying.md").contains("## Envoy Gateway"));
 }
 
 #[test]

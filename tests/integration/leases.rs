@@ -1,4 +1,4 @@
-//! Concurrency limits (README, "Concurrency limits"): leases taken by a request, released by
+//! Concurrency limits (docs/concurrency.md): leases taken by a request, released by
 //! the call that carries its token back, freed at the end of their life; every release case,
 //! all-or-nothing with the request's rates, shadow mode, several limits, unlimited and
 //! `replaces`, on every store in-process; and, through the real binary with Envoy's protos,

@@ -30,7 +30,7 @@ fn start(config: &str, snapshot: &std::path::Path, more: &[&str]) -> Sluice {
     let path = snapshot.display().to_string();
     let mut args = vec!["--memory-snapshot", path.as_str()];
     args.extend_from_slice(more);
-    Sluice::start_with(&[("config.yaml", config)], &args, &[])
+    Sluice::process_with(&[("config.yaml", config)], &args, &[])
 }
 
 async fn code_of(sluice: &Sluice, key: &str, value: &str) -> Code {

@@ -223,7 +223,7 @@ async fn limit_of(client: &mut Client, key: &str) -> Option<u32> {
 
 #[tokio::test]
 async fn a_changed_file_reloads_and_a_broken_one_keeps_the_old_limits() {
-    let sluice = Sluice::start(CONFIG, &[]);
+    let sluice = Sluice::process(CONFIG, &[]);
     let path = sluice.config_dir.path().join("config.yaml");
     let mut client = sluice.client().await;
     assert_eq!(limit_of(&mut client, "api").await, Some(5));
@@ -307,7 +307,7 @@ async fn a_configmap_symlink_swap_reloads() {
 #[cfg(unix)]
 #[tokio::test]
 async fn sighup_reloads() {
-    let sluice = Sluice::start(CONFIG, &["--watch-config", "false"]);
+    let sluice = Sluice::process(CONFIG, &["--watch-config", "false"]);
     let mut client = sluice.client().await;
     // With the watcher off, only SIGHUP can make this change take effect.
     std::fs::write(
@@ -328,7 +328,7 @@ async fn sighup_reloads() {
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_without_failing_a_call_and_exits_zero() {
-    let mut sluice = Sluice::start(
+    let mut sluice = Sluice::process(
         CONFIG,
         &["--shutdown-drain-delay", "1s", "--shutdown-grace", "5s"],
     );
@@ -394,7 +394,7 @@ fn signals_sent_as_soon_as_the_ports_are_announced_are_handled_not_fatal() {
     // SIGHUP's and SIGTERM's default actions kill the process: sluice must hold them from
     // before it announces its ports.
     for name in ["HUP", "TERM"] {
-        let mut sluice = Sluice::start(CONFIG, &[]);
+        let mut sluice = Sluice::process(CONFIG, &[]);
         signal(&sluice, name);
         if name == "HUP" {
             std::thread::sleep(Duration::from_millis(300));
@@ -429,7 +429,7 @@ fn json_and_rlconfig_can_be_turned_off() {
 
 #[test]
 fn use_prometheus_serves_the_metrics_on_their_own_listener() {
-    let sluice = Sluice::start_with(
+    let sluice = Sluice::process_with(
         &[("config.yaml", CONFIG)],
         &[],
         &[

@@ -1,4 +1,4 @@
-//! Penalties (README, "Penalties"): a client its limit keeps denying is blocked, longer at
+//! Penalties (docs/penalties.md): a client its limit keeps denying is blocked, longer at
 //! each repeat, up to the maximum, and forgotten after a quiet period; the limit is left
 //! alone while it is blocked. On every store in-process (the memory store, Redis, Redis
 //! behind the local cache): the escalation, all-or-nothing, debt, shadow mode, several

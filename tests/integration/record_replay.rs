@@ -1,4 +1,4 @@
-//! Record and replay (README, "Record and replay"): a live server under load records its
+//! Record and replay (docs/record-replay.md): a live server under load records its
 //! calls and a replay under the same config gets exactly its decisions (rates, a shared
 //! bucket, penalties, leases released by token); halving a limit newly denies what this test
 //! counts on its own, and the gate fails on it; hashed values stay consistent within a file;
@@ -117,7 +117,7 @@ async fn a_recording_made_under_load_replays_to_exactly_its_own_decisions() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let recording = dir.path().join("calls.jsonl");
     let path = recording.display().to_string();
-    let sluice = Sluice::start(CONFIG, &["--record", &path]);
+    let sluice = Sluice::process(CONFIG, &["--record", &path]);
     let clients: Vec<_> = (0..8)
         .map(|client| client_calls(&sluice, client, 120))
         .collect();
@@ -373,7 +373,7 @@ async fn a_recording_is_bounded_by_its_size_and_samples_whole_clients() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("calls.jsonl");
     let file = path.display().to_string();
-    let sluice = Sluice::start(
+    let sluice = Sluice::process(
         CONFIG,
         &[
             "--record",
@@ -430,7 +430,7 @@ async fn a_recording_is_bounded_by_its_size_and_samples_whole_clients() {
 async fn hashed_values_stay_consistent_within_a_file_and_replay_alike() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("hashed.jsonl").display().to_string();
-    let sluice = Sluice::start(CONFIG, &["--record", &path, "--record-hash-values"]);
+    let sluice = Sluice::process(CONFIG, &["--record", &path, "--record-hash-values"]);
     let mut grpc = sluice.client().await;
     for client in ["alice", "bob", "alice"] {
         call_one(&mut grpc, "app", &[("client", client)]).await;
@@ -494,7 +494,7 @@ async fn an_unwritable_recording_stops_the_server_and_a_full_disk_is_counted() {
     );
 
     // /dev/full takes the file but refuses every write: counted, and calls go on.
-    let sluice = Sluice::start(CONFIG, &["--record", "/dev/full"]);
+    let sluice = Sluice::process(CONFIG, &["--record", "/dev/full"]);
     let mut grpc = sluice.client().await;
     for _ in 0..50 {
         let response = call_one(&mut grpc, "app", &[("client", "c")]).await;

@@ -331,7 +331,7 @@ async fn quiet_buckets_and_buckets_the_config_drops_are_abandoned() {
 
 #[tokio::test]
 async fn on_shutdown_every_assignment_expires_at_once() {
-    let sluice = Sluice::start(CONFIG, &["--shutdown-drain-delay", "0s"]);
+    let sluice = Sluice::process(CONFIG, &["--shutdown-drain-delay", "0s"]);
     let mut client = QuotaClient::open(&sluice).await;
     tokens(&client.share("search", 5, SECOND).await);
     let status = std::process::Command::new("kill")

@@ -1,5 +1,5 @@
 //! The compiled configuration: per domain a tree of descriptor nodes, and the walk that finds
-//! the rule a request descriptor falls under (README, "Decisions").
+//! the rule a request descriptor falls under (docs/configuration.md, "Decisions").
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Leases as a request carries them (README, "Concurrency limits"): the token sluice issues
+//! Leases as a request carries them (docs/concurrency.md): the token sluice issues
 //! to a request that acquires leases, returned in the response's dynamic metadata under
 //! `sluice.lease`, and the descriptor entry of the same key that a release sends it back in
 //! (Envoy: a `metadata` action reading it, in a policy with `apply_on_stream_done`). The

@@ -194,13 +194,16 @@ mod tests {
         XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES";
 
     #[test]
-    fn the_readme_says_what_sluice_does_with_every_reference_variable() {
-        let readme = include_str!("../../../README.md");
+    fn the_settings_page_says_what_sluice_does_with_every_reference_variable() {
+        let readme = include_str!("../../../docs/settings.md");
         let missing: Vec<&str> = REFERENCE_VARIABLES
             .split_whitespace()
             .filter(|name| !readme.contains(&format!("| `{name}` |")))
             .collect();
-        assert!(missing.is_empty(), "not in the README's table: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "not in docs/settings.md's table: {missing:?}"
+        );
     }
 
     #[test]

@@ -705,7 +705,7 @@ mod tests {
 
     #[test]
     fn an_entry_stays_small() {
-        // The per-key cost the README and BENCHMARKS.md quote rests on these sizes.
+        // The per-key cost docs/memory-store.md and BENCHMARKS.md quote rests on these sizes.
         assert_eq!(std::mem::size_of::<State>(), 32);
         assert_eq!(std::mem::size_of::<(KeyId, Entry)>(), 56);
     }

@@ -1,7 +1,7 @@
 //! `test/integration/integration_test.go`: the whole server under traffic, on each store and
 //! with the local cache, the all-or-nothing setting, Redis authentication and a reload.
-//! (Its memcached, xDS, gRPC TLS and statsd-tag cases are not replayed: README, "Differences
-//! from envoyproxy/ratelimit".) Units are hours where the reference uses minutes, so that no
+//! (Its memcached, xDS, gRPC TLS and statsd-tag cases are not replayed: docs/differences.md
+//! .) Units are hours where the reference uses minutes, so that no
 //! window ends mid-test.
 
 use super::*;

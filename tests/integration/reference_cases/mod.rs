@@ -2,8 +2,8 @@
 //! one test per reference case, named after it (`test/config/config_test.go`'s
 //! `TestBasicConfig` is `config::test_basic_config`), on the memory store and on a real Redis.
 //! The configs are the project's own, shaped like the reference's fixtures. A case that sluice
-//! answers differently on purpose asserts sluice's answer and names the difference (README,
-//! "Differences from envoyproxy/ratelimit").
+//! answers differently on purpose asserts sluice's answer and names the difference
+//! (docs/differences.md).
 
 mod config;
 mod counting;
@@ -24,18 +24,35 @@ pub struct OnStore {
     pub redis: Option<RedisServer>,
 }
 
+/// How a server is started: `Sluice::start_with` or `Sluice::process_with`.
+type Start = fn(&[(&str, &str)], &[&str], &[(&str, &str)]) -> Sluice;
+
 /// The same config (`files`) and environment served twice: on the memory store and on Redis.
 pub fn on_both_stores(
     files: &[(&str, &str)],
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> Vec<OnStore> {
-    let memory = Sluice::start_with(files, args, envs);
+    on_both_stores_by(Sluice::start_with, files, args, envs)
+}
+
+/// As `on_both_stores`, each a `sluice` process: for cases that reload files or read the log.
+pub fn on_both_stores_as_processes(files: &[(&str, &str)], args: &[&str]) -> Vec<OnStore> {
+    on_both_stores_by(Sluice::process_with, files, args, &[])
+}
+
+fn on_both_stores_by(
+    start: Start,
+    files: &[(&str, &str)],
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Vec<OnStore> {
+    let memory = start(files, args, envs);
     let redis = RedisServer::start(&[]);
     let url = redis.url();
     let mut redis_args = vec!["--store", "redis", "--redis-url", url.as_str()];
     redis_args.extend_from_slice(args);
-    let on_redis = Sluice::start_with(files, &redis_args, envs);
+    let on_redis = start(files, &redis_args, envs);
     vec![
         OnStore {
             store: "memory",

@@ -1,11 +1,16 @@
-//! Test harness: starts the real `sluice` binary on free ports with a config written to a
-//! temporary directory, and builds requests with Envoy's own protos (`envoy-types`).
+//! Test harness: serves sluice on free ports with a config written to a temporary directory,
+//! and builds requests with Envoy's own protos (`envoy-types`). A server runs in this process
+//! (the server library's `server::run` on listeners the harness binds, on a runtime of its
+//! own) unless the process is what a test is about: signals, the environment, the log, a
+//! reload from files, the exporters; those start the real `sluice` binary (`Sluice::process`).
 
 pub mod redis;
 pub mod scenario;
 pub mod stores;
 
 use std::io::{BufRead, BufReader};
+
+use clap::Parser;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -28,13 +33,25 @@ pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus,
 };
 
-/// A running `sluice serve`; killed on drop.
+/// A running sluice server, in this process or as a `sluice serve` process; stopped on drop.
 pub struct Sluice {
-    child: Child,
+    running: Running,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub config_dir: tempfile::TempDir,
-    log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Where the server runs.
+enum Running {
+    /// `server::run` on a runtime of its own thread: `stop` ends it as SIGTERM would.
+    InProcess {
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+    },
+    /// The binary, with its log lines (stderr) as they come.
+    Process {
+        child: Child,
+        log: Arc<Mutex<Vec<String>>>,
+    },
 }
 
 impl Sluice {
@@ -61,17 +78,136 @@ impl Sluice {
         Sluice::start_with(files, &all, envs)
     }
 
+    /// As `on_own_redis`, as the `sluice` binary.
+    pub fn process_on_own_redis(
+        files: &[(&str, &str)],
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> (redis::RedisServer, Sluice) {
+        let redis = redis::RedisServer::start(&[]);
+        let sluice = Sluice::process_on_redis_url(files, &redis.url(), args, envs);
+        (redis, sluice)
+    }
+
+    /// As `on_redis_url`, as the `sluice` binary.
+    pub fn process_on_redis_url(
+        files: &[(&str, &str)],
+        url: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Sluice {
+        let mut all = vec!["--store", "redis", "--redis-url", url];
+        all.extend_from_slice(args);
+        Sluice::process_with(files, &all, envs)
+    }
+
     /// Serves `config` (one YAML file) with extra command-line `args`.
     pub fn start(config: &str, args: &[&str]) -> Sluice {
         Sluice::start_with(&[("config.yaml", config)], args, &[])
     }
 
-    /// Serves the given files with extra `args` and environment variables `envs`.
+    /// Serves the given files with extra `args` and environment variables `envs`: in this
+    /// process, each variable given as the flag that reads it; as the binary when one is read
+    /// by no flag (those the server only warns about or refuses are a process's subject).
     pub fn start_with(files: &[(&str, &str)], args: &[&str], envs: &[(&str, &str)]) -> Sluice {
-        let config_dir = tempfile::tempdir().expect("temporary directory");
-        for (name, text) in files {
-            std::fs::write(config_dir.path().join(name), text).expect("write config");
+        match flags_of(envs) {
+            Some(flags) => {
+                let mut all: Vec<&str> = args.to_vec();
+                all.extend(flags.iter().map(String::as_str));
+                Sluice::in_process(config_dir_with(files), &all)
+            }
+            None => Sluice::process_with(files, args, envs),
         }
+    }
+
+    /// The `sluice serve` binary serving `config` (one YAML file) with extra `args`: for what
+    /// only a process has (signals, exit codes, the log, reloads from files, exporters).
+    pub fn process(config: &str, args: &[&str]) -> Sluice {
+        Sluice::process_with(&[("config.yaml", config)], args, &[])
+    }
+
+    /// The server library's `server::run` in this process, on listeners bound here, with the
+    /// flags of `sluice serve` (`args`, after `--config DIR`).
+    fn in_process(config_dir: tempfile::TempDir, args: &[&str]) -> Sluice {
+        let config = config_dir.path().display().to_string();
+        let mut flags = vec!["sluice", "--config", &config];
+        flags.extend_from_slice(args);
+        let settings = ServeFlags::try_parse_from(flags)
+            .unwrap_or_else(|error| panic!("the test's flags: {error}"))
+            .serve
+            .into_settings()
+            .unwrap_or_else(|error| panic!("the test's settings: {error}"));
+        let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let (grpc, http) = (bind(), bind());
+        let prometheus = settings
+            .ports
+            .prometheus
+            .as_ref()
+            .map(|p| std::net::TcpListener::bind(p.addr).expect("bind the Prometheus port"));
+        let (grpc_addr, http_addr) = (
+            grpc.local_addr().expect("an address"),
+            http.local_addr().expect("an address"),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (error_tx, error_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime for the server");
+            let served = runtime.block_on(async move {
+                let tokio_listener = |listener: std::net::TcpListener| {
+                    listener.set_nonblocking(true).expect("non-blocking");
+                    tokio::net::TcpListener::from_std(listener).expect("a tokio listener")
+                };
+                let listeners = sluice::server::Listeners {
+                    grpc: tokio_listener(grpc),
+                    http: tokio_listener(http),
+                    prometheus: prometheus.map(tokio_listener),
+                };
+                let shutdown = async {
+                    let _ = stopped.await;
+                };
+                // Reloads from files are a process's subject (SIGHUP); nothing asks here.
+                let reload = Arc::new(tokio::sync::Notify::new());
+                sluice::server::run(settings, listeners, shutdown, reload).await
+            });
+            if let Err(error) = served {
+                let _ = error_tx.send(error.to_string());
+            }
+            runtime.shutdown_timeout(Duration::from_millis(100));
+        });
+        let sluice = Sluice {
+            running: Running::InProcess { stop: Some(stop) },
+            grpc_addr,
+            http_addr,
+            config_dir,
+        };
+        sluice.wait_serving(&error_rx);
+        sluice
+    }
+
+    /// Waits until the in-process server answers on its HTTP port (it serves gRPC from the
+    /// same moment); panics with its error when it stopped instead.
+    fn wait_serving(&self, error: &mpsc::Receiver<String>) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if let Ok(error) = error.try_recv() {
+                panic!("sluice did not start: {error}");
+            }
+            if answers_http(self.http_addr) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("sluice did not start serving within 20 s");
+    }
+
+    /// The `sluice serve` binary serving the given files with extra `args` and environment
+    /// variables `envs`.
+    pub fn process_with(files: &[(&str, &str)], args: &[&str], envs: &[(&str, &str)]) -> Sluice {
+        let config_dir = config_dir_with(files);
         let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
         command
             .arg("serve")
@@ -109,11 +245,10 @@ impl Sluice {
             }
         };
         Sluice {
-            child,
+            running: Running::Process { child, log },
             grpc_addr,
             http_addr,
             config_dir,
-            log,
         }
     }
 
@@ -153,16 +288,33 @@ impl Sluice {
         false
     }
 
+    /// The process, for what only a process has; a test that asks it of a server in this
+    /// process starts it with `Sluice::process`.
+    fn child(&mut self) -> &mut Child {
+        match &mut self.running {
+            Running::Process { child, .. } => child,
+            Running::InProcess { .. } => {
+                panic!("this test asks for a process: start it with Sluice::process")
+            }
+        }
+    }
+
     /// The process id, for signals.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.running {
+            Running::Process { child, .. } => child.id(),
+            Running::InProcess { .. } => {
+                panic!("this test signals the process: start it with Sluice::process")
+            }
+        }
     }
 
     /// Waits up to `limit` for the process to exit; its exit code, if it did.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let child = self.child();
         let started = std::time::Instant::now();
         while started.elapsed() < limit {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = child.try_wait() {
                 return Some(status.code().unwrap_or(-1));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -194,15 +346,84 @@ impl Sluice {
 
     /// Everything the server logged so far.
     pub fn log(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+        match &self.running {
+            Running::Process { log, .. } => log.lock().unwrap().join("\n"),
+            Running::InProcess { .. } => {
+                panic!("this test reads the log: start it with Sluice::process")
+            }
+        }
     }
 }
 
 impl Drop for Sluice {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        match &mut self.running {
+            Running::Process { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Running::InProcess { stop, .. } => {
+                // The server drains as after SIGTERM, on its own thread; nothing waits for it.
+                if let Some(stop) = stop.take() {
+                    let _ = stop.send(());
+                }
+            }
+        }
     }
+}
+
+/// The flags of `sluice serve`, as the binary parses them.
+#[derive(Parser)]
+struct ServeFlags {
+    #[command(flatten)]
+    serve: sluice::settings::ServeArgs,
+}
+
+/// The flags of `sluice serve` that read the environment variables `envs`, as they would
+/// read them (`--name=value`; a switch given when its value is true); `None` when a
+/// variable is read by no flag.
+fn flags_of(envs: &[(&str, &str)]) -> Option<Vec<String>> {
+    use clap::CommandFactory;
+    let command = ServeFlags::command();
+    let mut flags = Vec::new();
+    for (name, value) in envs {
+        let arg = command
+            .get_arguments()
+            .find(|arg| arg.get_env().is_some_and(|env| env == *name))?;
+        let long = arg.get_long()?;
+        if arg.get_action().takes_values() {
+            flags.push(format!("--{long}={value}"));
+        } else if matches!(
+            value.to_ascii_lowercase().as_str(),
+            "true" | "1" | "yes" | "on"
+        ) {
+            flags.push(format!("--{long}"));
+        }
+    }
+    Some(flags)
+}
+
+/// A temporary directory holding `files` (name, text).
+fn config_dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let config_dir = tempfile::tempdir().expect("temporary directory");
+    for (name, text) in files {
+        std::fs::write(config_dir.path().join(name), text).expect("write config");
+    }
+    config_dir
+}
+
+/// Whether an HTTP server answers a request on `addr` (any status).
+fn answers_http(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let asked = format!("GET /healthcheck HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut answer = [0u8; 12];
+    stream.write_all(asked.as_bytes()).is_ok()
+        && stream.read_exact(&mut answer).is_ok()
+        && answer.starts_with(b"HTTP/1.1")
 }
 
 /// The gRPC and HTTP addresses in the startup line

@@ -157,7 +157,7 @@ impl<T> HeapSize for Box<T> {
 /// `Variant => module::Implementation, "yaml_name", held state type;`.
 macro_rules! registry {
     ($( $(#[$doc:meta])* $variant:ident => $rule:ty, $name:literal, $held:ty; )+) => {
-        /// How a limit counts: sluice's `algorithm` extension (README, "Algorithms").
+        /// How a limit counts: sluice's `algorithm` extension (docs/algorithms.md).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Algorithm {
             $( $(#[$doc])* $variant, )+

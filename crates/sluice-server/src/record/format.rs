@@ -1,4 +1,4 @@
-//! The recording format, version 1 (README, "Record and replay"): JSON Lines. The first line
+//! The recording format, version 1 (docs/record-replay.md): JSON Lines. The first line
 //! is a header naming the format and how the server decided; every other line is one call:
 //! when it was decided, what was asked, and what each descriptor got. Other tools may write
 //! it (`scripts/csv-to-recording`); `read` refuses a line that is not one, with its number.

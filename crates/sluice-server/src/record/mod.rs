@@ -1,4 +1,4 @@
-//! Recording decided calls (`serve --record FILE`, README "Record and replay"): a sample of the
+//! Recording decided calls (`serve --record FILE`, docs/record-replay.md): a sample of the
 //! calls, each with what it got, handed off the request path through a bounded queue (a full
 //! queue drops the call and counts it, never waits) to a thread that writes `format` lines,
 //! moving the file aside when it grows past its bound. `sluice replay` reads them back.

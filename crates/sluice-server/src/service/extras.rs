@@ -198,15 +198,15 @@ fn override_text(limit: &sluice_proto::rate_limit_descriptor::RateLimitOverride)
     fields.join(" ")
 }
 
-/// Adds the token of the leases a request took (`sluice.lease`: README, "Concurrency
-/// limits"), whether or not the reference's metadata is on.
+/// Adds the token of the leases a request took (`sluice.lease`: docs/concurrency.md
+/// ), whether or not the reference's metadata is on.
 pub fn add_lease_token(metadata: &mut Struct, token: u64) {
     metadata
         .fields
         .insert(LEASE_KEY.into(), string(lease::format_token(token)));
 }
 
-/// The dynamic metadata key of a penalty's block (README, "Penalties").
+/// The dynamic metadata key of a penalty's block (docs/penalties.md).
 pub const PENALTY_KEY: &str = "sluice.penalty";
 
 /// A block a penalty put on a request's descriptor.

@@ -49,7 +49,7 @@ pub struct ObservabilityArgs {
     #[arg(long, env = "EXTRA_TAGS", default_value = "")]
     pub extra_tags: String,
     /// DogStatsD mogrifiers, by name: each reads DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and
-    /// _TAGS (see the README).
+    /// _TAGS (docs/metrics.md).
     #[arg(long, env = "USE_DOG_STATSD_MOGRIFIERS", value_delimiter = ',')]
     pub use_dog_statsd_mogrifiers: Vec<String>,
     /// OpenTelemetry traces (`TRACING_ENABLED` and its companions).

@@ -1,5 +1,5 @@
 //! Recording decided calls for `sluice replay` (`--record` and its bounds, sampling and
-//! hashing): README, "Record and replay".
+//! hashing): docs/record-replay.md.
 
 use std::path::PathBuf;
 
@@ -15,7 +15,7 @@ use sluice_core::engine::Charging;
 /// The flags of recording.
 #[derive(Debug, Clone, Args)]
 pub struct RecordArgs {
-    /// Record decided calls to this file (JSON Lines, README "Record and replay"); an
+    /// Record decided calls to this file (JSON Lines, docs/record-replay.md); an
     /// existing file moves to `<file>.1` first.
     #[arg(long, env = "SLUICE_RECORD")]
     pub record: Option<PathBuf>,

@@ -28,7 +28,7 @@ pub struct StoreArgs {
     #[arg(long, env = "SLUICE_MEMORY_MAX_KEYS", default_value_t = 1_000_000)]
     pub memory_max_keys: usize,
     /// Most bytes of state the memory store holds: its map's table as allocated, and each
-    /// state's heap block (README, "The memory store"). At either bound only expired state is
+    /// state's heap block (docs/memory-store.md). At either bound only expired state is
     /// dropped to make room; when none is, a request needing a new key gets --failure-mode.
     #[arg(long, env = "SLUICE_MEMORY_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub memory_max_bytes: usize,
