@@ -1,5 +1,5 @@
 -- Shared helpers, prepended by sluice to the algorithm scripts and the request driver
--- (src/store/redis/scripts.rs), which together make one script: one call decides every hit of
+-- (crates/sluice-store/src/redis/scripts.rs), which together make one script: one call decides every hit of
 -- a request (on a Cluster, every hit of one slot).
 --
 -- The call takes:
@@ -12,7 +12,7 @@
 --            charged by an "any" or "every_part" call and are taken back)
 -- then, for each hit i in turn, 12 common arguments, then the algorithm's own (as many as the
 -- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
--- read into the hit's fields of those names (src/store/redis/args.rs builds them, in this
+-- read into the hit's fields of those names (crates/sluice-store/src/redis/args.rs builds them, in this
 -- order):
 --   ARGV[+0]  algorithm  its name, as in YAML (a script of lua/ registers it)
 --   ARGV[+1]  requests_per_unit  L
@@ -35,7 +35,7 @@
 --                       max_block_ms, forget_us, space-separated; else ""
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us,
 -- released, expired, penalty_until_us, penalty_offence, penalty_imposed (the fields of
--- sluice's Decision, which src/algorithm/ and src/penalty/ specify), and, for "any" and
+-- sluice's Decision, which crates/sluice-core/src/algorithm/ and modifier/ specify), and, for "any" and
 -- "refund", the time it was decided at.
 --
 -- An algorithm script registers {read, decide, force, write, refund} under its name:
@@ -112,7 +112,7 @@ local function decision(admitted, remaining, reset_after_us, retry_after_us, rel
   return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us, released or 0, expired or 0, 0, 0, 0}
 end
 
--- requests_per_unit 0 blocks everything, whatever the burst (src/algorithm/mod.rs).
+-- requests_per_unit 0 blocks everything, whatever the burst (crates/sluice-core/src/algorithm/mod.rs).
 local function blocked(hit)
   if hit.cost == 0 then
     return decision(true, 0, 0, 0)

@@ -1,5 +1,5 @@
 -- concurrency: at most L leases held at once, each freed by its release or W after it was
--- taken (src/algorithm/concurrency.rs, whose decisions this one repeats field by field).
+-- taken (crates/sluice-core/src/algorithm/concurrency.rs, whose decisions this one repeats field by field).
 -- Key: CACHE_KEY_PREFIX .. concurrency_<L>per<W in s>s_domain_key_value_..., a hash: one field
 --      per token holding leases (16 hex digits, from the hit's `lease`), valued
 --      "<units>:<expires_at_us>", and `_until`, when the state stops mattering (its last lease's

@@ -1,4 +1,4 @@
--- fixed_window: a counter per window [kW, (k+1)W) aligned to the epoch (src/algorithm/fixed_window.rs).
+-- fixed_window: a counter per window [kW, (k+1)W) aligned to the epoch (crates/sluice-core/src/algorithm/fixed_window.rs).
 -- Key: CACHE_KEY_PREFIX .. domain_key_value_..._<window start in seconds>, byte-identical to
 --      envoyproxy/ratelimit's key, holding the same integer counter. The window is in the key,
 --      so sluice computes it: now is always given.

@@ -1,4 +1,4 @@
--- leaky_bucket: GCRA (src/algorithm/leaky_bucket.rs). The bucket drains one request every
+-- leaky_bucket: GCRA (crates/sluice-core/src/algorithm/leaky_bucket.rs). The bucket drains one request every
 -- T = W / L; a hit fits when the bucket's level plus h x T stays within capacity x T.
 -- Key: CACHE_KEY_PREFIX .. leaky_bucket_<L>per<W in s>s_b<burst>_domain_key_value_..., a hash holding the time the
 --      bucket is empty again, in units of 1/L µs, as a = whole µs and r = remainder (0..L-1),

@@ -1,7 +1,7 @@
--- Penalties (src/penalty/mod.rs, whose rules this copies): a client its limit keeps denying is
+-- Penalties (crates/sluice-core/src/modifier/penalty/mod.rs, whose rules this copies): a client its limit keeps denying is
 -- blocked, for longer at each repeat offence. Appended after the algorithms, before the driver.
 --
--- Record: one string under the penalty's key (src/store/key.rs, `penalty_key`), with a TTL to
+-- Record: one string under the penalty's key (crates/sluice-store/src/key.rs, `penalty_key`), with a TTL to
 -- when the client is forgotten: "<offences> <last_block_ms> <blocked_until_us>
 -- <remembered_until_us> <strike_us>...", the strikes since the last offence, oldest first.
 

@@ -1,4 +1,4 @@
--- RLQS budget (src/rlqs/budget.rs; src/rlqs/budget/in_redis.rs calls it): one bucket's claims,
+-- RLQS budget (crates/sluice-store/src/quota_budget.rs; quota_budget/in_redis.rs calls it): one bucket's claims,
 -- a hash of client -> "demand:assigned:expires_at_us", shared by every sluice replica.
 -- KEYS[1]  the bucket's budget key
 -- ARGV[1]  the client; ARGV[2] "claim" or "release"

@@ -1,5 +1,5 @@
 -- sliding_window_counter: counts of the current and previous aligned windows; the previous one
--- weighs what the sliding window still covers of it (src/algorithm/sliding_window_counter.rs).
+-- weighs what the sliding window still covers of it (crates/sluice-core/src/algorithm/sliding_window_counter.rs).
 -- Key: CACHE_KEY_PREFIX .. sliding_window_counter_<L>per<W in s>s_domain_key_value_..., a hash:
 --      s = current window start (µs), p = previous count, c = current count.
 -- Admits when p x (W - elapsed) + (c + h) x W <= L x W. In debt c exceeds L; each window that

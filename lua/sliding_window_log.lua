@@ -1,5 +1,5 @@
 -- sliding_window_log: one sorted-set member per admitted unit of cost, scored by its time
--- (src/algorithm/sliding_window_log.rs). Members are `<nonce>:<i>`: the nonce is unique per hit.
+-- (crates/sluice-core/src/algorithm/sliding_window_log.rs). Members are `<nonce>:<i>`: the nonce is unique per hit.
 -- Key: CACHE_KEY_PREFIX .. sliding_window_log_<L>per<W in s>s_domain_key_value_...
 -- State: {count = live stored entries, skip = entries before them that left the window (read
 -- only: kept where they cannot be dropped), added = {hits charged earlier in this call}}; an

@@ -1,4 +1,4 @@
--- token_bucket: `capacity` tokens refilled continuously at L per W (src/algorithm/token_bucket.rs).
+-- token_bucket: `capacity` tokens refilled continuously at L per W (crates/sluice-core/src/algorithm/token_bucket.rs).
 -- Key: CACHE_KEY_PREFIX .. token_bucket_<L>per<W in s>s_b<burst>_domain_key_value_..., a hash:
 --      t = tokens x W (scaled so the refill, L per microsecond, is an integer), u = time (µs).
 -- A missing key is a full bucket; it expires when full again. State: the tokens at hit.now,

@@ -1,4 +1,4 @@
--- warm_up: Guava's SmoothWarmingUp (src/algorithm/warm_up.rs). One permit every S = W / L
+-- warm_up: Guava's SmoothWarmingUp (crates/sluice-core/src/algorithm/warm_up.rs). One permit every S = W / L
 -- (rounded up to a microsecond) once warm; permits stored while idle are handed out slower,
 -- from cold_factor x S at the coldest down to S at the threshold, along the trapezoid that
 -- takes the warm-up period (N whole intervals S) to cross. A hit is admitted when the next

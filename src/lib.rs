@@ -4,7 +4,8 @@
 //! layers live in `crates/` and are re-exported here under the names the tools, tests and
 //! benchmarks use:
 //!
-//! - `sluice_core`: `algorithm`, `duration`, `engine`, `labels`, `limit`, `penalty`;
+//! - `sluice_core`: `algorithm`, `duration`, `engine`, `labels`, `limit`, `modifier` (and
+//!   `penalty`, its first unit);
 //! - `sluice_proto`: `proto` (Envoy's API types);
 //! - `sluice_config`: `config`;
 //! - `sluice_store`: `store`, `series`;
@@ -13,7 +14,8 @@
 #![forbid(unsafe_code)]
 
 pub use sluice_config as config;
-pub use sluice_core::{algorithm, duration, engine, labels, limit, penalty};
+pub use sluice_core::modifier::penalty;
+pub use sluice_core::{algorithm, duration, engine, labels, limit, modifier};
 pub use sluice_proto as proto;
 pub use sluice_server::{
     client_tls, http, lease, metrics, otel, record, rlqs, server, service, settings, statsd, xds,

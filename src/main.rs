@@ -225,7 +225,7 @@ fn explain(rule: &config::Rule) -> Vec<String> {
         ));
     }
     for limit in &limits {
-        if let Some(policy) = &limit.penalty {
+        if let Some(policy) = &limit.modifiers.penalty {
             lines.push(penalty_text(rule, limit, policy));
         }
     }

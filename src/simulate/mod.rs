@@ -313,7 +313,7 @@ fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
                 .limits
                 .iter()
                 .filter_map(|named| named.limit)
-                .map(|limit| match &limit.penalty {
+                .map(|limit| match &limit.modifiers.penalty {
                     Some(policy) => format!("{limit} ({policy})"),
                     None => limit.to_string(),
                 })

@@ -456,7 +456,7 @@ fn the_envoy_example_blocks_a_client_that_keeps_failing_its_login() {
     let rule = domain.resolve(entries).expect("a rule").rule;
     let penalty = rule.limits[0]
         .limit
-        .and_then(|l| l.penalty)
+        .and_then(|l| l.modifiers.penalty)
         .expect("a penalty");
     assert_eq!((penalty.after, penalty.block_ms), (3, 60_000));
 }

@@ -13,6 +13,7 @@ use sluice::algorithm::warm_up::WarmUpParameters;
 use sluice::algorithm::State;
 use sluice::engine::{self, Charging};
 use sluice::limit::{Algorithm, Counting, Decision, Hit, LeaseCall, Limit, Role, Unit};
+use sluice::modifier::Modifiers;
 use sluice::penalty::Policy;
 use sluice::store::key::Shape;
 use sluice::store::memory::MemoryStore;
@@ -285,7 +286,7 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
                 .into_iter()
                 .map(|(a, l, m, b, debt, penalty)| Limit {
                     debt,
-                    penalty,
+                    modifiers: Modifiers { penalty },
                     ..limit(Algorithm::ALL[a], l, m, Some(b))
                 })
                 .collect();
@@ -308,7 +309,7 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
         };
         let (memory, redis) = both_requests(&fixture, &limits, &requests, charging);
         for decision in &memory {
-            let penalty = decision.penalty;
+            let penalty = decision.penalty();
             imposed.fetch_add(usize::from(penalty.imposed), Ordering::Relaxed);
             blocked.fetch_add(
                 usize::from(penalty.until_us > 0 && !penalty.imposed),

@@ -12,7 +12,7 @@ use crate::position::Positions;
 use crate::tree::{Level, NamedLimit, Node, RlqsStrategy, Rule};
 use crate::LoadOptions;
 use sluice_core::limit::{Algorithm, Counting, Limit, Unit, MICROS_PER_SECOND};
-use sluice_core::penalty::Policy;
+use sluice_core::modifier::Modifiers;
 
 /// The longest period a limit may have: 100 years (in microseconds, still exact in a double).
 const MAX_PERIOD_SECONDS: u64 = 100 * 365 * 86_400;
@@ -258,10 +258,11 @@ impl<'a> FileCompiler<'a> {
         if doc.algorithm.is_some()
             || doc.unit_multiplier.is_some()
             || doc.debt.is_some()
-            || doc.penalty.is_some()
+            || !doc.modifiers.is_empty()
             || !doc.parameters.is_empty()
         {
-            let mut keys = vec!["algorithm", "unit_multiplier", "debt", "penalty"];
+            let mut keys = vec!["algorithm", "unit_multiplier", "debt"];
+            keys.extend_from_slice(Modifiers::KEYS);
             keys.extend(Algorithm::parameter_keys());
             let last = keys.pop().unwrap_or_default();
             let reason = format!("unlimited takes no {} or {last}", keys.join(", "));
@@ -315,16 +316,13 @@ impl<'a> FileCompiler<'a> {
             return None;
         }
         let period_us = unit.seconds() * u64::from(unit_multiplier) * MICROS_PER_SECOND;
-        let penalty = match &doc.penalty {
-            None => None,
-            Some(value) => match Policy::parse(value, period_us) {
-                Ok(policy) => Some(policy),
-                Err(refusal) => {
-                    self.error(&format!("{path}.{}", refusal.key), refusal.reason);
-                    return None;
-                }
-            },
-        };
+        let mut modifiers = Modifiers::default();
+        for (key, value) in &doc.modifiers {
+            if let Err(refusal) = modifiers.set(key, value, period_us) {
+                self.error(&format!("{path}.{}", refusal.key), refusal.reason);
+                return None;
+            }
+        }
         Some(Limit {
             counting,
             requests_per_unit,
@@ -332,7 +330,7 @@ impl<'a> FileCompiler<'a> {
             unit_multiplier,
             // `--debt` applies to the limits that can owe.
             debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes(),
-            penalty,
+            modifiers,
         })
     }
 

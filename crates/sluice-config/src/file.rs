@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use sluice_core::algorithm::params::Given;
 use sluice_core::algorithm::Algorithm;
+use sluice_core::modifier::Modifiers;
 
 /// One configuration file: a domain and its descriptor tree.
 #[derive(Debug, Deserialize, Default)]
@@ -71,8 +72,9 @@ pub struct RateLimitDoc {
     /// Charge hits that do not fit (costs reported after the response); default: the
     /// `--debt` setting.
     pub debt: Option<bool>,
-    /// Blocks for clients the limit keeps denying (`penalty::Policy` reads it).
-    pub penalty: Option<serde_yaml::Value>,
+    /// The modifiers' keys (`penalty`, ...: `Modifiers::KEYS`), kept as YAML values for each
+    /// modifier to read, in file order.
+    pub modifiers: Vec<(String, serde_yaml::Value)>,
     pub parameters: Given,
 }
 
@@ -86,7 +88,6 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "algorithm",
     "unit_multiplier",
     "debt",
-    "penalty",
 ];
 
 /// A value read as `scalar_string` reads it.
@@ -131,7 +132,9 @@ impl<'de> Visitor<'de> for RateLimitVisitor {
                 "algorithm" => doc.algorithm = map.next_value::<Scalar>()?.0,
                 "unit_multiplier" => doc.unit_multiplier = map.next_value()?,
                 "debt" => doc.debt = map.next_value()?,
-                "penalty" => doc.penalty = Some(map.next_value()?),
+                _ if Modifiers::KEYS.contains(&key.as_str()) => {
+                    doc.modifiers.push((key.clone(), map.next_value()?));
+                }
                 // The algorithms' own keys (`RateLimitKey` let no other through).
                 _ => {
                     let value: serde_yaml::Value = map.next_value()?;
@@ -172,11 +175,12 @@ impl Visitor<'_> for RateLimitKeyVisitor {
     }
 }
 
-/// Every key of `rate_limit`: the common ones, then the algorithms' own.
+/// Every key of `rate_limit`: the common ones, the modifiers', then the algorithms' own.
 fn rate_limit_keys() -> &'static [&'static str] {
     static KEYS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     KEYS.get_or_init(|| {
         let mut keys = RATE_LIMIT_KEYS.to_vec();
+        keys.extend_from_slice(Modifiers::KEYS);
         keys.extend(Algorithm::parameter_keys());
         keys
     })

@@ -81,6 +81,12 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     parse_us(text).map(Duration::from_micros)
 }
 
+/// Rounds microseconds up to whole seconds: Envoy truncates, so rounding down would tell a
+/// client to retry before it may.
+pub fn ceil_seconds(us: u64) -> u64 {
+    us.div_ceil(1_000_000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 
 use crate::algorithm::{self, Outcome, State};
 use crate::limit::{Decision, Hit, Role};
-use crate::penalty;
+use crate::modifier::penalty;
 
 /// How a store charges the hits of one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -221,7 +221,7 @@ pub fn decide<'s, K: Copy + Eq>(
                 },
             };
             let decide_limit = || decide_hit(&hits[i], charging, current, now_us);
-            let outcome = match hits[i].limit.penalty {
+            let outcome = match hits[i].limit.modifiers.penalty {
                 Some(policy) if !hits[i].releases() => {
                     let record_key = key_of(Part::penalty(i));
                     let record = match records.iter().rev().find(|r| r.key == record_key) {

@@ -15,5 +15,5 @@ pub mod engine;
 pub mod labels;
 pub mod lease;
 pub mod limit;
-pub mod penalty;
+pub mod modifier;
 pub mod share;

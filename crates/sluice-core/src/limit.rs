@@ -5,7 +5,8 @@ use std::fmt;
 
 use crate::algorithm::{self, Outcome, Rate, State};
 pub use crate::algorithm::{Algorithm, Counting, Decision, LeaseCall};
-use crate::penalty::Policy;
+pub use crate::duration::ceil_seconds;
+use crate::modifier::Modifiers;
 
 /// A time unit of envoyproxy/ratelimit's format. Month is 30 days and year 365, as there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,8 +116,9 @@ pub struct Limit {
     /// A hit that does not fit is charged all the same: the limit goes into debt (costs
     /// reported after the response must land).
     pub debt: bool,
-    /// Clients it keeps denying are blocked, longer at each repeat (`penalty`).
-    pub penalty: Option<Policy>,
+    /// What changes how its decision is taken (a penalty: clients it keeps denying are
+    /// blocked, longer at each repeat): the modifier registry's.
+    pub modifiers: Modifiers,
 }
 
 impl Limit {
@@ -128,7 +130,7 @@ impl Limit {
             unit,
             unit_multiplier: 1,
             debt: false,
-            penalty: None,
+            modifiers: Modifiers::default(),
         }
     }
 
@@ -227,8 +229,8 @@ impl fmt::Display for Limit {
         if self.debt {
             write!(f, ", taking debt")?;
         }
-        if self.penalty.is_some() {
-            write!(f, ", with a penalty")?;
+        if !self.modifiers.is_empty() {
+            f.write_str(&self.modifiers.shown())?;
         }
         Ok(())
     }
@@ -318,12 +320,6 @@ impl Role {
             Role::PassingQuota => "passing_quota",
         }
     }
-}
-
-/// Rounds microseconds up to whole seconds: Envoy truncates, so rounding down would tell a
-/// client to retry before it may.
-pub fn ceil_seconds(us: u64) -> u64 {
-    us.div_ceil(MICROS_PER_SECOND)
 }
 
 #[cfg(test)]

@@ -1,9 +1,12 @@
 //! A concurrency limit's lease at the request's edges: the token in a request's descriptor
-//! (a release) and in a response's dynamic metadata (an acquire), on Envoy's protos. The token
+//! (a release), written into a response's dynamic metadata (an acquire) and read back from
+//! it, on Envoy's protos. The token
 //! itself, its format and the entry's key are the core's (`sluice_core::lease`).
 
 pub use sluice_core::lease::*;
 
+use prost_types::value::Kind;
+use prost_types::{Struct, Value};
 use sluice_proto::{RateLimitDescriptor, RateLimitResponse};
 
 /// The token a descriptor releases: its `sluice.lease` entry's (validated before).
@@ -19,7 +22,16 @@ pub fn released_token(descriptor: &RateLimitDescriptor) -> Option<u64> {
 pub fn token_in(response: &RateLimitResponse) -> Option<String> {
     let value = response.dynamic_metadata.as_ref()?.fields.get(LEASE_KEY)?;
     match &value.kind {
-        Some(prost_types::value::Kind::StringValue(token)) => Some(token.clone()),
+        Some(Kind::StringValue(token)) => Some(token.clone()),
         _ => None,
     }
+}
+
+/// Adds the token of the leases a request took (`sluice.lease`, docs/concurrency.md), whether
+/// or not the reference's metadata is on.
+pub fn add_token(metadata: &mut Struct, token: u64) {
+    let value = Value {
+        kind: Some(Kind::StringValue(format_token(token))),
+    };
+    metadata.fields.insert(LEASE_KEY.into(), value);
 }

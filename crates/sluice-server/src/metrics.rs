@@ -4,6 +4,7 @@
 //! Prometheus mapping so existing dashboards keep working; sluice's own metrics start with
 //! `sluice_`. Other components write their own series (`series::Reporting`).
 
+mod leases;
 mod penalties;
 pub mod runtime;
 
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 
-use metrics::{Counter, Gauge, Histogram, Label};
+use metrics::{Counter, Histogram, Label};
 
 use crate::statsd::ServiceStats;
 use sluice_core::labels::LimitLabels;
@@ -46,19 +47,9 @@ struct LimitCounters {
     /// The labels they are registered under (the overflow set's past the bound).
     labels: LimitLabels,
     /// A concurrency limit's lease series, registered when it first takes or frees one.
-    leases: OnceLock<LeaseCounters>,
+    leases: OnceLock<leases::LeaseCounters>,
     /// A penalty's series, registered when it first blocks a client.
     penalties: OnceLock<penalties::PenaltyCounters>,
-}
-
-/// One concurrency limit's leases: taken, refused, released, expired (in leases, a hit's
-/// cost), and held = taken - released - expired.
-struct LeaseCounters {
-    acquired: Counter,
-    refused: Counter,
-    released: Counter,
-    expired: Counter,
-    held: Gauge,
 }
 
 /// The server's metrics. Handles are registered once and cached, so recording a decision is a
@@ -161,7 +152,7 @@ impl Metrics {
 
     /// What a limit's penalty did to a hit (`decision`): imposed a block, or denied it for one.
     pub fn record_penalty(&self, labels: &LimitLabels, decision: &Decision) {
-        if decision.penalty.until_us == 0 {
+        if decision.penalty().until_us == 0 {
             return;
         }
         let known = self.limits.load();
@@ -172,7 +163,7 @@ impl Metrics {
         let penalties = counters.penalties.get_or_init(|| {
             penalties::PenaltyCounters::new(&self.series, &limit_labels(&counters.labels))
         });
-        penalties.record(&decision.penalty, decision.retry_after_us, self.epoch);
+        penalties.record(&decision.penalty(), decision.retry_after_us, self.epoch);
     }
 
     /// Counts one limited descriptor's hits, split as envoyproxy/ratelimit's base limiter
@@ -195,30 +186,12 @@ impl Metrics {
             Some(counters) => counters.clone(),
             None => self.register_limit(labels),
         };
-        let leases = counters.leases.get_or_init(|| {
-            let labels = limit_labels(&counters.labels);
-            let counter = |name: &'static str| self.series.counter(name, labels.clone());
-            LeaseCounters {
-                acquired: counter("sluice_leases_acquired_total"),
-                refused: counter("sluice_leases_refused_total"),
-                released: counter("sluice_leases_released_total"),
-                expired: counter("sluice_leases_expired_total"),
-                held: self.series.gauge("sluice_leases_held", labels.clone()),
-            }
-        });
-        let decision = &lease.decision;
-        let (released, expired) = (u64::from(decision.released), u64::from(decision.expired));
-        if lease.taken(request_denied) {
-            leases.acquired.increment(lease.cost);
-            #[allow(clippy::cast_precision_loss)]
-            leases.held.increment(lease.cost as f64);
-        } else if lease.refused() {
-            leases.refused.increment(lease.cost);
-        }
-        leases.released.increment(released);
-        leases.expired.increment(expired);
-        #[allow(clippy::cast_precision_loss)]
-        leases.held.decrement((released + expired) as f64);
+        counters
+            .leases
+            .get_or_init(|| {
+                leases::LeaseCounters::new(&self.series, &limit_labels(&counters.labels))
+            })
+            .record(lease, request_denied);
     }
 
     fn count(&self, counters: &LimitCounters, outcome: &LimitOutcome) {

@@ -23,12 +23,14 @@ use crate::metrics::{LimitOutcome, Metrics};
 use crate::otel::spans;
 use crate::record::Recorder;
 pub use error::DecisionError;
-pub use extras::{utc_text, HeaderForm, HeaderNames, PENALTY_KEY};
+pub use extras::{HeaderForm, HeaderNames};
 pub use response::{Applied, Verdict};
 use sluice_config::Config;
 use sluice_core::engine::Charging;
 pub use sluice_core::limit::LeaseOutcome;
 use sluice_core::limit::{Decision, Hit};
+use sluice_core::modifier::penalty;
+pub use sluice_core::modifier::penalty::{utc_text, METADATA_KEY as PENALTY_KEY};
 use sluice_proto::rate_limit_response::Code;
 use sluice_proto::rate_limit_service_server::RateLimitService;
 use sluice_proto::{RateLimitRequest, RateLimitResponse};
@@ -192,13 +194,14 @@ impl<S: Store> RateLimiter<S> {
             .then(|| extras::dynamic_metadata(request, &verdicts, &statuses));
         // The token of the leases taken, for the release to send back.
         if let (Some(token), true) = (token, acquired) {
-            extras::add_lease_token(dynamic_metadata.get_or_insert_with(Default::default), token);
+            lease::add_token(dynamic_metadata.get_or_insert_with(Default::default), token);
         }
         // The block that denies the request (or would, in shadow mode).
         if let Some(block) = block {
-            extras::add_block(
+            extras::add_unit_fields(
                 dynamic_metadata.get_or_insert_with(Default::default),
-                &block,
+                penalty::METADATA_KEY,
+                penalty::metadata_fields(&block),
             );
         }
         let response = RateLimitResponse {

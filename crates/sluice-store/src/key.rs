@@ -102,7 +102,7 @@ impl Shape {
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 48);
     key.push_str(prefix);
-    let tagged = hit.limit.penalty.is_some();
+    let tagged = hit.limit.modifiers.penalty.is_some();
     let descriptor = if tagged {
         push_tag(&mut key, &hit.key)
     } else {
@@ -282,7 +282,7 @@ mod redis_key_tests {
 mod penalty_key_tests {
     use super::*;
     use sluice_core::limit::{Role, Unit};
-    use sluice_core::penalty::Policy;
+    use sluice_core::modifier::penalty::Policy;
 
     fn penalized(key: &str) -> Hit {
         let policy = Policy {
@@ -296,7 +296,9 @@ mod penalty_key_tests {
         Hit {
             key: key.to_string(),
             limit: Limit {
-                penalty: Some(policy),
+                modifiers: sluice_core::modifier::Modifiers {
+                    penalty: Some(policy),
+                },
                 ..Limit::fixed_window(10, Unit::Minute)
             },
             cost: 1,

@@ -21,9 +21,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::series::{Reporting, Series};
 use crate::{Clock, Store, StoreError};
+use sluice_core::algorithm::Mark;
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Decision, Hit, Limit};
-use sluice_core::penalty::Penalized;
+use sluice_core::modifier::penalty::Penalized;
 
 /// What one entry costs beside its key: the limit, two times, and the map's own overhead.
 const ENTRY_OVERHEAD_BYTES: usize = 96;
@@ -206,7 +207,7 @@ impl OverLimitCache {
         if hit.lease.is_some() || hit.limit.algorithm().leases() {
             return false;
         }
-        if hit.limit.penalty.is_some() {
+        if hit.limit.modifiers.penalty.is_some() {
             // Only its blocks are remembered (`remember`).
             return true;
         }
@@ -220,7 +221,7 @@ impl OverLimitCache {
     fn answer(&self, hit: &Hit, charging: Charging, now_us: u64) -> Option<Decision> {
         // A block denies every cost; an over-limit key, only costs above 0, but with the
         // reference's counting a check too (its window's count is past L: a check is denied).
-        let blocks = hit.limit.penalty.is_some();
+        let blocks = hit.limit.modifiers.penalty.is_some();
         let check_fits = hit.cost == 0 && charging == Charging::AllOrNothing;
         if (check_fits && !blocks) || !Self::applies(hit, charging) {
             return None;
@@ -234,12 +235,11 @@ impl OverLimitCache {
             remaining: 0,
             reset_after_us: over.reset_at_us.max(over.until_us) - now_us,
             retry_after_us: over.until_us - now_us,
-            penalty: Penalized {
+            mark: Mark::penalty(Penalized {
                 imposed: false,
                 ..over.penalty
-            },
+            }),
             decided_at_us: now_us,
-            ..Decision::default()
         })
     }
 
@@ -247,8 +247,8 @@ impl OverLimitCache {
     /// or, with the reference's counting, one of any cost, a check's included (its window's
     /// count is past L), as the reference's cache does.
     fn remember(&self, hit: &Hit, decision: &Decision, charging: Charging, now_us: u64) {
-        if hit.limit.penalty.is_some() {
-            if decision.penalty.until_us > 0 && decision.retry_after_us > 0 {
+        if hit.limit.modifiers.penalty.is_some() {
+            if decision.penalty().until_us > 0 && decision.retry_after_us > 0 {
                 self.insert(hit, now_us, decision);
             }
             return;
@@ -296,7 +296,7 @@ impl OverLimitCache {
         let over = Over {
             until_us: now_us + decision.retry_after_us,
             reset_at_us: now_us + decision.reset_after_us,
-            penalty: decision.penalty,
+            penalty: decision.penalty(),
         };
         if shard.insert((hit.key.clone(), hit.limit), over).is_none() {
             used.fetch_add(size, Ordering::Relaxed);

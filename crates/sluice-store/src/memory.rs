@@ -296,7 +296,7 @@ impl MemoryStore {
     }
 
     /// What `hit`'s penalty remembers of its client now, for tools and tests.
-    pub fn record_of(&self, hit: &Hit) -> Option<sluice_core::penalty::Record> {
+    pub fn record_of(&self, hit: &Hit) -> Option<sluice_core::modifier::penalty::Record> {
         let now_us = self.clock.now_us();
         let (id, index) = self.locate_record(hit);
         let shard = self.lock(index);
@@ -439,7 +439,7 @@ impl Store for MemoryStore {
         // One hit vetoes exactly when it is denied: all-or-nothing is the hit alone (unless
         // a penalty's record is kept beside it).
         if let [hit] = hits {
-            if hit.limit.penalty.is_none() {
+            if hit.limit.modifiers.penalty.is_none() {
                 return Ok(vec![self.charge_one(hit, charging)?]);
             }
         }

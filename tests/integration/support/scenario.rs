@@ -13,7 +13,7 @@ pub fn limit(algorithm: Algorithm, requests: u32, multiplier: u32, burst: Option
         unit: Unit::Second,
         unit_multiplier: multiplier,
         debt: false,
-        penalty: None,
+        modifiers: sluice::modifier::Modifiers::default(),
     }
 }
 

@@ -12,7 +12,7 @@
 use crate::algorithm::params::NoParameters;
 use crate::algorithm::persist::{put_count, Input, Persist};
 use crate::algorithm::remaining;
-use crate::algorithm::{Ask, Decision, HeapSize, LeaseCall, LimitAlgorithm};
+use crate::algorithm::{Ask, Decision, HeapSize, LeaseCall, LimitAlgorithm, Mark};
 
 /// One token's leases on one key: how many, and when they end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,12 +112,14 @@ impl LimitAlgorithm for Concurrency {
             remaining: remaining(u128::from(capacity.saturating_sub(held_after))),
             reset_after_us,
             retry_after_us,
-            released: remaining(u128::from(released)),
-            expired: if writes {
-                remaining(u128::from(expired))
-            } else {
-                0
-            },
+            mark: Mark::leases(
+                remaining(u128::from(released)),
+                if writes {
+                    remaining(u128::from(expired))
+                } else {
+                    0
+                },
+            ),
             ..Decision::default()
         };
         (decision, writes.then_some(Leases(live)))
@@ -274,7 +276,7 @@ mod tests {
                         taken.push((0, 0));
                         let of = taken.get(token as usize - 1).copied();
                         let live = of.filter(|&(took, until)| took > 0 && until > now);
-                        let freed = u64::from(decision.released);
+                        let freed = u64::from(decision.leases().0);
                         prop_assert_eq!(before - after, freed);
                         match live {
                             Some((took, _)) if freed > 0 => {

@@ -14,6 +14,7 @@
 //! settings of its own or not, is one Rust file, one Lua file and one row.
 
 pub mod concurrency;
+mod decision;
 pub mod fixed_window;
 pub mod leaky_bucket;
 pub mod params;
@@ -28,6 +29,7 @@ pub mod warm_up;
 use std::borrow::Borrow;
 use std::fmt;
 
+pub use decision::{Decision, Mark, Outcome};
 use params::{Given, Parameters, Refusal};
 use persist::Persist;
 pub use rate::Rate;
@@ -472,49 +474,6 @@ impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// What an algorithm decided for one hit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Decision {
-    pub admitted: bool,
-    /// Requests still admitted after this one; for a denial, what remained before it (the
-    /// response says 0; metrics split the denied hits by it, as the reference does).
-    pub remaining: u32,
-    /// Time until the limit is fully replenished.
-    pub reset_after_us: u64,
-    /// Time until this same request would be admitted; 0 when admitted.
-    pub retry_after_us: u64,
-    /// A concurrency limit's leases this hit released (its token's), and those it found past
-    /// their life and dropped; 0 for every other limit.
-    pub released: u32,
-    pub expired: u32,
-    /// What the limit's penalty did: blocked the hit, or imposed the block (`penalty`).
-    pub penalty: penalty_state::Penalized,
-    /// When the store decided it (its clock, µs since the epoch); 0 when no store did. The
-    /// memory store reads it under the locks the decision holds, so that two decisions on
-    /// one key are in the order of their times (what a recording replays by).
-    pub decided_at_us: u64,
-}
-
-impl Decision {
-    /// The `duration_until_reset` Envoy gets: time to full replenishment when admitted, time
-    /// until the same request would pass when not.
-    pub fn duration_until_reset_us(&self) -> u64 {
-        if self.admitted {
-            self.reset_after_us
-        } else {
-            self.retry_after_us
-        }
-    }
-}
-
-/// The result of one check: the decision, and the state to store (with the time after which
-/// it no longer matters) when it changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub decision: Decision,
-    pub new_state: Option<(State, u64)>,
 }
 
 /// One algorithm's decision under the common rules, with its state's expiry.

@@ -1,7 +1,7 @@
 //! What a penalty keeps of a client (`Record`, and `Held`, as a store holds and persists it)
 //! and what a decision says of a penalty (`Penalized`): plain state, kept beside the
 //! algorithms' states because a store's `State` and every `Decision` carry it. The rules that
-//! read and write it are the penalty's (`crate::penalty`, a modifier above the algorithms,
+//! read and write it are the penalty's (`crate::modifier::penalty`, a modifier above the algorithms,
 //! which re-exports these types); nothing here knows them.
 
 use super::persist::{Input, Persist};

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use metrics::{Counter, Gauge, Label};
 
-use sluice_core::penalty::Penalized;
+use sluice_core::modifier::penalty::Penalized;
 use sluice_store::series::Series;
 
 /// The series of one limit's penalty.

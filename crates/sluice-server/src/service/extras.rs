@@ -6,10 +6,11 @@
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
-use crate::lease::{self, LEASE_KEY};
 use crate::service::plan::Settled;
 use crate::service::response::Verdict;
-use sluice_core::limit::{ceil_seconds, Decision, Unit};
+use sluice_core::limit::Unit;
+use sluice_core::modifier::penalty;
+use sluice_core::modifier::MetaValue;
 use sluice_proto::envoy::config::core::v3::HeaderValue;
 use sluice_proto::rate_limit_response::{Code, DescriptorStatus};
 use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
@@ -198,38 +199,18 @@ fn override_text(limit: &sluice_proto::rate_limit_descriptor::RateLimitOverride)
     fields.join(" ")
 }
 
-/// Adds the token of the leases a request took (`sluice.lease`: docs/concurrency.md
-/// ), whether or not the reference's metadata is on.
-pub fn add_lease_token(metadata: &mut Struct, token: u64) {
-    metadata
-        .fields
-        .insert(LEASE_KEY.into(), string(lease::format_token(token)));
-}
-
-/// The dynamic metadata key of a penalty's block (docs/penalties.md).
-pub const PENALTY_KEY: &str = "sluice.penalty";
-
-/// A block a penalty put on a request's descriptor.
-#[derive(Debug, Clone)]
-pub struct Block {
-    pub descriptor: usize,
-    pub decision: Decision,
-    pub limit_name: String,
-    pub shadow_mode: bool,
-}
-
 /// Of the blocks on a request's descriptors, the one ending last.
-pub fn latest_block(settled: &[Settled<'_>]) -> Option<Block> {
+pub fn latest_block(settled: &[Settled<'_>]) -> Option<penalty::Block> {
     let (descriptor, s, decision) = settled
         .iter()
         .enumerate()
         .flat_map(|(i, s)| s.blocks.iter().map(move |d| (i, s, *d)))
-        .max_by_key(|(i, _, d)| (d.penalty.until_us, std::cmp::Reverse(*i)))?;
+        .max_by_key(|(i, _, d)| (d.penalty().until_us, std::cmp::Reverse(*i)))?;
     let (limit_name, shadow_mode) = match &s.verdict {
         Verdict::Limited(applied) => (applied.name.to_string(), applied.shadow_mode),
         _ => (String::new(), false),
     };
-    Some(Block {
+    Some(penalty::Block {
         descriptor,
         decision,
         limit_name,
@@ -237,57 +218,22 @@ pub fn latest_block(settled: &[Settled<'_>]) -> Option<Block> {
     })
 }
 
-/// Adds `sluice.penalty`: until when the client is blocked (RFC 3339, UTC, to the second,
-/// rounded up as `Retry-After` is), the seconds to wait, the offence's number, whether this
-/// request's denial imposed it, the descriptor (its index in the request), the limit's name,
-/// and whether the limit is in shadow mode (the block counted, not enforced).
-pub fn add_block(metadata: &mut Struct, block: &Block) {
-    let penalty = &block.decision.penalty;
-    let until_s = ceil_seconds(penalty.until_us);
-    let mut fields = std::collections::BTreeMap::new();
-    fields.insert("until".into(), string(utc_text(until_s)));
-    #[allow(clippy::cast_precision_loss)]
-    let numbers = [
-        (
-            "retry_after_seconds",
-            ceil_seconds(block.decision.retry_after_us) as f64,
-        ),
-        ("offence", f64::from(penalty.offence)),
-        ("descriptor", block.descriptor as f64),
-    ];
-    for (name, value) in numbers {
-        fields.insert(name.into(), number(value));
-    }
-    fields.insert("imposed".into(), boolean(penalty.imposed));
-    fields.insert("shadow_mode".into(), boolean(block.shadow_mode));
-    if !block.limit_name.is_empty() {
-        fields.insert("limit".into(), string(block.limit_name.clone()));
-    }
+/// Adds a unit's field `key` to the dynamic metadata: a map of the plain values it gives.
+pub fn add_unit_fields(metadata: &mut Struct, key: &str, given: Vec<(&'static str, MetaValue)>) {
+    let fields = given
+        .into_iter()
+        .map(|(name, value)| {
+            let value = match value {
+                MetaValue::Text(text) => string(text),
+                MetaValue::Number(n) => number(n),
+                MetaValue::Flag(b) => boolean(b),
+            };
+            (name.to_string(), value)
+        })
+        .collect();
     metadata
         .fields
-        .insert(PENALTY_KEY.into(), structure(Struct { fields }));
-}
-
-/// `seconds` since the epoch as RFC 3339 UTC (`2026-12-01T20:15:00Z`), by the civil calendar
-/// (days to year, month, day as in Howard Hinnant's `civil_from_days`).
-pub fn utc_text(seconds: u64) -> String {
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+        .insert(key.into(), structure(Struct { fields }));
 }
 
 /// Adds `from`'s fields to `into`, keeping a value `into` already has; two maps of the same
@@ -337,18 +283,5 @@ fn list(values: Vec<Value>) -> Value {
 fn structure(fields: Struct) -> Value {
     Value {
         kind: Some(Kind::StructValue(fields)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_are_written_in_utc_by_the_civil_calendar() {
-        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
-        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(utc_text(1_796_156_100), "2026-12-01T20:15:00Z");
-        assert_eq!(utc_text(4_102_444_799), "2099-12-31T23:59:59Z");
     }
 }

@@ -234,7 +234,7 @@ pub fn settle<'a>(
                 });
             let blocks = taken
                 .iter()
-                .filter(|d| d.penalty.until_us > 0)
+                .filter(|d| d.penalty().until_us > 0)
                 .copied()
                 .collect();
             let bound = engine::binding(&taken).and_then(|index| {

@@ -122,7 +122,7 @@ impl MemoryStore {
         let mut parts: SmallVec<[Part; 4]> = (0..hits.len()).map(Part::limit).collect();
         parts.extend(
             (0..hits.len())
-                .filter(|&i| hits[i].limit.penalty.is_some())
+                .filter(|&i| hits[i].limit.modifiers.penalty.is_some())
                 .map(Part::penalty),
         );
         let mut placed: SmallVec<[(KeyId, usize); 4]> = parts

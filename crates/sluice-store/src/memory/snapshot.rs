@@ -414,7 +414,7 @@ mod tests {
     use sluice_core::algorithm::{Algorithm, LeaseCall};
     use sluice_core::engine::Charging;
     use sluice_core::limit::{Counting, Hit, Limit, Role, Unit};
-    use sluice_core::penalty::Policy;
+    use sluice_core::modifier::penalty::Policy;
     use std::sync::Arc;
 
     const START_US: u64 = 1_700_000_000_000_000;
@@ -437,7 +437,7 @@ mod tests {
             .map(|&algorithm| hit(&format!("k_{algorithm}_"), algorithm, 3))
             .collect();
         let mut penalized = hit("login_", Algorithm::FixedWindow, 1);
-        penalized.limit.penalty = Some(Policy {
+        penalized.limit.modifiers.penalty = Some(Policy {
             after: 2,
             within_us: 600_000_000,
             block_ms: 60_000,

@@ -5,7 +5,7 @@
 use redis::Cmd;
 
 use sluice_core::limit::{LeaseCall, Role};
-use sluice_core::penalty::Policy;
+use sluice_core::modifier::penalty::Policy;
 
 /// The arguments of one hit in a script call, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -31,9 +31,10 @@ use scripts::Script;
 
 use crate::series::{Reporting, Series};
 use crate::{key, Clock, Store, StoreError};
+use sluice_core::algorithm::Mark;
 use sluice_core::engine::{descriptor_groups, Charging};
 use sluice_core::limit::{Decision, Hit, Unit};
-use sluice_core::penalty::Penalized;
+use sluice_core::modifier::penalty::Penalized;
 
 /// Which clock the scripts read (`--redis-time`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,7 +260,7 @@ impl RedisStore {
             debt: hit.limit.debt,
             group,
             lease: hit.lease,
-            penalty: hit.limit.penalty,
+            penalty: hit.limit.modifiers.penalty,
             own: hit.limit.counting.script_args(&rate),
             own_count: algorithm.own_script_args().len(),
         }
@@ -279,7 +280,7 @@ impl RedisStore {
             for hit in &hits[group.clone()] {
                 calls.push(HitCall {
                     key: key::redis_key(&self.key_prefix, hit, now_us),
-                    record_key: (hit.limit.penalty.is_some() && !hit.releases())
+                    record_key: (hit.limit.modifiers.penalty.is_some() && !hit.releases())
                         .then(|| key::penalty_key(&self.key_prefix, hit)),
                     args: self.script_args(hit, group.start, now_us),
                     backend: self.backend_of(hit),
@@ -420,18 +421,28 @@ fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u
                 remaining: u32::try_from(non_negative(fields[1])).unwrap_or(u32::MAX),
                 reset_after_us: non_negative(fields[2]),
                 retry_after_us: non_negative(fields[3]),
-                released: u32::try_from(non_negative(fields[4])).unwrap_or(u32::MAX),
-                expired: u32::try_from(non_negative(fields[5])).unwrap_or(u32::MAX),
-                penalty: Penalized {
-                    until_us: non_negative(fields[6]),
-                    offence: u32::try_from(non_negative(fields[7])).unwrap_or(u32::MAX),
-                    imposed: fields[8] == 1,
-                },
+                mark: reply_mark(fields),
                 decided_at_us: 0,
             };
             (decision, fields.get(9).map_or(0, |&at| non_negative(at)))
         })
         .collect())
+}
+
+/// What a hit's reply says beside the common answer: a penalty's block (fields 6 to 8) or
+/// a concurrency limit's released and expired leases (fields 4 and 5); a block replaces the
+/// limit's own decision, so a reply carries one or the other.
+fn reply_mark(fields: &[i64]) -> Mark {
+    let number = |v: i64| u64::try_from(v).unwrap_or(0);
+    let count = |v: i64| u32::try_from(number(v)).unwrap_or(u32::MAX);
+    match Mark::penalty(Penalized {
+        until_us: number(fields[6]),
+        offence: count(fields[7]),
+        imposed: fields[8] == 1,
+    }) {
+        Mark::None => Mark::leases(count(fields[4]), count(fields[5])),
+        block => block,
+    }
 }
 
 /// A reply that makes no sense.

@@ -245,6 +245,12 @@ fn factor_of(value: &serde_yaml::Value) -> Result<u32, Refusal> {
     u32::try_from(milli).map_err(|_| refused())
 }
 
+impl crate::modifier::ModifierPolicy for Policy {
+    fn parse(value: &serde_yaml::Value, period_us: u64) -> Result<Policy, Refusal> {
+        Policy::parse(value, period_us)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

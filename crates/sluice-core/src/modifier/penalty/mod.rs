@@ -13,10 +13,12 @@
 //! past its last strike or block end (only `within` while it has no offence): after that its
 //! next offence is a first one again.
 
+mod metadata;
 pub mod policy;
 
 pub use crate::algorithm::penalty_state::{Held, Penalized, Record};
-use crate::algorithm::{Decision, Outcome};
+use crate::algorithm::{Decision, Mark, Outcome};
+pub use metadata::{fields as metadata_fields, utc_text, Block, METADATA_KEY};
 pub use policy::Policy;
 
 /// The record as it reads at `now_us`: absent once forgotten.
@@ -38,11 +40,11 @@ fn block_decision(record: &Record, now_us: u64, imposed: bool) -> Decision {
         remaining: 0,
         reset_after_us: wait,
         retry_after_us: wait,
-        penalty: Penalized {
+        mark: Mark::Penalty(Penalized {
             until_us: record.blocked_until_us,
             offence: record.offences,
             imposed,
-        },
+        }),
         ..Decision::default()
     }
 }
