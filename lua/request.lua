@@ -7,7 +7,7 @@
 -- "every" (the reference's counting),
 -- every hit is charged so, denied or not, but a lease's acquire: a lease is taken only by a
 -- request that is not vetoed, in both modes. With "all", a request that its hits veto
--- (an enforced hit denied, or every quota hit denied: src/engine.rs, `vetoed`) charges
+-- (an enforced hit denied, or every quota hit denied: crates/sluice-core/src/engine.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 -- A hit of a limit with a penalty is denied while its client is blocked, its limit left
 -- alone; a strike (lua/penalty.lua) is recorded whatever the request's fate.
@@ -72,36 +72,9 @@ local function append(replies, d, now)
   replies[#replies + 1] = now
 end
 
--- One call: decides the hits of KEYS and ARGV (see common.lua). scripts.rs ends the script
--- with `return request(KEYS, ARGV)`, or registers `request` as a function of a library.
-local function request(KEYS, ARGV, read_only)
-  local mode = ARGV[1]
-  -- Whether a hit's charge stands whatever its request's fate: debt, a release, and with
-  -- "every" every hit but a lease's acquire (a lease is taken only by an admitted request,
-  -- the only one that gets its token).
-  local every = mode == 'every' or mode == 'every_part'
-  local function always_stands(hit)
-    return hit.debt or hit.releases or (every and not hit.acquires)
-  end
-  -- Read-only: whether the answer needed a write.
-  local needed = 0
-  -- The calls of a Cluster ("any", "refund") also reply the time each hit was decided at.
-  local with_time = mode == 'any' or mode == 'every_part' or mode == 'refund'
-  local fields = with_time and 10 or 9
-
-  -- Redis TIME, read once per call when some hit needs it.
-  local redis_now = nil
-  local function now_of(given)
-    if given ~= '' then
-      return tonumber(given)
-    end
-    if redis_now == nil then
-      redis_now = now_us('')
-    end
-    return redis_now
-  end
-
-  -- The hits: their keys come first in KEYS, their penalties' records' after them.
+-- A call's hits from KEYS and ARGV (see common.lua): their keys come first in KEYS, their
+-- penalties' records' after them. `now_of` reads a hit's time (Redis TIME when not given).
+local function parse_hits(KEYS, ARGV, read_only, every, now_of)
   local hits = {}
   local at = 2
   local i = 0
@@ -132,45 +105,45 @@ local function request(KEYS, ARGV, read_only)
     end
     at = at + COMMON + #own
   end
+  return hits
+end
 
-  if mode == 'refund' then
-    -- Each hit's charge taken back, then what remains: the decision of cost 0 at the time
-    -- the charge was decided.
-    local replies = {}
-    for _, hit in ipairs(hits) do
-      local rules = algorithm(hit.algorithm)
-      rules.refund(hit)
-      append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
-    end
-    return replies
+-- "refund": each hit's charge taken back, then what remains: the decision of cost 0 at the
+-- time the charge was decided.
+local function refund(hits)
+  local replies = {}
+  for _, hit in ipairs(hits) do
+    local rules = algorithm(hit.algorithm)
+    rules.refund(hit)
+    append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
   end
+  return replies
+end
 
-  -- One hit (most requests): every mode charges it alike. It is charged when its decision
-  -- changed the state, which a denial does only in debt or with "every".
-  if #hits == 1 and not hits[1].penalty then
-    local hit = hits[1]
-    local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
-    if changed ~= nil then
-      if not read_only then
-        algorithm(hit.algorithm).write(hit, changed)
-      elseif not droppable(hit, d) then
-        needed = 1
-      end
+-- One hit without a penalty (most requests): every mode charges it alike. It is charged when
+-- its decision changed the state, which a denial does only in debt or with "every".
+local function one_hit(hit, read_only, with_time, fields)
+  local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
+  local needed = 0
+  if changed ~= nil then
+    if not read_only then
+      algorithm(hit.algorithm).write(hit, changed)
+    elseif not droppable(hit, d) then
+      needed = 1
     end
-    if with_time then
-      d[10] = hit.now
-    end
-    if read_only then
-      d[fields + 1] = needed
-    end
-    return d
   end
+  if with_time then
+    d[10] = hit.now
+  end
+  if read_only then
+    d[fields + 1] = needed
+  end
+  return d
+end
 
-  -- Several hits. Per key: the state read (every algorithm's read gives one), and the state the
-  -- standing charges so far left.
-  local original = {}
-  local latest = {}
-  -- The values of the keys whose state is a plain value, read with one MGET.
+-- The values of the hits' keys whose state is a plain value, read with one MGET (when more
+-- than one), by key.
+local function fetch_plain(hits)
   local fetched = {}
   local plain_keys = {}
   for _, hit in ipairs(hits) do
@@ -185,39 +158,50 @@ local function request(KEYS, ARGV, read_only)
       fetched[key] = values[k]
     end
   end
-  local decisions, changes, stands = {}, {}, {}
-  -- The penalties' records by key as the hits so far left them (false: none), and those to
-  -- write, with the time of the hit that changed them last.
-  local records, struck = {}, {}
-  -- Decides `hit` on `state` as its penalty says: blocked, or the limit's decision with a
-  -- strike counted when it is one.
-  local function penalized(hit, state)
-    local p = hit.penalty
-    if not p or hit.releases then
-      return decide(hit, state)
-    end
-    local record = records[p.key]
-    if record == nil then
-      record = penalty_read(p.key, hit.now) or false
-      records[p.key] = record
-    end
-    if record and record.remembered <= hit.now then
-      record = false
-    end
-    if record and record.blocked > hit.now then
-      return penalty_denial(record, hit.now, false, 0), nil
-    end
-    local d, changed = decide(hit, state)
-    if penalty_strikes(d, changed) then
-      local next, imposed = penalty_strike(p, record or nil, hit.now)
-      records[p.key] = next
-      struck[p.key] = {next, hit.now}
-      if imposed then
-        d = penalty_denial(next, hit.now, true, d[2])
-      end
-    end
-    return d, changed
+  return fetched
+end
+
+-- Decides `hit` on `state` as its penalty says: blocked, or the limit's decision with a
+-- strike counted when it is one. `records` holds the penalties' records by key as the hits
+-- so far left them (false: none); `struck` those to write, with the time of the hit that
+-- changed them last.
+local function penalized(hit, state, records, struck)
+  local p = hit.penalty
+  if not p or hit.releases then
+    return decide(hit, state)
   end
+  local record = records[p.key]
+  if record == nil then
+    record = penalty_read(p.key, hit.now) or false
+    records[p.key] = record
+  end
+  if record and record.remembered <= hit.now then
+    record = false
+  end
+  if record and record.blocked > hit.now then
+    return penalty_denial(record, hit.now, false, 0), nil
+  end
+  local d, changed = decide(hit, state)
+  if penalty_strikes(d, changed) then
+    local next, imposed = penalty_strike(p, record or nil, hit.now)
+    records[p.key] = next
+    struck[p.key] = {next, hit.now}
+    if imposed then
+      d = penalty_denial(next, hit.now, true, d[2])
+    end
+  end
+  return d, changed
+end
+
+-- Decides the hits group by group, each on the state the hits before it left. A group stands
+-- whole or not at all; a hit that `always_stands` stands alone; `leaves_groups` ("any" and
+-- "every_part": one Cluster slot's share of a request) leaves the groups to sluice. Returns
+-- the call's `s`: decisions, changes and stands by hit, the states read (`original`), the
+-- states the standing charges left (`latest`), and the penalties' records `struck`.
+local function decide_groups(hits, always_stands, leaves_groups)
+  local fetched = fetch_plain(hits)
+  local s = {decisions = {}, changes = {}, stands = {}, original = {}, latest = {}, struck = {}}
+  local records = {}
   local n = #hits
   local i = 1
   while i <= n do
@@ -230,19 +214,19 @@ local function request(KEYS, ARGV, read_only)
       local key = hit.key
       local state = overlay and overlay[key]
       if state == nil then
-        state = latest[key]
+        state = s.latest[key]
       end
       if state == nil then
-        state = original[key]
+        state = s.original[key]
       end
       if state == nil then
         state = algorithm(hit.algorithm).read(hit, fetched[key])
-        original[key] = state
+        s.original[key] = state
       end
-      local d, changed = penalized(hit, state)
-      decisions[i] = d
+      local d, changed = penalized(hit, state, records, s.struck)
+      s.decisions[i] = d
       if changed ~= nil then
-        changes[i] = changed
+        s.changes[i] = changed
         if i < n and hits[i + 1].group == group then
           overlay = overlay or {}
           overlay[key] = changed
@@ -251,82 +235,86 @@ local function request(KEYS, ARGV, read_only)
       denied = denied or d[1] == 0
       i = i + 1
     end
-    -- A group stands whole or not at all; debt, and every hit but a lease's acquire with
-    -- "every", always stands. "any" and "every_part" (one Cluster slot's share of a
-    -- request) leave the groups to sluice.
     for j = first, i - 1 do
-      local change = changes[j]
-      if change ~= nil and (always_stands(hits[j]) or not denied or mode == 'any' or mode == 'every_part') then
-        stands[j] = true
-        latest[hits[j].key] = change
+      local change = s.changes[j]
+      if change ~= nil and (always_stands(hits[j]) or not denied or leaves_groups) then
+        s.stands[j] = true
+        s.latest[hits[j].key] = change
       end
     end
   end
+  return s
+end
 
-  local vetoed = false
-  if mode == 'all' or mode == 'every' then
-    local enforced_denied, quota_hits, quota_denied = false, 0, 0
-    for j = 1, n do
-      local role, admitted = hits[j].role, decisions[j][1] == 1
-      if role == 'enforced' and not admitted then
-        enforced_denied = true
-      elseif role == 'quota' then
-        quota_hits = quota_hits + 1
-        if not admitted then
-          quota_denied = quota_denied + 1
-        end
-      elseif role == 'passing_quota' then
-        -- A quota hit in shadow mode: its status is OK, so it always passes.
-        quota_hits = quota_hits + 1
+-- Whether the hits veto their request: an enforced hit denied, or every quota hit denied
+-- (crates/sluice-core/src/engine.rs, `vetoed`; a quota hit in shadow mode always passes).
+local function vetoed(hits, decisions)
+  local enforced_denied, quota_hits, quota_denied = false, 0, 0
+  for j = 1, #hits do
+    local role, admitted = hits[j].role, decisions[j][1] == 1
+    if role == 'enforced' and not admitted then
+      enforced_denied = true
+    elseif role == 'quota' then
+      quota_hits = quota_hits + 1
+      if not admitted then
+        quota_denied = quota_denied + 1
       end
+    elseif role == 'passing_quota' then
+      quota_hits = quota_hits + 1
     end
-    vetoed = enforced_denied or (quota_hits > 0 and quota_denied == quota_hits)
   end
+  return enforced_denied or (quota_hits > 0 and quota_denied == quota_hits)
+end
 
-  -- The charges that stand (a vetoed request keeps only its debt), and each key's last.
+-- Writes the charges that stand, each key's last, and the penalties' records struck; read
+-- only, writes nothing and says whether the answer needed a write (1) or not (0). Returns
+-- each key's last standing hit (none when nothing was written) and that need.
+local function write_standing(hits, s, read_only)
   local last = {}
-  for j = 1, n do
-    if stands[j] and (always_stands(hits[j]) or not vetoed) then
+  for j = 1, #hits do
+    if s.stands[j] then
       last[hits[j].key] = j
-    else
-      stands[j] = nil
     end
   end
   if read_only then
-    for j = 1, n do
-      if stands[j] and not droppable(hits[j], decisions[j]) then
+    local needed = 0
+    for j = 1, #hits do
+      if s.stands[j] and not droppable(hits[j], s.decisions[j]) then
         needed = 1
       end
     end
-    if next(struck) ~= nil then
+    if next(s.struck) ~= nil then
       needed = 1
     end
     -- Nothing was written: what remains is what the keys hold.
-    last = {}
-  else
-    for j = 1, n do
-      local hit = hits[j]
-      if last[hit.key] == j then
-        algorithm(hit.algorithm).write(hit, changes[j])
-      end
-    end
-    for key, written in pairs(struck) do
-      penalty_write(key, written[1], written[2])
+    return {}, needed
+  end
+  for j = 1, #hits do
+    local hit = hits[j]
+    if last[hit.key] == j then
+      algorithm(hit.algorithm).write(hit, s.changes[j])
     end
   end
+  for key, written in pairs(s.struck) do
+    penalty_write(key, written[1], written[2])
+  end
+  return last, 0
+end
 
+-- The reply: each hit's decision (an admitted hit left uncharged reports what remains
+-- without it, as its key stays), with the time it was decided at when `with_time`.
+local function replies_of(hits, s, last, fields, with_time)
   local replies = {}
-  for j = 1, n do
+  for j = 1, #hits do
     local hit = hits[j]
-    local d = decisions[j]
-    if d[1] == 1 and hit.cost > 0 and not stands[j] and not hit.releases then
-      -- Admitted but not charged: what remains, as the key stays.
+    local d = s.decisions[j]
+    if d[1] == 1 and hit.cost > 0 and not s.stands[j] and not hit.releases then
       local final = last[hit.key]
       local state
       if final then
-        state = changes[final]
+        state = s.changes[final]
       else
-        state = original[hit.key]
+        state = s.original[hit.key]
       end
       d = decide(with_cost(hit, 0), state)
     end
@@ -338,6 +326,55 @@ local function request(KEYS, ARGV, read_only)
       replies[at + 10] = hit.now
     end
   end
+  return replies
+end
+
+-- One call: decides the hits of KEYS and ARGV (see common.lua). scripts.rs ends the script
+-- with `return request(KEYS, ARGV)`, or registers `request` as a function of a library.
+local function request(KEYS, ARGV, read_only)
+  local mode = ARGV[1]
+  -- Whether a hit's charge stands whatever its request's fate: debt, a release, and with
+  -- "every" every hit but a lease's acquire (a lease is taken only by an admitted request,
+  -- the only one that gets its token).
+  local every = mode == 'every' or mode == 'every_part'
+  local function always_stands(hit)
+    return hit.debt or hit.releases or (every and not hit.acquires)
+  end
+  -- The calls of a Cluster ("any", "every_part", "refund") also reply the time each hit was
+  -- decided at.
+  local with_time = mode == 'any' or mode == 'every_part' or mode == 'refund'
+  local fields = with_time and 10 or 9
+
+  -- Redis TIME, read once per call when some hit needs it.
+  local redis_now = nil
+  local function now_of(given)
+    if given ~= '' then
+      return tonumber(given)
+    end
+    if redis_now == nil then
+      redis_now = now_us('')
+    end
+    return redis_now
+  end
+
+  local hits = parse_hits(KEYS, ARGV, read_only, every, now_of)
+  if mode == 'refund' then
+    return refund(hits)
+  end
+  if #hits == 1 and not hits[1].penalty then
+    return one_hit(hits[1], read_only, with_time, fields)
+  end
+  local s = decide_groups(hits, always_stands, mode == 'any' or mode == 'every_part')
+  -- A vetoed request keeps only the charges that always stand.
+  if (mode == 'all' or mode == 'every') and vetoed(hits, s.decisions) then
+    for j = 1, #hits do
+      if not always_stands(hits[j]) then
+        s.stands[j] = nil
+      end
+    end
+  end
+  local last, needed = write_standing(hits, s, read_only)
+  local replies = replies_of(hits, s, last, fields, with_time)
   if read_only then
     replies[#replies + 1] = needed
   end
