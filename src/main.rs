@@ -15,7 +15,7 @@ use sluice::server::{self, Listeners};
 use sluice::settings::{LogFormat, ServeArgs};
 use sluice::simulate::{self, traffic, Simulation, Traffic};
 
-/// mimalloc instead of glibc's malloc: 9-11% less CPU per decision (BENCHMARKS.md "Allocator").
+/// mimalloc instead of glibc's malloc: 9-11% less CPU per decision (BENCHMARKS.md, "What do the build profiles cost?").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

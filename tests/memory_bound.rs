@@ -6,7 +6,7 @@
 //! resident memory must grow by no more than the margin docs/memory-store.md states: the bound and a
 //! fifth, plus 16 MiB for the allocator's own arenas.
 //!
-//! The figures in BENCHMARKS.md ("Memory store footprint") are this test's table, in release:
+//! The figures in BENCHMARKS.md ("How much memory does a key take, and does the bound hold?") are this test's table, in release:
 //!   SLUICE_FLOOD_BOUND_MIB=64 cargo test --release --test memory_bound -- --nocapture
 
 use std::process::Command;

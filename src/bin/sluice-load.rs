@@ -70,7 +70,7 @@ enum Distribution {
     /// Zipf with exponent 1: a few values get most calls.
     Zipf,
     /// Every value in turn (`v0`, `v1`, ... across all callers): N calls create N keys, which
-    /// fills a store before a measurement (scripts/bench --scale).
+    /// fills a store before a measurement (benchmarks/bench --scale).
     Sequential,
 }
 

@@ -83,10 +83,10 @@ fn sluice_load_at_a_rate_paces_its_calls() {
 fn the_h2load_script_writes_a_request_sluice_decodes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("python3")
-        .arg(root.join("scripts/h2load-request.py"))
+        .arg(root.join("benchmarks/h2load-request.py"))
         .args(["--domain", "load", "--descriptor", "hot=h2load"])
         .output()
-        .expect("run scripts/h2load-request.py");
+        .expect("run benchmarks/h2load-request.py");
     assert!(output.status.success(), "{output:?}");
     let framed = output.stdout;
     // gRPC framing: no compression, then the message length, big-endian.

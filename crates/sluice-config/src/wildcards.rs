@@ -8,7 +8,7 @@
 //! substrings of the lengths some inner part has. The candidates found are tried in file order,
 //! so the first match is exactly the one a scan in file order finds. At 10,000 patterns
 //! `t<i>-*`, a value looks up four prefixes where the scan tried 10,000 patterns
-//! (BENCHMARKS.md, "Scale").
+//! (BENCHMARKS.md, "How does the cost hold as rules, keys, descriptors and clients grow?").
 
 use std::collections::{HashMap, HashSet};
 

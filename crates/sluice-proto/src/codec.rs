@@ -1,7 +1,7 @@
 //! The gRPC codec of every service sluice serves and calls: prost's, with smaller buffers.
 //! tonic gives each stream an 8 KiB buffer to decode into and another to encode into, held
 //! for the stream's life: 16 KiB of an RLQS stream's ~35 KiB, which 10,000 Envoys keep open
-//! (BENCHMARKS.md, "Scale"). A buffer of 1 KiB holds any request sluice expects; a larger
+//! (BENCHMARKS.md, "How does the cost hold as rules, keys, descriptors and clients grow?"). A buffer of 1 KiB holds any request sluice expects; a larger
 //! message grows it as it would have grown the default one.
 
 use std::marker::PhantomData;

@@ -264,7 +264,7 @@ impl MemoryStore {
     /// Drops the expired state of one shard (`index` modulo the shards); returns how many.
     /// The background sweep goes one shard at a time: a pass over every key each second was
     /// a tenth of a core at 10,000,000 keys, and held each shard's lock for its whole scan
-    /// (BENCHMARKS.md, "Scale").
+    /// (BENCHMARKS.md, "How does the cost hold as rules, keys, descriptors and clients grow?").
     pub fn sweep_expired_shard(&self, index: usize) -> usize {
         let now_us = self.clock.now_us();
         let mut shard = self.lock(index % self.shards.len());

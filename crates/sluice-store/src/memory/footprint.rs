@@ -4,8 +4,8 @@
 //! its block changes size once per doubling, not on every hit.
 //!
 //! `tests/memory_bound.rs` holds resident memory to the bound so counted, for every
-//! algorithm's state and for floods of keys and of entries (BENCHMARKS.md, "Memory store
-//! footprint").
+//! algorithm's state and for floods of keys and of entries (BENCHMARKS.md, "How much
+//! memory does a key take, and does the bound hold?").
 
 use std::mem::size_of;
 

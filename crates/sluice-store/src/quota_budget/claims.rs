@@ -2,7 +2,7 @@
 //! (demand, then client id), by expiry, and with the sum of what is assigned, so that a claim
 //! changes what it changes instead of sorting every client again. A claim among 1,000 clients
 //! then moves one entry in a sorted vector and walks the split up to its own place with integer
-//! arithmetic (BENCHMARKS.md, "Scale").
+//! arithmetic (BENCHMARKS.md, "How does the cost hold as rules, keys, descriptors and clients grow?").
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The soak's driver (`scripts/soak` starts the servers and runs it): mixed load on a sluice on
+//! The soak's driver (`benchmarks/soak` starts the servers and runs it): mixed load on a sluice on
 //! the memory store and one on Redis, every algorithm saturated on a few keys, leases held
 //! and released, a config reload every few seconds, and a Redis fault at random every
 //! 20-60 s (stopped, its clients killed, its scripts flushed, out of memory), all bounded in

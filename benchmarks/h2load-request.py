@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes one gRPC-framed ShouldRateLimit request for h2load, and prints the h2load command.
 
-   scripts/h2load-request.py --domain demo --descriptor algorithm=fixed_window > /tmp/req.bin
+   benchmarks/h2load-request.py --domain demo --descriptor algorithm=fixed_window > /tmp/req.bin
 
 The message is encoded by hand (protobuf wire format, field numbers of Envoy's rls.proto:
 RateLimitRequest.domain = 1, .descriptors = 2; RateLimitDescriptor.entries = 1;

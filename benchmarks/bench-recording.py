@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a recording of N calls (default 1,000,000) for `sluice replay`'s benchmark
-(scripts/bench, BENCHMARKS.md "Record and replay"): an hour of calls from 10,000 addresses of
+(benchmarks/bench, BENCHMARKS.md "Record and replay"): an hour of calls from 10,000 addresses of
 domain edge_proxy, a few far busier than the rest (weights 1/rank), each with decisions as
 the server would have recorded them (every call OK: the replay decides them again)."""
 

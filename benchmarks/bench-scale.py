@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The scale curves of BENCHMARKS.md ("Scale"), from one run: how sluice's cost per call holds
-as the work grows. Run by `scripts/bench --scale` (which builds the `dist` binaries first):
+as the work grows. Run by `benchmarks/bench --scale` (which builds the `dist` binaries first):
 
-    python3 scripts/bench-scale.py [--out DIR] [--rounds N] [--quick]
+    python3 benchmarks/bench-scale.py [--out DIR] [--rounds N] [--quick]
 
 Each curve is measured with the server's own CPU time (user + system, /proc) over the calls it
 answered, h2load or sluice-load driving it from the same 2 cores, medians of --rounds runs:
@@ -107,8 +107,8 @@ def load_module(name, path):
     return module
 
 
-# The request encoder of scripts/h2load-request.py (Envoy's field numbers).
-H2LOAD_REQUEST = load_module("h2load_request", os.path.join(ROOT, "scripts", "h2load-request.py"))
+# The request encoder of benchmarks/h2load-request.py (Envoy's field numbers).
+H2LOAD_REQUEST = load_module("h2load_request", os.path.join(ROOT, "benchmarks", "h2load-request.py"))
 
 
 def grpc_request(domain, descriptors):
