@@ -9,6 +9,12 @@ use prost_types::value::Kind;
 use prost_types::{Struct, Value};
 use sluice_proto::{RateLimitDescriptor, RateLimitResponse};
 
+/// Why a descriptor entry cannot be a release's token, when its key says it is one.
+pub fn refused_entry(key: &str, value: &str) -> Option<&'static str> {
+    (key == LEASE_KEY && parse_token(value).is_none())
+        .then_some("is not a lease token sluice issued (16 hex digits)")
+}
+
 /// The token a descriptor releases: its `sluice.lease` entry's (validated before).
 pub fn released_token(descriptor: &RateLimitDescriptor) -> Option<u64> {
     descriptor

@@ -79,8 +79,7 @@ pub fn validate_request(
                 bounds.max_value_bytes,
                 "bytes",
             )?;
-            if entry.key == lease::LEASE_KEY && lease::parse_token(&entry.value).is_none() {
-                let reason = "is not a lease token sluice issued (16 hex digits)";
+            if let Some(reason) = lease::refused_entry(&entry.key, &entry.value) {
                 return invalid(&field("value"), reason);
             }
         }
