@@ -6,10 +6,12 @@
 //!   the registry that lists them; `penalty`: blocks for clients a limit keeps denying.
 //! - `engine`: the rules of one request (all-or-nothing, debt, veto, groups, charging).
 //! - `lease`: the tokens of concurrency leases; `share`: a limit divided max-min fairly.
-//! - `labels`: what a limit's metric labels are made of; `duration`: `10s`, `5m`, ...
+//! - `labels`: what a limit's metric labels are made of; `duration`: `10s`, `5m`, ...;
+//!   `calendar`: billing periods (day, week, month, year) in an IANA time zone.
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+pub mod calendar;
 pub mod duration;
 pub mod engine;
 pub mod labels;
