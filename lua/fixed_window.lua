@@ -7,12 +7,29 @@
 --      s = window start (µs), c = count.
 -- State: {s, c} as of the window holding hit.now. Admits when c + h <= L. Charged by the
 --        reference's counting ("every"), c exceeds L within its window (its key) only.
+-- A calendar window (a billing period in a time zone) is drawn by sluice and handed over as
+-- window_start and window_end, in µs (both 0 for the epoch's windows); such a limit takes no
+-- debt, so its key names its window and its count never carries.
+
+params.fixed_window = { 'window_start', 'window_end' }
 
 -- Made once per call that uses it (the driver asks `algorithm(name)`): a script's top level
 -- runs on every call, so what it defines there costs every call.
 algorithms.fixed_window = function()
   local function start_of(hit)
+    if hit.window_end > 0 then
+      return hit.window_start
+    end
     return hit.now - hit.now % hit.period
+  end
+
+  -- Time from now to the start of the `windows`-th window after the one starting at `s`; the
+  -- first is the calendar's end when there is one (only the epoch's windows take debt).
+  local function until_window(hit, s, windows)
+    if windows <= 1 and hit.window_end > 0 then
+      return hit.window_end - hit.now
+    end
+    return s + windows * hit.period - hit.now
   end
 
   -- Windows (1: the next) until `count` has drained at L per window; at least one. Without
@@ -63,13 +80,13 @@ algorithms.fixed_window = function()
       if admitted then
         after = window.c + hit.cost
       end
-      local reset = window.s + windows_to_drain(hit, after) * hit.period - hit.now
+      local reset = until_window(hit, window.s, windows_to_drain(hit, after))
       if not admitted then
         local fits = 1
         if hit.cost <= hit.limit and hit.limit > 0 and hit.debt then
           fits = math.max(1, div_ceil(window.c + hit.cost - hit.limit, hit.limit))
         end
-        return decision(false, hit.limit - window.c, reset, window.s + fits * hit.period - hit.now), nil
+        return decision(false, hit.limit - window.c, reset, until_window(hit, window.s, fits)), nil
       end
       local changed = nil
       if hit.cost > 0 then
@@ -81,7 +98,7 @@ algorithms.fixed_window = function()
       return {s = window.s, c = window.c + hit.cost, stored = window.stored}
     end,
     write = function(hit, window)
-      local expires = window.s + windows_to_drain(hit, window.c) * hit.period - hit.now
+      local expires = until_window(hit, window.s, windows_to_drain(hit, window.c))
       if hit.debt then
         redis.call('HSET', hit.key, 's', fmt(window.s), 'c', fmt(window.c))
         expire_after(hit.key, expires)

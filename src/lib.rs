@@ -15,7 +15,7 @@
 
 pub use sluice_config as config;
 pub use sluice_core::modifier::penalty;
-pub use sluice_core::{algorithm, duration, engine, labels, limit, modifier};
+pub use sluice_core::{algorithm, calendar, duration, engine, labels, limit, modifier};
 pub use sluice_proto as proto;
 pub use sluice_server::{
     client_tls, http, lease, metrics, otel, record, rlqs, server, service, settings, statsd, xds,

@@ -9,8 +9,10 @@ use crate::support::redis::RedisServer;
 use crate::support::scenario::{limit, scenario};
 use crate::support::stores::{redis_store, START_US};
 use proptest::prelude::*;
+use sluice::algorithm::fixed_window::FixedWindowParameters;
 use sluice::algorithm::warm_up::WarmUpParameters;
 use sluice::algorithm::State;
+use sluice::calendar::{self, Calendar, CalendarUnit};
 use sluice::engine::{self, Charging};
 use sluice::limit::{Algorithm, Counting, Decision, Hit, LeaseCall, Limit, Role, Unit};
 use sluice::modifier::Modifiers;
@@ -202,6 +204,52 @@ fn random_sequences_agree_for_every_algorithm() {
             let (memory, redis) = both(&fixture, limit(algorithm, l, m, Some(b)), &steps);
             prop_assert_eq!(memory, redis, "{}", algorithm);
         }
+        Ok(())
+    });
+}
+
+/// Zones with clock changes of an hour, of half an hour, and none; and a quarter-hour offset.
+const CALENDAR_ZONES: &[&str] = &[
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Asia/Kathmandu",
+];
+
+#[test]
+fn calendar_windows_agree_at_random_instants_and_zones() {
+    let fixture = Fixture::new();
+    let units = [
+        (CalendarUnit::Day, Unit::Day),
+        (CalendarUnit::Week, Unit::Week),
+        (CalendarUnit::Month, Unit::Month),
+    ];
+    let hour = 3_600 * S;
+    let strategy = (
+        0..CALENDAR_ZONES.len(),
+        0..units.len(),
+        1u8..=31,
+        0..400 * 24 * hour,
+        prop::collection::vec((0..40 * hour, 0u64..=3), 1..25),
+    );
+    check_cases(32, &strategy, |(zone, unit, anchor, offset, steps)| {
+        let (calendar_unit, limit_unit) = units[unit];
+        let anchor = match calendar_unit {
+            CalendarUnit::Day => None,
+            CalendarUnit::Week => Some(anchor % 7 + 1),
+            _ => Some(anchor),
+        };
+        let calendar = Calendar::new(calendar_unit, CALENDAR_ZONES[zone], anchor, None)
+            .expect("a valid calendar");
+        let own = FixedWindowParameters {
+            calendar: Some(calendar::intern(calendar)),
+        };
+        let limit = Limit::new(Counting::FixedWindow(own), 5, limit_unit);
+        // Somewhere in the next 400 days (every season's clock changes), then the sequence.
+        let steps: Vec<(u64, u64)> = std::iter::once((offset, 0)).chain(steps).collect();
+        let (memory, redis) = both(&fixture, limit, &steps);
+        prop_assert_eq!(memory, redis, "{}", limit);
         Ok(())
     });
 }

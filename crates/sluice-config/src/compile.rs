@@ -315,6 +315,12 @@ impl<'a> FileCompiler<'a> {
             self.error(&format!("{path}.debt"), reason);
             return None;
         }
+        let calendar = counting.calendar().is_some();
+        if doc.debt == Some(true) && calendar {
+            let reason = "a calendar window takes no debt: its periods differ in length, so there is no rate to repay at";
+            self.error(&format!("{path}.debt"), reason);
+            return None;
+        }
         let period_us = unit.seconds() * u64::from(unit_multiplier) * MICROS_PER_SECOND;
         let mut modifiers = Modifiers::default();
         for (key, value) in &doc.modifiers {
@@ -329,7 +335,7 @@ impl<'a> FileCompiler<'a> {
             unit,
             unit_multiplier,
             // `--debt` applies to the limits that can owe.
-            debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes(),
+            debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes() && !calendar,
             modifiers,
         })
     }

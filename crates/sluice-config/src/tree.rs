@@ -46,6 +46,20 @@ impl Config {
         }
     }
 
+    /// The rules whose limits count over a calendar (`window`), by their full keys.
+    pub fn calendar_rules(&self) -> Vec<&str> {
+        self.domains()
+            .into_iter()
+            .flat_map(|domain| domain.rules())
+            .filter(|rule| {
+                rule.limits
+                    .iter()
+                    .any(|named| named.limit.is_some_and(|l| l.counting.calendar().is_some()))
+            })
+            .map(|rule| rule.full_key.as_str())
+            .collect()
+    }
+
     /// The domain named `name`, if configured.
     pub fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)

@@ -13,6 +13,7 @@
 //! at the first instant it has.
 
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
 
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
@@ -132,6 +133,17 @@ impl Calendar {
         self.unit
     }
 
+    /// The period's nominal length in seconds, as the limit's `unit` gives it (sluice's month
+    /// is 30 days, its year 365).
+    pub fn nominal_seconds(&self) -> u64 {
+        match self.unit {
+            CalendarUnit::Day => 86_400,
+            CalendarUnit::Week => 7 * 86_400,
+            CalendarUnit::Month => 30 * 86_400,
+            CalendarUnit::Year => 365 * 86_400,
+        }
+    }
+
     /// The period holding the instant `now_us` (µs since the epoch): its start and its end,
     /// in µs since the epoch, local midnights of the zone. Instants before the epoch's first
     /// period read as 0.
@@ -204,6 +216,82 @@ fn anchored(year: i16, month: i8, day: u8) -> Date {
     let first = Date::new(year, month, 1).unwrap_or(Date::MIN);
     let day = (day as i8).min(first.days_in_month());
     Date::new(year, month, day).unwrap_or(first)
+}
+
+/// The one copy of `calendar` this process keeps: a limit holds a reference, so that limits
+/// stay plain values; calendars are few (one per distinct period, zone and anchor ever
+/// configured), so they are kept for the process's life.
+pub fn intern(calendar: Calendar) -> &'static Calendar {
+    static KEPT: Mutex<Vec<&'static Calendar>> = Mutex::new(Vec::new());
+    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = kept.iter().find(|known| ***known == calendar) {
+        return known;
+    }
+    let leaked: &'static Calendar = Box::leak(Box::new(calendar));
+    kept.push(leaked);
+    leaked
+}
+
+/// The calendar of a `window` map in YAML: `calendar` (day, week, month, year), `time_zone`
+/// (an IANA name; default UTC), `anchor_day`, `anchor_month`. The error names the key.
+pub fn from_yaml(value: &serde_yaml::Value) -> Result<Calendar, (&'static str, String)> {
+    let serde_yaml::Value::Mapping(map) = value else {
+        return Err((
+            "window",
+            "must be a map: {calendar: month, time_zone: UTC, anchor_day: 1}".into(),
+        ));
+    };
+    let (mut unit, mut zone, mut day, mut month) = (None, None, None, None);
+    for (key, value) in map {
+        let key = key.as_str().unwrap_or_default();
+        match key {
+            "calendar" => {
+                let text = value.as_str().unwrap_or_default();
+                unit = Some(CalendarUnit::parse(text).ok_or((
+                    "window.calendar",
+                    format!("'{text}' is not a calendar period (expected day, week, month or year)"),
+                ))?);
+            }
+            "time_zone" => {
+                let text = value.as_str().ok_or(("window.time_zone", "must be a name".to_string()))?;
+                zone = Some(text.to_string());
+            }
+            "anchor_day" => day = Some(small_number(value, "window.anchor_day")?),
+            "anchor_month" => month = Some(small_number(value, "window.anchor_month")?),
+            other => {
+                return Err((
+                    "window",
+                    format!("unknown key '{other}' (expected calendar, time_zone, anchor_day or anchor_month)"),
+                ))
+            }
+        }
+    }
+    let unit = unit.ok_or((
+        "window.calendar",
+        "is required (day, week, month or year)".to_string(),
+    ))?;
+    let zone = zone.unwrap_or_else(|| "UTC".to_string());
+    Calendar::new(unit, &zone, day, month).map_err(|error| {
+        let key = match error {
+            CalendarError::UnknownTimeZone(_) => "window.time_zone",
+            CalendarError::AnchorMonth(_) | CalendarError::AnchorMonthNotYear => {
+                "window.anchor_month"
+            }
+            CalendarError::AnchorDay { .. } | CalendarError::AnchorOnDay(_) => "window.anchor_day",
+        };
+        (key, error.to_string())
+    })
+}
+
+/// A whole number from 0 to 255 under `key`.
+fn small_number(
+    value: &serde_yaml::Value,
+    key: &'static str,
+) -> Result<u8, (&'static str, String)> {
+    value
+        .as_u64()
+        .and_then(|n| u8::try_from(n).ok())
+        .ok_or((key, "must be a whole number".to_string()))
 }
 
 impl fmt::Display for Calendar {
@@ -359,10 +447,11 @@ mod tests {
 
     proptest! {
         /// Periods tile time: each holds its instants, starts where the one before ended, and
-        /// is as long as its unit allows for some clock change.
+        /// is as long as its unit allows for some clock change (from two years past the
+        /// epoch: a period before it would read as starting at 0).
         #[test]
         fn periods_hold_their_instants_and_tile_time(
-            now_s in 0u64..4_102_444_800,
+            now_s in 63_072_000u64..4_102_444_800,
             zone in 0..ZONES.len(),
             unit in 0..4usize,
             day in 1u8..=31,

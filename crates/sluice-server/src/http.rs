@@ -184,6 +184,11 @@ async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Respo
             .flat_map(describe)
             .collect();
         lines.sort();
+        // Calendar windows' boundaries come from the time-zone database built in: which one.
+        if lines.iter().any(|line| line.contains(", window: calendar")) {
+            let version = sluice_core::calendar::time_zone_database_version();
+            lines.insert(0, format!("# time zone database {version}"));
+        }
         lines
             .into_iter()
             .map(|line| line + "\n")
@@ -192,7 +197,14 @@ async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Respo
     let source = endpoints.config.load().source().to_string();
     match written.await {
         // Where the limits came from (files, or the xDS server and version), beside them.
-        Ok(text) => ([("x-sluice-config-source", source)], text).into_response(),
+        Ok(text) => {
+            let database = sluice_core::calendar::time_zone_database_version();
+            let headers = [
+                ("x-sluice-config-source", source),
+                ("x-sluice-time-zone-database", database.to_string()),
+            ];
+            (headers, text).into_response()
+        }
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response(),
     }
 }
@@ -224,6 +236,9 @@ fn describe_limit(full_key: &str, limit: &Limit, shadow_mode: bool) -> String {
         ));
         // The algorithm's own settings, as it shows them (`, burst 20`).
         line.push_str(&limit.counting.describe(&limit.rate()));
+    }
+    if let Some(calendar) = limit.counting.calendar() {
+        line.push_str(&format!(", window: {calendar}"));
     }
     if limit.debt {
         line.push_str(", debt: true");

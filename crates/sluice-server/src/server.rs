@@ -172,6 +172,7 @@ async fn load_files(settings: &Settings, metrics: &Metrics) -> Result<Config, Se
         Err(errors) => return Err(errors.into()),
     };
     config.log_warnings();
+    warn_of_unkept_calendars(settings, &config);
     let paths: Vec<String> = settings
         .source
         .config_paths
@@ -398,6 +399,23 @@ async fn drain<T>(
 
 /// What a configuration load (a reload of the files, an xDS snapshot) does besides the swap:
 /// counts it, tells the store, updates readiness, logs refusals with their place.
+/// Warns when calendar windows (billing periods) count on the memory store without a
+/// snapshot: a restart would lose the period's count.
+fn warn_of_unkept_calendars(settings: &Settings, config: &Config) {
+    let unkept = matches!(
+        settings.store,
+        crate::settings::StoreSettings::Memory { snapshot: None, .. }
+    );
+    let rules = config.calendar_rules();
+    if unkept && !rules.is_empty() {
+        tracing::warn!(
+            rules = %rules.join(","),
+            "calendar windows count in memory only: a restart loses their periods' counts \
+             (set --memory-snapshot, or use the Redis store)"
+        );
+    }
+}
+
 fn on_config_load(
     settings: &Settings,
     store: &Arc<AnyStore>,
@@ -406,12 +424,14 @@ fn on_config_load(
 ) -> impl Fn(ReloadResult<'_>) + Send + Sync + 'static {
     let (store, metrics, readiness) = (store.clone(), metrics.clone(), readiness.clone());
     let require_domain = settings.source.healthy_with_at_least_one_config_loaded;
+    let settings = settings.clone();
     move |result: ReloadResult<'_>| {
         metrics.record_config_load(result.is_ok());
         match result {
             Ok(config) => {
                 store.config_changed();
                 config.log_warnings();
+                warn_of_unkept_calendars(&settings, config);
                 readiness.set_config_ready(config_ready(require_domain, config));
                 tracing::info!(
                     source = config.source(),

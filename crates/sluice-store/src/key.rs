@@ -62,9 +62,12 @@ impl Shape {
     pub fn of(limit: &Limit, now_us: u64) -> Shape {
         let period_us = limit.period_us();
         if limit.key_holds_window() {
-            // The fixed window's start (`fixed_window::window_start_us`), without building
-            // the whole rate: this runs on every hit.
-            let start_us = now_us - now_us % period_us.max(1);
+            // The fixed window's start (`fixed_window::window_us`), without building the
+            // whole rate: this runs on every hit. A calendar's period starts at its own.
+            let start_us = match limit.counting.calendar() {
+                Some(calendar) => calendar.window_us(now_us).0,
+                None => now_us - now_us % period_us.max(1),
+            };
             return Shape::Window {
                 start_s: start_us / MICROS_PER_SECOND,
             };

@@ -99,13 +99,33 @@ pub fn free_port() -> u16 {
 }
 
 impl RedisServer {
-    /// Starts `redis-server` on a free port with `extra` arguments.
+    /// Starts `redis-server` on a free port with `extra` arguments. A port found free can be
+    /// taken before the server binds it (by another test's listener, or, for a Cluster node,
+    /// its bus port, the port + 10000): then the server exits, and another port is tried.
     pub fn start(extra: &[&str]) -> RedisServer {
+        for _ in 0..4 {
+            if let Some(server) = RedisServer::try_start_on(free_port(), extra) {
+                return server;
+            }
+        }
         RedisServer::start_on(free_port(), extra)
     }
 
     /// Starts `redis-server` on `port`.
     pub fn start_on(port: u16, extra: &[&str]) -> RedisServer {
+        let mut server = RedisServer::unstarted_on(port, extra);
+        server.restart();
+        server
+    }
+
+    /// `redis-server` on `port`, when it starts there.
+    fn try_start_on(port: u16, extra: &[&str]) -> Option<RedisServer> {
+        let mut server = RedisServer::unstarted_on(port, extra);
+        server.try_restart().then_some(server)
+    }
+
+    /// A server on `port` with `extra` arguments, not started yet.
+    fn unstarted_on(port: u16, extra: &[&str]) -> RedisServer {
         let port_text = port.to_string();
         let mut args = vec![
             "--port",
@@ -118,12 +138,13 @@ impl RedisServer {
             "127.0.0.1",
         ];
         args.extend_from_slice(extra);
-        RedisServer::spawn(
+        RedisServer {
+            child: None,
             port,
-            &args,
-            None,
-            tempfile::tempdir().expect("temporary directory"),
-        )
+            args: args.iter().map(|s| s.to_string()).collect(),
+            dir: tempfile::tempdir().expect("temporary directory"),
+            tls_ca: None,
+        }
     }
 
     /// Starts a sentinel on a free port, monitoring the primary on `primary_port` as `name`
@@ -246,6 +267,14 @@ impl RedisServer {
 
     /// (Re)starts the process with the same port and arguments, and waits until it answers.
     pub fn restart(&mut self) {
+        if !self.try_restart() {
+            panic!("redis-server on port {} did not answer PING", self.port);
+        }
+    }
+
+    /// (Re)starts the process and waits until it answers; false when it exited or stayed
+    /// silent for 10 s.
+    fn try_restart(&mut self) -> bool {
         let child = Command::new("redis-server")
             .args(&self.args)
             .current_dir(self.dir.path())
@@ -256,7 +285,7 @@ impl RedisServer {
                 panic!("cannot start redis-server (is it installed? scripts/test installs it): {e}")
             });
         self.child = Some(child);
-        self.wait_until_ready();
+        self.wait_until_ready()
     }
 
     /// Stops the process (SIGKILL: like a crash).
@@ -294,15 +323,25 @@ impl RedisServer {
         }
     }
 
-    fn wait_until_ready(&self) {
+    /// Whether the server answers PING within 10 s (false at once when it exited).
+    fn wait_until_ready(&mut self) -> bool {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(10) {
+            // An exit first: a PONG could come from whoever holds the port instead.
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|child| matches!(child.try_wait(), Ok(Some(_))));
+            if exited {
+                self.child = None;
+                return false;
+            }
             if self.cli(&["PING"]).trim() == "PONG" {
-                return;
+                return true;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not answer PING", self.port);
+        false
     }
 }
 

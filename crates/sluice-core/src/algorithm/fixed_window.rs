@@ -4,12 +4,18 @@
 //! Charged by the reference's counting (every hit, denied or not) the count exceeds L too, but
 //! within its window only: the reference's key names the window, so nothing carries over.
 //!
+//! Over a calendar (`window: {calendar: month, time_zone: Europe/Berlin, anchor_day: 15}`),
+//! the windows are the calendar's periods instead, from local midnight of the anchor day:
+//! `crate::calendar` draws them, and the Redis script is handed them. Such a window cannot
+//! take debt (its periods differ in length, so there is no rate to repay at).
+//!
 //! Exact for any time below 2^64 microseconds and counts below 2^64.
 
-use crate::algorithm::params::NoParameters;
+use crate::algorithm::params::{Given, Parameters, Refusal};
 use crate::algorithm::persist::{Input, Persist};
 use crate::algorithm::remaining;
 use crate::algorithm::{Ask, Decision, HeapSize, LimitAlgorithm, Rate};
+use crate::calendar::{self, Calendar};
 
 /// The counter of one window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,15 +41,79 @@ impl Persist for Window {
     }
 }
 
-/// Start of the window holding `now_us`.
+/// A fixed window's own setting: the calendar it counts over, if any (`window`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FixedWindowParameters {
+    pub calendar: Option<&'static Calendar>,
+}
+
+impl Parameters for FixedWindowParameters {
+    const KEYS: &'static [&'static str] = &["window"];
+    const SCRIPT_ARGS: &'static [&'static str] = &["window_start_us", "window_end_us"];
+
+    /// `window`: a calendar whose period is the limit's `unit` (and `unit_multiplier` 1).
+    fn parse(given: &Given, _: u32, period_us: u64) -> Result<Self, Refusal> {
+        let Some(value) = given.get("window") else {
+            return Ok(FixedWindowParameters::default());
+        };
+        let calendar =
+            calendar::from_yaml(value).map_err(|(key, reason)| Refusal::new(key, reason))?;
+        if calendar.nominal_seconds() * 1_000_000 != period_us {
+            let unit = calendar.unit().as_str();
+            let reason = format!(
+                "a calendar {unit} counts per {unit}: give unit: {unit} (and no unit_multiplier)"
+            );
+            return Err(Refusal::new("window.calendar", reason));
+        }
+        Ok(FixedWindowParameters {
+            calendar: Some(calendar::intern(calendar)),
+        })
+    }
+
+    fn describe(&self, _: &Rate) -> String {
+        match self.calendar {
+            Some(calendar) => format!(", {calendar}"),
+            None => String::new(),
+        }
+    }
+
+    /// The calendar window at `now_us` (start, end); 0 and 0 when the windows are the
+    /// epoch's.
+    fn script_args(&self, _: &Rate, now_us: u64) -> [u64; 2] {
+        match self.calendar {
+            Some(calendar) => {
+                let (start_us, end_us) = calendar.window_us(now_us);
+                [start_us, end_us]
+            }
+            None => [0, 0],
+        }
+    }
+
+    fn calendar(&self) -> Option<&'static Calendar> {
+        self.calendar
+    }
+}
+
+/// Start of the window holding `now_us`, aligned to the epoch.
 pub fn window_start_us(limit: &Rate, now_us: u64) -> u64 {
     now_us - now_us % limit.period_us()
 }
 
-/// The stored window moved to the one holding `now_us`: in debt every window that passed
-/// drains L; otherwise a past window's count is of its own window, and the next starts empty.
-fn rolled(stored: Option<Window>, limit: &Rate, now_us: u64) -> Window {
-    let start_us = window_start_us(limit, now_us);
+/// The window holding `now_us` (start, end): the calendar's period, or the epoch's window.
+pub fn window_us(limit: &Rate, own: &FixedWindowParameters, now_us: u64) -> (u64, u64) {
+    match own.calendar {
+        Some(calendar) => calendar.window_us(now_us),
+        None => {
+            let start_us = window_start_us(limit, now_us);
+            (start_us, start_us.saturating_add(limit.period_us()))
+        }
+    }
+}
+
+/// The stored window moved to the one starting at `start_us`: in debt every window that
+/// passed drains L; otherwise a past window's count is of its own window, and the next starts
+/// empty.
+fn rolled(stored: Option<Window>, limit: &Rate, start_us: u64) -> Window {
     match stored {
         // The current window, or one ahead of the clock (it went back): never admit more.
         Some(window) if window.start_us >= start_us => window,
@@ -82,8 +152,12 @@ fn windows_until_fits(count: u64, cost: u64, limit: &Rate) -> u64 {
         .max(1)
 }
 
-/// Time from `now_us` to the start of the `windows`-th window after the one at `start_us`.
-fn until(start_us: u64, windows: u64, period_us: u64, now_us: u64) -> u64 {
+/// Time from `now_us` to the start of the `windows`-th window after the one at
+/// `(start_us, end_us)`: windows after the first are the epoch's (only those take debt).
+fn until((start_us, end_us): (u64, u64), windows: u64, period_us: u64, now_us: u64) -> u64 {
+    if windows <= 1 {
+        return end_us.saturating_sub(now_us);
+    }
     start_us
         .saturating_add(windows.saturating_mul(period_us))
         .saturating_sub(now_us)
@@ -97,7 +171,7 @@ impl HeapSize for Window {}
 
 impl LimitAlgorithm for FixedWindow {
     type State = Window;
-    type Params = NoParameters;
+    type Params = FixedWindowParameters;
     const KEY_HOLDS_WINDOW: bool = true;
     const DECIDES_ZERO_LIMIT: bool = true;
     const EXCESS_ENDS_WITH_WINDOW: bool = true;
@@ -106,7 +180,8 @@ impl LimitAlgorithm for FixedWindow {
     #[inline]
     fn decide(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Window>) {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
-        let window = rolled(stored.copied(), limit, now_us);
+        let bounds = window_us(limit, ask.own, now_us);
+        let window = rolled(stored.copied(), limit, bounds.0);
         let (period, capacity) = (limit.period_us(), u64::from(limit.requests_per_unit));
         let admitted = window.count.saturating_add(cost) <= capacity;
         let count_after = if admitted {
@@ -118,12 +193,12 @@ impl LimitAlgorithm for FixedWindow {
         let decision = Decision {
             admitted,
             remaining: remaining(u128::from(capacity.saturating_sub(count_after))),
-            reset_after_us: until(window.start_us, drain, period, now_us),
+            reset_after_us: until(bounds, drain, period, now_us),
             retry_after_us: if admitted {
                 0
             } else {
                 let fits = windows_until_fits(window.count, cost, limit);
-                until(window.start_us, fits, period, now_us)
+                until(bounds, fits, period, now_us)
             },
             ..Decision::default()
         };
@@ -136,18 +211,74 @@ impl LimitAlgorithm for FixedWindow {
 
     fn force(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> Window {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
-        let window = rolled(stored.copied(), limit, now_us);
+        let window = rolled(stored.copied(), limit, window_us(limit, ask.own, now_us).0);
         Window {
             count: window.count.saturating_add(cost),
             ..window
         }
     }
 
-    /// The count has drained.
-    fn expires_at_us(window: &Window, rate: &Rate, _own: &Self::Params) -> u64 {
+    /// The count has drained (a calendar window's, at its end).
+    fn expires_at_us(window: &Window, rate: &Rate, own: &Self::Params) -> u64 {
+        if let Some(calendar) = own.calendar {
+            return calendar.window_us(window.start_us).1;
+        }
         let drain = windows_to_drain(window.count, rate);
         window
             .start_us
             .saturating_add(drain.saturating_mul(rate.period_us()))
+    }
+}
+
+#[cfg(test)]
+mod calendar_tests {
+    use super::*;
+    use crate::algorithm::{Counting, State};
+    use crate::calendar::CalendarUnit;
+    use crate::limit::{Limit, Unit};
+
+    /// µs since the epoch of an RFC 3339 instant.
+    fn at(text: &str) -> u64 {
+        let instant: jiff::Timestamp = text.parse().expect("an instant");
+        u64::try_from(instant.as_microsecond()).expect("after the epoch")
+    }
+
+    fn billing_month(requests: u32) -> Limit {
+        let calendar = Calendar::new(CalendarUnit::Month, "Europe/Berlin", Some(15), None)
+            .expect("a valid calendar");
+        let own = FixedWindowParameters {
+            calendar: Some(calendar::intern(calendar)),
+        };
+        Limit::new(Counting::FixedWindow(own), requests, Unit::Month)
+    }
+
+    #[test]
+    fn a_calendar_window_resets_at_its_local_midnight_and_not_before() {
+        let limit = billing_month(3);
+        let now = at("2026-03-20T12:00:00Z");
+        let first = limit.decide(None, 3, now);
+        assert!(first.decision.admitted);
+        // The period ends at midnight of April 15th in Berlin (summer time by then).
+        let end = at("2026-04-14T22:00:00Z");
+        assert_eq!(first.decision.reset_after_us, end - now);
+        let (state, expires_at_us) = first.new_state.expect("charged");
+        assert_eq!(expires_at_us, end);
+        let State::FixedWindow(window) = &state else {
+            panic!("a window")
+        };
+        assert_eq!(window.start_us, at("2026-03-14T23:00:00Z"));
+        let denied = limit.decide(Some(&state), 1, end - 1).decision;
+        assert!(!denied.admitted);
+        assert_eq!(denied.retry_after_us, 1);
+        let next = limit.decide(Some(&state), 3, end).decision;
+        assert!(next.admitted, "a new period starts empty");
+    }
+
+    #[test]
+    fn a_calendar_window_describes_its_period_and_zone() {
+        assert_eq!(
+            billing_month(1000).to_string(),
+            "fixed_window: 1000 per month, calendar month from day 15, midnight Europe/Berlin"
+        );
     }
 }

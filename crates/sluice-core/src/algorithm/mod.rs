@@ -300,9 +300,14 @@ macro_rules! registry {
                 match self { $(Counting::$variant(own) => own.shape(rate),)+ }
             }
 
-            /// The settings' script arguments (`own_script_args` names them).
-            pub fn script_args(&self, rate: &Rate) -> [u64; 2] {
-                match self { $(Counting::$variant(own) => own.script_args(rate),)+ }
+            /// The settings' script arguments at `now_us` (`own_script_args` names them).
+            pub fn script_args(&self, rate: &Rate, now_us: u64) -> [u64; 2] {
+                match self { $(Counting::$variant(own) => own.script_args(rate, now_us),)+ }
+            }
+
+            /// The calendar the limit counts over, where its algorithm's settings name one.
+            pub fn calendar(&self) -> Option<&'static crate::calendar::Calendar> {
+                match self { $(Counting::$variant(own) => own.calendar(),)+ }
             }
         }
 
@@ -584,7 +589,7 @@ mod tests {
         assert_eq!(Algorithm::names_taking("cold_factor"), "warm_up");
         assert_eq!(
             Algorithm::parameter_keys(),
-            ["burst", "warmup", "cold_factor"]
+            ["window", "burst", "warmup", "cold_factor"]
         );
     }
 }

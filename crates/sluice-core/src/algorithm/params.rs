@@ -9,6 +9,7 @@ use std::fmt;
 use std::hash::Hash;
 
 use super::Rate;
+use crate::calendar::Calendar;
 
 /// The YAML values of a limit's algorithm keys, by key.
 pub type Given = BTreeMap<String, serde_yaml::Value>;
@@ -76,10 +77,15 @@ pub trait Parameters:
         let _ = (shape, key);
     }
 
-    /// Their script arguments, in `SCRIPT_ARGS` order.
-    fn script_args(&self, rate: &Rate) -> [u64; 2] {
-        let _ = rate;
+    /// Their script arguments at `now_us`, in `SCRIPT_ARGS` order.
+    fn script_args(&self, rate: &Rate, now_us: u64) -> [u64; 2] {
+        let _ = (rate, now_us);
         [0, 0]
+    }
+
+    /// The calendar the limit counts over, where the settings name one.
+    fn calendar(&self) -> Option<&'static Calendar> {
+        None
     }
 }
 

@@ -114,7 +114,7 @@ impl Parameters for WarmUpParameters {
     }
 
     fn shape(&self, rate: &Rate) -> [u64; 2] {
-        self.script_args(rate)
+        self.script_args(rate, 0)
     }
 
     fn write_key([warmup_us, cold_factor]: [u64; 2], key: &mut String) {
@@ -122,7 +122,7 @@ impl Parameters for WarmUpParameters {
         let _ = write!(key, "w{warmup_us}c{cold_factor}_");
     }
 
-    fn script_args(&self, rate: &Rate) -> [u64; 2] {
+    fn script_args(&self, rate: &Rate, _now_us: u64) -> [u64; 2] {
         [
             self.warmup_us(rate.period_us()),
             u64::from(self.cold_factor()),

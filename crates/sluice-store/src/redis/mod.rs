@@ -261,7 +261,7 @@ impl RedisStore {
             group,
             lease: hit.lease,
             penalty: hit.limit.modifiers.penalty,
-            own: hit.limit.counting.script_args(&rate),
+            own: hit.limit.counting.script_args(&rate, now_us),
             own_count: algorithm.own_script_args().len(),
         }
     }
