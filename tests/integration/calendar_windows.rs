@@ -1,7 +1,7 @@
 //! Calendar windows through the server (docs/configuration.md, "Calendar windows"): a billing
 //! month in a time zone counts on both stores, tells the real time to the period's end, and is
 //! listed by `/rlconfig` with the time-zone database; on the memory store it survives a restart
-//! with a snapshot, and sluice warns when nothing would keep it.
+//! with a snapshot (and sluice warns when nothing would keep it), on Redis a Sentinel failover.
 
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -138,4 +138,56 @@ async fn a_billing_month_survives_a_restart_with_a_snapshot_and_is_warned_of_wit
         "two were counted before"
     );
     assert_eq!(overall(&ask(&mut client, "initech").await), Code::OverLimit);
+}
+
+/// Asks for `tenant` until the store answers (a failover fails calls for a moment), for at
+/// most 20 s.
+async fn ask_through_a_failover(sluice: &Sluice, tenant: &str) -> RateLimitResponse {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut client = sluice.client().await;
+        let request = request("billing", vec![descriptor(&[("tenant", tenant)])]);
+        match client.should_rate_limit(request).await {
+            Ok(response) => return response.into_inner(),
+            Err(status) if std::time::Instant::now() < deadline => {
+                eprintln!("during the failover: {status}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(status) => panic!("the store never came back: {status}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_billing_month_keeps_its_count_across_a_redis_failover() {
+    use crate::redis_faults::{primary_port, sentinel_deployment};
+    let (primary, replica, sentinel) = sentinel_deployment();
+    let url = format!("mymaster,127.0.0.1:{}", sentinel.port);
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &["--store", "redis", "--redis-command-timeout", "500ms"],
+        &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &url)],
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            overall(&ask_through_a_failover(&sluice, "globex").await),
+            Code::Ok
+        );
+    }
+    // The replica has the two charges before it is promoted.
+    assert_eq!(primary.cli(&["WAIT", "1", "5000"]).trim(), "1");
+    crate::support::redis::cli(sentinel.port, &["SENTINEL", "FAILOVER", "mymaster"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while primary_port(&sentinel) != replica.port.to_string() {
+        assert!(std::time::Instant::now() < deadline, "never promoted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let third = ask_through_a_failover(&sluice, "globex").await;
+    assert_eq!(overall(&third), Code::Ok);
+    assert_eq!(
+        third.statuses[0].limit_remaining, 0,
+        "two were counted before"
+    );
+    let fourth = ask_through_a_failover(&sluice, "globex").await;
+    assert_eq!(overall(&fourth), Code::OverLimit);
 }

@@ -289,7 +289,7 @@ fn sluice_through(sentinel: &RedisServer) -> Sluice {
 
 /// A primary with one replica and a Sentinel that fails over after 1 s, once the Sentinel
 /// knows the replica.
-fn sentinel_deployment() -> (RedisServer, RedisServer, RedisServer) {
+pub(crate) fn sentinel_deployment() -> (RedisServer, RedisServer, RedisServer) {
     let primary = RedisServer::start(&[]);
     let replica = RedisServer::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
     let sentinel = RedisServer::start_sentinel_with("mymaster", primary.port, 1000);
@@ -312,7 +312,7 @@ fn sentinel_deployment() -> (RedisServer, RedisServer, RedisServer) {
 }
 
 /// The port Sentinel names as the primary now.
-fn primary_port(sentinel: &RedisServer) -> String {
+pub(crate) fn primary_port(sentinel: &RedisServer) -> String {
     sentinel
         .cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"])
         .lines()
