@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use sluice::algorithm::fixed_window::FixedWindowParameters;
+use sluice::calendar::{self, Calendar, CalendarUnit};
 use sluice::config::{load, Config, LoadOptions};
 use sluice::engine::Charging;
 use sluice::limit::{Algorithm, Counting, Hit, Limit, Role, Unit};
@@ -109,6 +111,23 @@ fn algorithms(c: &mut Criterion) {
             })
         });
     }
+    // A fixed window over a billing month in a zone with clock changes: the period is drawn
+    // from the time-zone database at each decision.
+    let calendar = Calendar::new(CalendarUnit::Month, "Europe/Berlin", Some(15), None)
+        .expect("a valid calendar");
+    let own = FixedWindowParameters {
+        calendar: Some(calendar::intern(calendar)),
+    };
+    let limit = Limit::new(Counting::FixedWindow(own), 100, Unit::Month);
+    let start = 1_773_529_200_000_000u64;
+    let state = limit.decide(None, 1, start).new_state.map(|(s, _)| s);
+    let mut now = start;
+    c.bench_function("algorithm/fixed_window over a calendar month", |b| {
+        b.iter(|| {
+            now += 1_000;
+            limit.decide(black_box(state.as_ref()), 1, now).decision
+        })
+    });
 }
 
 fn keys(c: &mut Criterion) {

@@ -13,6 +13,7 @@
 //! at the first instant it has.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use jiff::civil::Date;
@@ -83,7 +84,53 @@ pub struct Calendar {
     zone: TimeZone,
     anchor_day: u8,
     anchor_month: u8,
+    last: LastPeriod,
 }
+
+/// The period a calendar drew last, packed in one word so that threads share it without a
+/// lock: its start in seconds (39 bits) and its length in seconds (25 bits: 388 days); 0
+/// when none. Drawing a period from the time-zone database takes about 0.75 µs; most hits
+/// fall in the period drawn last.
+#[derive(Debug, Default)]
+struct LastPeriod(AtomicU64);
+
+const LENGTH_BITS: u32 = 25;
+
+impl LastPeriod {
+    /// The period drawn last, if it holds `now_us`.
+    fn holding(&self, now_us: u64) -> Option<(u64, u64)> {
+        let packed = self.0.load(Ordering::Relaxed);
+        let start_us = (packed >> LENGTH_BITS) * 1_000_000;
+        let end_us = start_us + (packed & ((1 << LENGTH_BITS) - 1)) * 1_000_000;
+        (start_us <= now_us && now_us < end_us).then_some((start_us, end_us))
+    }
+
+    /// Keeps `(start_us, end_us)` when it packs (whole seconds, as local midnights are).
+    fn keep(&self, (start_us, end_us): (u64, u64)) {
+        let (start_s, length_s) = (start_us / 1_000_000, (end_us - start_us) / 1_000_000);
+        let whole = start_us % 1_000_000 == 0 && end_us % 1_000_000 == 0;
+        if whole && start_s < 1 << (64 - LENGTH_BITS) && length_s < 1 << LENGTH_BITS {
+            self.0
+                .store(start_s << LENGTH_BITS | length_s, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A copy starts without a period drawn.
+impl Clone for LastPeriod {
+    fn clone(&self) -> Self {
+        LastPeriod::default()
+    }
+}
+
+/// What was drawn last is not part of what a calendar is.
+impl PartialEq for LastPeriod {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for LastPeriod {}
 
 impl Calendar {
     /// The calendar of `unit` in the zone named `time_zone`, starting on `anchor_day` (of the
@@ -126,6 +173,7 @@ impl Calendar {
             zone,
             anchor_day,
             anchor_month,
+            last: LastPeriod::default(),
         })
     }
 
@@ -148,6 +196,16 @@ impl Calendar {
     /// in µs since the epoch, local midnights of the zone. Instants before the epoch's first
     /// period read as 0.
     pub fn window_us(&self, now_us: u64) -> (u64, u64) {
+        if let Some(period) = self.last.holding(now_us) {
+            return period;
+        }
+        let period = self.draw_us(now_us);
+        self.last.keep(period);
+        period
+    }
+
+    /// The period holding `now_us`, from the time-zone database.
+    fn draw_us(&self, now_us: u64) -> (u64, u64) {
         let now = i64::try_from(now_us)
             .ok()
             .and_then(|us| Timestamp::from_microsecond(us).ok())
@@ -470,6 +528,8 @@ mod tests {
             prop_assert!(start <= now && now < end, "{start} {now} {end}");
             prop_assert_eq!(calendar.window_us(start), (start, end));
             prop_assert_eq!(calendar.window_us(end - 1), (start, end));
+            // The period kept for later hits is the one the database gives.
+            prop_assert_eq!(calendar.draw_us(end - 1), (start, end));
             prop_assert_eq!(calendar.window_us(end).0, end);
             let hours = (end - start) / 3_600_000_000;
             let (low, high) = match unit {
