@@ -20,18 +20,12 @@ pub(crate) const ALGORITHMS: [&str; 5] = [
 ];
 
 pub(crate) fn sluice_on(redis: &RedisServer, extra: &[&str]) -> Sluice {
-    let url = redis.url();
-    let mut args = vec!["--store", "redis", "--redis-url", url.as_str()];
-    args.extend_from_slice(extra);
-    Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[])
+    Sluice::on_redis_url(&[("config.yaml", CONFIG)], &redis.url(), extra, &[])
 }
 
 /// As `sluice_on`, as the `sluice` binary: for tests that read what it logs.
 pub(crate) fn sluice_process_on(redis: &RedisServer, extra: &[&str]) -> Sluice {
-    let url = redis.url();
-    let mut args = vec!["--store", "redis", "--redis-url", url.as_str()];
-    args.extend_from_slice(extra);
-    Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[])
+    Sluice::process_on_redis_url(&[("config.yaml", CONFIG)], &redis.url(), extra, &[])
 }
 
 /// `clients` clients, each on its own connection to one of `servers`, fire `calls` each at

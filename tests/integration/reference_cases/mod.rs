@@ -24,9 +24,6 @@ pub struct OnStore {
     pub redis: Option<RedisServer>,
 }
 
-/// How a server is started: `Sluice::start_with` or `Sluice::process_with`.
-type Start = fn(&[(&str, &str)], &[&str], &[(&str, &str)]) -> Sluice;
-
 /// The same config (`files`) and environment served twice: on the memory store and on Redis.
 pub fn on_both_stores(
     files: &[(&str, &str)],

@@ -54,6 +54,35 @@ enum Running {
     },
 }
 
+/// How a server is started: in this process (`Sluice::start_with`) or as the binary
+/// (`Sluice::process_with`), from its files, flags and environment.
+pub type Start = fn(&[(&str, &str)], &[&str], &[(&str, &str)]) -> Sluice;
+
+/// A sluice started by `start` on a Redis of its own, started here.
+fn on_own_redis_by(
+    start: Start,
+    files: &[(&str, &str)],
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (redis::RedisServer, Sluice) {
+    let redis = redis::RedisServer::start(&[]);
+    let sluice = on_redis_url_by(start, files, &redis.url(), args, envs);
+    (redis, sluice)
+}
+
+/// A sluice started by `start` on the Redis at `url`.
+fn on_redis_url_by(
+    start: Start,
+    files: &[(&str, &str)],
+    url: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Sluice {
+    let mut all = vec!["--store", "redis", "--redis-url", url];
+    all.extend_from_slice(args);
+    start(files, &all, envs)
+}
+
 impl Sluice {
     /// A sluice on a Redis of its own, started here, with `files`, more `args` and `envs`.
     pub fn on_own_redis(
@@ -61,9 +90,7 @@ impl Sluice {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> (redis::RedisServer, Sluice) {
-        let redis = redis::RedisServer::start(&[]);
-        let sluice = Sluice::on_redis_url(files, &redis.url(), args, envs);
-        (redis, sluice)
+        on_own_redis_by(Sluice::start_with, files, args, envs)
     }
 
     /// A sluice on the Redis at `url`, with `files`, more `args` and `envs`.
@@ -73,9 +100,7 @@ impl Sluice {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> Sluice {
-        let mut all = vec!["--store", "redis", "--redis-url", url];
-        all.extend_from_slice(args);
-        Sluice::start_with(files, &all, envs)
+        on_redis_url_by(Sluice::start_with, files, url, args, envs)
     }
 
     /// As `on_own_redis`, as the `sluice` binary.
@@ -84,9 +109,7 @@ impl Sluice {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> (redis::RedisServer, Sluice) {
-        let redis = redis::RedisServer::start(&[]);
-        let sluice = Sluice::process_on_redis_url(files, &redis.url(), args, envs);
-        (redis, sluice)
+        on_own_redis_by(Sluice::process_with, files, args, envs)
     }
 
     /// As `on_redis_url`, as the `sluice` binary.
@@ -96,9 +119,7 @@ impl Sluice {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> Sluice {
-        let mut all = vec!["--store", "redis", "--redis-url", url];
-        all.extend_from_slice(args);
-        Sluice::process_with(files, &all, envs)
+        on_redis_url_by(Sluice::process_with, files, url, args, envs)
     }
 
     /// Serves `config` (one YAML file) with extra command-line `args`.
