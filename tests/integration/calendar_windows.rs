@@ -85,6 +85,33 @@ async fn a_billing_month_counts_to_its_local_midnight_on_both_stores() {
     assert_eq!(redis.cli(&["GET", &key]).trim(), "3", "{key}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_headers_give_the_real_time_to_the_periods_end() {
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[],
+        &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
+    );
+    let mut client = sluice.client().await;
+    let header = |response: &RateLimitResponse, name: &str| -> Option<u64> {
+        response
+            .response_headers_to_add
+            .iter()
+            .find(|h| h.key.eq_ignore_ascii_case(name))
+            .and_then(|h| h.value.parse().ok())
+    };
+    let first = ask(&mut client, "hooli").await;
+    let reset = header(&first, "RateLimit-Reset").expect("RateLimit-Reset");
+    let expected = seconds_to_period_end();
+    assert!(reset.abs_diff(expected) <= 2, "{reset} against {expected}");
+    for _ in 0..2 {
+        ask(&mut client, "hooli").await;
+    }
+    let over = ask(&mut client, "hooli").await;
+    let retry = header(&over, "Retry-After").expect("Retry-After");
+    assert!(retry.abs_diff(expected) <= 2, "{retry} against {expected}");
+}
+
 #[test]
 fn rlconfig_lists_the_window_and_names_the_time_zone_database() {
     let sluice = Sluice::start(CONFIG, &[]);
