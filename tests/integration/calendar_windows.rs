@@ -21,24 +21,25 @@ descriptors:
       window: {calendar: month, time_zone: America/New_York, anchor_day: 15}
 "#;
 
-/// The billing month of `CONFIG`, and its period now (start and end, in µs).
-fn current_period_us() -> (u64, u64) {
-    let calendar = Calendar::new(CalendarUnit::Month, "America/New_York", Some(15), None)
-        .expect("a valid calendar");
-    let now_us = SystemTime::now()
+/// The wall clock, in µs since the epoch.
+fn now_us() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("after the epoch")
-        .as_micros() as u64;
-    calendar.window_us(now_us)
+        .as_micros() as u64
+}
+
+/// The billing month of `CONFIG`, and its period at `now_us` (start and end, in µs).
+fn period_us(now_us: u64) -> (u64, u64) {
+    Calendar::new(CalendarUnit::Month, "America/New_York", Some(15), None)
+        .expect("a valid calendar")
+        .window_us(now_us)
 }
 
 /// Seconds from now to the end of the current billing month of `CONFIG`, by the calendar.
 fn seconds_to_period_end() -> u64 {
-    let now_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after the epoch")
-        .as_micros() as u64;
-    (current_period_us().1 - now_us).div_ceil(1_000_000)
+    let now = now_us();
+    (period_us(now).1 - now).div_ceil(1_000_000)
 }
 
 /// Asks for `tenant` once; the response.
@@ -80,7 +81,7 @@ async fn a_billing_month_counts_to_its_local_midnight_on_both_stores() {
     let (redis, on_redis) = Sluice::on_own_redis(&[("config.yaml", CONFIG)], &[], &[]);
     exhaust_and_check_the_wait(&on_redis, "acme").await;
     // The reference's key layout, with the period's start (local midnight) in seconds.
-    let start_s = current_period_us().0 / 1_000_000;
+    let start_s = period_us(now_us()).0 / 1_000_000;
     let key = format!("billing_tenant_acme_{start_s}");
     assert_eq!(redis.cli(&["GET", &key]).trim(), "3", "{key}");
 }

@@ -172,7 +172,7 @@ async fn load_files(settings: &Settings, metrics: &Metrics) -> Result<Config, Se
         Err(errors) => return Err(errors.into()),
     };
     config.log_warnings();
-    warn_of_unkept_calendars(settings, &config);
+    warn_of_unkept_calendars(calendars_unkept(settings), &config);
     let paths: Vec<String> = settings
         .source
         .config_paths
@@ -399,13 +399,18 @@ async fn drain<T>(
 
 /// What a configuration load (a reload of the files, an xDS snapshot) does besides the swap:
 /// counts it, tells the store, updates readiness, logs refusals with their place.
-/// Warns when calendar windows (billing periods) count on the memory store without a
-/// snapshot: a restart would lose the period's count.
-fn warn_of_unkept_calendars(settings: &Settings, config: &Config) {
-    let unkept = matches!(
+/// Whether calendar windows would count where a restart loses them: the memory store
+/// without a snapshot.
+fn calendars_unkept(settings: &Settings) -> bool {
+    matches!(
         settings.store,
         crate::settings::StoreSettings::Memory { snapshot: None, .. }
-    );
+    )
+}
+
+/// Warns, when `unkept`, of the calendar windows `config` counts: a restart would lose their
+/// periods' counts.
+fn warn_of_unkept_calendars(unkept: bool, config: &Config) {
     let rules = config.calendar_rules();
     if unkept && !rules.is_empty() {
         tracing::warn!(
@@ -424,14 +429,14 @@ fn on_config_load(
 ) -> impl Fn(ReloadResult<'_>) + Send + Sync + 'static {
     let (store, metrics, readiness) = (store.clone(), metrics.clone(), readiness.clone());
     let require_domain = settings.source.healthy_with_at_least_one_config_loaded;
-    let settings = settings.clone();
+    let unkept = calendars_unkept(settings);
     move |result: ReloadResult<'_>| {
         metrics.record_config_load(result.is_ok());
         match result {
             Ok(config) => {
                 store.config_changed();
                 config.log_warnings();
-                warn_of_unkept_calendars(&settings, config);
+                warn_of_unkept_calendars(unkept, config);
                 readiness.set_config_ready(config_ready(require_domain, config));
                 tracing::info!(
                     source = config.source(),

@@ -2,9 +2,10 @@
 //! beside the algorithm that counts (penalties block clients a limit keeps denying). Each is
 //! a module of its own here (its policy as the YAML gives it, its rules, its state), a Lua
 //! file in `lua/`, and one row of the registry below, from which follow its YAML key inside
-//! `rate_limit`, its field in a limit's `Modifiers`, its Lua source in the Redis script, the
-//! dynamic metadata field it writes and how `check-config` names it. The engine runs a hit's
-//! modifiers around its algorithm (`engine::decide`).
+//! `rate_limit`, its field in a limit's `Modifiers`, its Lua source in the Redis script and
+//! how a limit's description names it; what it writes to the dynamic metadata is its own
+//! module's (`penalty::METADATA_KEY`). The engine runs a hit's modifiers around its
+//! algorithm (`engine::decide`).
 
 pub mod penalty;
 
@@ -27,7 +28,7 @@ pub trait ModifierPolicy: Sized {
 }
 
 macro_rules! registry {
-    ($( $field:ident: $policy:ty, lua $lua:literal, metadata $metadata:expr,
+    ($( $field:ident: $policy:ty, lua $lua:literal,
         shown $shown:literal; )+) => {
         /// The modifiers one limit carries, parsed and validated: one field per row.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -43,9 +44,6 @@ macro_rules! registry {
             /// after the algorithms').
             pub const LUA_SOURCES: &'static [&'static str] =
                 &[$(include_str!(concat!("../../../../lua/", $lua, ".lua")),)+];
-
-            /// The dynamic metadata field each modifier writes, in registry order.
-            pub const METADATA_KEYS: &'static [&'static str] = &[$($metadata,)+];
 
             /// Sets the modifier whose YAML key is `key` from `value`; `Ok(false)` when no
             /// modifier has that key.
@@ -82,5 +80,5 @@ macro_rules! registry {
 }
 
 registry! {
-    penalty: penalty::Policy, lua "penalty", metadata penalty::METADATA_KEY, shown "a penalty";
+    penalty: penalty::Policy, lua "penalty", shown "a penalty";
 }
