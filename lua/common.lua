@@ -10,7 +10,7 @@
 --            slot's share of a request, sluice settles the rest), "every_part" ("every" for
 --            one slot's share: a lease's acquire as "any"), or "refund" (the hits were
 --            charged by an "any" or "every_part" call and are taken back)
--- then, for each hit i in turn, 12 common arguments, then the algorithm's own (as many as the
+-- then, for each hit i in turn, 13 common arguments, then the algorithm's own (as many as the
 -- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
 -- read into the hit's fields of those names (crates/sluice-store/src/redis/args.rs builds them, in this
 -- order):
@@ -29,12 +29,18 @@
 --   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
 --                    charged together or not at all
 --   ARGV[+10]  lease  on a concurrency limit: "+<token>" acquires leases, "-<token>" releases
---                     what the token holds (always charged, never denying); else ""
+--                     what the token holds (always charged, never denying); on a reserved
+--                     budget, opens or settles the token's hold alike; else ""
 --   ARGV[+11]  penalty  the limit's penalty (lua/penalty.lua): the position in KEYS of its
 --                       record's key, after, within_us, block_ms, factor_milli,
 --                       max_block_ms, forget_us, space-separated; else ""
+--   ARGV[+12]  reserve  the limit's reservation (lua/reserve.lua): the positions in KEYS of its
+--                       holds' key and of the settled token's key (0 for an opening), max_hold_us
+--                       and the end of the hit's window (0: no window), space-separated; else ""
+--                       (its `lease` carries the token: "+" opens a hold, "-" settles it)
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us,
--- released, expired, penalty_until_us, penalty_offence, penalty_imposed (the fields of
+-- released, expired, penalty_until_us, penalty_offence, penalty_imposed, reserve_call,
+-- reserve_held, reserve_estimate, reserve_lapsed (the fields of
 -- sluice's Decision, which crates/sluice-core/src/algorithm/ and modifier/ specify), and, for "any" and
 -- "refund", the time it was decided at.
 --
@@ -97,8 +103,9 @@ end
 
 -- A decision as the script replies it: admitted (1 or 0), remaining, reset_after_us,
 -- retry_after_us, released and expired (a concurrency limit's leases; 0 when not given),
--- then what a penalty did (until, offence, imposed: 0 here, lua/penalty.lua sets them);
--- negative values are 0.
+-- then what a penalty did (until, offence, imposed: 0 here, lua/penalty.lua sets them) and
+-- a reservation (call, held, estimate, lapsed: 0 here, lua/reserve.lua sets them); negative
+-- values are 0.
 local function decision(admitted, remaining, reset_after_us, retry_after_us, released, expired)
   if remaining < 0 then
     remaining = 0
@@ -109,7 +116,8 @@ local function decision(admitted, remaining, reset_after_us, retry_after_us, rel
   if retry_after_us < 0 then
     retry_after_us = 0
   end
-  return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us, released or 0, expired or 0, 0, 0, 0}
+  return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us, released or 0, expired or 0, 0, 0, 0,
+    0, 0, 0, 0}
 end
 
 -- requests_per_unit 0 blocks everything, whatever the burst (crates/sluice-core/src/algorithm/mod.rs).

@@ -10,7 +10,9 @@
 -- (an enforced hit denied, or every quota hit denied: crates/sluice-core/src/engine.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
 -- A hit of a limit with a penalty is denied while its client is blocked, its limit left
--- alone; a strike (lua/penalty.lua) is recorded whatever the request's fate.
+-- alone; a strike (lua/penalty.lua) is recorded whatever the request's fate. A hit of a
+-- reserved budget (lua/reserve.lua) opens a hold, which stands as a lease's acquire does, or
+-- settles one, which always stands.
 --
 -- Read-only (`request(KEYS, ARGV, true)`, the `_ro` function, for a Redis that refuses
 -- writes: out of memory, a read-only replica): the hits are decided alike, nothing is
@@ -19,7 +21,7 @@
 -- need: Redis could not keep it, and it changes only how far over its limit the key is.
 
 -- The common arguments of a hit; the algorithm's own follow them.
-local COMMON = 12
+local COMMON = 13
 -- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
 -- a function library, whose top level runs only when it is loaded.
 local made = {}
@@ -59,6 +61,13 @@ local function decide(hit, state)
   return decision(false, d[2], next[3], next[4]), in_debt
 end
 
+-- The decision of cost 0 for `hit` on `state`, nothing charged (what remains).
+local function ask_on(hit, state)
+  local plain = with_cost(hit, 0)
+  plain.charges_denied = hit.debt
+  return (decide(plain, state))
+end
+
 -- Whether a read-only answer may leave out the charge of `hit`, decided `d`: a denial
 -- charged only by the reference's counting.
 local function droppable(hit, d)
@@ -73,7 +82,7 @@ local function append(replies, d, now)
 end
 
 -- A call's hits from KEYS and ARGV (see common.lua): their keys come first in KEYS, their
--- penalties' records' after them. `now_of` reads a hit's time (Redis TIME when not given).
+-- modifiers' keys (penalties' records, reservations' holds and settled tokens) after them. `now_of` reads a hit's time (Redis TIME when not given).
 local function parse_hits(KEYS, ARGV, read_only, every, now_of)
   local hits = {}
   local at = 2
@@ -97,6 +106,7 @@ local function parse_hits(KEYS, ARGV, read_only, every, now_of)
       releases = string.sub(ARGV[at + 10], 1, 1) == '-',
       acquires = string.sub(ARGV[at + 10], 1, 1) == '+',
       penalty = penalty_of(ARGV[at + 11], KEYS),
+      reserve = reserve_of(ARGV[at + 12], KEYS),
       read_only = read_only,
     }
     local own = params[hits[i].algorithm] or {}
@@ -114,7 +124,12 @@ local function refund(hits)
   local replies = {}
   for _, hit in ipairs(hits) do
     local rules = algorithm(hit.algorithm)
-    rules.refund(hit)
+    if hit.reserve then
+      -- An opening charged nothing but its hold.
+      redis.call('HDEL', hit.reserve.key, string.sub(hit.lease, 2))
+    else
+      rules.refund(hit)
+    end
     append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
   end
   return replies
@@ -133,7 +148,7 @@ local function one_hit(hit, read_only, with_time, fields)
     end
   end
   if with_time then
-    d[10] = hit.now
+    d[14] = hit.now
   end
   if read_only then
     d[fields + 1] = needed
@@ -165,10 +180,10 @@ end
 -- strike counted when it is one. `records` holds the penalties' records by key as the hits
 -- so far left them (false: none); `struck` those to write, with the time of the hit that
 -- changed them last.
-local function penalized(hit, state, records, struck)
+local function penalized(hit, state, records, struck, limit)
   local p = hit.penalty
   if not p or hit.releases then
-    return decide(hit, state)
+    return limit()
   end
   local record = records[p.key]
   if record == nil then
@@ -181,7 +196,7 @@ local function penalized(hit, state, records, struck)
   if record and record.blocked > hit.now then
     return penalty_denial(record, hit.now, false, 0), nil
   end
-  local d, changed = decide(hit, state)
+  local d, changed = limit()
   if penalty_strikes(d, changed) then
     local next, imposed = penalty_strike(p, record or nil, hit.now)
     records[p.key] = next
@@ -200,7 +215,8 @@ end
 -- states the standing charges left (`latest`), and the penalties' records `struck`.
 local function decide_groups(hits, always_stands, leaves_groups)
   local fetched = fetch_plain(hits)
-  local s = {decisions = {}, changes = {}, stands = {}, original = {}, latest = {}, struck = {}}
+  local s = {decisions = {}, changes = {}, extras = {}, stands = {}, original = {}, latest = {},
+    struck = {}}
   local records = {}
   local n = #hits
   local i = 1
@@ -212,24 +228,79 @@ local function decide_groups(hits, always_stands, leaves_groups)
     while i <= n and hits[i].group == group do
       local hit = hits[i]
       local key = hit.key
-      local state = overlay and overlay[key]
-      if state == nil then
-        state = s.latest[key]
+      -- A state this call left under `at` (this group's, then the standing ones), else the
+      -- state read there by `read` (once per call).
+      local function current(at, read)
+        local found = overlay and overlay[at]
+        if found == nil then
+          found = s.latest[at]
+        end
+        if found == nil then
+          found = s.original[at]
+        end
+        if found == nil then
+          found = read()
+          s.original[at] = found
+        end
+        return found
       end
-      if state == nil then
-        state = s.original[key]
+      local state = current(key, function()
+        return algorithm(hit.algorithm).read(hit, fetched[key])
+      end)
+      local extra = nil
+      local function limit()
+        if not hit.reserve then
+          return decide(hit, state)
+        end
+        local r = hit.reserve
+        local holds = current(r.key, function() return reserve_read(r.key, hit.now) end)
+        local function ask(cost)
+          local plain = with_cost(hit, cost)
+          plain.charges_denied = hit.debt
+          return (decide(plain, state))
+        end
+        if hit.acquires then
+          local d, after = reserve_open(hit, holds, ask)
+          if after then
+            extra = {{r.key, after}}
+          end
+          return d, nil
+        end
+        local settled = current(r.settled_key, function()
+          return settled_read(r.settled_key, hit.now)
+        end)
+        local function charge(cost)
+          local charged = with_cost(hit, cost)
+          charged.charges_denied = true
+          local _, changed = decide(charged, state)
+          return changed
+        end
+        local function report(changed)
+          return ask_on(hit, changed or state)
+        end
+        local d, after, mark, changed = reserve_settle(hit, holds, settled, charge, report)
+        extra = {}
+        if after then
+          extra[#extra + 1] = {r.key, after}
+        end
+        if mark then
+          extra[#extra + 1] = {r.settled_key, mark}
+        end
+        return d, changed
       end
-      if state == nil then
-        state = algorithm(hit.algorithm).read(hit, fetched[key])
-        s.original[key] = state
-      end
-      local d, changed = penalized(hit, state, records, s.struck)
+      local d, changed = penalized(hit, state, records, s.struck, limit)
       s.decisions[i] = d
+      s.extras[i] = extra
       if changed ~= nil then
         s.changes[i] = changed
-        if i < n and hits[i + 1].group == group then
-          overlay = overlay or {}
+      end
+      if (changed ~= nil or extra ~= nil) and i < n and hits[i + 1].group == group then
+        overlay = overlay or {}
+        if changed ~= nil then
           overlay[key] = changed
+        end
+        for _, e in ipairs(extra or {}) do
+          overlay[e[1]] = e[2]
         end
       end
       denied = denied or d[1] == 0
@@ -237,9 +308,15 @@ local function decide_groups(hits, always_stands, leaves_groups)
     end
     for j = first, i - 1 do
       local change = s.changes[j]
-      if change ~= nil and (always_stands(hits[j]) or not denied or leaves_groups) then
+      local extras = s.extras[j]
+      if (change ~= nil or extras ~= nil) and (always_stands(hits[j]) or not denied or leaves_groups) then
         s.stands[j] = true
-        s.latest[hits[j].key] = change
+        if change ~= nil then
+          s.latest[hits[j].key] = change
+        end
+        for _, e in ipairs(extras or {}) do
+          s.latest[e[1]] = e[2]
+        end
       end
     end
   end
@@ -272,7 +349,7 @@ end
 local function write_standing(hits, s, read_only)
   local last = {}
   for j = 1, #hits do
-    if s.stands[j] then
+    if s.stands[j] and s.changes[j] ~= nil then
       last[hits[j].key] = j
     end
   end
@@ -286,6 +363,11 @@ local function write_standing(hits, s, read_only)
     if next(s.struck) ~= nil then
       needed = 1
     end
+    for j = 1, #hits do
+      if s.stands[j] and s.extras[j] ~= nil and #s.extras[j] > 0 then
+        needed = 1
+      end
+    end
     -- Nothing was written: what remains is what the keys hold.
     return {}, needed
   end
@@ -297,6 +379,17 @@ local function write_standing(hits, s, read_only)
   end
   for key, written in pairs(s.struck) do
     penalty_write(key, written[1], written[2])
+  end
+  for j = 1, #hits do
+    if s.stands[j] then
+      for _, e in ipairs(s.extras[j] or {}) do
+        if e[1] == hits[j].reserve.key then
+          reserve_write(e[1], e[2], hits[j].now)
+        else
+          settled_write(e[1], e[2], hits[j].now)
+        end
+      end
+    end
   end
   return last, 0
 end
@@ -319,11 +412,11 @@ local function replies_of(hits, s, last, fields, with_time)
       d = decide(with_cost(hit, 0), state)
     end
     local at = fields * (j - 1)
-    for k = 1, 9 do
+    for k = 1, 13 do
       replies[at + k] = d[k]
     end
     if with_time then
-      replies[at + 10] = hit.now
+      replies[at + 14] = hit.now
     end
   end
   return replies
@@ -343,7 +436,7 @@ local function request(KEYS, ARGV, read_only)
   -- The calls of a Cluster ("any", "every_part", "refund") also reply the time each hit was
   -- decided at.
   local with_time = mode == 'any' or mode == 'every_part' or mode == 'refund'
-  local fields = with_time and 10 or 9
+  local fields = with_time and 14 or 13
 
   -- Redis TIME, read once per call when some hit needs it.
   local redis_now = nil
@@ -361,7 +454,7 @@ local function request(KEYS, ARGV, read_only)
   if mode == 'refund' then
     return refund(hits)
   end
-  if #hits == 1 and not hits[1].penalty then
+  if #hits == 1 and not hits[1].penalty and not hits[1].reserve then
     return one_hit(hits[1], read_only, with_time, fields)
   end
   local s = decide_groups(hits, always_stands, mode == 'any' or mode == 'every_part')

@@ -99,11 +99,12 @@ fn both_requests_on(
     })
 }
 
-/// The lease of a hit of `cost` in request `number` on `limit`: on a concurrency limit, a
-/// cost of 2 or 5 releases the lease of an earlier request (held, released or never taken),
-/// any other acquires under the request's own token; no lease on a rate.
+/// The lease of a hit of `cost` in request `number` on `limit`: on a concurrency limit (or a
+/// reserved budget), a cost of 2 or 5 releases the lease (settles the hold) of an earlier
+/// request (held, released or never taken), any other acquires (opens) under the request's
+/// own token; none on a plain rate.
 fn lease_of(limit: &Limit, number: usize, cost: u64) -> Option<LeaseCall> {
-    if limit.algorithm() != Algorithm::Concurrency {
+    if limit.algorithm() != Algorithm::Concurrency && limit.modifiers.reserve.is_none() {
         return None;
     }
     let token = number as u64 + 1;
@@ -299,8 +300,19 @@ fn penalty() -> impl Strategy<Value = Policy> {
         })
 }
 
+/// A reservation: holds that lapse within 0.1 to 3 s, capped at a fraction of the limit.
+fn reserve() -> impl Strategy<Value = sluice::modifier::reserve::Policy> {
+    (1u64..=4, 100_000u32..=1_000_000, 1u64..=30).prop_map(|(amount, ppm, hold)| {
+        sluice::modifier::reserve::Policy {
+            amount,
+            max_fraction_ppm: ppm,
+            max_hold_us: hold * 100_000,
+        }
+    })
+}
+
 /// Requests of one to three hits on three keys of random algorithms and limits (some taking
-/// debt, half with a penalty), with random roles and costs (some beyond every limit), some
+/// debt, half with a penalty, some reserving: their hits open and settle holds), with random roles and costs (some beyond every limit), some
 /// hits joining the previous one's descriptor (a key may appear twice in a request), charged
 /// both ways.
 fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
@@ -311,6 +323,7 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
         1u32..=5,
         prop::bool::weighted(0.3),
         prop::option::weighted(0.5, penalty()),
+        prop::option::weighted(0.4, reserve()),
     );
     let limits = prop::collection::vec(limit_of, 3);
     let role = prop_oneof![
@@ -332,10 +345,15 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
         |(limits, requests, all_or_nothing)| {
             let limits = limits
                 .into_iter()
-                .map(|(a, l, m, b, debt, penalty)| Limit {
-                    debt,
-                    modifiers: Modifiers { penalty },
-                    ..limit(Algorithm::ALL[a], l, m, Some(b))
+                .map(|(a, l, m, b, debt, penalty, reserve)| {
+                    let algorithm = Algorithm::ALL[a];
+                    // A concurrency limit takes no reserve (refused at load).
+                    let reserve = reserve.filter(|_| !algorithm.leases());
+                    Limit {
+                        debt,
+                        modifiers: Modifiers { penalty, reserve },
+                        ..limit(algorithm, l, m, Some(b))
+                    }
                 })
                 .collect();
             (limits, requests, all_or_nothing)
@@ -349,6 +367,8 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
     // Blocks imposed, and hits denied by a block, over every case: the penalties were
     // exercised, not only carried.
     let (imposed, blocked) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    // Holds opened, and settles of each kind, over every case.
+    let calls: [AtomicUsize; 4] = Default::default();
     check_cases(96, &multi_hit_scenario(), |(limits, requests, all)| {
         let charging = if all {
             Charging::AllOrNothing
@@ -363,6 +383,9 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
                 usize::from(penalty.until_us > 0 && !penalty.imposed),
                 Ordering::Relaxed,
             );
+            if let Some(reserved) = decision.reserved() {
+                calls[reserved.call.number() as usize - 1].fetch_add(1, Ordering::Relaxed);
+            }
         }
         prop_assert_eq!(memory, redis, "{:?} {:?}", limits, charging);
         Ok(())
@@ -371,6 +394,11 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
     assert!(
         imposed > 20 && blocked > 20,
         "{imposed} blocks imposed, {blocked} hits blocked"
+    );
+    let calls = calls.map(AtomicUsize::into_inner);
+    assert!(
+        calls.iter().all(|&n| n > 5),
+        "opened, settled, duplicate, unknown: {calls:?}"
     );
 }
 

@@ -11,8 +11,8 @@
 use smallvec::SmallVec;
 
 use crate::algorithm::{self, Outcome, State};
-use crate::limit::{Decision, Hit, Role};
-use crate::modifier::penalty;
+use crate::limit::{Decision, Hit, LeaseCall, Role};
+use crate::modifier::{penalty, reserve};
 
 /// How a store charges the hits of one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -142,35 +142,71 @@ pub fn binding(decisions: &[Decision]) -> Option<usize> {
         .map(|(index, _)| index)
 }
 
-/// Which state of a request's hit a key holds: its limit's, or its penalty's record of the
-/// client.
+/// Which state of a hit a key holds: its limit's, or one a modifier keeps beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Of {
+    /// The limit's own state.
+    Limit,
+    /// The record the limit's penalty keeps of the client.
+    Penalty,
+    /// The estimates a reserved budget holds for requests in flight.
+    Holds,
+    /// A reserved budget's mark of the token the hit settles.
+    Settled,
+}
+
+/// Which state of a request's hit a key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Part {
     pub hit: usize,
-    pub penalty: bool,
+    pub of: Of,
 }
 
 impl Part {
     /// The state of hit `hit`'s limit.
     pub fn limit(hit: usize) -> Part {
-        Part {
-            hit,
-            penalty: false,
-        }
+        Part { hit, of: Of::Limit }
     }
 
     /// The record hit `hit`'s penalty keeps.
     pub fn penalty(hit: usize) -> Part {
-        Part { hit, penalty: true }
+        Part {
+            hit,
+            of: Of::Penalty,
+        }
+    }
+
+    /// The parts every hit of `hits` has state under: its limit's, then its modifiers'.
+    pub fn of_request(hits: &[Hit]) -> SmallVec<[Part; 4]> {
+        let mut parts: SmallVec<[Part; 4]> = (0..hits.len()).map(Part::limit).collect();
+        for (hit, h) in hits.iter().enumerate() {
+            let modifiers = &h.limit.modifiers;
+            if modifiers.penalty.is_some() && !h.releases() {
+                parts.push(Part {
+                    hit,
+                    of: Of::Penalty,
+                });
+            }
+            if modifiers.reserve.is_some() {
+                parts.push(Part { hit, of: Of::Holds });
+                if h.releases() {
+                    parts.push(Part {
+                        hit,
+                        of: Of::Settled,
+                    });
+                }
+            }
+        }
+        parts
     }
 }
 
 /// A state a request leaves under one key: the hit that wrote it last (its limit's state, or
-/// its penalty's record), and until when it matters.
+/// a modifier's), and until when it matters.
 #[derive(Debug)]
 pub struct Write<K> {
     pub hit: usize,
-    pub penalty: bool,
+    pub of: Of,
     pub key: K,
     pub state: State,
     pub expires_at_us: u64,
@@ -181,7 +217,7 @@ impl<K> Write<K> {
     pub fn part(&self) -> Part {
         Part {
             hit: self.hit,
-            penalty: self.penalty,
+            of: self.of,
         }
     }
 }
@@ -193,6 +229,15 @@ pub struct Plan<K> {
     pub decisions: Vec<Decision>,
     pub writes: SmallVec<[Write<K>; 4]>,
     charged: SmallVec<[bool; 8]>,
+}
+
+/// The state under `key` as this request left it so far: its descriptor's changes, then the
+/// standing charges of earlier descriptors, then the penalties' records.
+fn left<K: Copy + Eq>(key: K, lists: [&[Write<K>]; 3]) -> Option<&State> {
+    lists
+        .into_iter()
+        .find_map(|list| list.iter().rev().find(|w| w.key == key))
+        .map(|w| &w.state)
 }
 
 /// Decides `hits` in order, each on the state the hits before it left: its descriptor's
@@ -212,45 +257,87 @@ pub fn decide<'s, K: Copy + Eq>(
     for group in descriptor_groups(hits) {
         let mut changes: SmallVec<[Write<K>; 2]> = SmallVec::new();
         for i in group.clone() {
-            let key = key_of(Part::limit(i));
-            let current = match changes.iter().rev().find(|c| c.key == key) {
-                Some(change) => Some(&change.state),
-                None => match charged.iter().rev().find(|c| c.key == key) {
-                    Some(charge) => Some(&charge.state),
-                    None => stored(Part::limit(i)),
-                },
+            let current = |part: Part| {
+                left(key_of(part), [&changes, &charged, &records]).or_else(|| stored(part))
             };
-            let decide_limit = || decide_hit(&hits[i], charging, current, now_us);
-            let outcome = match hits[i].limit.modifiers.penalty {
-                Some(policy) if !hits[i].releases() => {
-                    let record_key = key_of(Part::penalty(i));
-                    let record = match records.iter().rev().find(|r| r.key == record_key) {
-                        Some(written) => Some(&written.state),
-                        None => stored(Part::penalty(i)),
+            let state = current(Part::limit(i));
+            let mut written: SmallVec<[(Of, State, u64); 3]> = SmallVec::new();
+            let decide_limit = || match hits[i].limit.modifiers.reserve {
+                Some(policy) => {
+                    let holds = match current(Part {
+                        hit: i,
+                        of: Of::Holds,
+                    }) {
+                        Some(State::Holds(holds)) => Some(holds),
+                        _ => None,
                     };
-                    let record = match record {
+                    let reservation = match hits[i].lease {
+                        Some(LeaseCall::Release(token)) => {
+                            let settled = match current(Part {
+                                hit: i,
+                                of: Of::Settled,
+                            }) {
+                                Some(State::Settled(settled)) => Some(settled),
+                                _ => None,
+                            };
+                            reserve::settle(&policy, &hits[i], token, state, holds, settled, now_us)
+                        }
+                        Some(LeaseCall::Acquire(token)) => {
+                            reserve::open(&policy, &hits[i], token, state, holds, now_us)
+                        }
+                        None => {
+                            return (decide_hit(&hits[i], charging, state, now_us), written);
+                        }
+                    };
+                    let mut extra: SmallVec<[(Of, State, u64); 3]> = SmallVec::new();
+                    if let Some((holds, expires)) = reservation.holds {
+                        extra.push((Of::Holds, State::Holds(holds), expires));
+                    }
+                    if let Some((settled, expires)) = reservation.settled {
+                        extra.push((Of::Settled, State::Settled(settled), expires));
+                    }
+                    let outcome = Outcome {
+                        decision: reservation.decision,
+                        new_state: reservation.limit,
+                    };
+                    (outcome, extra)
+                }
+                None => (decide_hit(&hits[i], charging, state, now_us), written),
+            };
+            let (outcome, extra) = match hits[i].limit.modifiers.penalty {
+                Some(policy) if !hits[i].releases() => {
+                    let record = match current(Part::penalty(i)) {
                         Some(State::Penalty(held)) => Some(&*held.0),
                         _ => None,
                     };
-                    let (outcome, next) = penalty::decide(&policy, record, now_us, decide_limit);
+                    let mut extra = SmallVec::new();
+                    let (outcome, next) = penalty::decide(&policy, record, now_us, || {
+                        let (outcome, own) = decide_limit();
+                        extra = own;
+                        outcome
+                    });
                     if let Some(next) = next {
                         records.push(Write {
                             hit: i,
-                            penalty: true,
-                            key: record_key,
+                            of: Of::Penalty,
+                            key: key_of(Part::penalty(i)),
                             expires_at_us: next.remembered_until_us,
                             state: State::Penalty(next.into()),
                         });
                     }
-                    outcome
+                    (outcome, extra)
                 }
                 _ => decide_limit(),
             };
+            written = extra;
             if let Some((state, expires_at_us)) = outcome.new_state {
+                written.insert(0, (Of::Limit, state, expires_at_us));
+            }
+            for (of, state, expires_at_us) in written {
                 changes.push(Write {
                     hit: i,
-                    penalty: false,
-                    key,
+                    of,
+                    key: key_of(Part { hit: i, of }),
                     state,
                     expires_at_us,
                 });

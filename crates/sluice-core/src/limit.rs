@@ -194,6 +194,17 @@ impl Limit {
         algorithm::decide(&self.counting, state, &self.rate(), cost, now_us, lease)
     }
 
+    /// The end of the window that holds `now_us`, for an algorithm that counts in windows
+    /// (the fixed window: the epoch's, or its calendar's); `None` for the others.
+    pub fn window_end_us(&self, now_us: u64) -> Option<u64> {
+        match &self.counting {
+            Counting::FixedWindow(own) => {
+                Some(algorithm::fixed_window::window_us(&self.rate(), own, now_us).1)
+            }
+            _ => None,
+        }
+    }
+
     /// The period W in microseconds: unit x multiplier.
     pub fn period_us(&self) -> u64 {
         // Configured periods are at most 100 years (config validation); saturate regardless.

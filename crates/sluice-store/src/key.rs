@@ -99,13 +99,13 @@ impl Shape {
 ///   in µs + `c` + cold factor + `_` for `warm_up`), then the descriptor key, e.g.
 ///   `token_bucket_10per60s_b20_domain_key_value_`; a concurrency limit's leases outlive a
 ///   change of its numbers: `concurrency_domain_key_value_`;
-/// - a limit with a penalty: its descriptor key comes first, as a hash tag (`slot_tag`) that
-///   its penalty's record shares, so that both live in one Cluster slot:
+/// - a limit with a modifier (a penalty, a reserve): its descriptor key comes first, as a hash
+///   tag (`slot_tag`) that its modifier's keys share, so that all live in one Cluster slot:
 ///   `prefix{domain_key_value_}1700000000`, `prefix{domain_key_value_}token_bucket_10per60s_b20_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 48);
     key.push_str(prefix);
-    let tagged = hit.limit.modifiers.penalty.is_some();
+    let tagged = !hit.limit.modifiers.is_empty();
     let descriptor = if tagged {
         push_tag(&mut key, &hit.key)
     } else {
@@ -138,10 +138,27 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
 /// limit's key has, then `penalty` (`prefix{domain_key_value_}penalty`). Named by neither the
 /// limit's numbers nor its window: a reload that changes the limit keeps its blocks.
 pub fn penalty_key(prefix: &str, hit: &Hit) -> String {
-    let mut key = String::with_capacity(prefix.len() + hit.key.len() + 12);
+    modifier_key(prefix, hit, "penalty")
+}
+
+/// The Redis key of the holds `hit`'s reservation keeps: `prefix{domain_key_value_}holds`.
+pub fn holds_key(prefix: &str, hit: &Hit) -> String {
+    modifier_key(prefix, hit, "holds")
+}
+
+/// The Redis key of the mark of a token `hit` settles:
+/// `prefix{domain_key_value_}settled_<token>`.
+pub fn settled_key(prefix: &str, hit: &Hit, token: u64) -> String {
+    modifier_key(prefix, hit, &format!("settled_{token:016x}"))
+}
+
+/// `prefix`, the tag `hit`'s limit's key has, then `name` (and the descriptor key, when the
+/// tag is its hash).
+fn modifier_key(prefix: &str, hit: &Hit, name: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + hit.key.len() + name.len() + 4);
     key.push_str(prefix);
     let descriptor = push_tag(&mut key, &hit.key);
-    key.push_str("penalty");
+    key.push_str(name);
     if let Some(descriptor) = descriptor {
         key.push('_');
         key.push_str(descriptor);
@@ -301,6 +318,7 @@ mod penalty_key_tests {
             limit: Limit {
                 modifiers: sluice_core::modifier::Modifiers {
                     penalty: Some(policy),
+                    ..Default::default()
                 },
                 ..Limit::fixed_window(10, Unit::Minute)
             },

@@ -33,7 +33,7 @@ use sluice_core::algorithm::State;
 use crate::key::Shape;
 use crate::series::{Reporting, Series};
 use crate::{Clock, Store, StoreError};
-use sluice_core::engine::{Charging, Part};
+use sluice_core::engine::{Charging, Of, Part};
 use sluice_core::limit::{Decision, Hit};
 
 /// A shard's entries: state by key id, hashed by the id itself (it is already a keyed hash).
@@ -359,12 +359,40 @@ impl MemoryStore {
         (id, (id.1 as usize) & (self.shards.len() - 1))
     }
 
+    /// The id of what a limit's reservation keeps beside it: its holds (`token` 0), or the
+    /// mark of a settled token, and its shard.
+    fn locate_reserved(&self, hit: &Hit, of: Of) -> (KeyId, usize) {
+        let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
+        hasher.write(hit.key.as_bytes());
+        match (of, hit.lease) {
+            (Of::Settled, Some(call)) => {
+                hasher.write(b"\0settled");
+                hasher.write_u64(call.token());
+            }
+            _ => hasher.write(b"\0holds"),
+        }
+        let hash = hasher.finish128();
+        self.placed(KeyId(hash.h1, hash.h2))
+    }
+
     /// Where `part` of `hits` lives, before the time is known (`hashed`).
     fn hashed_part(&self, hits: &[Hit], part: Part) -> (KeyId, usize) {
-        if part.penalty {
-            self.locate_record(&hits[part.hit])
-        } else {
-            self.hashed(&hits[part.hit])
+        let hit = &hits[part.hit];
+        match part.of {
+            Of::Limit => self.hashed(hit),
+            Of::Penalty => self.locate_record(hit),
+            Of::Holds | Of::Settled => self.locate_reserved(hit, part.of),
+        }
+    }
+
+    /// What `hit`'s reservation holds now (live holds only), for tools and tests.
+    pub fn holds_of(&self, hit: &Hit) -> u64 {
+        let now_us = self.clock.now_us();
+        let (id, index) = self.locate_reserved(hit, Of::Holds);
+        let shard = self.lock(index);
+        match live(&shard, &id, false, now_us) {
+            Some(State::Holds(holds)) => holds.live(now_us).0.total(),
+            _ => 0,
         }
     }
 
@@ -437,9 +465,9 @@ impl Store for MemoryStore {
 
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         // One hit vetoes exactly when it is denied: all-or-nothing is the hit alone (unless
-        // a penalty's record is kept beside it).
+        // a modifier keeps state beside it).
         if let [hit] = hits {
-            if hit.limit.modifiers.penalty.is_none() {
+            if hit.limit.modifiers.is_empty() {
                 return Ok(vec![self.charge_one(hit, charging)?]);
             }
         }

@@ -1,9 +1,10 @@
 //! What deciding one hit gives: the common answer every algorithm makes (`Decision`), the
 //! mark the unit that decided leaves on it (`Mark`: a concurrency limit's lease counts, a
-//! penalty's block), and the state to store with it (`Outcome`). A new algorithm or modifier
+//! penalty's block, a reserved budget's hold), and the state to store with it (`Outcome`). A new algorithm or modifier
 //! that reports something of its own adds a variant to `Mark`, never a field to `Decision`.
 
 use super::penalty_state::Penalized;
+use super::reserve_state::Reserved;
 use super::State;
 
 /// What an algorithm decided for one hit.
@@ -38,6 +39,8 @@ pub enum Mark {
     Leases { released: u32, expired: u32 },
     /// The limit's penalty blocked the hit, or imposed the block.
     Penalty(Penalized),
+    /// A reserved budget held an estimate, or settled a hold.
+    Reserve(Reserved),
 }
 
 impl Mark {
@@ -88,6 +91,14 @@ impl Decision {
         match self.mark {
             Mark::Penalty(penalized) => penalized,
             _ => Penalized::default(),
+        }
+    }
+
+    /// What the limit's reservation did, if it did something.
+    pub fn reserved(&self) -> Option<Reserved> {
+        match self.mark {
+            Mark::Reserve(reserved) => Some(reserved),
+            _ => None,
         }
     }
 

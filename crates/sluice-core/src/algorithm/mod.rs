@@ -21,6 +21,7 @@ pub mod params;
 pub mod penalty_state;
 pub mod persist;
 mod rate;
+pub mod reserve_state;
 pub mod sliding_window_counter;
 pub mod sliding_window_log;
 pub mod token_bucket;
@@ -142,6 +143,14 @@ impl HeapSize for penalty_state::Held {
             + self.0.strikes.capacity() * std::mem::size_of::<u64>()
     }
 }
+
+impl HeapSize for reserve_state::Holds {
+    fn heap_bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<reserve_state::Hold>()
+    }
+}
+
+impl HeapSize for reserve_state::Settled {}
 
 impl HeapSize for Vec<u64> {
     fn heap_bytes(&self) -> usize {
@@ -318,6 +327,10 @@ macro_rules! registry {
             $( $variant($held), )+
             /// What a limit's penalty remembers of a client (under a key of its own).
             Penalty(penalty_state::Held),
+            /// A reserved budget's holds (under a key of their own).
+            Holds(reserve_state::Holds),
+            /// A reserved budget's settled token (under a key of its own).
+            Settled(reserve_state::Settled),
         }
 
         impl State {
@@ -326,12 +339,16 @@ macro_rules! registry {
                 match self {
                     $(State::$variant(held) => HeapSize::heap_bytes(held),)+
                     State::Penalty(held) => HeapSize::heap_bytes(held),
+                    State::Holds(held) => HeapSize::heap_bytes(held),
+                    State::Settled(held) => HeapSize::heap_bytes(held),
                 }
             }
 
             /// What names each kind of state in a snapshot, by its tag: the algorithms in
-            /// registry order, then a penalty's record.
-            pub const PERSISTED_NAMES: &'static [&'static str] = &[$($name,)+ "penalty"];
+            /// registry order, then a penalty's record, a reserved budget's holds and settled
+            /// tokens.
+            pub const PERSISTED_NAMES: &'static [&'static str] =
+                &[$($name,)+ "penalty", "holds", "settled"];
 
             /// The state's tag in a snapshot: its kind's index in `PERSISTED_NAMES`.
             pub fn persisted_tag(&self) -> u8 {
@@ -342,7 +359,11 @@ macro_rules! registry {
                     }
                     tag += 1;
                 )+
-                tag
+                match self {
+                    State::Holds(_) => tag + 1,
+                    State::Settled(_) => tag + 2,
+                    _ => tag,
+                }
             }
 
             /// Appends the state's bytes (without its tag) to `out`.
@@ -350,6 +371,8 @@ macro_rules! registry {
                 match self {
                     $(State::$variant(held) => Persist::put(held, out),)+
                     State::Penalty(held) => Persist::put(held, out),
+                    State::Holds(held) => Persist::put(held, out),
+                    State::Settled(held) => Persist::put(held, out),
                 }
             }
 
@@ -359,6 +382,8 @@ macro_rules! registry {
                 match name {
                     $($name => persist::read_whole::<$held>(bytes).map(State::$variant),)+
                     "penalty" => persist::read_whole(bytes).map(State::Penalty),
+                    "holds" => persist::read_whole(bytes).map(State::Holds),
+                    "settled" => persist::read_whole(bytes).map(State::Settled),
                     _ => None,
                 }
             }

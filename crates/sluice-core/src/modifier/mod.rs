@@ -1,15 +1,18 @@
 //! Modifiers of a limit: units that change how a limit's decision is taken or what it holds,
-//! beside the algorithm that counts (penalties block clients a limit keeps denying). Each is
+//! beside the algorithm that counts (penalties block clients a limit keeps denying; a
+//! reserved budget holds an estimate per request in flight until its cost is settled). Each is
 //! a module of its own here (its policy as the YAML gives it, its rules, its state), a Lua
 //! file in `lua/`, and one row of the registry below, from which follow its YAML key inside
-//! `rate_limit`, its field in a limit's `Modifiers`, its Lua source in the Redis script and
-//! how a limit's description names it; what it writes to the dynamic metadata is its own
+//! `rate_limit`, its field in a limit's `Modifiers` and its Lua source in the Redis script;
+//! its policy says how a limit's description names it (`ModifierPolicy::shown`); what it writes to the dynamic metadata is its own
 //! module's (`penalty::METADATA_KEY`). The engine runs a hit's modifiers around its
 //! algorithm (`engine::decide`).
 
 pub mod penalty;
+pub mod reserve;
 
 use crate::algorithm::params::Refusal;
+use crate::duration;
 
 /// A plain value a unit adds to a response's dynamic metadata (the server writes it as
 /// protobuf).
@@ -25,11 +28,92 @@ pub trait ModifierPolicy: Sized {
     /// Reads and validates `value` for a limit whose period is `period_us`; a refusal names
     /// the key under the modifier's own and the reason.
     fn parse(value: &serde_yaml::Value, period_us: u64) -> Result<Self, Refusal>;
+
+    /// How a limit's description names it: `, with a penalty`.
+    fn shown(&self) -> String;
+}
+
+/// The map a modifier's `value` must be, refused under `name` when it is not one or holds a
+/// key other than `keys`.
+pub(crate) fn policy_map<'v>(
+    value: &'v serde_yaml::Value,
+    name: &'static str,
+    keys: &[&str],
+) -> Result<&'v serde_yaml::Mapping, Refusal> {
+    let serde_yaml::Value::Mapping(map) = value else {
+        return Err(Refusal::new(
+            name,
+            format!("must be a map of {}", keys.join(", ")),
+        ));
+    };
+    for key in map.keys() {
+        if !key.as_str().is_some_and(|k| keys.contains(&k)) {
+            let key_name = key
+                .as_str()
+                .map_or_else(|| format!("{key:?}"), str::to_string);
+            let reason = format!("unknown key '{key_name}' (expected {})", keys.join(", "));
+            return Err(Refusal::new(name, reason));
+        }
+    }
+    Ok(map)
+}
+
+/// A duration under `key` (a text such as `10m`, or a number of seconds), above 0 and at
+/// most `max_us`; `None` when absent.
+pub(crate) fn duration_of(
+    value: Option<&serde_yaml::Value>,
+    key: &'static str,
+    max_us: u64,
+) -> Result<Option<u64>, Refusal> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let text = match value {
+        serde_yaml::Value::String(text) => text.clone(),
+        serde_yaml::Value::Number(number) if number.is_u64() => number.to_string(),
+        _ => {
+            return Err(Refusal::new(
+                key,
+                "must be a duration (30s, 10m, 1h, 1d, ...)",
+            ))
+        }
+    };
+    match duration::parse_us(&text) {
+        Ok(0) => Err(Refusal::new(key, "must be longer than 0")),
+        Ok(us) if us > max_us => {
+            let reason = format!("must be at most {}", duration::human(max_us));
+            Err(Refusal::new(key, reason))
+        }
+        Ok(us) => Ok(Some(us)),
+        Err(error) => Err(Refusal::new(key, error.to_string())),
+    }
+}
+
+/// A non-negative decimal number (`1.5`, `0.25`, or a string of one) with at most `places`
+/// decimals, scaled by 10^`places`; `None` for anything else.
+pub(crate) fn fixed_point(value: &serde_yaml::Value, places: usize) -> Option<u64> {
+    let text = match value {
+        serde_yaml::Value::Number(number) => number.to_string(),
+        serde_yaml::Value::String(text) => text.clone(),
+        _ => return None,
+    };
+    let (whole, fraction) = text.split_once('.').unwrap_or((&text, ""));
+    let digits = |part: &str| part.chars().all(|c| c.is_ascii_digit());
+    if fraction.len() > places || !digits(fraction) || !digits(whole) || whole.is_empty() {
+        return None;
+    }
+    let scale = 10u64.checked_pow(u32::try_from(places).ok()?)?;
+    let whole: u64 = whole.parse().ok()?;
+    let fraction: u64 = if places == 0 {
+        0
+    } else {
+        format!("{fraction:0<places$}").parse().ok()?
+    };
+    whole.checked_mul(scale)?.checked_add(fraction)
 }
 
 macro_rules! registry {
-    ($( $field:ident: $policy:ty, lua $lua:literal,
-        shown $shown:literal; )+) => {
+    ($( $field:ident: $policy:ty, lua $lua:literal; )+) => {
         /// The modifiers one limit carries, parsed and validated: one field per row.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
         pub struct Modifiers {
@@ -70,8 +154,8 @@ macro_rules! registry {
             /// How a limit's description names them: `, with a penalty`.
             pub fn shown(&self) -> String {
                 let mut text = String::new();
-                $( if self.$field.is_some() {
-                    text.push_str(concat!(", with ", $shown));
+                $( if let Some(policy) = &self.$field {
+                    text.push_str(&ModifierPolicy::shown(policy));
                 } )+
                 text
             }
@@ -80,5 +164,6 @@ macro_rules! registry {
 }
 
 registry! {
-    penalty: penalty::Policy, lua "penalty", shown "a penalty";
+    penalty: penalty::Policy, lua "penalty";
+    reserve: reserve::Policy, lua "reserve";
 }

@@ -11,12 +11,12 @@ use super::{footprint, live, overwrite, readable, KeyId, MemoryStore, Shard};
 use crate::key::Shape;
 use crate::StoreError;
 use sluice_core::algorithm::State;
-use sluice_core::engine::{self, Charging, Part};
+use sluice_core::engine::{self, Charging, Of, Part};
 use sluice_core::limit::{Decision, Hit};
 
-/// Whether the state of `part` of `hits` names a fixed window (a penalty's record never does).
+/// Whether the state of `part` of `hits` names a fixed window (a modifier's never does).
 fn holds_window(hits: &[Hit], part: Part) -> bool {
-    !part.penalty && hits[part.hit].limit.key_holds_window()
+    part.of == Of::Limit && hits[part.hit].limit.key_holds_window()
 }
 
 /// The state at `place` (its id, and the position of its shard in `shards`), as `live`
@@ -111,7 +111,7 @@ impl MemoryStore {
     }
 
     /// Decides a request's hits under the locks of every shard they touch (their limits'
-    /// states and their penalties' records), taken in shard order (so two requests never
+    /// states and their modifiers': penalties' records, reservations' holds), taken in shard order (so two requests never
     /// wait on each other in a cycle), by the request's rules (`engine::decide`), at the
     /// time read once they are all held; the writes are made only if there is room for all.
     pub(super) fn charge_request(
@@ -119,12 +119,7 @@ impl MemoryStore {
         hits: &[Hit],
         charging: Charging,
     ) -> Result<Vec<Decision>, StoreError> {
-        let mut parts: SmallVec<[Part; 4]> = (0..hits.len()).map(Part::limit).collect();
-        parts.extend(
-            (0..hits.len())
-                .filter(|&i| hits[i].limit.modifiers.penalty.is_some())
-                .map(Part::penalty),
-        );
+        let parts = Part::of_request(hits);
         let mut placed: SmallVec<[(KeyId, usize); 4]> = parts
             .iter()
             .map(|&part| self.hashed_part(hits, part))
@@ -139,7 +134,7 @@ impl MemoryStore {
         let now_us = self.clock.now_us();
         for (part, (id, index)) in parts.iter().zip(placed.iter_mut()) {
             *index = indices.iter().position(|&i| i == *index).unwrap_or(0);
-            if !part.penalty {
+            if part.of == Of::Limit {
                 *id = at_time(*id, &hits[part.hit], now_us);
             }
         }

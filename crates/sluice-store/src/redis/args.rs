@@ -6,6 +6,7 @@ use redis::Cmd;
 
 use sluice_core::limit::{LeaseCall, Role};
 use sluice_core::modifier::penalty::Policy;
+use sluice_core::modifier::reserve;
 
 /// The arguments of one hit in a script call, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +35,8 @@ pub struct ScriptArgs {
     pub lease: Option<LeaseCall>,
     /// The limit's penalty, whose record is under a key of the call's own (`penalty_arg`).
     pub penalty: Option<Policy>,
+    /// The limit's reservation, and the end of the window the hit is in (0: no window).
+    pub reserve: Option<(reserve::Policy, u64)>,
     /// The algorithm's own arguments (`Counting::script_args`), of which it takes `own_count`.
     pub own: [u64; 2],
     pub own_count: usize,
@@ -61,9 +64,33 @@ pub fn penalty_arg(penalty: Option<&Policy>, key_index: usize) -> String {
     }
 }
 
+/// A reservation as a script argument: the positions of its holds' key and of the settled
+/// token's key in KEYS (from 1; 0 for an opening, which has none), then max_hold_us and the
+/// end of the hit's window in µs (0 when its algorithm has no windows), space-separated;
+/// empty without one.
+pub fn reserve_arg(reserve: Option<&(reserve::Policy, u64)>, keys: (usize, usize)) -> String {
+    match reserve {
+        Some((policy, window_end_us)) => {
+            format!(
+                "{} {} {} {window_end_us}",
+                keys.0, keys.1, policy.max_hold_us
+            )
+        }
+        None => String::new(),
+    }
+}
+
+/// Where a hit's modifiers' keys are in a call's KEYS (from 1; 0: none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyPositions {
+    pub record: usize,
+    pub holds: usize,
+    pub settled: usize,
+}
+
 impl ScriptArgs {
     /// The names of a hit's common arguments, in the order `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 13] = [
         "algorithm",
         "requests_per_unit",
         "period_us",
@@ -76,11 +103,12 @@ impl ScriptArgs {
         "group",
         "lease",
         "penalty",
+        "reserve",
     ];
 
     /// Appends the arguments, in `NAMES` order, then the algorithm's own; absent values are
-    /// sent empty. `record_key`: where the penalty's record is in the call's KEYS (from 1).
-    pub fn append_to(&self, call: &mut Cmd, record_key: usize) {
+    /// sent empty. `keys`: where the modifiers' keys are in the call's KEYS.
+    pub fn append_to(&self, call: &mut Cmd, keys: KeyPositions) {
         call.arg(self.algorithm)
             .arg(self.requests_per_unit)
             .arg(self.period_us)
@@ -96,8 +124,12 @@ impl ScriptArgs {
             .arg(self.group)
             .arg(lease_arg(self.lease))
             .arg(penalty_arg(
-                self.penalty.as_ref().filter(|_| record_key > 0),
-                record_key,
+                self.penalty.as_ref().filter(|_| keys.record > 0),
+                keys.record,
+            ))
+            .arg(reserve_arg(
+                self.reserve.as_ref().filter(|_| keys.holds > 0),
+                (keys.holds, keys.settled),
             ));
         for own in &self.own[..self.own_count.min(self.own.len())] {
             call.arg(*own);
@@ -134,8 +166,24 @@ mod tests {
                 max_block_ms: 3_600_000,
                 forget_us: 86_400_000_000,
             }),
+            reserve: Some((
+                reserve::Policy {
+                    amount: 4000,
+                    max_fraction_ppm: 500_000,
+                    max_hold_us: 120_000_000,
+                },
+                60_000_000,
+            )),
             own: [60_000_000, 3],
             own_count: 2,
+        }
+    }
+
+    fn positions() -> KeyPositions {
+        KeyPositions {
+            record: 2,
+            holds: 3,
+            settled: 4,
         }
     }
 
@@ -158,7 +206,7 @@ mod tests {
             own_count: 0,
             ..args()
         }
-        .append_to(&mut call, 2);
+        .append_to(&mut call, positions());
         assert_eq!(call.args_iter().count(), ScriptArgs::NAMES.len());
         for (index, name) in ScriptArgs::NAMES.iter().enumerate() {
             let line = format!("--   ARGV[+{index}]  {name}  ");
@@ -191,13 +239,13 @@ mod tests {
     fn the_arguments_are_sent_in_order_absent_ones_empty() {
         let sent_of = |args: ScriptArgs| {
             let mut call = Cmd::new();
-            args.append_to(&mut call, 2);
+            args.append_to(&mut call, positions());
             sent(&call).join(" ")
         };
         assert_eq!(
             sent_of(args()),
             "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 -00000000000000ab \
-             2 3 60000000 60000 1500 3600000 86400000000 60000000 3"
+             2 3 60000000 60000 1500 3600000 86400000000 3 4 120000000 60000000 60000000 3"
         );
         let plain = ScriptArgs {
             now_us: None,
@@ -207,14 +255,15 @@ mod tests {
             group: 0,
             lease: None,
             penalty: None,
+            reserve: None,
             own_count: 0,
             ..args()
         };
-        // The empty now_us, nonce, lease and penalty are two spaces each (the last two
-        // trailing).
+        // The empty now_us, nonce, lease, penalty and reserve are two spaces each (the last
+        // three trailing).
         assert_eq!(
             sent_of(plain),
-            "token_bucket 10 60000000 1 10   enforced 0 0  "
+            "token_bucket 10 60000000 1 10   enforced 0 0   "
         );
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use redis::{Cmd, RedisError, RedisResult};
 use tracing::Instrument;
 
-use super::args::ScriptArgs;
+use super::args::{KeyPositions, ScriptArgs};
 use super::condition::refuses_writes;
 use super::span as spans;
 use super::{Backend, RedisStore};
@@ -112,12 +112,15 @@ impl RedisStore {
     }
 }
 
-/// One hit as a script call sees it: its key (and its penalty's record's, which shares its
-/// slot), its arguments and its backend.
+/// One hit as a script call sees it: its key (and its modifiers' keys, which share its slot:
+/// a penalty's record, a reservation's holds and the mark of the token a settle names), its
+/// arguments and its backend.
 #[derive(Debug, Clone)]
 pub(super) struct HitCall {
     pub(super) key: String,
     pub(super) record_key: Option<String>,
+    pub(super) holds_key: Option<String>,
+    pub(super) settled_key: Option<String>,
     pub(super) args: ScriptArgs,
     pub(super) backend: usize,
 }
@@ -130,29 +133,48 @@ fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cm
         4 + calls.len() * (3 + ScriptArgs::NAMES.len()),
         command.len() + script.len() + keys_len + 64 * calls.len() + 16,
     );
-    // KEYS: every hit's key, then the penalties' records' keys.
-    let records = calls.iter().filter(|c| c.record_key.is_some()).count();
-    cmd.arg(command).arg(script).arg(calls.len() + records);
+    // KEYS: every hit's key, then each hit's modifiers' keys, hit by hit.
+    let extra = calls
+        .iter()
+        .map(|c| c.modifier_keys().count())
+        .sum::<usize>();
+    cmd.arg(command).arg(script).arg(calls.len() + extra);
     for call in calls {
         cmd.arg(&call.key);
     }
-    for record in calls.iter().filter_map(|c| c.record_key.as_ref()) {
-        cmd.arg(record);
+    for call in calls {
+        for key in call.modifier_keys() {
+            cmd.arg(key);
+        }
     }
     cmd.arg(mode.as_str());
-    let mut record_index = calls.len();
-    for call in calls {
-        if call.record_key.is_some() {
-            record_index += 1;
-        }
-        let at = if call.record_key.is_some() {
-            record_index
+    let mut index = calls.len();
+    let mut next = |present: bool| {
+        if present {
+            index += 1;
+            index
         } else {
             0
+        }
+    };
+    for call in calls {
+        let positions = KeyPositions {
+            record: next(call.record_key.is_some()),
+            holds: next(call.holds_key.is_some()),
+            settled: next(call.settled_key.is_some()),
         };
-        call.args.append_to(&mut cmd, at);
+        call.args.append_to(&mut cmd, positions);
     }
     cmd
+}
+
+impl HitCall {
+    /// The hit's modifiers' keys, in the order KEYS holds them.
+    fn modifier_keys(&self) -> impl Iterator<Item = &String> {
+        [&self.record_key, &self.holds_key, &self.settled_key]
+            .into_iter()
+            .flatten()
+    }
 }
 
 /// What the script does with a call's hits (`ARGV[1]`, see `lua/common.lua`).

@@ -33,8 +33,9 @@ use crate::series::{Reporting, Series};
 use crate::{key, Clock, Store, StoreError};
 use sluice_core::algorithm::Mark;
 use sluice_core::engine::{descriptor_groups, Charging};
-use sluice_core::limit::{Decision, Hit, Unit};
+use sluice_core::limit::{Decision, Hit, LeaseCall, Unit};
 use sluice_core::modifier::penalty::Penalized;
+use sluice_core::modifier::reserve::{Call, Reserved};
 
 /// Which clock the scripts read (`--redis-time`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,6 +262,11 @@ impl RedisStore {
             group,
             lease: hit.lease,
             penalty: hit.limit.modifiers.penalty,
+            reserve: hit
+                .limit
+                .modifiers
+                .reserve
+                .map(|policy| (policy, hit.limit.window_end_us(now_us).unwrap_or(0))),
             own: hit.limit.counting.script_args(&rate, now_us),
             own_count: algorithm.own_script_args().len(),
         }
@@ -282,6 +288,17 @@ impl RedisStore {
                     key: key::redis_key(&self.key_prefix, hit, now_us),
                     record_key: (hit.limit.modifiers.penalty.is_some() && !hit.releases())
                         .then(|| key::penalty_key(&self.key_prefix, hit)),
+                    holds_key: hit
+                        .limit
+                        .modifiers
+                        .reserve
+                        .map(|_| key::holds_key(&self.key_prefix, hit)),
+                    settled_key: match (hit.limit.modifiers.reserve, hit.lease) {
+                        (Some(_), Some(LeaseCall::Release(token))) => {
+                            Some(key::settled_key(&self.key_prefix, hit, token))
+                        }
+                        _ => None,
+                    },
                     args: self.script_args(hit, group.start, now_us),
                     backend: self.backend_of(hit),
                 });
@@ -400,11 +417,11 @@ impl Store for RedisStore {
 /// A script's reply for `count` hits called as `mode` says: each hit's decision, and the
 /// time it was decided at (0 where the mode does not reply it).
 fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u64)>, StoreError> {
-    // A decision's nine fields, and the time for the calls of a Cluster.
+    // A decision's fields, and the time for the calls of a Cluster.
     let fields = if matches!(mode, Mode::Any | Mode::EveryPart | Mode::Refund) {
-        10
+        DECISION_FIELDS + 1
     } else {
-        9
+        DECISION_FIELDS
     };
     if reply.len() != count * fields {
         return Err(protocol(&format!(
@@ -424,25 +441,41 @@ fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u
                 mark: reply_mark(fields),
                 decided_at_us: 0,
             };
-            (decision, fields.get(9).map_or(0, |&at| non_negative(at)))
+            let at = fields
+                .get(DECISION_FIELDS)
+                .map_or(0, |&at| non_negative(at));
+            (decision, at)
         })
         .collect())
 }
 
-/// What a hit's reply says beside the common answer: a penalty's block (fields 6 to 8) or
-/// a concurrency limit's released and expired leases (fields 4 and 5); a block replaces the
-/// limit's own decision, so a reply carries one or the other.
+/// The fields of a decision in a script's reply (`decision` in `lua/common.lua`).
+const DECISION_FIELDS: usize = 13;
+
+/// What a hit's reply says beside the common answer: a penalty's block (fields 6 to 8), a
+/// reservation's call (fields 9 to 12: call, held, estimate, lapsed) or a concurrency limit's
+/// released and expired leases (fields 4 and 5); a block replaces the limit's own decision,
+/// and no limit both leases and reserves, so a reply carries one at most.
 fn reply_mark(fields: &[i64]) -> Mark {
     let number = |v: i64| u64::try_from(v).unwrap_or(0);
     let count = |v: i64| u32::try_from(number(v)).unwrap_or(u32::MAX);
-    match Mark::penalty(Penalized {
+    let block = Mark::penalty(Penalized {
         until_us: number(fields[6]),
         offence: count(fields[7]),
         imposed: fields[8] == 1,
-    }) {
-        Mark::None => Mark::leases(count(fields[4]), count(fields[5])),
-        block => block,
+    });
+    if block != Mark::None {
+        return block;
     }
+    if let Some(call) = Call::of_number(fields[9]) {
+        return Mark::Reserve(Reserved {
+            call,
+            held: number(fields[10]),
+            estimate: number(fields[11]),
+            lapsed: count(fields[12]),
+        });
+    }
+    Mark::leases(count(fields[4]), count(fields[5]))
 }
 
 /// A reply that makes no sense.

@@ -7,6 +7,7 @@ use std::fmt;
 
 use crate::algorithm::params::Refusal;
 use crate::duration;
+use crate::modifier::{duration_of, fixed_point, policy_map};
 
 /// The most denials `after` may count: the strikes a client's record holds.
 pub const MAX_AFTER: u64 = 100;
@@ -52,22 +53,7 @@ impl Policy {
     /// The policy `value` (a YAML map) gives a limit of period `period_us` (`within`'s
     /// default).
     pub fn parse(value: &serde_yaml::Value, period_us: u64) -> Result<Policy, Refusal> {
-        let serde_yaml::Value::Mapping(map) = value else {
-            return Err(Refusal::new(
-                "penalty",
-                format!("must be a map of {}", KEYS.join(", ")),
-            ));
-        };
-        for key in map.keys() {
-            let known = key.as_str().is_some_and(|k| KEYS.contains(&k));
-            if !known {
-                let name = key
-                    .as_str()
-                    .map_or_else(|| format!("{key:?}"), str::to_string);
-                let reason = format!("unknown key '{name}' (expected {})", KEYS.join(", "));
-                return Err(Refusal::new("penalty", reason));
-            }
-        }
+        let map = policy_map(value, "penalty", &KEYS)?;
         let get = |key: &str| map.get(key);
         let after = match get("after") {
             None => 1,
@@ -79,6 +65,7 @@ impl Policy {
                 }
             },
         };
+        let duration_of = |value, key| duration_of(value, key, MAX_DURATION_US);
         let within_us = duration_of(get("within"), "penalty.within")?
             .unwrap_or_else(|| period_us.min(MAX_DURATION_US));
         let Some(block_us) = duration_of(get("block"), "penalty.block")? else {
@@ -164,33 +151,6 @@ impl fmt::Display for Policy {
     }
 }
 
-/// A duration under `key` (a text such as `10m`, or a number of seconds), above 0 and at
-/// most a year; `None` when absent.
-fn duration_of(
-    value: Option<&serde_yaml::Value>,
-    key: &'static str,
-) -> Result<Option<u64>, Refusal> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    let text = match value {
-        serde_yaml::Value::String(text) => text.clone(),
-        serde_yaml::Value::Number(number) if number.is_u64() => number.to_string(),
-        _ => {
-            return Err(Refusal::new(
-                key,
-                "must be a duration (30s, 10m, 1h, 1d, ...)",
-            ))
-        }
-    };
-    match duration::parse_us(&text) {
-        Ok(0) => Err(Refusal::new(key, "must be longer than 0")),
-        Ok(us) if us > MAX_DURATION_US => Err(Refusal::new(key, "must be at most a year (365d)")),
-        Ok(us) => Ok(Some(us)),
-        Err(error) => Err(Refusal::new(key, error.to_string())),
-    }
-}
-
 /// Refuses `us` under `key` when it is shorter than the other setting's `us` (`name`),
 /// saying so and `why`.
 fn not_shorter(
@@ -221,33 +181,24 @@ fn whole_ms(us: u64, key: &'static str) -> Result<u64, Refusal> {
 
 /// `factor`: a number from 1 to 100 with at most three decimals, in thousandths.
 fn factor_of(value: &serde_yaml::Value) -> Result<u32, Refusal> {
-    let refused = || {
-        Refusal::new(
-            "penalty.factor",
-            "must be a number from 1 to 100, at most three decimals (2, 1.5)",
-        )
-    };
-    let text = match value {
-        serde_yaml::Value::Number(number) => number.to_string(),
-        serde_yaml::Value::String(text) => text.clone(),
-        _ => return Err(refused()),
-    };
-    let (whole, fraction) = text.split_once('.').unwrap_or((&text, ""));
-    if fraction.len() > 3 || !fraction.chars().all(|c| c.is_ascii_digit()) {
-        return Err(refused());
-    }
-    let whole: u64 = whole.parse().map_err(|_| refused())?;
-    let fraction: u64 = format!("{fraction:0<3}").parse().map_err(|_| refused())?;
-    let milli = whole.saturating_mul(1000).saturating_add(fraction);
-    if !(1000..=MAX_FACTOR_MILLI).contains(&milli) {
-        return Err(refused());
-    }
-    u32::try_from(milli).map_err(|_| refused())
+    fixed_point(value, 3)
+        .filter(|milli| (1000..=MAX_FACTOR_MILLI).contains(milli))
+        .and_then(|milli| u32::try_from(milli).ok())
+        .ok_or_else(|| {
+            Refusal::new(
+                "penalty.factor",
+                "must be a number from 1 to 100, at most three decimals (2, 1.5)",
+            )
+        })
 }
 
 impl crate::modifier::ModifierPolicy for Policy {
     fn parse(value: &serde_yaml::Value, period_us: u64) -> Result<Policy, Refusal> {
         Policy::parse(value, period_us)
+    }
+
+    fn shown(&self) -> String {
+        ", with a penalty".to_string()
     }
 }
 

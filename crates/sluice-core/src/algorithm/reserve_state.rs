@@ -1,0 +1,149 @@
+//! What a reserved budget keeps beside its limit (`Holds`: the estimates held for requests in
+//! flight) and what a decision says of it (`Reserved`): plain state, kept beside the
+//! algorithms' states because a store's `State` and every `Decision` carry it. The rules that
+//! read and write it are the reservation's (`crate::modifier::reserve`, which re-exports these
+//! types); nothing here knows them.
+
+use super::persist::{put_count, Input, Persist};
+
+/// One estimate held for a request in flight, under its token, until it is settled or lapses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    pub token: u64,
+    pub amount: u64,
+    /// When it lapses (µs): the earlier of `max_hold` after it was taken and its window's end.
+    pub expires_us: u64,
+}
+
+/// The holds of one limit's key, in the order they were taken (lapsed ones until a write
+/// drops them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Holds(pub Vec<Hold>);
+
+impl Holds {
+    /// The holds still live at `now_us`, and how many had lapsed.
+    pub fn live(&self, now_us: u64) -> (Holds, u32) {
+        let live: Vec<Hold> = self
+            .0
+            .iter()
+            .copied()
+            .filter(|hold| hold.expires_us > now_us)
+            .collect();
+        let lapsed = u32::try_from(self.0.len() - live.len()).unwrap_or(u32::MAX);
+        (Holds(live), lapsed)
+    }
+
+    /// What the holds hold together.
+    pub fn total(&self) -> u64 {
+        self.0
+            .iter()
+            .fold(0u64, |sum, hold| sum.saturating_add(hold.amount))
+    }
+
+    /// When the last hold lapses: the state matters until then.
+    pub fn expires_at_us(&self) -> u64 {
+        self.0.iter().map(|hold| hold.expires_us).max().unwrap_or(0)
+    }
+
+    /// Takes out the hold of `token`, if there is one.
+    pub fn take(&mut self, token: u64) -> Option<Hold> {
+        let at = self.0.iter().position(|hold| hold.token == token)?;
+        Some(self.0.remove(at))
+    }
+}
+
+impl Persist for Holds {
+    fn put(&self, out: &mut Vec<u8>) {
+        put_count(out, self.0.len());
+        for hold in &self.0 {
+            for value in [hold.token, hold.amount, hold.expires_us] {
+                out.extend_from_slice(&value.to_le_bytes());
+            }
+        }
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        let count = input.count(24)?;
+        let holds = (0..count)
+            .map(|_| {
+                Some(Hold {
+                    token: input.u64()?,
+                    amount: input.u64()?,
+                    expires_us: input.u64()?,
+                })
+            })
+            .collect::<Option<Vec<Hold>>>()?;
+        Some(Holds(holds))
+    }
+}
+
+/// A token that was settled, remembered so that a second settle charges nothing more: what the
+/// first one charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settled(pub u64);
+
+impl Persist for Settled {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.to_le_bytes());
+    }
+
+    fn take(input: &mut Input<'_>) -> Option<Self> {
+        input.u64().map(Settled)
+    }
+}
+
+/// What a call on a reserved budget was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// A request's estimate was held.
+    Opened,
+    /// A hold was settled: dropped, and the actual cost charged.
+    Settled,
+    /// The token was settled before: nothing more was charged.
+    Duplicate,
+    /// No hold had the token (it lapsed, or was never taken here): the actual cost was
+    /// charged once, nothing freed.
+    Unknown,
+}
+
+impl Call {
+    /// The call's number in a Redis script's reply (0: none).
+    pub fn number(self) -> i64 {
+        match self {
+            Call::Opened => 1,
+            Call::Settled => 2,
+            Call::Duplicate => 3,
+            Call::Unknown => 4,
+        }
+    }
+
+    /// The call of a reply's number.
+    pub fn of_number(number: i64) -> Option<Call> {
+        [Call::Opened, Call::Settled, Call::Duplicate, Call::Unknown]
+            .into_iter()
+            .find(|call| call.number() == number)
+    }
+
+    /// The name in metrics and metadata.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Call::Opened => "opened",
+            Call::Settled => "settled",
+            Call::Duplicate => "duplicate",
+            Call::Unknown => "unknown",
+        }
+    }
+}
+
+/// What a decision says of a reserved budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reserved {
+    pub call: Call,
+    /// What the key's holds hold after the call.
+    pub held: u64,
+    /// The estimate: held by an opening, or held by the hold a settle dropped (0 when the
+    /// token had none).
+    pub estimate: u64,
+    /// Holds found lapsed and dropped by this call.
+    pub lapsed: u32,
+}

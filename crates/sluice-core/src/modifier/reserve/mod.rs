@@ -1,0 +1,211 @@
+//! Reserved budgets, pure: a request holds an estimate of its cost against its limit while it
+//! runs, and settles the actual cost when it ends (docs/budgets.md). The engine asks `open` for
+//! a request's call and `settle` for the call that carries its token; `lua/reserve.lua` is the
+//! Redis copy, held to this one by the contract test.
+//!
+//! Rules. An opening is admitted if and only if the limit admits the holds still live plus the
+//! estimate (used + held + estimate fits); it then holds the estimate under the request's
+//! token until the earlier of `max_hold` and its window's end, and charges the limit nothing
+//! (a token opening twice on one key adds to its hold, which lapses at the later end).
+//! What remains is net of every hold. A settle is never denied: it drops the token's hold (if
+//! one is live) and charges the actual cost to the window current then, past the limit if need
+//! be; the token is remembered as settled for as long as its hold could have lived (`max_hold`
+//! from now when it had none), and a settle of a remembered token charges nothing. A hold
+//! that lapses charges nothing.
+
+pub mod policy;
+
+pub use crate::algorithm::reserve_state::{Call, Hold, Holds, Reserved, Settled};
+use crate::algorithm::{self, Decision, Mark, State};
+use crate::limit::Hit;
+pub use policy::Policy;
+
+/// The descriptor entry key of a settle (the token, or the value the request named its hold
+/// by), and the dynamic metadata field of the token.
+pub const SETTLE_KEY: &str = "sluice.reserve";
+/// The descriptor entry key by which a request names its hold itself (a client that cannot
+/// carry metadata: the value of its `x-request-id`, sent again under `SETTLE_KEY` at the end).
+pub const HOLD_KEY: &str = "sluice.hold";
+
+/// What a call on a reserved budget decided, and the states to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub decision: Decision,
+    /// The limit's state after a settle's charge.
+    pub limit: Option<(State, u64)>,
+    /// The holds after the call (with the time the last one lapses).
+    pub holds: Option<(Holds, u64)>,
+    /// The token's settled mark (with the time it is forgotten).
+    pub settled: Option<(Settled, u64)>,
+}
+
+/// The hold id of a value a request named its hold by, or a settle sent back: a token sluice
+/// issued (16 hex digits) is itself; any other value is hashed (FNV-1a, the same on every
+/// replica and version).
+pub fn hold_id(value: &str) -> u64 {
+    if let Some(token) = crate::lease::parse_token(value) {
+        return token;
+    }
+    value.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The end of the window `hit`'s limit is in at `now_us`, where its algorithm has windows.
+fn lapse_at(policy: &Policy, hit: &Hit, now_us: u64) -> u64 {
+    let held = now_us.saturating_add(policy.max_hold_us);
+    match hit.limit.window_end_us(now_us) {
+        Some(end) => held.min(end),
+        None => held,
+    }
+}
+
+/// The limit's decision of `cost` on `state`, its state left as it is (a limit that takes
+/// debt answers a denial as its debt would).
+fn ask(hit: &Hit, state: Option<&State>, cost: u64, now_us: u64) -> Decision {
+    let rate = hit.limit.rate().with_denied_charged(false);
+    algorithm::decide(&hit.limit.counting, state, &rate, cost, now_us, None).decision
+}
+
+/// Opens a hold of `hit.cost` (the estimate) under `token` at `now_us`, on the limit's `state`
+/// and the key's `holds`.
+pub fn open(
+    policy: &Policy,
+    hit: &Hit,
+    token: u64,
+    state: Option<&State>,
+    holds: Option<&Holds>,
+    now_us: u64,
+) -> Reservation {
+    let (mut live, lapsed) = holds.map(|h| h.live(now_us)).unwrap_or_default();
+    let held = live.total();
+    let estimate = hit.cost;
+    let decision = ask(hit, state, held.saturating_add(estimate), now_us);
+    if !decision.admitted {
+        let decision = Decision {
+            // What remained before it, net of the holds, as every denial reports.
+            remaining: remaining_net(decision.remaining, held),
+            ..decision
+        };
+        return Reservation {
+            decision,
+            limit: None,
+            holds: None,
+            settled: None,
+        };
+    }
+    let lapses = lapse_at(policy, hit, now_us);
+    // A token holds once per key: a second opening of it (two descriptors of one request
+    // on one key) adds to its hold.
+    match live.0.iter_mut().find(|hold| hold.token == token) {
+        Some(hold) => {
+            hold.amount = hold.amount.saturating_add(estimate);
+            hold.expires_us = hold.expires_us.max(lapses);
+        }
+        None => live.0.push(Hold {
+            token,
+            amount: estimate,
+            expires_us: lapses,
+        }),
+    }
+    let expires = live.expires_at_us();
+    let decision = Decision {
+        mark: Mark::Reserve(Reserved {
+            call: Call::Opened,
+            held: live.total(),
+            estimate,
+            lapsed,
+        }),
+        ..decision
+    };
+    Reservation {
+        decision,
+        limit: None,
+        holds: Some((live, expires)),
+        settled: None,
+    }
+}
+
+/// Settles `token` with the actual cost `hit.cost` at `now_us`: drops its hold, charges the
+/// actual unless the token was `settled` before, and remembers it.
+pub fn settle(
+    policy: &Policy,
+    hit: &Hit,
+    token: u64,
+    state: Option<&State>,
+    holds: Option<&Holds>,
+    settled: Option<&Settled>,
+    now_us: u64,
+) -> Reservation {
+    let (mut live, lapsed) = holds.map(|h| h.live(now_us)).unwrap_or_default();
+    if settled.is_some() {
+        let decision = after_charge(hit, state, live.total(), now_us);
+        let mark = Reserved {
+            call: Call::Duplicate,
+            held: live.total(),
+            estimate: 0,
+            lapsed: 0,
+        };
+        return Reservation {
+            decision: Decision {
+                mark: Mark::Reserve(mark),
+                ..decision
+            },
+            limit: None,
+            holds: None,
+            settled: None,
+        };
+    }
+    let hold = live.take(token);
+    let rate = hit.limit.rate().with_denied_charged(true);
+    let charged = algorithm::decide(&hit.limit.counting, state, &rate, hit.cost, now_us, None);
+    let limit = charged.new_state;
+    let after = limit.as_ref().map(|(s, _)| s).or(state);
+    let decision = after_charge(hit, after, live.total(), now_us);
+    let remembered_until = match hold {
+        Some(hold) => hold.expires_us.max(now_us + 1),
+        None => now_us.saturating_add(policy.max_hold_us),
+    };
+    let mark = Reserved {
+        call: if hold.is_some() {
+            Call::Settled
+        } else {
+            Call::Unknown
+        },
+        held: live.total(),
+        estimate: hold.map_or(0, |h| h.amount),
+        lapsed,
+    };
+    let holds = (hold.is_some() || lapsed > 0).then(|| {
+        let expires = live.expires_at_us();
+        (live, expires)
+    });
+    Reservation {
+        decision: Decision {
+            mark: Mark::Reserve(mark),
+            ..decision
+        },
+        limit,
+        holds,
+        settled: Some((Settled(hit.cost), remembered_until)),
+    }
+}
+
+/// A settle's answer: admitted, with what remains on `state` net of `held`.
+fn after_charge(hit: &Hit, state: Option<&State>, held: u64, now_us: u64) -> Decision {
+    let report = ask(hit, state, 0, now_us);
+    Decision {
+        admitted: true,
+        remaining: remaining_net(report.remaining, held),
+        retry_after_us: 0,
+        ..report
+    }
+}
+
+/// `remaining` less what is held.
+fn remaining_net(remaining: u32, held: u64) -> u32 {
+    u32::try_from(u64::from(remaining).saturating_sub(held)).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests;
