@@ -10,7 +10,8 @@
 //! - `sluice_config`: `config`;
 //! - `sluice_store`: `store`, `series`;
 //! - `sluice_server`: `server`, `service`, `settings`, `http`, `metrics`, `rlqs`, `xds`,
-//!   `record`, `lease`, `otel`, `statsd`, `client_tls`.
+//!   `record`, `lease`, `reserve` (the request's edges of concurrency limits and reserved
+//!   budgets), `otel`, `statsd`, `client_tls`.
 #![forbid(unsafe_code)]
 
 pub use sluice_config as config;
@@ -18,7 +19,8 @@ pub use sluice_core::modifier::penalty;
 pub use sluice_core::{algorithm, calendar, duration, engine, labels, limit, modifier};
 pub use sluice_proto as proto;
 pub use sluice_server::{
-    client_tls, http, lease, metrics, otel, record, rlqs, server, service, settings, statsd, xds,
+    client_tls, http, lease, metrics, otel, record, reserve, rlqs, server, service, settings,
+    statsd, xds,
 };
 pub use sluice_store as store;
 pub use sluice_store::series;

@@ -132,6 +132,10 @@ impl<'a> FileCompiler<'a> {
             }
             (None, Some(docs)) => self.several_limits(docs, &format!("{node_path}.rate_limits"))?,
         };
+        let limits = match &node.reserve {
+            Some(value) => self.reserve_every_limit(limits, value, node_path)?,
+            None => limits,
+        };
         let rlqs_strategy = self.rlqs_strategy(node, &limits, node_path)?;
         Some(Rule {
             full_key: full_key.to_string(),
@@ -144,6 +148,58 @@ impl<'a> FileCompiler<'a> {
             metric_labels: None,
             rlqs_strategy,
         })
+    }
+
+    /// A node's own `reserve`, given to each of its limits (none of which may have its own).
+    fn reserve_every_limit(
+        &mut self,
+        mut limits: Vec<NamedLimit>,
+        value: &serde_yaml::Value,
+        node_path: &str,
+    ) -> Option<Vec<NamedLimit>> {
+        let path = format!("{node_path}.reserve");
+        if limits.iter().all(|named| named.limit.is_none()) {
+            self.error(&path, "an unlimited rule has no budget to reserve");
+            return None;
+        }
+        for limit in limits.iter_mut().filter_map(|named| named.limit.as_mut()) {
+            if limit.modifiers.reserve.is_some() {
+                let reason = "a limit of this rule has a reserve of its own: give it once, here or in the limit";
+                self.error(&path, reason);
+                return None;
+            }
+            if let Err(refusal) = limit.modifiers.set("reserve", value, limit.period_us()) {
+                self.error(&format!("{node_path}.{}", refusal.key), refusal.reason);
+                return None;
+            }
+            self.check_reserve(limit, &path)?;
+        }
+        Some(limits)
+    }
+
+    /// Refuses a reservation on a limit where it has no meaning: a concurrency limit (its
+    /// leases are held until released already), or a bucket whose capacity an estimate could
+    /// not fit.
+    fn check_reserve(&mut self, limit: &Limit, path: &str) -> Option<()> {
+        let Some(policy) = limit.modifiers.reserve else {
+            return Some(());
+        };
+        let algorithm = limit.algorithm();
+        if algorithm.leases() {
+            let reason = "concurrency holds each request's leases until it releases them: there is no budget to reserve (reserve applies to the rate algorithms)";
+            self.error(path, reason);
+            return None;
+        }
+        let largest = policy.amount.min(policy.cap(limit.requests_per_unit));
+        if largest > limit.capacity() {
+            let reason = format!(
+                "an estimate of {largest} could never be held by {algorithm}, which holds at most {} at once (its burst): raise burst or lower amount",
+                limit.capacity()
+            );
+            self.error(&format!("{path}.amount"), reason);
+            return None;
+        }
+        Some(())
     }
 
     /// `rlqs_strategy`: a known name, and `requests_per_time_unit` only for a limit of one
@@ -329,7 +385,7 @@ impl<'a> FileCompiler<'a> {
                 return None;
             }
         }
-        Some(Limit {
+        let limit = Limit {
             counting,
             requests_per_unit,
             unit,
@@ -337,7 +393,9 @@ impl<'a> FileCompiler<'a> {
             // `--debt` applies to the limits that can owe.
             debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes() && !calendar,
             modifiers,
-        })
+        };
+        self.check_reserve(&limit, &format!("{path}.reserve"))?;
+        Some(limit)
     }
 
     /// The algorithm with its own settings: a key of another algorithm is refused, and the

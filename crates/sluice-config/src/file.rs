@@ -55,6 +55,10 @@ pub struct DescriptorDoc {
     /// How RLQS clients enforce their share of this node's limit (sluice's extension).
     #[serde(default, deserialize_with = "scalar_string")]
     pub rlqs_strategy: Option<String>,
+    /// A reservation for every limit of the node (sluice's extension; `reserve` inside a
+    /// `rate_limit` gives one limit its own).
+    #[serde(default)]
+    pub reserve: Option<serde_yaml::Value>,
 }
 
 /// The limit of a node. `algorithm`, `unit_multiplier` and `debt` are sluice's, and so are

@@ -28,6 +28,7 @@ fn descriptor(node: &xds::RateLimitDescriptor) -> DescriptorDoc {
         share_threshold: false,
         metadata: node.metadata.as_ref().map(struct_yaml),
         rlqs_strategy: None,
+        reserve: None,
     }
 }
 

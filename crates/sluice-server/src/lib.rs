@@ -24,6 +24,7 @@ pub mod lease;
 pub mod metrics;
 pub mod otel;
 pub mod record;
+pub mod reserve;
 pub mod rlqs;
 pub mod server;
 pub mod service;

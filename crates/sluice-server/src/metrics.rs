@@ -361,7 +361,10 @@ fn split_hits(outcome: &LimitOutcome, near_limit_ratio: f64) -> SplitHits {
     let (over, near) = if before >= limit {
         (hits, 0)
     } else {
-        (after - limit, limit - near_threshold.max(before))
+        (
+            after.saturating_sub(limit),
+            limit.saturating_sub(near_threshold.max(before)),
+        )
     };
     SplitHits {
         over,

@@ -7,6 +7,7 @@ mod extras;
 /// The lease token as a request carries it (kept at `crate::lease`, below the service and
 /// the recorder that both read it).
 pub use crate::lease;
+use crate::reserve;
 mod plan;
 mod response;
 mod validate;
@@ -154,7 +155,7 @@ impl<S: Store> RateLimiter<S> {
         if self.options.quota_mode {
             plan::all_in_quota_mode(&mut planned);
         }
-        let (hits, token) = plan::hits(&mut planned, &self.tokens);
+        let (hits, tokens) = plan::hits(&mut planned, &self.tokens);
         let decisions = self.charge(&hits).await?;
         let decided_at_us = decisions.iter().map(|d| d.decided_at_us).max();
         let settled = plan::settle(planned, &decisions);
@@ -178,6 +179,11 @@ impl<S: Store> RateLimiter<S> {
             .iter()
             .filter_map(|s| s.lease)
             .any(|lease| lease.taken(denied));
+        let held = plan::opened_a_hold(&settled);
+        let denied_by = settled
+            .iter()
+            .find_map(|s| s.denied_by.clone())
+            .filter(|_| denied);
         let verdicts: SmallVec<[Verdict<'_>; 4]> = settled.into_iter().map(|s| s.verdict).collect();
         if overall == Code::OverLimit && self.options.shadow_mode {
             // `SHADOW_MODE`: the answer is OK; the statuses stay truthful.
@@ -193,8 +199,16 @@ impl<S: Store> RateLimiter<S> {
             .response_dynamic_metadata
             .then(|| extras::dynamic_metadata(request, &verdicts, &statuses));
         // The token of the leases taken, for the release to send back.
-        if let (Some(token), true) = (token, acquired) {
+        if let (Some(token), true) = (tokens.lease, acquired) {
             lease::add_token(dynamic_metadata.get_or_insert_with(Default::default), token);
+        }
+        // The token of the holds opened, for the settle to send back.
+        if let (Some(token), true) = (tokens.hold, held) {
+            reserve::add_token(dynamic_metadata.get_or_insert_with(Default::default), token);
+        }
+        // The limit that denied the request, by name.
+        if let Some(name) = denied_by {
+            extras::add_denied_by(dynamic_metadata.get_or_insert_with(Default::default), name);
         }
         // The block that denies the request (or would, in shadow mode).
         if let Some(block) = block {

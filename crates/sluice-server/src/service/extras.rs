@@ -1,7 +1,8 @@
 //! What a response carries beside the statuses, each behind a setting as in
 //! envoyproxy/ratelimit: `RateLimit-*` headers (and `Retry-After`) of one descriptor, and
 //! dynamic metadata describing the request and the limits it passed; and sluice's own
-//! metadata, always: the token of the leases a request took, the block a penalty put on it.
+//! metadata, always: the token of the leases a request took (and of the holds it opened),
+//! the block a penalty put on it, the reserved budget that denied it.
 
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
@@ -284,4 +285,13 @@ fn structure(fields: Struct) -> Value {
     Value {
         kind: Some(Kind::StructValue(fields)),
     }
+}
+
+/// The dynamic metadata field naming the limit that denied a request.
+pub const DENIED_BY_KEY: &str = "sluice.denied_by";
+
+/// Names the reserved budget that denied the request (`sluice.denied_by`: its `name`, else
+/// its stats key), whether or not the reference's metadata is on.
+pub fn add_denied_by(metadata: &mut Struct, name: String) {
+    metadata.fields.insert(DENIED_BY_KEY.into(), string(name));
 }

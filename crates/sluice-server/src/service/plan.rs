@@ -9,11 +9,13 @@ use std::collections::HashSet;
 use smallvec::SmallVec;
 
 use crate::lease::{self, LeaseTokens};
+use crate::reserve;
 use crate::service::response::{Applied, Verdict};
 use sluice_config::Domain;
 use sluice_core::engine;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Decision, Hit, LeaseCall, LeaseOutcome, Limit, Unit};
+use sluice_core::modifier::reserve::{Call, Reserved};
 use sluice_proto::RateLimitDescriptor;
 use sluice_store::key;
 
@@ -32,6 +34,13 @@ pub struct Planned<'a> {
     /// The token the descriptor releases (its `sluice.lease` entry): only its concurrency
     /// limits apply, each freeing what the token holds.
     release: Option<u64>,
+    /// The hold the descriptor settles (its `sluice.reserve` entry): only its reserved
+    /// budgets apply, each charging the cost as the actual.
+    settle: Option<u64>,
+    /// The hold the descriptor opens under a name of its own (its `sluice.hold` entry).
+    hold: Option<u64>,
+    /// The descriptor's own `hits_addend`: a reserved budget's estimate when above 0.
+    own_cost: Option<u64>,
 }
 
 /// Matches one descriptor: the client's limit override if any, else the config's rule.
@@ -49,6 +58,9 @@ pub fn plan<'a>(
         replaces: &[],
         labels: None,
         release: lease::released_token(descriptor),
+        settle: reserve::settled_hold(descriptor),
+        hold: reserve::named_hold(descriptor),
+        own_cost: descriptor.hits_addend,
     };
     let Some(domain) = domain else {
         return planned;
@@ -58,8 +70,8 @@ pub fn plan<'a>(
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()));
     if let Some(limit) = descriptor.limit {
-        if planned.release.is_some() {
-            // An override is a rate: a release frees nothing there.
+        if planned.release.is_some() || planned.settle.is_some() {
+            // An override is a plain rate: a release or a settle frees nothing there.
             return planned;
         }
         // Validated: the unit is a known one.
@@ -78,10 +90,12 @@ pub fn plan<'a>(
         planned.labels = Some(Cow::Owned(LimitLabels::of_override(domain_name, keys)));
         return planned;
     }
-    let matched = if planned.release.is_some() {
-        // A release matches without its token.
-        let kept: SmallVec<[(&str, &str); 8]> =
-            entries.filter(|(key, _)| lease::is_matched(key)).collect();
+    let set_aside = planned.release.is_some() || planned.settle.is_some() || planned.hold.is_some();
+    let matched = if set_aside {
+        // A release, a settle or a named hold matches without its token.
+        let kept: SmallVec<[(&str, &str); 8]> = entries
+            .filter(|(key, _)| lease::is_matched(key) && reserve::is_matched(key))
+            .collect();
         domain.resolve(kept.into_iter())
     } else {
         domain.resolve(entries)
@@ -97,12 +111,14 @@ pub fn plan<'a>(
         return planned;
     }
     let releases = planned.release.is_some();
+    let settles = planned.settle.is_some();
     let several = rule.limits.len() > 1;
     planned.limits = rule
         .limits
         .iter()
         .enumerate()
         .filter(|(_, named)| !releases || named.limit.is_some_and(|l| l.algorithm().leases()))
+        .filter(|(_, named)| !settles || named.limit.is_some_and(|l| l.modifiers.reserve.is_some()))
         .filter_map(|(slot, named)| {
             Some(Applied {
                 limit: named.limit?,
@@ -128,6 +144,17 @@ pub fn plan<'a>(
 }
 
 impl Planned<'_> {
+    /// The cost a hit of `limit` carries: a reserved budget's estimate for an opening, else
+    /// the descriptor's cost.
+    fn cost_of(&self, limit: &Limit) -> u64 {
+        match limit.modifiers.reserve {
+            Some(policy) if self.settle.is_none() => {
+                policy.estimate(self.own_cost, limit.requests_per_unit)
+            }
+            _ => self.cost,
+        }
+    }
+
     /// Whether no limit applies to the descriptor (no match, or every limit replaced); an
     /// `unlimited` rule is not this.
     pub fn has_no_limit(&self) -> bool {
@@ -165,41 +192,73 @@ pub fn apply_replaces(planned: &mut [Planned<'_>]) {
 /// The hits of a request: a few descriptors take no allocation.
 pub type Hits = SmallVec<[Hit; 4]>;
 
+/// The tokens a request's hits were given: the one its leases are taken under, and the one
+/// its holds are opened under (issued, or the request's own name for them).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tokens {
+    pub lease: Option<u64>,
+    pub hold: Option<u64>,
+}
+
 /// The hits of the request: one per limit of each descriptor, a descriptor's limits after
 /// its first joining it, each under its own key (a rule with one limit keeps the key
 /// envoyproxy/ratelimit uses, moved out of the plan: nothing reads it after; the limits of a
-/// rule of several add their slot). A concurrency
-/// limit's hit releases the descriptor's token, or acquires under the request's, issued by
-/// `tokens` when the first is needed; returns that token too.
-pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Option<u64>) {
+/// rule of several add their slot). A concurrency limit's hit releases the descriptor's
+/// token, or acquires under the request's, issued by `tokens` when the first is needed; a
+/// reserved budget's hit settles the descriptor's hold at the cost as the actual, or opens
+/// one of its estimate under the descriptor's own name for it or the request's token.
+/// Returns the tokens given too.
+pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens) {
     let mut hits = Hits::with_capacity(planned.len());
     let mut issued = None;
+    let mut given = Tokens::default();
     for p in planned {
         for (index, applied) in p.limits.iter().enumerate() {
             let key = match applied.slot {
                 Some(slot) => key::limit_key(&p.key, slot),
                 None => std::mem::take(&mut p.key),
             };
-            let lease = applied.limit.algorithm().leases().then(|| match p.release {
-                Some(token) => LeaseCall::Release(token),
-                None => LeaseCall::Acquire(*issued.get_or_insert_with(|| tokens.issue())),
-            });
+            let cost = p.cost_of(&applied.limit);
+            let lease = if applied.limit.algorithm().leases() {
+                Some(match p.release {
+                    Some(token) => LeaseCall::Release(token),
+                    None => {
+                        let token = *issued.get_or_insert_with(|| tokens.issue());
+                        given.lease = Some(token);
+                        LeaseCall::Acquire(token)
+                    }
+                })
+            } else if applied.limit.modifiers.reserve.is_some() {
+                Some(match p.settle {
+                    Some(hold) => LeaseCall::Release(hold),
+                    None => {
+                        let token = p
+                            .hold
+                            .unwrap_or_else(|| *issued.get_or_insert_with(|| tokens.issue()));
+                        given.hold.get_or_insert(token);
+                        LeaseCall::Acquire(token)
+                    }
+                })
+            } else {
+                None
+            };
             hits.push(Hit {
                 key,
                 limit: applied.limit,
-                cost: p.cost,
+                cost,
                 role: applied.role(),
                 joins_previous: index > 0,
                 lease,
             });
         }
     }
-    (hits, issued)
+    (hits, given)
 }
 
 /// What each descriptor got: its verdict, the binding limit's decision, the cost, the
-/// metric labels, its concurrency limit's decision (the first, when it has several), and the
-/// decisions of its limits that a penalty's block denied.
+/// metric labels, its concurrency limit's decision (the first, when it has several), the
+/// decisions of its limits that a penalty's block denied, and what its reserved budgets did
+/// (with the cost each was asked: an estimate, or the actual a settle charged).
 pub struct Settled<'a> {
     pub verdict: Verdict<'a>,
     pub decision: Option<Decision>,
@@ -207,6 +266,19 @@ pub struct Settled<'a> {
     pub labels: Option<Cow<'a, LimitLabels>>,
     pub lease: Option<LeaseOutcome>,
     pub blocks: SmallVec<[Decision; 1]>,
+    pub reserved: SmallVec<[Reserved; 1]>,
+    /// The name the reserved budget that denied the descriptor goes by (`name`, else its
+    /// stats key).
+    pub denied_by: Option<String>,
+}
+
+/// Whether a descriptor's reserved budgets opened a hold (a request that was vetoed opened
+/// none: its decisions carry no mark).
+pub fn opened_a_hold(settled: &[Settled<'_>]) -> bool {
+    settled
+        .iter()
+        .flat_map(|s| &s.reserved)
+        .any(|r| r.call == Call::Opened)
 }
 
 /// Pairs each descriptor with its binding limit and that limit's decision, given the store's
@@ -237,18 +309,30 @@ pub fn settle<'a>(
                 .filter(|d| d.penalty().until_us > 0)
                 .copied()
                 .collect();
+            let reserved = taken.iter().filter_map(Decision::reserved).collect();
+            let costs: SmallVec<[u64; 1]> = p.limits.iter().map(|a| p.cost_of(&a.limit)).collect();
             let bound = engine::binding(&taken).and_then(|index| {
                 let applied = p.limits.into_iter().nth(index)?;
-                Some((applied, *taken.get(index)?))
+                Some((applied, *taken.get(index)?, *costs.get(index)?))
             });
             match bound {
-                Some((applied, decision)) => Settled {
+                Some((applied, decision, cost)) => Settled {
+                    cost,
+                    // Named for a reserved budget (other denials answer as the reference's).
+                    denied_by: (!decision.admitted && applied.limit.modifiers.reserve.is_some())
+                        .then(|| {
+                            let stats_key = p.labels.as_deref().map(|l| l.stats_key.as_str());
+                            match applied.name {
+                                "" => stats_key.unwrap_or_default().to_string(),
+                                name => name.to_string(),
+                            }
+                        }),
                     verdict: Verdict::Limited(applied),
                     decision: Some(decision),
-                    cost: p.cost,
                     labels: p.labels,
                     lease,
                     blocks,
+                    reserved,
                 },
                 None => Settled {
                     verdict: if p.unlimited {
@@ -261,6 +345,8 @@ pub fn settle<'a>(
                     labels: None,
                     lease: None,
                     blocks,
+                    reserved,
+                    denied_by: None,
                 },
             }
         })

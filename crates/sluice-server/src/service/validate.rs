@@ -3,8 +3,8 @@
 //! unit in a limit override, a release whose lease token sluice cannot have issued, and sizes
 //! beyond the bounds.
 
-use crate::lease;
 use crate::service::DecisionError;
+use crate::{lease, reserve};
 use sluice_core::limit::Unit;
 use sluice_proto::RateLimitRequest;
 
@@ -79,9 +79,16 @@ pub fn validate_request(
                 bounds.max_value_bytes,
                 "bytes",
             )?;
-            if let Some(reason) = lease::refused_entry(&entry.key, &entry.value) {
+            let refused = lease::refused_entry(&entry.key, &entry.value)
+                .or_else(|| reserve::refused_entry(&entry.key, &entry.value));
+            if let Some(reason) = refused {
                 return invalid(&field("value"), reason);
             }
+        }
+        let names = |key: &str| descriptor.entries.iter().any(|e| e.key == key);
+        if names(lease::LEASE_KEY) && names(reserve::SETTLE_KEY) {
+            let reason = "a descriptor releases leases or settles a hold, not both: send each its own descriptor";
+            return invalid(&entries(), reason);
         }
         if let Some(limit) = &descriptor.limit {
             if Unit::from_proto_number(limit.unit).is_none() {
