@@ -114,6 +114,34 @@ async fn a_request_holds_its_estimate_and_settles_its_actual_on_every_store() {
             "{store}: once"
         );
         assert_eq!(settle(&service, "api_key=k", &third, 3_000).await, 4_000);
+
+        let calls = |call: &str| {
+            service.series(&format!(
+                r#"sluice_reserve_calls_total{{domain="ai",key1="api_key",call="{call}"}}"#
+            ))
+        };
+        assert_eq!(calls("opened"), 3.0, "{store}");
+        assert_eq!(calls("settled"), 3.0, "{store}");
+        assert_eq!(calls("duplicate"), 2.0, "{store}");
+        assert_eq!(calls("unknown"), 1.0, "{store}");
+        service.metrics.upkeep();
+        let labels = r#"{domain="ai",key1="api_key"}"#;
+        let series = |name: &str| service.series(&format!("{name}{labels}"));
+        assert_eq!(series("sluice_reserve_held"), 0.0, "{store}: all settled");
+        // 500 over, 4,900 under, exact.
+        assert_eq!(
+            series("sluice_reserve_estimate_error_count"),
+            3.0,
+            "{store}"
+        );
+        assert_eq!(
+            series("sluice_reserve_estimate_error_sum"),
+            -4_400.0,
+            "{store}"
+        );
+        let under =
+            r#"sluice_reserve_estimate_error_bucket{domain="ai",key1="api_key",le="-1000"}"#;
+        assert_eq!(service.series(under), 1.0, "{store}");
     }
 }
 
@@ -142,14 +170,21 @@ async fn a_hold_never_settled_lapses_and_costs_nothing_on_every_store() {
         // Early in the hour, so that max_hold (2 minutes) ends first.
         let (_, left) = open(&service, "api_key=l+5000").await.expect("opened");
         assert_eq!(left, 5_000, "{store}");
-        service.clock.advance(119 * SECOND);
-        assert_eq!(remaining(&service, "api_key=l", 1).await, 5_000, "{store}");
+        service.clock.advance(60 * SECOND);
+        let (_, left) = open(&service, "api_key=l+1000").await.expect("second");
+        assert_eq!(left, 4_000, "{store}");
+        service.clock.advance(59 * SECOND);
+        assert_eq!(remaining(&service, "api_key=l", 1).await, 4_000, "{store}");
         service.clock.advance(SECOND);
         assert_eq!(
             remaining(&service, "api_key=l", 2).await,
-            10_000,
-            "{store}: lapsed at 2 minutes, nothing charged"
+            9_000,
+            "{store}: the first lapsed at 2 minutes, nothing charged"
         );
+        let lapsed = r#"sluice_reserve_lapsed_total{domain="ai",key1="api_key"}"#;
+        assert_eq!(service.series(lapsed), 1.0, "{store}");
+        service.clock.advance(60 * SECOND);
+        assert_eq!(remaining(&service, "api_key=l", 3).await, 10_000, "{store}");
         // Its settle after it lapsed charges the actual once, and frees nothing else.
         let (late, _) = open(&service, "api_key=l").await.expect("opened");
         service.clock.advance(121 * SECOND);

@@ -6,6 +6,7 @@
 
 mod leases;
 mod penalties;
+mod reserve;
 pub mod runtime;
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use metrics::{Counter, Histogram, Label};
 use crate::statsd::ServiceStats;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Algorithm, Decision, LeaseOutcome};
+use sluice_core::modifier::reserve::Reserved;
 use sluice_store::series::Series;
 use sluice_store::StoreError;
 
@@ -50,6 +52,8 @@ struct LimitCounters {
     leases: OnceLock<leases::LeaseCounters>,
     /// A penalty's series, registered when it first blocks a client.
     penalties: OnceLock<penalties::PenaltyCounters>,
+    /// A reserved budget's series, registered at its first call.
+    reserve: OnceLock<reserve::ReserveCounters>,
 }
 
 /// The server's metrics. Handles are registered once and cached, so recording a decision is a
@@ -164,6 +168,22 @@ impl Metrics {
             penalties::PenaltyCounters::new(&self.series, &limit_labels(&counters.labels))
         });
         penalties.record(&decision.penalty(), decision.retry_after_us, self.epoch);
+    }
+
+    /// What a reserved budget did at one call (`cost`: the estimate an opening held, the
+    /// actual a settle charged).
+    pub fn record_reserve(&self, labels: &LimitLabels, reserved: &Reserved, cost: u64) {
+        let known = self.limits.load();
+        let counters = match known.get(labels) {
+            Some(counters) => counters.clone(),
+            None => self.register_limit(labels),
+        };
+        counters
+            .reserve
+            .get_or_init(|| {
+                reserve::ReserveCounters::new(&self.series, &limit_labels(&counters.labels))
+            })
+            .record(reserved, cost);
     }
 
     /// Counts one limited descriptor's hits, split as envoyproxy/ratelimit's base limiter
@@ -312,6 +332,7 @@ impl Metrics {
                 .map(|statsd| statsd.limit_counters(&labels.stats_key)),
             leases: OnceLock::new(),
             penalties: OnceLock::new(),
+            reserve: OnceLock::new(),
             labels: labels.clone(),
         });
         let mut grown = HashMap::clone(&known);

@@ -269,6 +269,9 @@ impl<S: Store> RateLimiter<S> {
                 for block in &s.blocks {
                     self.metrics.record_penalty(labels, block);
                 }
+                for reserved in &s.reserved {
+                    self.metrics.record_reserve(labels, reserved, s.cost);
+                }
             }
             if let (Some(lease), Some(labels)) = (s.lease, s.labels.as_deref()) {
                 self.metrics.record_lease(labels, &lease, denied);
