@@ -69,6 +69,10 @@ struct ReplayArgs {
     /// repeatable.
     #[arg(long)]
     baseline: Vec<PathBuf>,
+    /// Compare with the config under test without its reservations (`reserve` left out,
+    /// each settle a plain charge of its actual cost), instead of --baseline.
+    #[arg(long, conflicts_with = "baseline")]
+    without_reserve: bool,
     /// Recordings, in time order (a rotated `FILE.1` before `FILE`).
     #[arg(required = true)]
     recordings: Vec<PathBuf>,
@@ -116,9 +120,18 @@ struct SimulateArgs {
     #[arg(long)]
     report_at: Vec<String>,
     /// How long each admitted request runs (e.g. `2s`): its concurrency leases are released
-    /// then, as Envoy releases them when the stream ends. Without it, none is released.
+    /// then, as Envoy releases them when the stream ends, and its holds on reserved budgets
+    /// settled. Without it, none is released or settled.
     #[arg(long)]
     hold: Option<String>,
+    /// With --hold: the actual cost each admitted request reports when it ends (settling its
+    /// holds; charged plainly where it opened none). Default: its own cost.
+    #[arg(long)]
+    actual: Option<u64>,
+    /// Leave every `reserve` out of the config: budgets are checked at the request (use
+    /// --cost 0) and charged --actual at its end, as gateways do without reservations.
+    #[arg(long)]
+    without_reserve: bool,
     /// Steady traffic, evenly spaced: `20/s`, `100/m`, `5/10s`.
     #[arg(long, default_value = "0/s")]
     rate: String,
@@ -148,6 +161,7 @@ fn main() -> ExitCode {
             LoadOptions {
                 merge_domain_config,
                 debt,
+                ..LoadOptions::default()
             },
         ),
         Some(Command::Serve(args)) => serve(*args),
@@ -228,8 +242,40 @@ fn explain(rule: &config::Rule) -> Vec<String> {
         if let Some(policy) = &limit.modifiers.penalty {
             lines.push(penalty_text(rule, limit, policy));
         }
+        if let Some(policy) = &limit.modifiers.reserve {
+            lines.push(reserve_text(rule, limit, policy));
+        }
     }
     lines
+}
+
+/// What a limit's reservation does, in words, with its bound (docs/budgets.md).
+fn reserve_text(
+    rule: &config::Rule,
+    limit: &sluice::limit::Limit,
+    policy: &sluice::modifier::reserve::Policy,
+) -> String {
+    let lapse = if limit.window_end_us(0).is_some() {
+        " or its window's end, whichever comes first"
+    } else {
+        ""
+    };
+    format!(
+        "{}: a reserved budget of {} per {}: a request is admitted only while used + held + its \
+         estimate fit; it holds {} (or the descriptor's own hits_addend), at most {}, until its \
+         settle (a descriptor carrying {} with hits_addend the actual cost) or for {}{lapse}, \
+         charging nothing if it lapses; a settle is never denied and charges once; bound: the \
+         charged total stays within {} plus, for each request in flight when the budget filled, \
+         its actual less its estimate",
+        rule.full_key,
+        limit.requests_per_unit,
+        period_text(limit),
+        policy.amount,
+        policy.cap(limit.requests_per_unit),
+        sluice::modifier::reserve::SETTLE_KEY,
+        sluice::duration::human(policy.max_hold_us),
+        limit.requests_per_unit,
+    )
 }
 
 /// What a limit's penalty does, in words, with its first blocks.
@@ -290,6 +336,7 @@ fn run_replay(args: &ReplayArgs) -> ExitCode {
         baseline: (!args.baseline.is_empty()).then(|| args.baseline.clone()),
         recordings: args.recordings.clone(),
         merge_domain_config: args.merge_domain_config,
+        without_reserve: args.without_reserve,
     };
     let report = match replay::run(&replay) {
         Ok(report) => report,
@@ -369,12 +416,14 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
         load_options: LoadOptions {
             merge_domain_config: args.merge_domain_config,
             debt: args.debt,
+            without_reserve: args.without_reserve,
         },
         domain: args.domain.clone(),
         descriptors: parse_all(&args.descriptor, simulate::parse_descriptor)?,
         together: args.together,
         cost: args.cost,
         reports: parse_all(&args.report_at, traffic::parse_burst)?,
+        actual: args.actual,
         hold_us: match &args.hold {
             Some(hold) => Some(traffic::parse_duration_us(hold).map_err(|e| e.to_string())?),
             None => None,

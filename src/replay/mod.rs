@@ -20,6 +20,7 @@ use crate::lease::{self, LEASE_KEY};
 use crate::metrics::Metrics;
 use crate::proto::rate_limit_response::Code;
 use crate::record::format::{self, Call, FormatError, RecordedOptions};
+use crate::reserve::{self, HOLD_KEY, SETTLE_KEY};
 use crate::service::{RateLimiter, ServiceOptions};
 use crate::store::memory::MemoryStore;
 use crate::store::ManualClock;
@@ -34,6 +35,10 @@ pub struct Replay {
     pub baseline: Option<Vec<PathBuf>>,
     pub recordings: Vec<PathBuf>,
     pub merge_domain_config: bool,
+    /// Compare with the config under test without its reservations (`reserve` left out),
+    /// the calls replayed as a gateway without them sends them: a settle is a plain charge
+    /// of the actual cost (instead of `baseline`).
+    pub without_reserve: bool,
 }
 
 /// Why a replay cannot run.
@@ -72,15 +77,25 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
     let load_options = LoadOptions {
         merge_domain_config: replay.merge_domain_config,
         debt: options.debt,
+        without_reserve: false,
     };
-    let load = |paths: &[PathBuf], which| {
-        config::load(paths, load_options).map_err(|errors| ReplayError::Config { which, errors })
+    let load = |paths: &[PathBuf], which, without_reserve| {
+        let options = LoadOptions {
+            without_reserve,
+            ..load_options
+        };
+        config::load(paths, options).map_err(|errors| ReplayError::Config { which, errors })
     };
-    let config = load(&replay.config, "--config")?;
+    let config = load(&replay.config, "--config", false)?;
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let before = match &replay.baseline {
+        _ if replay.without_reserve => {
+            let baseline = load(&replay.config, "--config", true)?;
+            let unreserved: Vec<Call> = calls.iter().map(without_reserve).collect();
+            runtime.block_on(decide_all(baseline, options, &unreserved))
+        }
         Some(paths) => {
-            let baseline = load(paths, "--baseline")?;
+            let baseline = load(paths, "--baseline", false)?;
             runtime.block_on(decide_all(baseline, options, &calls))
         }
         None => recorded(&replay.recordings, &calls)?,
@@ -88,10 +103,26 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
     let config = Arc::new(config);
     let after = runtime.block_on(decide_all_shared(config.clone(), options, &calls));
     let baseline = match &replay.baseline {
+        _ if replay.without_reserve => {
+            format!("{} without its reservations replayed", list(&replay.config))
+        }
         Some(paths) => format!("{} replayed", list(paths)),
         None => "the recorded decisions".to_string(),
     };
     Ok(report::build(&config, &calls, &before, &after, baseline))
+}
+
+/// `call` as a gateway without reservations sends it: a settle's token and a hold's name
+/// left out (a settle is then a charge of its actual cost).
+fn without_reserve(call: &Call) -> Call {
+    let mut call = call.clone();
+    for descriptor in &mut call.descriptors {
+        descriptor
+            .entries
+            .retain(|(key, _)| key != SETTLE_KEY && key != HOLD_KEY);
+    }
+    call.reserve = None;
+    call
 }
 
 fn list(paths: &[PathBuf]) -> String {
@@ -183,8 +214,9 @@ async fn decide_all_shared(
         service,
         Arc::new(Metrics::new(0.8, 0)),
     );
-    // Recorded lease tokens, to the tokens this replay's acquires got.
+    // Recorded lease and hold tokens, to the tokens this replay's acquires and openings got.
     let mut tokens: HashMap<String, String> = HashMap::new();
+    let mut holds: HashMap<String, String> = HashMap::new();
     let mut swept_at = 0;
     let mut decided = Vec::with_capacity(calls.len());
     for call in calls {
@@ -204,12 +236,21 @@ async fn decide_all_shared(
                     entry.value = token;
                 }
             }
+            if entry.key == SETTLE_KEY {
+                if let Some(token) = holds.get(&entry.value) {
+                    entry.value = token.clone();
+                }
+            }
         }
         let unknown_domain = config.domain(&call.domain).is_none();
         decided.push(match limiter.decide_with_limits(&request).await {
             Ok((response, limits)) => {
                 if let (Some(recorded), Some(token)) = (&call.lease, lease::token_in(&response)) {
                     tokens.insert(recorded.clone(), token);
+                }
+                if let (Some(recorded), Some(token)) = (&call.reserve, reserve::token_in(&response))
+                {
+                    holds.insert(recorded.clone(), token);
                 }
                 Decided {
                     admitted: response.overall_code != Code::OverLimit as i32,
@@ -251,7 +292,8 @@ impl Gate {
             }
         };
         let mut failures = Vec::new();
-        // Releases of leases are never denied: the shares are of the calls that ask.
+        // Releases of leases and settles are never denied: the shares are of the calls that
+        // ask.
         let asking = report.calls - report.releases;
         if let Some(max) = self.overall {
             let newly = share(report.compared.newly_denied, asking);

@@ -11,6 +11,7 @@ use super::Decided;
 use crate::config::Config;
 use crate::lease::LEASE_KEY;
 use crate::record::format::Call;
+use crate::reserve::SETTLE_KEY;
 
 /// Time buckets of each rule's timeline.
 pub const BUCKETS: usize = 60;
@@ -113,8 +114,8 @@ pub struct Report {
     pub unknown_domain: u64,
     /// Calls the service refused (INVALID_ARGUMENT) on either side.
     pub refused: u64,
-    /// Calls that release leases (a descriptor carries `sluice.lease`): never denied, they
-    /// are left out of every comparison and share.
+    /// Calls that release leases or settle holds (a descriptor carries `sluice.lease` or
+    /// `sluice.reserve`): never denied, they are left out of every comparison and share.
     pub releases: u64,
     pub rules: Vec<Rule>,
     /// Rules of the new config no recorded call matched.
@@ -253,18 +254,25 @@ fn rule_report(rule: String, tally: Tally) -> Rule {
     }
 }
 
-/// Whether `call` releases leases: one of its descriptors carries a token.
+/// Whether `call` releases leases or settles holds: one of its descriptors carries a token.
 fn releases(call: &Call) -> bool {
-    call.descriptors
-        .iter()
-        .any(|d| d.entries.iter().any(|(key, _)| key == LEASE_KEY))
+    call.descriptors.iter().any(|d| {
+        d.entries
+            .iter()
+            .any(|(key, _)| key == LEASE_KEY || key == SETTLE_KEY)
+    })
+}
+
+/// Whether an entry names a client or a rule: a lease's, a settle's or a hold's token does not.
+fn counted(key: &str) -> bool {
+    key != LEASE_KEY && crate::reserve::is_matched(key)
 }
 
 /// A descriptor's values as a client: `key=value,key2=value2` (a lease token left out).
 fn client_of(entries: &[(String, String)]) -> String {
     let parts: Vec<String> = entries
         .iter()
-        .filter(|(key, _)| key != LEASE_KEY)
+        .filter(|(key, _)| counted(key))
         .map(|(key, value)| format!("{key}={value}"))
         .collect();
     parts.join(",")
@@ -281,7 +289,7 @@ fn rule_of(config: &Config, call: &Call, index: usize) -> Option<String> {
     let entries: smallvec::SmallVec<[(&str, &str); 8]> = descriptor
         .entries
         .iter()
-        .filter(|(key, _)| key != LEASE_KEY)
+        .filter(|(key, _)| counted(key))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     domain
@@ -317,7 +325,7 @@ impl Report {
         if self.releases > 0 {
             let _ = writeln!(
                 out,
-                "  releases of leases (never denied, left out of the comparison): {}",
+                "  releases of leases and settles of holds (never denied, left out of the comparison): {}",
                 self.releases
             );
         }

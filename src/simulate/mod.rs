@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::proto::rate_limit_descriptor::Entry;
 use crate::proto::rate_limit_response::Code;
 use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use crate::reserve::{self, SETTLE_KEY};
 use crate::service::{DecisionError, RateLimiter, ServiceOptions, PENALTY_KEY};
 use crate::store::memory::MemoryStore;
 use crate::store::ManualClock;
@@ -41,8 +42,13 @@ pub struct Simulation {
     /// Costs reported after the response (Envoy's `apply_on_stream_done`): one request of
     /// cost `count` at `at_us` each.
     pub reports: Vec<traffic::Burst>,
-    /// How long each admitted request runs: its leases are released then (`None`: never).
+    /// How long each admitted request runs: its leases are released then, and its holds on
+    /// reserved budgets settled (`None`: never).
     pub hold_us: Option<u64>,
+    /// The actual cost each admitted request reports when it ends (with `hold_us`): a settle
+    /// of its holds, or, where no hold was opened, a plain charge (a gateway that checks
+    /// at the request and charges at the end). `None`: the request's own cost settles.
+    pub actual: Option<u64>,
     /// Chart bucket; `None` picks whole seconds, at most about 60 rows.
     pub bucket_us: Option<u64>,
 }
@@ -134,7 +140,10 @@ pub fn run(simulation: &Simulation) -> Result<Report, SimulateError> {
             &simulation.domain,
             &descriptors,
             &requests,
-            simulation.hold_us,
+            Ends {
+                hold_us: simulation.hold_us,
+                actual: simulation.actual,
+            },
         ))?;
         for (position, &index) in group.iter().enumerate() {
             let entries = &simulation.descriptors[index];
@@ -189,33 +198,59 @@ fn requests(simulation: &Simulation) -> Vec<(u64, u64)> {
     requests
 }
 
+/// How the simulated requests end: after how long, reporting what.
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    hold_us: Option<u64>,
+    actual: Option<u64>,
+}
+
+/// What the end of an admitted request sends, as Envoy's stream-done policies send it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum End {
+    /// Releases the leases of the token.
+    Release(String),
+    /// Settles the holds of the token at the actual cost.
+    Settle(String, u64),
+    /// Charges the actual cost (no hold was opened).
+    Charge(u64),
+}
+
 /// Requests of `descriptors` at (time, cost) on a fresh store whose clock follows them; per
-/// request, each descriptor's decision. With `hold_us`, an admitted request that took leases
-/// releases them that long after (its token sent back, as Envoy does when a stream ends).
+/// request, each descriptor's decision. With `ends.hold_us`, an admitted request ends that
+/// long after: its leases are released (its token sent back, as Envoy does when a stream
+/// ends), its holds settled at the actual cost, or, with an actual cost and no hold, the
+/// actual charged.
 async fn replay(
     config: &Arc<ArcSwap<config::Config>>,
     domain: &str,
     descriptors: &[&[(String, String)]],
     requests: &[(u64, u64)],
-    hold_us: Option<u64>,
+    ends: Ends,
 ) -> Result<Vec<Vec<SimulatedDecision>>, SimulateError> {
     let clock = Arc::new(ManualClock::default());
     let store = Arc::new(MemoryStore::new(1024, clock.clone()));
     let metrics = Arc::new(Metrics::new(0.8, 0));
     let limiter = RateLimiter::new(config.clone(), store, ServiceOptions::default(), metrics);
     let mut decisions = Vec::with_capacity(requests.len());
-    // Releases to come: (time, token), earliest first.
-    let mut releases: BinaryHeap<Reverse<(u64, String)>> = BinaryHeap::new();
+    // Ends to come: (time, what), earliest first.
+    let mut pending: BinaryHeap<Reverse<(u64, End)>> = BinaryHeap::new();
     for &(time_us, cost) in requests {
-        while let Some(Reverse((at_us, token))) = releases.peek().cloned() {
+        while let Some(Reverse((at_us, end))) = pending.peek().cloned() {
             if at_us > time_us {
                 break;
             }
-            releases.pop();
+            pending.pop();
             clock.set(at_us);
-            let release = request_of(domain, descriptors, 0, Some(&token));
+            let call = match &end {
+                End::Release(token) => request_of(domain, descriptors, 0, Some((LEASE_KEY, token))),
+                End::Settle(token, actual) => {
+                    request_of(domain, descriptors, *actual, Some((SETTLE_KEY, token)))
+                }
+                End::Charge(actual) => request_of(domain, descriptors, *actual, None),
+            };
             limiter
-                .decide(&release)
+                .decide(&call)
                 .await
                 .map_err(SimulateError::Refused)?;
         }
@@ -224,8 +259,20 @@ async fn replay(
             .decide(&request_of(domain, descriptors, cost, None))
             .await
             .map_err(SimulateError::Refused)?;
-        if let (Some(hold_us), Some(token)) = (hold_us, lease::token_in(&response)) {
-            releases.push(Reverse((time_us.saturating_add(hold_us), token)));
+        if let Some(hold_us) = ends.hold_us {
+            let at_us = time_us.saturating_add(hold_us);
+            if let Some(token) = lease::token_in(&response) {
+                pending.push(Reverse((at_us, End::Release(token))));
+            }
+            let actual = ends.actual.unwrap_or(cost);
+            let admitted = response.overall_code != Code::OverLimit as i32;
+            match reserve::token_in(&response) {
+                Some(token) => pending.push(Reverse((at_us, End::Settle(token, actual)))),
+                None if admitted && ends.actual.is_some() => {
+                    pending.push(Reverse((at_us, End::Charge(actual))));
+                }
+                None => {}
+            }
         }
         let imposed = imposed_block(&response);
         let statuses = response
@@ -273,14 +320,15 @@ fn imposed_block(response: &RateLimitResponse) -> Option<(usize, (u32, u64))> {
     ))
 }
 
-/// A request of `descriptors` at `cost`; with `release`, each carries that lease token back.
+/// A request of `descriptors` at `cost`; with `token`, each carries that entry (a lease's
+/// release, a hold's settle).
 fn request_of(
     domain: &str,
     descriptors: &[&[(String, String)]],
     cost: u64,
-    release: Option<&str>,
+    token: Option<(&str, &str)>,
 ) -> RateLimitRequest {
-    let token = release.map(|token| (LEASE_KEY.to_string(), token.to_string()));
+    let token = token.map(|(key, token)| (key.to_string(), token.to_string()));
     RateLimitRequest {
         domain: domain.to_string(),
         descriptors: descriptors

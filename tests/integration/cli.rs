@@ -255,3 +255,31 @@ fn a_security_setting_sluice_cannot_honour_stops_it() {
     );
     assert!(output.status.success());
 }
+
+#[test]
+fn check_config_explains_a_reserved_budget_and_its_bound() {
+    let budgets = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cases/budgets/config.yaml")
+        .display()
+        .to_string();
+    let output = sluice(&["check-config", &budgets]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(
+            "ai.api_key: a reserved budget of 10000 per hour: a request is admitted only while \
+             used + held + its estimate fit; it holds 2000 (or the descriptor's own \
+             hits_addend), at most 5000, until its settle (a descriptor carrying sluice.reserve \
+             with hits_addend the actual cost) or for 2m or its window's end, whichever comes \
+             first, charging nothing if it lapses; a settle is never denied and charges once; \
+             bound: the charged total stays within 10000 plus, for each request in flight when \
+             the budget filled, its actual less its estimate"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ai.bucket: a reserved budget of 6000 per minute")
+            && stdout.contains("or for 30s, charging nothing"),
+        "a bucket has no window to end: {stdout}"
+    );
+}

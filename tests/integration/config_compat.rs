@@ -22,10 +22,12 @@ pub fn invalid(name: &str) -> PathBuf {
 const NO_MERGE: LoadOptions = LoadOptions {
     merge_domain_config: false,
     debt: false,
+    without_reserve: false,
 };
 const MERGE: LoadOptions = LoadOptions {
     merge_domain_config: true,
     debt: false,
+    without_reserve: false,
 };
 
 fn refused(paths: &[PathBuf], options: LoadOptions) -> String {

@@ -53,6 +53,22 @@ fn stop(mut sluice: Sluice) {
     assert_eq!(sluice.wait_exit(Duration::from_secs(20)), Some(0));
 }
 
+/// The text field `key` of a response's dynamic metadata.
+fn metadata_text(response: &RateLimitResponse, key: &str) -> Option<String> {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    match response
+        .dynamic_metadata
+        .as_ref()?
+        .fields
+        .get(key)?
+        .kind
+        .as_ref()?
+    {
+        Kind::StringValue(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
 /// One client's calls: its own limit with the shared bucket, now and then a user's login
 /// (penalised) and a chat call holding a lease that it then releases with its token.
 async fn client_calls(sluice: &Sluice, client: usize, calls: usize) -> usize {
@@ -86,18 +102,32 @@ async fn client_calls(sluice: &Sluice, client: usize, calls: usize) -> usize {
         };
         call(&mut grpc, request("app", other)).await;
         made += 1;
+        if n % 9 == 0 {
+            // A reserved budget: a check holds 1,000, its settle sends the actual back.
+            let budget = format!("b{}", client % 2);
+            let opened = call(
+                &mut grpc,
+                request("app", vec![descriptor_with_hits(&[("budget", &budget)], 0)]),
+            )
+            .await;
+            made += 1;
+            let token = metadata_text(&opened, "sluice.reserve");
+            if let Some(token) = token {
+                let entries = [("budget", budget.as_str()), ("sluice.reserve", &token)];
+                let actual = 400 + 300 * (n as u64 % 5);
+                call(
+                    &mut grpc,
+                    request("app", vec![descriptor_with_hits(&entries, actual)]),
+                )
+                .await;
+                made += 1;
+            }
+        }
         if n % 7 == 0 {
             let chat = format!("k{}", client % 2);
             let acquired = call_one(&mut grpc, "app", &[("chat", &chat)]).await;
             made += 1;
-            let token = acquired.dynamic_metadata.as_ref().and_then(|m| {
-                match m.fields.get("sluice.lease")?.kind.as_ref()? {
-                    envoy_types::pb::google::protobuf::value::Kind::StringValue(t) => {
-                        Some(t.clone())
-                    }
-                    _ => None,
-                }
-            });
+            let token = metadata_text(&acquired, "sluice.lease");
             if let Some(token) = token {
                 call_one(
                     &mut grpc,
@@ -150,6 +180,7 @@ async fn a_recording_made_under_load_replays_to_exactly_its_own_decisions() {
         rules,
         [
             "app.api_key",
+            "app.budget",
             "app.chat",
             "app.client",
             "app.shared_all",
@@ -163,6 +194,7 @@ async fn a_recording_made_under_load_replays_to_exactly_its_own_decisions() {
     // client's own limit fills; shadow mode answers OK; two leases were never all taken).
     let denying = [
         "app.api_key",
+        "app.budget",
         "app.shared_all",
         "app.tier",
         "app.tokens",
@@ -179,6 +211,77 @@ async fn a_recording_made_under_load_replays_to_exactly_its_own_decisions() {
         report["never_matched"][0].as_str(),
         Some("app.plan_free.client")
     );
+}
+
+/// Twenty requests on one reserved budget (10,000 a minute, 1,000 held each), one every
+/// 0.5 s from a minute's start, as the server recorded them: the first ten opened holds
+/// (their tokens recorded) and settled 1,000 each 10 s later; the other ten were denied.
+fn budget_recording(dir: &Path) -> PathBuf {
+    let start_us: u64 = 1_796_155_200_000_000;
+    let mut text = String::from("{\"sluice_recording\":1}\n");
+    let mut lines: Vec<(u64, String)> = Vec::new();
+    for k in 0..20u64 {
+        let t = start_us + k * 500_000;
+        let token = format!("{k:016x}");
+        let reserve = if k < 10 {
+            format!(",\"reserve\":\"{token}\"")
+        } else {
+            String::new()
+        };
+        lines.push((
+            t,
+            format!(
+                "{{\"t\":{t},\"domain\":\"app\",\"descriptors\":[{{\"entries\":[[\"budget\",\"x\"]],\"hits_addend\":0}}]{reserve}}}"
+            ),
+        ));
+        if k < 10 {
+            let t = t + 10_000_000;
+            lines.push((
+                t,
+                format!(
+                    "{{\"t\":{t},\"domain\":\"app\",\"descriptors\":[{{\"entries\":[[\"budget\",\"x\"],[\"sluice.reserve\",\"{token}\"]],\"hits_addend\":1000}}]}}"
+                ),
+            ));
+        }
+    }
+    lines.sort();
+    for (_, line) in lines {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let path = dir.join("budget.jsonl");
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+#[test]
+fn a_budget_replays_with_its_reservations_and_without_them() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let recording = budget_recording(dir.path()).display().to_string();
+    let config = fixture("config.yaml").display().to_string();
+    // Without reservations every check fits a budget the running requests have not been
+    // charged yet: all 20 are admitted, 20,000 tokens against 10,000. With them, ten.
+    let (code, report) = replay_json(&["--config", &config, "--without-reserve", &recording]);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["calls"].as_u64(), Some(30), "{report}");
+    assert_eq!(
+        report["releases"].as_u64(),
+        Some(10),
+        "the settles: {report}"
+    );
+    assert_eq!(report["before"]["denied"].as_u64(), Some(0), "{report}");
+    assert_eq!(report["after"]["denied"].as_u64(), Some(10), "{report}");
+    assert_eq!(report["newly_denied"].as_u64(), Some(10), "{report}");
+    assert!(
+        report["baseline"]
+            .as_str()
+            .is_some_and(|b| b.contains("without its reservations")),
+        "{report}"
+    );
+    // Replayed under its own config, the recorded tokens pair each settle with its hold.
+    let (_, report) = replay_json(&["--config", &config, "--baseline", &config, &recording]);
+    assert_eq!(report["newly_denied"].as_u64(), Some(0), "{report}");
+    assert_eq!(report["after"]["denied"].as_u64(), Some(10), "{report}");
 }
 
 /// Two clients, one call every 3 s each for three minutes from a minute's start, and one

@@ -301,3 +301,35 @@ fn a_brute_force_on_the_login_is_blocked_longer_each_time_it_comes_back() {
         "{text}"
     );
 }
+
+#[test]
+fn a_reserved_budget_admits_what_it_can_pay_for_and_without_reserve_overspends() {
+    let args = [
+        "--descriptor",
+        "budget=llm",
+        "--cost",
+        "0",
+        "--rate",
+        "2/s",
+        "--hold",
+        "10s",
+        "--actual",
+        "1000",
+        "--duration",
+        "60s",
+        "--csv",
+    ];
+    let admitted = |text: &str| text.lines().filter(|line| line.contains(",OK,")).count();
+    // 10,000 a minute, 1,000 held by each request: ten run, and nothing more until the minute
+    // ends (those that ended settled 1,000 each: the budget is spent).
+    let reserved = simulate(&args);
+    assert_eq!(admitted(&reserved), 10, "{reserved}");
+    // Without the reservations every request is checked against a budget its running
+    // requests have not yet been charged: the first 10 s admit 20 requests, 20,000 tokens,
+    // twice the budget, before the first charge lands; and the budget is never reached
+    // again (its charges past it are refused, and a check of cost 0 always fits).
+    let mut without = args.to_vec();
+    without.push("--without-reserve");
+    let unreserved = simulate(&without);
+    assert_eq!(admitted(&unreserved), 120, "{unreserved}");
+}

@@ -173,8 +173,17 @@ impl<'a> FileCompiler<'a> {
                 return None;
             }
             self.check_reserve(limit, &path)?;
+            *limit = self.reserving(*limit);
         }
         Some(limits)
+    }
+
+    /// `limit` as the options keep it: its `reserve` left out with `without_reserve`.
+    fn reserving(&self, mut limit: Limit) -> Limit {
+        if self.options.without_reserve {
+            limit.modifiers.reserve = None;
+        }
+        limit
     }
 
     /// Refuses a reservation on a limit where it has no meaning: a concurrency limit (its
@@ -395,7 +404,7 @@ impl<'a> FileCompiler<'a> {
             modifiers,
         };
         self.check_reserve(&limit, &format!("{path}.reserve"))?;
-        Some(limit)
+        Some(self.reserving(limit))
     }
 
     /// The algorithm with its own settings: a key of another algorithm is refused, and the

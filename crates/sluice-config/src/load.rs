@@ -22,6 +22,9 @@ pub struct LoadOptions {
     pub merge_domain_config: bool,
     /// Limits that do not say `debt` take debt (`--debt`).
     pub debt: bool,
+    /// Every `reserve` is checked, then left out: the budgets count as plain limits (the
+    /// tools' `--without-reserve`, to show a budget with and without its reservations).
+    pub without_reserve: bool,
 }
 
 /// Loads every configuration file under `paths`. Any error refuses the whole load.

@@ -159,25 +159,25 @@ impl Metrics {
         if decision.penalty().until_us == 0 {
             return;
         }
-        let known = self.limits.load();
-        let counters = match known.get(labels) {
-            Some(counters) => counters.clone(),
-            None => self.register_limit(labels),
-        };
+        let counters = self.counters_of(labels);
         let penalties = counters.penalties.get_or_init(|| {
             penalties::PenaltyCounters::new(&self.series, &limit_labels(&counters.labels))
         });
         penalties.record(&decision.penalty(), decision.retry_after_us, self.epoch);
     }
 
+    /// The counters of the limit under `labels`, registered when first seen.
+    fn counters_of(&self, labels: &LimitLabels) -> Arc<LimitCounters> {
+        match self.limits.load().get(labels) {
+            Some(counters) => counters.clone(),
+            None => self.register_limit(labels),
+        }
+    }
+
     /// What a reserved budget did at one call (`cost`: the estimate an opening held, the
     /// actual a settle charged).
     pub fn record_reserve(&self, labels: &LimitLabels, reserved: &Reserved, cost: u64) {
-        let known = self.limits.load();
-        let counters = match known.get(labels) {
-            Some(counters) => counters.clone(),
-            None => self.register_limit(labels),
-        };
+        let counters = self.counters_of(labels);
         counters
             .reserve
             .get_or_init(|| {
@@ -201,11 +201,7 @@ impl Metrics {
     /// What a descriptor's concurrency limit did to its leases; `request_denied`: the request
     /// was denied, so leases its limit admitted were not taken (and are counted nowhere).
     pub fn record_lease(&self, labels: &LimitLabels, lease: &LeaseOutcome, request_denied: bool) {
-        let known = self.limits.load();
-        let counters = match known.get(labels) {
-            Some(counters) => counters.clone(),
-            None => self.register_limit(labels),
-        };
+        let counters = self.counters_of(labels);
         counters
             .leases
             .get_or_init(|| {

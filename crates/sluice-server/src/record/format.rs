@@ -68,6 +68,9 @@ pub struct Call {
     /// in the releases that carry this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
+    /// The token of the holds the answer opened (`sluice.reserve`), for the same reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<String>,
 }
 
 /// One descriptor of a call.

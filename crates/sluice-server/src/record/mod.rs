@@ -71,6 +71,7 @@ pub(crate) struct Pending {
     pub request: RateLimitRequest,
     pub statuses: Vec<Status>,
     pub lease: Option<String>,
+    pub reserve: Option<String>,
     /// The config it was decided under, when values are hashed (those it names stay).
     pub config: Option<Arc<Config>>,
 }
@@ -162,6 +163,7 @@ impl Recorder {
             request: request.clone(),
             statuses,
             lease: crate::lease::token_in(response),
+            reserve: crate::reserve::token_in(response),
             config: self.hashes.then(|| config.clone()),
         };
         match self.queue.try_send(Message::Call(Box::new(pending))) {

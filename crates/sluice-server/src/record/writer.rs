@@ -22,6 +22,7 @@ use serde::Serialize;
 use super::format::{Code, Header, Override, Status};
 use super::{Message, Pending, RecordCounts, RecordError, RecordSettings};
 use crate::lease::LEASE_KEY;
+use crate::reserve::{HOLD_KEY, SETTLE_KEY};
 use sluice_config::Config;
 
 /// How long the writer sleeps when the queue is empty (after flushing what it wrote).
@@ -167,10 +168,12 @@ impl Hashing {
         Hashing { keys, named: None }
     }
 
-    /// `value` of `key` as recorded: kept when `config` names it (or it is a lease token),
-    /// else `#` and 16 hex digits.
+    /// `value` of `key` as recorded: kept when `config` names it (or it is a lease token, or
+    /// names a hold: a replay pairs a settle with its opening by it), else `#` and 16 hex
+    /// digits.
     fn value(&mut self, config: &Arc<Config>, key: &str, value: &str) -> String {
-        if key == LEASE_KEY || self.names(config, key, value) {
+        let token = key == LEASE_KEY || key == SETTLE_KEY || key == HOLD_KEY;
+        if token || self.names(config, key, value) {
             return value.to_string();
         }
         use std::hash::Hasher;
@@ -208,6 +211,8 @@ struct Line<'a> {
     statuses: &'a [Status],
     #[serde(skip_serializing_if = "Option::is_none")]
     lease: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reserve: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -258,6 +263,7 @@ fn line(pending: &Pending, hashing: &mut Option<Hashing>, out: &mut Vec<u8>) {
         code: pending.code,
         statuses: &pending.statuses,
         lease: pending.lease.as_deref(),
+        reserve: pending.reserve.as_deref(),
     };
     if serde_json::to_writer(&mut *out, &line).is_ok() {
         out.push(b'\n');

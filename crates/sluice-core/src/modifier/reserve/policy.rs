@@ -103,14 +103,21 @@ impl Policy {
 }
 
 impl fmt::Display for Policy {
-    /// `each request holds 4000 (at most 0.5 of the limit) for at most 2m`.
+    /// `each request holds 4000 or its own hits_addend (at most 0.5 of the limit) until it
+    /// settles, for at most 2m`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "each request holds {} or its own hits_addend (at most {} of the limit) until it settles, for at most {}",
-            self.amount,
-            self.fraction_text(),
-            duration::human(self.max_hold_us),
+            "each request holds {} or its own hits_addend",
+            self.amount
+        )?;
+        if u64::from(self.max_fraction_ppm) < FRACTION_SCALE {
+            write!(f, " (at most {} of the limit)", self.fraction_text())?;
+        }
+        write!(
+            f,
+            " until it settles, for at most {}",
+            duration::human(self.max_hold_us)
         )
     }
 }
