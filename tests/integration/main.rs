@@ -7,6 +7,7 @@ mod support;
 
 mod accounting;
 mod algorithm_properties;
+mod budget_race;
 mod budgets;
 mod calendar_windows;
 mod cli;
