@@ -15,12 +15,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use tonic::transport::Channel;
 
 use sluice::algorithm::State;
-use sluice::limit::{Hit, Limit};
-use sluice::metrics::Metrics;
 use sluice::service::RateLimiter;
 use sluice::store::any::AnyStore;
-use sluice::store::memory::MemoryStore;
-use sluice::store::SystemClock;
 
 use crate::support::redis::{cluster_flags, start_cluster, RedisServer};
 use crate::support::*;
@@ -261,29 +257,7 @@ fn in_process(
     Arc<RateLimiter<AnyStore>>,
     impl Fn() -> (u64, u64) + Send + Sync + 'static,
 ) {
-    let config = sluice::config::load_str("race.yaml", config, Default::default()).expect("config");
-    let limit: Limit = config
-        .domain("ai")
-        .and_then(|d| d.resolve([("budget", "k")].into_iter()))
-        .and_then(|m| m.rule.limits[0].limit)
-        .expect("the limit");
-    let limiter = Arc::new(RateLimiter::new(
-        Arc::new(arc_swap::ArcSwap::from_pointee(config)),
-        Arc::new(AnyStore::Memory(MemoryStore::new(
-            1000,
-            Arc::new(SystemClock),
-        ))),
-        Default::default(),
-        Arc::new(Metrics::new(0.8, 100)),
-    ));
-    let hit = Hit {
-        key: "ai_budget_k_".into(),
-        limit,
-        cost: 1,
-        role: Default::default(),
-        joins_previous: false,
-        lease: None,
-    };
+    let (limiter, hit) = crate::support::stores::memory_limiter(config, "ai", &[("budget", "k")]);
     let reader = limiter.clone();
     let state = move || {
         let AnyStore::Memory(store) = reader.store() else {

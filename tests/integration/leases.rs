@@ -15,11 +15,9 @@ use sluice::proto::RateLimitResponse as OurResponse;
 use sluice::algorithm::State;
 use sluice::engine::Charging;
 use sluice::limit::Hit;
-use sluice::metrics::Metrics;
-use sluice::service::{RateLimiter, ServiceOptions};
+use sluice::service::ServiceOptions;
 use sluice::store::any::AnyStore;
 use sluice::store::memory::MemoryStore;
-use sluice::store::SystemClock;
 
 use crate::support::redis::{cluster_flags, start_cluster, RedisServer};
 use crate::support::stores::{every_store, InProcess};
@@ -333,30 +331,7 @@ fn held_in_memory(store: &MemoryStore, hit: &Hit) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_clients_never_hold_more_than_the_limit_on_the_memory_store() {
-    let config = sluice::config::load_str("hot.yaml", HOT, Default::default()).expect("config");
-    let limit = config
-        .domain("api")
-        .and_then(|d| d.resolve([("hot", "k")].into_iter()));
-    let limit = limit
-        .and_then(|m| m.rule.limits[0].limit)
-        .expect("the limit");
-    let limiter = Arc::new(RateLimiter::new(
-        Arc::new(arc_swap::ArcSwap::from_pointee(config)),
-        Arc::new(AnyStore::Memory(MemoryStore::new(
-            1000,
-            Arc::new(SystemClock),
-        ))),
-        Default::default(),
-        Arc::new(Metrics::new(0.8, 100)),
-    ));
-    let hit = Hit {
-        key: "api_hot_k_".into(),
-        limit,
-        cost: 1,
-        role: Default::default(),
-        joins_previous: false,
-        lease: None,
-    };
+    let (limiter, hit) = crate::support::stores::memory_limiter(HOT, "api", &[("hot", "k")]);
     let most = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {

@@ -173,3 +173,39 @@ pub async fn every_store(
         })
         .collect()
 }
+
+/// The service on a fresh memory store (on the system clock) with `config` (YAML, one domain
+/// `domain`), and the hit of the first limit that `entries` match there: what a test reads the
+/// store's own state by (`MemoryStore::state_of`).
+pub fn memory_limiter(
+    config: &str,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> (Arc<RateLimiter<AnyStore>>, sluice::limit::Hit) {
+    let config = config::load_str("case.yaml", config, LoadOptions::default())
+        .unwrap_or_else(|e| panic!("the case's config: {e}"));
+    let limit = config
+        .domain(domain)
+        .and_then(|d| d.resolve(entries.iter().copied()))
+        .and_then(|m| m.rule.limits[0].limit)
+        .expect("the limit");
+    let key = sluice::store::key::descriptor_key(domain, entries.iter().copied());
+    let limiter = Arc::new(RateLimiter::new(
+        Arc::new(ArcSwap::from_pointee(config)),
+        Arc::new(AnyStore::Memory(MemoryStore::new(
+            1000,
+            Arc::new(sluice::store::SystemClock),
+        ))),
+        ServiceOptions::default(),
+        Arc::new(Metrics::new(0.8, 100)),
+    ));
+    let hit = sluice::limit::Hit {
+        key,
+        limit,
+        cost: 1,
+        role: Default::default(),
+        joins_previous: false,
+        lease: None,
+    };
+    (limiter, hit)
+}
