@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 const LEASE_KEY: &str = sluice::lease::LEASE_KEY;
+const SETTLE_KEY: &str = sluice::reserve::SETTLE_KEY;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -352,12 +353,14 @@ fn descriptors_of(rate_limits: &Value) -> Vec<Vec<(String, String)>> {
                             sample_header(headers["header_name"].as_str().unwrap()).to_string(),
                         )
                     } else if let Some(metadata) = action.get("metadata") {
-                        // The lease token sluice put in the filter's dynamic metadata.
+                        // The lease's or the hold's token sluice put in the filter's dynamic
+                        // metadata, sent back under the same name.
                         let key = &metadata["metadata_key"];
                         assert_eq!(key["key"].as_str(), Some("envoy.filters.http.ratelimit"));
-                        assert_eq!(key["path"][0]["key"].as_str(), Some(LEASE_KEY));
-                        assert_eq!(metadata["source"].as_str(), Some("DYNAMIC"));
                         let descriptor_key = metadata["descriptor_key"].as_str().unwrap();
+                        assert!([LEASE_KEY, SETTLE_KEY].contains(&descriptor_key));
+                        assert_eq!(key["path"][0]["key"].as_str(), Some(descriptor_key));
+                        assert_eq!(metadata["source"].as_str(), Some("DYNAMIC"));
                         (descriptor_key.to_string(), "00000000000000ab".to_string())
                     } else if let Some(generic) = action.get("generic_key") {
                         let key = generic
@@ -385,10 +388,10 @@ fn assert_limited(domain: &str, descriptors: &[Vec<(String, String)>], source: &
         .unwrap_or_else(|| panic!("{source}: domain {domain} not in config/"));
     assert!(!descriptors.is_empty(), "{source}");
     for descriptor in descriptors {
-        // A release's token is set aside before matching, as sluice does.
+        // A release's or a settle's token is set aside before matching, as sluice does.
         let entries: Vec<(&str, &str)> = descriptor
             .iter()
-            .filter(|(k, _)| k != LEASE_KEY)
+            .filter(|(k, _)| k != LEASE_KEY && k != SETTLE_KEY)
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         assert!(
@@ -433,6 +436,63 @@ fn the_envoy_example_releases_the_lease_it_acquired_when_the_stream_ends() {
         algorithms.contains(&sluice::limit::Algorithm::Concurrency),
         "{algorithms:?}"
     );
+}
+
+/// The completions route of deploy/envoy/envoy.yaml holds a token budget's estimate when
+/// the request starts and settles at stream end with the tokens Envoy AI Gateway recorded;
+/// the two calls, as Envoy sends them, against config/ on the memory store.
+#[tokio::test]
+async fn the_envoy_example_reserves_at_the_request_and_settles_the_tokens_at_stream_end() {
+    let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
+    let host = &connection_manager(&envoy)["route_config"]["virtual_hosts"][0];
+    let completions = host["routes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|route| route["match"]["prefix"].as_str() == Some("/v1/completions"))
+        .expect("the completions route");
+    let policies = &completions["route"]["rate_limits"];
+    let [reserve, settle] = &descriptors_of(policies)[..] else {
+        panic!("two policies: reserve and settle");
+    };
+    assert_eq!(policies[0].get("apply_on_stream_done"), None);
+    assert_eq!(policies[0]["hits_addend"]["number"].as_u64(), Some(0));
+    assert_eq!(policies[1]["apply_on_stream_done"].as_bool(), Some(true));
+    assert_eq!(
+        policies[1]["hits_addend"]["format"].as_str(),
+        Some("%DYNAMIC_METADATA(io.envoy.ai_gateway:llm_total_token)%")
+    );
+    assert_eq!(&settle[..settle.len() - 1], &reserve[..]);
+    assert_eq!(settle.last().map(|(k, _)| k.as_str()), Some(SETTLE_KEY));
+
+    let config = read("config/config.yaml");
+    let sluice = Sluice::start(&config, &[]);
+    let mut client = sluice.client().await;
+    let entries: Vec<(&str, &str)> = reserve
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let opened = call(
+        &mut client,
+        request("edge_proxy", vec![descriptor_with_hits(&entries, 0)]),
+    )
+    .await;
+    assert_eq!(overall(&opened), Code::Ok);
+    assert_eq!(opened.statuses[0].limit_remaining, 2_000_000 - 4_000);
+    let token = match &opened.dynamic_metadata.as_ref().expect("metadata").fields[SETTLE_KEY].kind {
+        Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(token)) => token.clone(),
+        other => panic!("no token: {other:?}"),
+    };
+    let mut settling = entries.clone();
+    settling.push((SETTLE_KEY, &token));
+    // The response used 1,234 tokens.
+    let settled = call(
+        &mut client,
+        request("edge_proxy", vec![descriptor_with_hits(&settling, 1_234)]),
+    )
+    .await;
+    assert_eq!(overall(&settled), Code::Ok);
+    assert_eq!(settled.statuses[0].limit_remaining, 2_000_000 - 1_234);
 }
 
 /// The login route of deploy/envoy/envoy.yaml falls under a limit with a penalty.
