@@ -61,13 +61,6 @@ local function decide(hit, state)
   return decision(false, d[2], next[3], next[4]), in_debt
 end
 
--- The decision of cost 0 for `hit` on `state`, nothing charged (what remains).
-local function ask_on(hit, state)
-  local plain = with_cost(hit, 0)
-  plain.charges_denied = hit.debt
-  return (decide(plain, state))
-end
-
 -- Whether a read-only answer may leave out the charge of `hit`, decided `d`: a denial
 -- charged only by the reference's counting.
 local function droppable(hit, d)
@@ -176,14 +169,75 @@ local function fetch_plain(hits)
   return fetched
 end
 
+-- A state this call left under `at` (its hit's group's `overlay`, then the standing ones),
+-- else what was read there (`original`); nil when nothing was read there yet.
+local function state_at(s, overlay, at)
+  local found = overlay and overlay[at]
+  if found == nil then
+    found = s.latest[at]
+  end
+  if found == nil then
+    found = s.original[at]
+  end
+  return found
+end
+
+-- `state_at`, else what `read(at, now)` reads there (kept as read, once per call).
+local function state_or_read(s, overlay, at, read, now)
+  local found = state_at(s, overlay, at)
+  if found == nil then
+    found = read(at, now)
+    s.original[at] = found
+  end
+  return found
+end
+
+-- The decision for `hit` as if it cost `cost` and charged what does not fit when `charges`,
+-- on `state`, and the state after it; the hit is left as it was (no copy is made).
+local function decide_as(hit, cost, charges, state)
+  local was_cost, was_charges = hit.cost, hit.charges_denied
+  hit.cost, hit.charges_denied = cost, charges
+  local d, changed = decide(hit, state)
+  hit.cost, hit.charges_denied = was_cost, was_charges
+  return d, changed
+end
+
+-- The limit's own decision for `hit` on `state`: its algorithm's, or, on a reserved budget,
+-- the opening or the settle (lua/reserve.lua), with the states it leaves beside the limit's
+-- (`extra`: {key, state} pairs).
+local function limit_decision(hit, state, s, overlay)
+  local r = hit.reserve
+  if not r then
+    return decide(hit, state)
+  end
+  local holds = state_or_read(s, overlay, r.key, reserve_read, hit.now)
+  if hit.acquires then
+    local d, after = reserve_open(hit, holds, state, decide_as)
+    if after then
+      return d, nil, {{r.key, after}}
+    end
+    return d, nil, nil
+  end
+  local settled = state_or_read(s, overlay, r.settled_key, settled_read, hit.now)
+  local d, after, mark, changed = reserve_settle(hit, holds, settled, state, decide_as)
+  local extra = {}
+  if after then
+    extra[#extra + 1] = {r.key, after}
+  end
+  if mark then
+    extra[#extra + 1] = {r.settled_key, mark}
+  end
+  return d, changed, extra
+end
+
 -- Decides `hit` on `state` as its penalty says: blocked, or the limit's decision with a
 -- strike counted when it is one. `records` holds the penalties' records by key as the hits
 -- so far left them (false: none); `struck` those to write, with the time of the hit that
 -- changed them last.
-local function penalized(hit, state, records, struck, limit)
+local function penalized(hit, state, records, s, overlay)
   local p = hit.penalty
   if not p or hit.releases then
-    return limit()
+    return limit_decision(hit, state, s, overlay)
   end
   local record = records[p.key]
   if record == nil then
@@ -194,18 +248,18 @@ local function penalized(hit, state, records, struck, limit)
     record = false
   end
   if record and record.blocked > hit.now then
-    return penalty_denial(record, hit.now, false, 0), nil
+    return penalty_denial(record, hit.now, false, 0), nil, nil
   end
-  local d, changed = limit()
+  local d, changed, extra = limit_decision(hit, state, s, overlay)
   if penalty_strikes(d, changed) then
     local next, imposed = penalty_strike(p, record or nil, hit.now)
     records[p.key] = next
-    struck[p.key] = {next, hit.now}
+    s.struck[p.key] = {next, hit.now}
     if imposed then
       d = penalty_denial(next, hit.now, true, d[2])
     end
   end
-  return d, changed
+  return d, changed, extra
 end
 
 -- Decides the hits group by group, each on the state the hits before it left. A group stands
@@ -228,67 +282,12 @@ local function decide_groups(hits, always_stands, leaves_groups)
     while i <= n and hits[i].group == group do
       local hit = hits[i]
       local key = hit.key
-      -- A state this call left under `at` (this group's, then the standing ones), else the
-      -- state read there by `read` (once per call).
-      local function current(at, read)
-        local found = overlay and overlay[at]
-        if found == nil then
-          found = s.latest[at]
-        end
-        if found == nil then
-          found = s.original[at]
-        end
-        if found == nil then
-          found = read()
-          s.original[at] = found
-        end
-        return found
+      local state = state_at(s, overlay, key)
+      if state == nil then
+        state = algorithm(hit.algorithm).read(hit, fetched[key])
+        s.original[key] = state
       end
-      local state = current(key, function()
-        return algorithm(hit.algorithm).read(hit, fetched[key])
-      end)
-      local extra = nil
-      local function limit()
-        if not hit.reserve then
-          return decide(hit, state)
-        end
-        local r = hit.reserve
-        local holds = current(r.key, function() return reserve_read(r.key, hit.now) end)
-        local function ask(cost)
-          local plain = with_cost(hit, cost)
-          plain.charges_denied = hit.debt
-          return (decide(plain, state))
-        end
-        if hit.acquires then
-          local d, after = reserve_open(hit, holds, ask)
-          if after then
-            extra = {{r.key, after}}
-          end
-          return d, nil
-        end
-        local settled = current(r.settled_key, function()
-          return settled_read(r.settled_key, hit.now)
-        end)
-        local function charge(cost)
-          local charged = with_cost(hit, cost)
-          charged.charges_denied = true
-          local _, changed = decide(charged, state)
-          return changed
-        end
-        local function report(changed)
-          return ask_on(hit, changed or state)
-        end
-        local d, after, mark, changed = reserve_settle(hit, holds, settled, charge, report)
-        extra = {}
-        if after then
-          extra[#extra + 1] = {r.key, after}
-        end
-        if mark then
-          extra[#extra + 1] = {r.settled_key, mark}
-        end
-        return d, changed
-      end
-      local d, changed = penalized(hit, state, records, s.struck, limit)
+      local d, changed, extra = penalized(hit, state, records, s, overlay)
       s.decisions[i] = d
       s.extras[i] = extra
       if changed ~= nil then

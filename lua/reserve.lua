@@ -2,11 +2,12 @@
 -- request holds an estimate against its limit while it runs and settles the actual cost when
 -- it ends. Appended after the algorithms, before the driver.
 --
--- Holds: a hash under the reservation's key (crates/sluice-store/src/key.rs, `holds_key`), one
--- field per token (16 hex digits) valued "<amount>:<lapses_at_us>", and `_until`, when its
--- last hold lapses: from then on it reads as empty whatever the key's TTL (which a clock given
--- by sluice may outrun); the key expires then. A settled token: a string under `settled_key`,
--- "<actual it charged>:<forgotten_at_us>", read alike.
+-- Holds: one string under the reservation's key (crates/sluice-store/src/key.rs, `holds_key`):
+-- "<until_us> <token>:<estimate>:<lapses_at_us> ...", the live holds after `until_us`, when
+-- the last of them lapses: from then on it reads as empty whatever the key's TTL (which a
+-- clock given by sluice may outrun); the key expires then. One GET reads it and one SET
+-- writes it. A settled token: a string under `settled_key`, "<actual it charged>:
+-- <forgotten_at_us>", read alike.
 
 -- The hit's reservation, from its argument (common.lua, ARGV[+12]); nil without one.
 local function reserve_of(arg, KEYS)
@@ -24,24 +25,23 @@ local function reserve_of(arg, KEYS)
   return {key = KEYS[n[1]], settled_key = settled_key, max_hold = n[3], window_end = n[4]}
 end
 
--- The holds under `key` at `now`: the live ones ({token, amount, lapses}, in no order) and how
--- many had lapsed.
+-- The holds under `key` at `now`: the live ones ({token, amount, lapses}) and how many had
+-- lapsed.
 local function reserve_read(key, now)
-  local fields = redis.call('HGETALL', key)
   local state = {live = {}, lapsed = 0}
-  for i = 1, #fields, 2 do
-    if fields[i] == '_until' and tonumber(fields[i + 1]) <= now then
-      return state
-    end
+  local value = redis.call('GET', key)
+  if not value then
+    return state
   end
-  for i = 1, #fields, 2 do
-    local amount, lapses = string.match(fields[i + 1], '^(%d+):(%d+)$')
-    if amount then
-      if tonumber(lapses) > now then
-        state.live[#state.live + 1] = {token = fields[i], amount = tonumber(amount), lapses = tonumber(lapses)}
-      else
-        state.lapsed = state.lapsed + 1
-      end
+  local until_us = tonumber(string.match(value, '^(%d+)'))
+  if not until_us or until_us <= now then
+    return state
+  end
+  for token, amount, lapses in string.gmatch(value, '(%x+):(%d+):(%d+)') do
+    if tonumber(lapses) > now then
+      state.live[#state.live + 1] = {token = token, amount = tonumber(amount), lapses = tonumber(lapses)}
+    else
+      state.lapsed = state.lapsed + 1
     end
   end
   return state
@@ -55,22 +55,21 @@ local function reserve_total(live)
   return total
 end
 
--- Writes the live holds of `state` whole (the lapsed ones go), expiring with the last.
+-- Writes the live holds of `state` whole (the lapsed ones go), expiring with the last; none
+-- left, the key goes.
 local function reserve_write(key, state, now)
-  redis.call('DEL', key)
   local last = 0
-  local fields = {}
+  local parts = {''}
   for _, hold in ipairs(state.live) do
-    fields[#fields + 1] = hold.token
-    fields[#fields + 1] = fmt(hold.amount) .. ':' .. fmt(hold.lapses)
+    parts[#parts + 1] = hold.token .. ':' .. fmt(hold.amount) .. ':' .. fmt(hold.lapses)
     last = math.max(last, hold.lapses)
   end
-  if #fields > 0 then
-    fields[#fields + 1] = '_until'
-    fields[#fields + 1] = fmt(last)
-    redis.call('HSET', key, unpack(fields))
-    expire_after(key, last - now)
+  if #parts == 1 then
+    redis.call('DEL', key)
+    return
   end
+  parts[1] = fmt(last)
+  redis.call('SET', key, table.concat(parts, ' '), 'PX', ttl_ms(last - now))
 end
 
 -- The mark of a settled token under `key` at `now` ({actual, until}), or false.
@@ -109,12 +108,12 @@ local function reserve_mark(d, call, held, estimate, lapsed)
   return d
 end
 
--- An opening: admitted when the limit admits the holds plus the estimate (hit.cost); returns
--- the decision, and the holds after it when admitted. `ask(cost)` is the limit's decision of
--- `cost` on its state, nothing charged.
-local function reserve_open(hit, holds, ask)
+-- An opening: admitted when the limit admits the holds plus the estimate (hit.cost) on its
+-- `state`; returns the decision, and the holds after it when admitted. `decide_as(hit, cost,
+-- charges, state)` is the driver's decision of the limit at another cost.
+local function reserve_open(hit, holds, state, decide_as)
   local held = reserve_total(holds.live)
-  local d = ask(held + hit.cost)
+  local d = decide_as(hit, held + hit.cost, hit.debt, state)
   if d[1] == 0 then
     d[2] = net(d[2], held)
     return d, nil
@@ -140,15 +139,14 @@ local function reserve_open(hit, holds, ask)
   return reserve_mark(d, 1, held + hit.cost, hit.cost, holds.lapsed), {live = live, lapsed = 0}
 end
 
--- A settle of the hit's token with the actual cost (hit.cost), never denied: returns the
--- decision, the holds after it (nil when unchanged), and the settled mark ({value, until})
--- to write (nil for a duplicate). `settled`: the token's mark as read (nil: none); `charge(cost)`
--- the limit's state after charging `cost` past the limit if need be (nil when unchanged), and
--- `report(state)` the limit's decision of cost 0 on a state (nil: the one read).
-local function reserve_settle(hit, holds, settled, charge, report)
+-- A settle of the hit's token with the actual cost (hit.cost), never denied, on the limit's
+-- `state`: returns the decision, the holds after it (nil when unchanged), the settled mark
+-- ({value, until}) to write (nil for a duplicate), and the limit's state after the charge
+-- (nil when unchanged). `settled`: the token's mark as read (false: none).
+local function reserve_settle(hit, holds, settled, state, decide_as)
   local held = reserve_total(holds.live)
   if settled then
-    local d = settled_answer(report(nil), held)
+    local d = settled_answer(decide_as(hit, 0, hit.debt, state), held)
     return reserve_mark(d, 3, held, 0, 0), nil, nil, nil
   end
   local token = string.sub(hit.lease, 2)
@@ -160,9 +158,9 @@ local function reserve_settle(hit, holds, settled, charge, report)
       live[#live + 1] = hold
     end
   end
-  local changed = charge(hit.cost)
+  local _, changed = decide_as(hit, hit.cost, true, state)
   local left = reserve_total(live)
-  local d = settled_answer(report(changed), left)
+  local d = settled_answer(decide_as(hit, 0, hit.debt, changed or state), left)
   local remembered = hit.now + hit.reserve.max_hold
   local call, estimate = 4, 0
   if found then

@@ -187,11 +187,8 @@ async fn race(clients: &[Client], state: impl Fn() -> (u64, u64) + Send + 'stati
 /// Reads the budget's count and the sum of its holds in one step (the keys share a slot).
 const READ_BOTH: &str = "local used = tonumber(redis.call('GET', KEYS[1]) or '0') \
     local held = 0 \
-    local fields = redis.call('HGETALL', KEYS[2]) \
-    for i = 1, #fields, 2 do \
-      local amount = string.match(fields[i + 1], '^(%d+):') \
-      if fields[i] ~= '_until' and amount then held = held + tonumber(amount) end \
-    end \
+    local holds = redis.call('GET', KEYS[2]) or '' \
+    for amount in string.gmatch(holds, '%x+:(%d+):%d+') do held = held + tonumber(amount) end \
     return {used, held}";
 
 /// The used count and the holds of the budget's key on Redis, read at one instant

@@ -18,9 +18,7 @@ use sluice::service::{RateLimiter, ServiceOptions};
 use sluice::store::any::AnyStore;
 use sluice::store::local_cache::WithLocalCache;
 use sluice::store::memory::MemoryStore;
-use sluice::store::redis::{
-    Pipelining, RedisKind, RedisStore, RedisTarget, RedisTargets, TimeSource,
-};
+use sluice::store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
 use sluice::store::ManualClock;
 
 /// Where the manual clocks start: a time well inside a day, an hour and a minute.
@@ -28,17 +26,7 @@ pub const START_US: u64 = 1_700_000_000_123_456;
 
 /// The Redis store on `url`, under `prefix`, reading `clock` (the scripts take sluice's time).
 pub async fn redis_store(url: &str, prefix: String, clock: Arc<ManualClock>) -> RedisStore {
-    let target = RedisTarget {
-        kind: RedisKind::Single,
-        urls: vec![url.to_string()],
-        sentinel_master: None,
-        primary_auth: None,
-        tls_ca_file: None,
-        tls_client: None,
-        connect_timeout: Duration::from_secs(2),
-        command_timeout: Duration::from_secs(5),
-        pipelining: Pipelining::default(),
-    };
+    let target = RedisTarget::single(url, Duration::from_secs(5));
     let targets = RedisTargets {
         main: &target,
         per_second: None,

@@ -47,6 +47,24 @@ pub struct RedisTarget {
     pub pipelining: Pipelining,
 }
 
+impl RedisTarget {
+    /// A single Redis at `url`, with plain connections and `timeout` for connecting and for
+    /// each command (tools and tests).
+    pub fn single(url: &str, timeout: Duration) -> RedisTarget {
+        RedisTarget {
+            kind: RedisKind::Single,
+            urls: vec![url.to_string()],
+            sentinel_master: None,
+            primary_auth: None,
+            tls_ca_file: None,
+            tls_client: None,
+            connect_timeout: timeout,
+            command_timeout: timeout,
+            pipelining: Pipelining::default(),
+        }
+    }
+}
+
 /// A live connection, shared by every request (multiplexed: no connection per request).
 #[derive(Clone)]
 pub enum Connection {
