@@ -164,3 +164,55 @@ fn a_snapshot_path_that_cannot_be_written_stops_the_server() {
         "{stderr}"
     );
 }
+
+/// A budget's call: `budget=alice` at `hits`, settling `token` when given; the answer.
+async fn budget_call(sluice: &Sluice, hits: u64, token: Option<&str>) -> RateLimitResponse {
+    let mut entries = vec![("budget", "alice")];
+    if let Some(token) = token {
+        entries.push(("sluice.reserve", token));
+    }
+    let mut client = sluice.client().await;
+    call(
+        &mut client,
+        request("snap", vec![descriptor_with_hits(&entries, hits)]),
+    )
+    .await
+}
+
+fn hold_token(response: &RateLimitResponse) -> String {
+    match &response.dynamic_metadata.as_ref().expect("metadata").fields["sluice.reserve"].kind {
+        Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(token)) => token.clone(),
+        other => panic!("no token: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_keeps_its_holds_and_settled_tokens_across_a_restart() {
+    let config = format!(
+        "{CONFIG}  - key: budget\n    rate_limit: {{ unit: hour, requests_per_unit: 1000 }}\n    reserve: {{ amount: 300 }}\n"
+    );
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let snapshot = dir.path().join("state.snapshot");
+    let first = start(&config, &snapshot, &[]);
+    let a = hold_token(&budget_call(&first, 0, None).await);
+    let b = hold_token(&budget_call(&first, 0, None).await);
+    let settled = budget_call(&first, 200, Some(&a)).await;
+    assert_eq!(
+        settled.statuses[0].limit_remaining, 500,
+        "1,000 - 200 - 300 held"
+    );
+    stop(first, "TERM");
+    let second = start(&config, &snapshot, &[]);
+    assert!(second.wait_for_log("memory store restored from its snapshot"));
+    // The settled token stays settled, the open hold stays held.
+    let again = budget_call(&second, 200, Some(&a)).await;
+    assert_eq!(
+        again.statuses[0].limit_remaining, 500,
+        "a duplicate charges nothing"
+    );
+    let last = budget_call(&second, 100, Some(&b)).await;
+    assert_eq!(
+        last.statuses[0].limit_remaining, 700,
+        "its hold freed, 100 charged"
+    );
+}
