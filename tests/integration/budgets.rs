@@ -285,3 +285,65 @@ fn reserve_is_refused_at_load_where_it_has_no_meaning() {
         );
     }
 }
+
+/// The text of field `key` of a response of Envoy's protos' dynamic metadata.
+fn envoy_metadata(response: &crate::support::RateLimitResponse, key: &str) -> Option<String> {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    match response
+        .dynamic_metadata
+        .as_ref()?
+        .fields
+        .get(key)?
+        .kind
+        .as_ref()?
+    {
+        Kind::StringValue(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn envoys_calls_hold_and_settle_on_redis_by_token_and_by_request_id() {
+    use crate::support::*;
+    let (_redis, sluice) = Sluice::on_own_redis(&[("config.yaml", CONFIG)], &[], &[]);
+    let mut client = sluice.client().await;
+    let ask = |entries: &[(&str, &str)], hits: u64| {
+        request("ai", vec![descriptor_with_hits(entries, hits)])
+    };
+    // By the token in the metadata, as the Envoy example sends it.
+    let opened = call(&mut client, ask(&[("api_key", "e")], 0)).await;
+    assert_eq!(overall(&opened), Code::Ok);
+    assert_eq!(opened.statuses[0].limit_remaining, 8_000);
+    let token = envoy_metadata(&opened, "sluice.reserve").expect("a token");
+    let settle = [("api_key", "e"), ("sluice.reserve", token.as_str())];
+    let settled = call(&mut client, ask(&settle, 2_500)).await;
+    assert_eq!(overall(&settled), Code::Ok);
+    assert_eq!(settled.statuses[0].limit_remaining, 7_500);
+    // Twice: charged once.
+    let again = call(&mut client, ask(&settle, 2_500)).await;
+    assert_eq!(again.statuses[0].limit_remaining, 7_500);
+    // By the client's x-request-id, for a client that cannot carry metadata.
+    let named = [("api_key", "e"), ("sluice.hold", "req-7")];
+    let opened = call(&mut client, ask(&named, 5_000)).await;
+    assert_eq!(opened.statuses[0].limit_remaining, 2_500);
+    let denied = call(&mut client, ask(&[("api_key", "e")], 3_000)).await;
+    assert_eq!(overall(&denied), Code::OverLimit);
+    assert_eq!(
+        envoy_metadata(&denied, "sluice.denied_by").as_deref(),
+        Some("tokens_per_hour")
+    );
+    let by_name = [("api_key", "e"), ("sluice.reserve", "req-7")];
+    let settled = call(&mut client, ask(&by_name, 1_000)).await;
+    assert_eq!(settled.statuses[0].limit_remaining, 6_500);
+    // An empty name is refused, naming the entry.
+    let status = client
+        .should_rate_limit(ask(&[("api_key", "e"), ("sluice.reserve", "")], 1))
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("descriptors[0].entries[1].value"),
+        "{}",
+        status.message()
+    );
+}
