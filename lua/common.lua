@@ -40,7 +40,7 @@
 --                       (its `lease` carries the token: "+" opens a hold, "-" settles it)
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us,
 -- released, expired, penalty_until_us, penalty_offence, penalty_imposed, reserve_call,
--- reserve_held, reserve_estimate, reserve_lapsed (the fields of
+-- reserve_held, reserve_estimate, reserve_lapsed, reserve_lapsed_amount (the fields of
 -- sluice's Decision, which crates/sluice-core/src/algorithm/ and modifier/ specify), and, for "any" and
 -- "refund", the time it was decided at.
 --
@@ -104,8 +104,8 @@ end
 -- A decision as the script replies it: admitted (1 or 0), remaining, reset_after_us,
 -- retry_after_us, released and expired (a concurrency limit's leases; 0 when not given),
 -- then what a penalty did (until, offence, imposed: 0 here, lua/penalty.lua sets them) and
--- a reservation (call, held, estimate, lapsed: 0 here, lua/reserve.lua sets them); negative
--- values are 0.
+-- a reservation (call, held, estimate, lapsed, lapsed amount: 0 here, lua/reserve.lua sets
+-- them); negative values are 0.
 local function decision(admitted, remaining, reset_after_us, retry_after_us, released, expired)
   if remaining < 0 then
     remaining = 0
@@ -117,7 +117,7 @@ local function decision(admitted, remaining, reset_after_us, retry_after_us, rel
     retry_after_us = 0
   end
   return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us, released or 0, expired or 0, 0, 0, 0,
-    0, 0, 0, 0}
+    0, 0, 0, 0, 0}
 end
 
 -- requests_per_unit 0 blocks everything, whatever the burst (crates/sluice-core/src/algorithm/mod.rs).

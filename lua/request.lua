@@ -141,7 +141,7 @@ local function one_hit(hit, read_only, with_time, fields)
     end
   end
   if with_time then
-    d[14] = hit.now
+    d[15] = hit.now
   end
   if read_only then
     d[fields + 1] = needed
@@ -411,11 +411,11 @@ local function replies_of(hits, s, last, fields, with_time)
       d = decide(with_cost(hit, 0), state)
     end
     local at = fields * (j - 1)
-    for k = 1, 13 do
+    for k = 1, 14 do
       replies[at + k] = d[k]
     end
     if with_time then
-      replies[at + 14] = hit.now
+      replies[at + 15] = hit.now
     end
   end
   return replies
@@ -435,7 +435,7 @@ local function request(KEYS, ARGV, read_only)
   -- The calls of a Cluster ("any", "every_part", "refund") also reply the time each hit was
   -- decided at.
   local with_time = mode == 'any' or mode == 'every_part' or mode == 'refund'
-  local fields = with_time and 14 or 13
+  local fields = with_time and 15 or 14
 
   -- Redis TIME, read once per call when some hit needs it.
   local redis_now = nil

@@ -28,7 +28,7 @@ end
 -- The holds under `key` at `now`: the live ones ({token, amount, lapses}) and how many had
 -- lapsed.
 local function reserve_read(key, now)
-  local state = {live = {}, lapsed = 0}
+  local state = {live = {}, lapsed = 0, lapsed_amount = 0}
   local value = redis.call('GET', key)
   if not value then
     return state
@@ -42,6 +42,7 @@ local function reserve_read(key, now)
       state.live[#state.live + 1] = {token = token, amount = tonumber(amount), lapses = tonumber(lapses)}
     else
       state.lapsed = state.lapsed + 1
+      state.lapsed_amount = state.lapsed_amount + tonumber(amount)
     end
   end
   return state
@@ -102,9 +103,9 @@ local function settled_answer(d, held)
 end
 
 -- The reservation's part of a reply: call (1 opened, 2 settled, 3 duplicate, 4 unknown),
--- held, estimate, lapsed.
-local function reserve_mark(d, call, held, estimate, lapsed)
-  d[10], d[11], d[12], d[13] = call, held, estimate, lapsed
+-- held, estimate, and the holds found lapsed (how many, holding how much) in `holds`.
+local function reserve_mark(d, call, held, estimate, holds)
+  d[10], d[11], d[12], d[13], d[14] = call, held, estimate, holds.lapsed, holds.lapsed_amount
   return d
 end
 
@@ -136,7 +137,7 @@ local function reserve_open(hit, holds, state, decide_as)
   if not added then
     live[#live + 1] = {token = token, amount = hit.cost, lapses = lapses}
   end
-  return reserve_mark(d, 1, held + hit.cost, hit.cost, holds.lapsed), {live = live, lapsed = 0}
+  return reserve_mark(d, 1, held + hit.cost, hit.cost, holds), {live = live, lapsed = 0, lapsed_amount = 0}
 end
 
 -- A settle of the hit's token with the actual cost (hit.cost), never denied, on the limit's
@@ -147,7 +148,7 @@ local function reserve_settle(hit, holds, settled, state, decide_as)
   local held = reserve_total(holds.live)
   if settled then
     local d = settled_answer(decide_as(hit, 0, hit.debt, state), held)
-    return reserve_mark(d, 3, held, 0, 0), nil, nil, nil
+    return reserve_mark(d, 3, held, 0, {lapsed = 0, lapsed_amount = 0}), nil, nil, nil
   end
   local token = string.sub(hit.lease, 2)
   local live, found = {}, nil
@@ -169,7 +170,7 @@ local function reserve_settle(hit, holds, settled, state, decide_as)
   end
   local after = nil
   if found or holds.lapsed > 0 then
-    after = {live = live, lapsed = 0}
+    after = {live = live, lapsed = 0, lapsed_amount = 0}
   end
-  return reserve_mark(d, call, left, estimate, holds.lapsed), after, {hit.cost, remembered}, changed
+  return reserve_mark(d, call, left, estimate, holds), after, {hit.cost, remembered}, changed
 end

@@ -183,6 +183,12 @@ async fn a_hold_never_settled_lapses_and_costs_nothing_on_every_store() {
         );
         let lapsed = r#"sluice_reserve_lapsed_total{domain="ai",key1="api_key"}"#;
         assert_eq!(service.series(lapsed), 1.0, "{store}");
+        let held = r#"sluice_reserve_held{domain="ai",key1="api_key"}"#;
+        assert_eq!(
+            service.series(held),
+            1_000.0,
+            "{store}: 6,000 opened, 5,000 lapsed"
+        );
         service.clock.advance(60 * SECOND);
         assert_eq!(remaining(&service, "api_key=l", 3).await, 10_000, "{store}");
         // Its settle after it lapsed charges the actual once, and frees nothing else.

@@ -21,8 +21,8 @@ pub struct Hold {
 pub struct Holds(pub Vec<Hold>);
 
 impl Holds {
-    /// The holds still live at `now_us`, and how many had lapsed.
-    pub fn live(&self, now_us: u64) -> (Holds, u32) {
+    /// The holds still live at `now_us`, and how many had lapsed, holding how much.
+    pub fn live(&self, now_us: u64) -> (Holds, u32, u64) {
         let live: Vec<Hold> = self
             .0
             .iter()
@@ -30,7 +30,8 @@ impl Holds {
             .filter(|hold| hold.expires_us > now_us)
             .collect();
         let lapsed = u32::try_from(self.0.len() - live.len()).unwrap_or(u32::MAX);
-        (Holds(live), lapsed)
+        let amount = self.total().saturating_sub(Holds(live.clone()).total());
+        (Holds(live), lapsed, amount)
     }
 
     /// What the holds hold together.
@@ -144,6 +145,7 @@ pub struct Reserved {
     /// The estimate: held by an opening, or held by the hold a settle dropped (0 when the
     /// token had none).
     pub estimate: u64,
-    /// Holds found lapsed and dropped by this call.
+    /// Holds found lapsed and dropped by this call, and what they held.
     pub lapsed: u32,
+    pub lapsed_amount: u64,
 }

@@ -1,6 +1,7 @@
 //! One reserved budget's series (docs/budgets.md): holds opened, settles by kind (settled,
-//! duplicate, unknown), holds found lapsed, what the rule's key held after its last call, and
-//! the estimate's error (the actual less the estimate of the hold a settle dropped).
+//! duplicate, unknown), holds found lapsed, what the rule's keys hold (opened less settled and
+//! lapsed, as this replica saw them), and the estimate's error (the actual less the estimate
+//! of the hold a settle dropped).
 
 use metrics::{Counter, Gauge, Histogram, Label};
 
@@ -47,8 +48,16 @@ impl ReserveCounters {
         };
         self.calls[index].increment(1);
         self.lapsed.increment(u64::from(reserved.lapsed));
+        // What this replica's calls took into holds and out of them: summed over replicas,
+        // what the rule's keys hold.
         #[allow(clippy::cast_precision_loss)]
-        self.held.set(reserved.held as f64);
+        match reserved.call {
+            Call::Opened => self.held.increment(reserved.estimate as f64),
+            Call::Settled => self.held.decrement(reserved.estimate as f64),
+            Call::Duplicate | Call::Unknown => {}
+        }
+        #[allow(clippy::cast_precision_loss)]
+        self.held.decrement(reserved.lapsed_amount as f64);
         if reserved.call == Call::Settled {
             #[allow(clippy::cast_precision_loss)]
             self.error.record(cost as f64 - reserved.estimate as f64);

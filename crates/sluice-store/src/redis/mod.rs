@@ -450,10 +450,11 @@ fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u
 }
 
 /// The fields of a decision in a script's reply (`decision` in `lua/common.lua`).
-const DECISION_FIELDS: usize = 13;
+const DECISION_FIELDS: usize = 14;
 
 /// What a hit's reply says beside the common answer: a penalty's block (fields 6 to 8), a
-/// reservation's call (fields 9 to 12: call, held, estimate, lapsed) or a concurrency limit's
+/// reservation's call (fields 9 to 13: call, held, estimate, lapsed, lapsed amount) or a
+/// concurrency limit's
 /// released and expired leases (fields 4 and 5); a block replaces the limit's own decision,
 /// and no limit both leases and reserves, so a reply carries one at most.
 fn reply_mark(fields: &[i64]) -> Mark {
@@ -473,6 +474,7 @@ fn reply_mark(fields: &[i64]) -> Mark {
             held: number(fields[10]),
             estimate: number(fields[11]),
             lapsed: count(fields[12]),
+            lapsed_amount: number(fields[13]),
         });
     }
     Mark::leases(count(fields[4]), count(fields[5]))

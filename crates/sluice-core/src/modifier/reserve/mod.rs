@@ -77,7 +77,7 @@ pub fn open(
     holds: Option<&Holds>,
     now_us: u64,
 ) -> Reservation {
-    let (mut live, lapsed) = holds.map(|h| h.live(now_us)).unwrap_or_default();
+    let (mut live, lapsed, lapsed_amount) = holds.map(|h| h.live(now_us)).unwrap_or_default();
     let held = live.total();
     let estimate = hit.cost;
     let decision = ask(hit, state, held.saturating_add(estimate), now_us);
@@ -115,6 +115,7 @@ pub fn open(
             held: live.total(),
             estimate,
             lapsed,
+            lapsed_amount,
         }),
         ..decision
     };
@@ -137,7 +138,7 @@ pub fn settle(
     settled: Option<&Settled>,
     now_us: u64,
 ) -> Reservation {
-    let (mut live, lapsed) = holds.map(|h| h.live(now_us)).unwrap_or_default();
+    let (mut live, lapsed, lapsed_amount) = holds.map(|h| h.live(now_us)).unwrap_or_default();
     if settled.is_some() {
         let decision = after_charge(hit, state, live.total(), now_us);
         let mark = Reserved {
@@ -145,6 +146,7 @@ pub fn settle(
             held: live.total(),
             estimate: 0,
             lapsed: 0,
+            lapsed_amount: 0,
         };
         return Reservation {
             decision: Decision {
@@ -175,6 +177,7 @@ pub fn settle(
         held: live.total(),
         estimate: hold.map_or(0, |h| h.amount),
         lapsed,
+        lapsed_amount,
     };
     let holds = (hold.is_some() || lapsed > 0).then(|| {
         let expires = live.expires_at_us();
