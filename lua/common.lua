@@ -35,8 +35,9 @@
 --                       record's key, after, within_us, block_ms, factor_milli,
 --                       max_block_ms, forget_us, space-separated; else ""
 --   ARGV[+12]  reserve  the limit's reservation (lua/reserve.lua): the positions in KEYS of its
---                       holds' key and of the settled token's key (0 for an opening), max_hold_us
---                       and the end of the hit's window (0: no window), space-separated; else ""
+--                       holds' key and of the settled token's key (0 for an opening), max_hold_us,
+--                       the end of the hit's window (0: no window) and max_holds,
+--                       space-separated; else ""
 --                       (its `lease` carries the token: "+" opens a hold, "-" settles it)
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us,
 -- released, expired, penalty_until_us, penalty_offence, penalty_imposed, reserve_call,

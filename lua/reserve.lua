@@ -22,7 +22,8 @@ local function reserve_of(arg, KEYS)
   if n[2] > 0 then
     settled_key = KEYS[n[2]]
   end
-  return {key = KEYS[n[1]], settled_key = settled_key, max_hold = n[3], window_end = n[4]}
+  return {key = KEYS[n[1]], settled_key = settled_key, max_hold = n[3], window_end = n[4],
+    max_holds = n[5]}
 end
 
 -- The holds under `key` at `now`: the live ones ({token, amount, lapses}) and how many had
@@ -114,6 +115,20 @@ end
 -- charges, state)` is the driver's decision of the limit at another cost.
 local function reserve_open(hit, holds, state, decide_as)
   local held = reserve_total(holds.live)
+  local token = string.sub(hit.lease, 2)
+  local holding, first_lapse = false, nil
+  for _, hold in ipairs(holds.live) do
+    holding = holding or hold.token == token
+    if first_lapse == nil or hold.lapses < first_lapse then
+      first_lapse = hold.lapses
+    end
+  end
+  if not holding and #holds.live >= hit.reserve.max_holds then
+    -- As many holds as a key may have: denied until the first lapses (or one settles).
+    local d = decide_as(hit, 0, hit.debt, state)
+    d[1], d[2], d[4] = 0, net(d[2], held), math.max(0, (first_lapse or hit.now) - hit.now)
+    return d, nil
+  end
   local d = decide_as(hit, held + hit.cost, hit.debt, state)
   if d[1] == 0 then
     d[2] = net(d[2], held)
@@ -123,7 +138,6 @@ local function reserve_open(hit, holds, state, decide_as)
   if hit.reserve.window_end > 0 then
     lapses = math.min(lapses, hit.reserve.window_end)
   end
-  local token = string.sub(hit.lease, 2)
   local live, added = {}, false
   for i, hold in ipairs(holds.live) do
     if hold.token == token then

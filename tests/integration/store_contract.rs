@@ -302,13 +302,14 @@ fn penalty() -> impl Strategy<Value = Policy> {
 
 /// A reservation: holds that lapse within 0.1 to 3 s, capped at a fraction of the limit.
 fn reserve() -> impl Strategy<Value = sluice::modifier::reserve::Policy> {
-    (1u64..=4, 100_000u32..=1_000_000, 1u64..=30).prop_map(|(amount, ppm, hold)| {
-        sluice::modifier::reserve::Policy {
+    (1u64..=4, 100_000u32..=1_000_000, 1u64..=30, 1u32..=3).prop_map(
+        |(amount, ppm, hold, max_holds)| sluice::modifier::reserve::Policy {
             amount,
             max_fraction_ppm: ppm,
             max_hold_us: hold * 100_000,
-        }
-    })
+            max_holds,
+        },
+    )
 }
 
 /// Requests of one to three hits on three keys of random algorithms and limits (some taking

@@ -65,15 +65,15 @@ pub fn penalty_arg(penalty: Option<&Policy>, key_index: usize) -> String {
 }
 
 /// A reservation as a script argument: the positions of its holds' key and of the settled
-/// token's key in KEYS (from 1; 0 for an opening, which has none), then max_hold_us and the
-/// end of the hit's window in µs (0 when its algorithm has no windows), space-separated;
-/// empty without one.
+/// token's key in KEYS (from 1; 0 for an opening, which has none), then max_hold_us, the end
+/// of the hit's window in µs (0 when its algorithm has no windows) and max_holds,
+/// space-separated; empty without one.
 pub fn reserve_arg(reserve: Option<&(reserve::Policy, u64)>, keys: (usize, usize)) -> String {
     match reserve {
         Some((policy, window_end_us)) => {
             format!(
-                "{} {} {} {window_end_us}",
-                keys.0, keys.1, policy.max_hold_us
+                "{} {} {} {window_end_us} {}",
+                keys.0, keys.1, policy.max_hold_us, policy.max_holds
             )
         }
         None => String::new(),
@@ -171,6 +171,7 @@ mod tests {
                     amount: 4000,
                     max_fraction_ppm: 500_000,
                     max_hold_us: 120_000_000,
+                    max_holds: 1_000,
                 },
                 60_000_000,
             )),
@@ -245,7 +246,7 @@ mod tests {
         assert_eq!(
             sent_of(args()),
             "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 -00000000000000ab \
-             2 3 60000000 60000 1500 3600000 86400000000 3 4 120000000 60000000 60000000 3"
+             2 3 60000000 60000 1500 3600000 86400000000 3 4 120000000 60000000 1000 60000000 3"
         );
         let plain = ScriptArgs {
             now_us: None,

@@ -80,6 +80,15 @@ pub fn open(
     let (mut live, lapsed, lapsed_amount) = holds.map(|h| h.live(now_us)).unwrap_or_default();
     let held = live.total();
     let estimate = hit.cost;
+    let holding = live.0.iter().any(|hold| hold.token == token);
+    if !holding && live.0.len() >= policy.max_holds as usize {
+        return Reservation {
+            decision: too_many_holds(hit, state, &live, now_us),
+            limit: None,
+            holds: None,
+            settled: None,
+        };
+    }
     let decision = ask(hit, state, held.saturating_add(estimate), now_us);
     if !decision.admitted {
         let decision = Decision {
@@ -191,6 +200,24 @@ pub fn settle(
         limit,
         holds,
         settled: Some((Settled(hit.cost), remembered_until)),
+    }
+}
+
+/// The denial of an opening on a key whose holds are `max_holds` already: what remains net
+/// of them, and a retry when the first of them lapses.
+fn too_many_holds(hit: &Hit, state: Option<&State>, live: &Holds, now_us: u64) -> Decision {
+    let report = ask(hit, state, 0, now_us);
+    let first_lapse = live
+        .0
+        .iter()
+        .map(|hold| hold.expires_us)
+        .min()
+        .unwrap_or(now_us);
+    Decision {
+        admitted: false,
+        remaining: remaining_net(report.remaining, live.total()),
+        retry_after_us: first_lapse.saturating_sub(now_us),
+        ..report
     }
 }
 

@@ -10,7 +10,7 @@ use crate::duration;
 use crate::modifier::{duration_of, fixed_point, policy_map};
 
 /// The YAML keys of `reserve`.
-pub const KEYS: [&str; 3] = ["amount", "max_fraction", "max_hold"];
+pub const KEYS: [&str; 4] = ["amount", "max_fraction", "max_hold", "max_holds"];
 
 /// The longest `max_hold`: a day (a request in flight for longer is not one a budget waits
 /// for).
@@ -21,6 +21,10 @@ const DEFAULT_MAX_HOLD_US: u64 = 600 * 1_000_000;
 const FRACTION_SCALE: u64 = 1_000_000;
 /// The largest `amount`: the largest limit.
 const MAX_AMOUNT: u64 = u32::MAX as u64;
+/// `max_holds` when not given.
+const DEFAULT_MAX_HOLDS: u32 = 1_000;
+/// The largest `max_holds`: a key's holds are read and written whole at each of its calls.
+pub const MAX_HOLDS: u32 = 10_000;
 
 /// A reservation: what a request holds, how much of the limit at most, for how long at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,6 +35,9 @@ pub struct Policy {
     pub max_fraction_ppm: u32,
     /// A hold lapses this long after it was taken, unless its window ends first.
     pub max_hold_us: u64,
+    /// The most requests that hold at once on one key: an opening past them is denied, so a
+    /// client cannot make a key's holds (read and written whole) grow without bound.
+    pub max_holds: u32,
 }
 
 impl Policy {
@@ -67,10 +74,24 @@ impl Policy {
         };
         let max_hold_us = duration_of(map.get("max_hold"), "reserve.max_hold", MAX_HOLD_US)?
             .unwrap_or_else(|| DEFAULT_MAX_HOLD_US.min(period_us.max(1)));
+        let max_holds = match map.get("max_holds") {
+            None => DEFAULT_MAX_HOLDS,
+            Some(value) => value
+                .as_u64()
+                .filter(|n| (1..=u64::from(MAX_HOLDS)).contains(n))
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    Refusal::new(
+                        "reserve.max_holds",
+                        format!("must be a whole number from 1 to {MAX_HOLDS}"),
+                    )
+                })?,
+        };
         Ok(Policy {
             amount,
             max_fraction_ppm: u32::try_from(max_fraction_ppm).unwrap_or(u32::MAX),
             max_hold_us,
+            max_holds,
         })
     }
 
@@ -150,6 +171,7 @@ mod tests {
                 amount: 4000,
                 max_fraction_ppm: 1_000_000,
                 max_hold_us: 600_000_000,
+                max_holds: 1_000,
             }
         );
         let short = Policy::parse(
@@ -184,6 +206,8 @@ mod tests {
             ("{amount: 1, max_hold: 0s}", "reserve.max_hold"),
             ("{amount: 1, max_hold: 2d}", "reserve.max_hold"),
             ("{amount: 1, max_hold: soon}", "reserve.max_hold"),
+            ("{amount: 1, max_holds: 0}", "reserve.max_holds"),
+            ("{amount: 1, max_holds: 10001}", "reserve.max_holds"),
         ];
         for (yaml, key) in refused {
             let refusal = parse(yaml).expect_err(yaml);

@@ -15,6 +15,7 @@ fn budget(algorithm: Algorithm, limit: u32, amount: u64, hold_s: u64) -> Limit {
         amount,
         max_fraction_ppm: 1_000_000,
         max_hold_us: hold_s * SECOND,
+        max_holds: 1_000,
     });
     budget
 }
@@ -299,4 +300,38 @@ proptest! {
             prop_assert_eq!(store.used(&limit, now), charged.get(&window).copied().unwrap_or(0));
         }
     }
+}
+
+#[test]
+fn a_key_holds_at_most_max_holds_at_once() {
+    let mut limit = budget(Algorithm::FixedWindow, 1_000, 1, 30);
+    if let Some(policy) = limit.modifiers.reserve.as_mut() {
+        policy.max_holds = 2;
+    }
+    let mut store = Store::default();
+    assert!(store.call(limit, 1, LeaseCall::Acquire(1), 0).admitted);
+    assert!(
+        store
+            .call(limit, 1, LeaseCall::Acquire(2), 5 * SECOND)
+            .admitted
+    );
+    let third = store.call(limit, 1, LeaseCall::Acquire(3), 10 * SECOND);
+    assert!(
+        !third.admitted,
+        "two holds already: 998 remain, but no third"
+    );
+    assert_eq!(third.remaining, 998);
+    assert_eq!(third.retry_after_us, 20 * SECOND, "when the first lapses");
+    assert!(
+        store
+            .call(limit, 1, LeaseCall::Acquire(2), 10 * SECOND)
+            .admitted,
+        "a token that holds already adds to its hold"
+    );
+    store.call(limit, 1, LeaseCall::Release(1), 11 * SECOND);
+    assert!(
+        store
+            .call(limit, 1, LeaseCall::Acquire(3), 11 * SECOND)
+            .admitted
+    );
 }
