@@ -312,6 +312,15 @@ fn envoy_metadata(response: &crate::support::RateLimitResponse, key: &str) -> Op
 async fn envoys_calls_hold_and_settle_on_redis_by_token_and_by_request_id() {
     use crate::support::*;
     let (_redis, sluice) = Sluice::on_own_redis(&[("config.yaml", CONFIG)], &[], &[]);
+    let (status, rlconfig) = sluice.http_get("/rlconfig");
+    assert_eq!(status, 200);
+    assert!(
+        rlconfig.contains(
+            "ai.api_key: unit=HOUR requests_per_unit=10000, shadow_mode: false, reserve: \
+             amount 2000, max_fraction 0.5, max_hold 2m, max_holds 1000"
+        ),
+        "{rlconfig}"
+    );
     let mut client = sluice.client().await;
     let ask = |entries: &[(&str, &str)], hits: u64| {
         request("ai", vec![descriptor_with_hits(entries, hits)])

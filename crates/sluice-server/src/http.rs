@@ -243,5 +243,14 @@ fn describe_limit(full_key: &str, limit: &Limit, shadow_mode: bool) -> String {
     if limit.debt {
         line.push_str(", debt: true");
     }
+    if let Some(reserve) = limit.modifiers.reserve {
+        line.push_str(&format!(
+            ", reserve: amount {}, max_fraction {}, max_hold {}, max_holds {}",
+            reserve.amount,
+            reserve.fraction_text(),
+            sluice_core::duration::human(reserve.max_hold_us),
+            reserve.max_holds
+        ));
+    }
     line
 }
