@@ -71,8 +71,7 @@ def instructions(lib, keys, call_args, calls, out_dir):
 def main():
     now = int(time.time() * 1e6)
     request = source("request")
-    general = request.replace(
-        "  if #hits == 1 and not hits[1].penalty and not hits[1].reserve then", "  if false then")
+    general = request.replace("  if #hits == 1 and not hits[1].penalty then", "  if false then")
     if general == request:
         raise SystemExit("lua/request.lua's one-hit test changed: update this script")
     kinds = [

@@ -119,34 +119,13 @@ local function refund(hits)
     local rules = algorithm(hit.algorithm)
     if hit.reserve then
       -- An opening charged nothing but its hold.
-      redis.call('HDEL', hit.reserve.key, string.sub(hit.lease, 2))
+      reserve_refund(hit)
     else
       rules.refund(hit)
     end
     append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
   end
   return replies
-end
-
--- One hit without a penalty (most requests): every mode charges it alike. It is charged when
--- its decision changed the state, which a denial does only in debt or with "every".
-local function one_hit(hit, read_only, with_time, fields)
-  local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
-  local needed = 0
-  if changed ~= nil then
-    if not read_only then
-      algorithm(hit.algorithm).write(hit, changed)
-    elseif not droppable(hit, d) then
-      needed = 1
-    end
-  end
-  if with_time then
-    d[15] = hit.now
-  end
-  if read_only then
-    d[fields + 1] = needed
-  end
-  return d
 end
 
 -- The values of the hits' keys whose state is a plain value, read with one MGET (when more
@@ -228,6 +207,64 @@ local function limit_decision(hit, state, s, overlay)
     extra[#extra + 1] = {r.settled_key, mark}
   end
   return d, changed, extra
+end
+
+-- Writes the states a hit of a reserved budget leaves beside its limit's (`extras`: its holds,
+-- the settled token's mark).
+local function write_extras(hit, extras)
+  for _, e in ipairs(extras or {}) do
+    if e[1] == hit.reserve.key then
+      reserve_write(e[1], e[2], hit.now)
+    else
+      settled_write(e[1], e[2], hit.now)
+    end
+  end
+end
+
+-- The reply of a call of one hit: its decision, the time it was decided at for a Cluster's
+-- calls, and, read only, whether it needed a write.
+local function one_reply(d, hit, needed, read_only, with_time, fields)
+  if with_time then
+    d[15] = hit.now
+  end
+  if read_only then
+    d[fields + 1] = needed
+  end
+  return d
+end
+
+-- One hit without a penalty (most requests): every mode charges it alike. It is charged when
+-- its decision changed the state, which a denial does only in debt or with "every".
+local function one_hit(hit, read_only, with_time, fields)
+  local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
+  local needed = 0
+  if changed ~= nil then
+    if not read_only then
+      algorithm(hit.algorithm).write(hit, changed)
+    elseif not droppable(hit, d) then
+      needed = 1
+    end
+  end
+  return one_reply(d, hit, needed, read_only, with_time, fields)
+end
+
+-- A budget's opening or settle alone in its call: what it decided stands whole (an opening
+-- changes the holds only when admitted; a settle always stands).
+local function one_budget_call(hit, read_only, with_time, fields)
+  local state = algorithm(hit.algorithm).read(hit)
+  local d, changed, extras = limit_decision(hit, state, {latest = {}, original = {}}, nil)
+  local needed = 0
+  if changed ~= nil or extras ~= nil then
+    if not read_only then
+      if changed ~= nil then
+        algorithm(hit.algorithm).write(hit, changed)
+      end
+      write_extras(hit, extras)
+    else
+      needed = 1
+    end
+  end
+  return one_reply(d, hit, needed, read_only, with_time, fields)
 end
 
 -- Decides `hit` on `state` as its penalty says: blocked, or the limit's decision with a
@@ -381,13 +418,7 @@ local function write_standing(hits, s, read_only)
   end
   for j = 1, #hits do
     if s.stands[j] then
-      for _, e in ipairs(s.extras[j] or {}) do
-        if e[1] == hits[j].reserve.key then
-          reserve_write(e[1], e[2], hits[j].now)
-        else
-          settled_write(e[1], e[2], hits[j].now)
-        end
-      end
+      write_extras(hits[j], s.extras[j])
     end
   end
   return last, 0
@@ -453,7 +484,10 @@ local function request(KEYS, ARGV, read_only)
   if mode == 'refund' then
     return refund(hits)
   end
-  if #hits == 1 and not hits[1].penalty and not hits[1].reserve then
+  if #hits == 1 and not hits[1].penalty then
+    if hits[1].reserve then
+      return one_budget_call(hits[1], read_only, with_time, fields)
+    end
     return one_hit(hits[1], read_only, with_time, fields)
   end
   local s = decide_groups(hits, always_stands, mode == 'any' or mode == 'every_part')

@@ -38,7 +38,9 @@ local function reserve_read(key, now)
   if not until_us or until_us <= now then
     return state
   end
-  for token, amount, lapses in string.gmatch(value, '(%x+):(%d+):(%d+)') do
+  -- Each hold after a space: the pattern cannot start inside the leading number (a match
+  -- tried at every digit of it cost a tenth of the call).
+  for token, amount, lapses in string.gmatch(value, ' (%x+):(%d+):(%d+)') do
     if tonumber(lapses) > now then
       state.live[#state.live + 1] = {token = token, amount = tonumber(amount), lapses = tonumber(lapses)}
     else
@@ -108,6 +110,23 @@ end
 local function reserve_mark(d, call, held, estimate, holds)
   d[10], d[11], d[12], d[13], d[14] = call, held, estimate, holds.lapsed, holds.lapsed_amount
   return d
+end
+
+-- Takes back an opening (`hit`, decided at hit.now) of a request that turned out vetoed (one
+-- Cluster slot's share of it): its estimate leaves its token's hold, and the hold goes when
+-- nothing is left of it.
+local function reserve_refund(hit)
+  local holds = reserve_read(hit.reserve.key, hit.now)
+  local token = string.sub(hit.lease, 2)
+  local live = {}
+  for _, hold in ipairs(holds.live) do
+    if hold.token ~= token then
+      live[#live + 1] = hold
+    elseif hold.amount > hit.cost then
+      live[#live + 1] = {token = token, amount = hold.amount - hit.cost, lapses = hold.lapses}
+    end
+  end
+  reserve_write(hit.reserve.key, {live = live}, hit.now)
 end
 
 -- An opening: admitted when the limit admits the holds plus the estimate (hit.cost) on its

@@ -362,3 +362,45 @@ async fn envoys_calls_hold_and_settle_on_redis_by_token_and_by_request_id() {
         status.message()
     );
 }
+
+#[tokio::test]
+async fn a_vetoed_request_on_a_cluster_takes_back_its_hold() {
+    use crate::support::redis::{cluster_flags, start_cluster};
+    use crate::support::*;
+    let nodes = start_cluster();
+    let flags = cluster_flags(&nodes);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let sluice = Sluice::start(CONFIG, &flags);
+    let mut client = sluice.client().await;
+    let ask = |descriptors: Vec<(&[(&str, &str)], u64)>| {
+        request(
+            "ai",
+            descriptors
+                .into_iter()
+                .map(|(entries, hits)| descriptor_with_hits(entries, hits))
+                .collect(),
+        )
+    };
+    // The free plan's one an hour, used up.
+    let plan: &[(&str, &str)] = &[("plan", "free")];
+    assert_eq!(
+        overall(&call(&mut client, ask(vec![(plan, 1)])).await),
+        Code::Ok
+    );
+    // Each slot's share is decided on its own (the budget's opening is admitted there), then
+    // the request is vetoed by the plan: the hold is taken back.
+    let budget: &[(&str, &str)] = &[("api_key", "c")];
+    let vetoed = call(&mut client, ask(vec![(budget, 0), (plan, 1)])).await;
+    assert_eq!(overall(&vetoed), Code::OverLimit);
+    assert_eq!(
+        envoy_metadata(&vetoed, "sluice.reserve"),
+        None,
+        "no hold, no token"
+    );
+    let opened = call(&mut client, ask(vec![(budget, 7_000)])).await;
+    assert_eq!(overall(&opened), Code::Ok);
+    assert_eq!(
+        opened.statuses[0].limit_remaining, 5_000,
+        "nothing was left held by the vetoed request"
+    );
+}

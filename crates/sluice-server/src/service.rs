@@ -179,7 +179,8 @@ impl<S: Store> RateLimiter<S> {
             .iter()
             .filter_map(|s| s.lease)
             .any(|lease| lease.taken(denied));
-        let held = plan::opened_a_hold(&settled);
+        // A denied request holds nothing (its openings were taken back).
+        let held = !denied && plan::opened_a_hold(&settled);
         let denied_by = settled
             .iter()
             .find_map(|s| s.denied_by.clone())
