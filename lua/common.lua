@@ -91,6 +91,15 @@ local function fmt(x)
   return string.format('%d', x)
 end
 
+-- The sum of `field` over the items of `list` (a key's leases, a budget's holds).
+local function sum_of(list, field)
+  local total = 0
+  for _, item in ipairs(list) do
+    total = total + item[field]
+  end
+  return total
+end
+
 -- `us` microseconds as a TTL in milliseconds: rounded up, plus one (a double's rounding can
 -- only add a millisecond here, which a TTL can spare).
 local function ttl_ms(us)

@@ -12,11 +12,7 @@
 
 algorithms.concurrency = function()
   local function held(live)
-    local units = 0
-    for _, lease in ipairs(live) do
-      units = units + lease.units
-    end
-    return units
+    return sum_of(live, 'units')
   end
 
   local function copy(live)

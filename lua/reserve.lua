@@ -52,11 +52,7 @@ local function reserve_read(key, now)
 end
 
 local function reserve_total(live)
-  local total = 0
-  for _, hold in ipairs(live) do
-    total = total + hold.amount
-  end
-  return total
+  return sum_of(live, 'amount')
 end
 
 -- Writes the live holds of `state` whole (the lapsed ones go), expiring with the last; none

@@ -59,14 +59,7 @@ impl Client {
                     request("ai", vec![descriptor_with_hits(entries, hits)]),
                 )
                 .await;
-                let token = response.dynamic_metadata.as_ref().and_then(|m| {
-                    match m.fields.get("sluice.reserve")?.kind.as_ref()? {
-                        envoy_types::pb::google::protobuf::value::Kind::StringValue(t) => {
-                            Some(t.clone())
-                        }
-                        _ => None,
-                    }
-                });
+                let token = metadata_text(&response, "sluice.reserve");
                 (response.overall_code == 1, token)
             }
             Client::InProcess(limiter) => {

@@ -292,22 +292,6 @@ fn reserve_is_refused_at_load_where_it_has_no_meaning() {
     }
 }
 
-/// The text of field `key` of a response of Envoy's protos' dynamic metadata.
-fn envoy_metadata(response: &crate::support::RateLimitResponse, key: &str) -> Option<String> {
-    use envoy_types::pb::google::protobuf::value::Kind;
-    match response
-        .dynamic_metadata
-        .as_ref()?
-        .fields
-        .get(key)?
-        .kind
-        .as_ref()?
-    {
-        Kind::StringValue(text) => Some(text.clone()),
-        _ => None,
-    }
-}
-
 #[tokio::test]
 async fn envoys_calls_hold_and_settle_on_redis_by_token_and_by_request_id() {
     use crate::support::*;
@@ -329,7 +313,7 @@ async fn envoys_calls_hold_and_settle_on_redis_by_token_and_by_request_id() {
     let opened = call(&mut client, ask(&[("api_key", "e")], 0)).await;
     assert_eq!(overall(&opened), Code::Ok);
     assert_eq!(opened.statuses[0].limit_remaining, 8_000);
-    let token = envoy_metadata(&opened, "sluice.reserve").expect("a token");
+    let token = metadata_text(&opened, "sluice.reserve").expect("a token");
     let settle = [("api_key", "e"), ("sluice.reserve", token.as_str())];
     let settled = call(&mut client, ask(&settle, 2_500)).await;
     assert_eq!(overall(&settled), Code::Ok);
@@ -344,7 +328,7 @@ async fn envoys_calls_hold_and_settle_on_redis_by_token_and_by_request_id() {
     let denied = call(&mut client, ask(&[("api_key", "e")], 3_000)).await;
     assert_eq!(overall(&denied), Code::OverLimit);
     assert_eq!(
-        envoy_metadata(&denied, "sluice.denied_by").as_deref(),
+        metadata_text(&denied, "sluice.denied_by").as_deref(),
         Some("tokens_per_hour")
     );
     let by_name = [("api_key", "e"), ("sluice.reserve", "req-7")];
@@ -393,7 +377,7 @@ async fn a_vetoed_request_on_a_cluster_takes_back_its_hold() {
     let vetoed = call(&mut client, ask(vec![(budget, 0), (plan, 1)])).await;
     assert_eq!(overall(&vetoed), Code::OverLimit);
     assert_eq!(
-        envoy_metadata(&vetoed, "sluice.reserve"),
+        metadata_text(&vetoed, "sluice.reserve"),
         None,
         "no hold, no token"
     );

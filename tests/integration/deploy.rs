@@ -479,10 +479,7 @@ async fn the_envoy_example_reserves_at_the_request_and_settles_the_tokens_at_str
     .await;
     assert_eq!(overall(&opened), Code::Ok);
     assert_eq!(opened.statuses[0].limit_remaining, 2_000_000 - 4_000);
-    let token = match &opened.dynamic_metadata.as_ref().expect("metadata").fields[SETTLE_KEY].kind {
-        Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(token)) => token.clone(),
-        other => panic!("no token: {other:?}"),
-    };
+    let token = metadata_text(&opened, SETTLE_KEY).expect("a hold's token");
     let mut settling = entries.clone();
     settling.push((SETTLE_KEY, &token));
     // The response used 1,234 tokens.

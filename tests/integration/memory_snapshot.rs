@@ -180,10 +180,7 @@ async fn budget_call(sluice: &Sluice, hits: u64, token: Option<&str>) -> RateLim
 }
 
 fn hold_token(response: &RateLimitResponse) -> String {
-    match &response.dynamic_metadata.as_ref().expect("metadata").fields["sluice.reserve"].kind {
-        Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(token)) => token.clone(),
-        other => panic!("no token: {other:?}"),
-    }
+    metadata_text(response, "sluice.reserve").expect("a hold's token")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,22 +53,6 @@ fn stop(mut sluice: Sluice) {
     assert_eq!(sluice.wait_exit(Duration::from_secs(20)), Some(0));
 }
 
-/// The text field `key` of a response's dynamic metadata.
-fn metadata_text(response: &RateLimitResponse, key: &str) -> Option<String> {
-    use envoy_types::pb::google::protobuf::value::Kind;
-    match response
-        .dynamic_metadata
-        .as_ref()?
-        .fields
-        .get(key)?
-        .kind
-        .as_ref()?
-    {
-        Kind::StringValue(text) => Some(text.clone()),
-        _ => None,
-    }
-}
-
 /// One client's calls: its own limit with the shared bucket, now and then a user's login
 /// (penalised) and a chat call holding a lease that it then releases with its token.
 async fn client_calls(sluice: &Sluice, client: usize, calls: usize) -> usize {

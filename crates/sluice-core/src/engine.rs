@@ -271,7 +271,14 @@ pub fn decide<'s, K: Copy + Eq>(
                         Some(State::Holds(holds)) => Some(holds),
                         _ => None,
                     };
-                    let reservation = match hits[i].lease {
+                    let hit = &hits[i];
+                    let budget = reserve::Budget {
+                        counting: &hit.limit.counting,
+                        rate: hit.limit.rate(),
+                        window_end_us: hit.limit.window_end_us(now_us),
+                        cost: hit.cost,
+                    };
+                    let reservation = match hit.lease {
                         Some(LeaseCall::Release(token)) => {
                             let settled = match current(Part {
                                 hit: i,
@@ -280,10 +287,10 @@ pub fn decide<'s, K: Copy + Eq>(
                                 Some(State::Settled(settled)) => Some(settled),
                                 _ => None,
                             };
-                            reserve::settle(&policy, &hits[i], token, state, holds, settled, now_us)
+                            reserve::settle(&policy, &budget, token, state, holds, settled, now_us)
                         }
                         Some(LeaseCall::Acquire(token)) => {
-                            reserve::open(&policy, &hits[i], token, state, holds, now_us)
+                            reserve::open(&policy, &budget, token, state, holds, now_us)
                         }
                         None => {
                             return (decide_hit(&hits[i], charging, state, now_us), written);

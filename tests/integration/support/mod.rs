@@ -530,6 +530,23 @@ pub async fn call(
         .into_inner()
 }
 
+/// The text field `key` of a response's dynamic metadata (a lease's or a hold's token, the
+/// budget that denied).
+pub fn metadata_text(response: &RateLimitResponse, key: &str) -> Option<String> {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    match response
+        .dynamic_metadata
+        .as_ref()?
+        .fields
+        .get(key)?
+        .kind
+        .as_ref()?
+    {
+        Kind::StringValue(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
 /// Asks `domain` about one descriptor of `entries`.
 pub async fn call_one(
     client: &mut RateLimitServiceClient<Channel>,

@@ -16,8 +16,7 @@
 pub mod policy;
 
 pub use crate::algorithm::reserve_state::{Call, Hold, Holds, Reserved, Settled};
-use crate::algorithm::{self, Decision, Mark, State};
-use crate::limit::Hit;
+use crate::algorithm::{self, Counting, Decision, Mark, Rate, State};
 pub use policy::Policy;
 
 /// The descriptor entry key of a settle (the token, or the value the request named its hold
@@ -51,10 +50,21 @@ pub fn hold_id(value: &str) -> u64 {
     })
 }
 
-/// The end of the window `hit`'s limit is in at `now_us`, where its algorithm has windows.
-fn lapse_at(policy: &Policy, hit: &Hit, now_us: u64) -> u64 {
+/// One call on a reserved budget as the rules see it: the limit's algorithm and rate, the end
+/// of the window the call is in (for an algorithm that has windows), and the call's cost (an
+/// opening's estimate, a settle's actual). The engine makes it from a hit.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget<'a> {
+    pub counting: &'a Counting,
+    pub rate: Rate,
+    pub window_end_us: Option<u64>,
+    pub cost: u64,
+}
+
+/// When a hold taken at `now_us` lapses: `max_hold` later, or its window's end when sooner.
+fn lapse_at(policy: &Policy, budget: &Budget<'_>, now_us: u64) -> u64 {
     let held = now_us.saturating_add(policy.max_hold_us);
-    match hit.limit.window_end_us(now_us) {
+    match budget.window_end_us {
         Some(end) => held.min(end),
         None => held,
     }
@@ -62,16 +72,16 @@ fn lapse_at(policy: &Policy, hit: &Hit, now_us: u64) -> u64 {
 
 /// The limit's decision of `cost` on `state`, its state left as it is (a limit that takes
 /// debt answers a denial as its debt would).
-fn ask(hit: &Hit, state: Option<&State>, cost: u64, now_us: u64) -> Decision {
-    let rate = hit.limit.rate().with_denied_charged(false);
-    algorithm::decide(&hit.limit.counting, state, &rate, cost, now_us, None).decision
+fn ask(budget: &Budget<'_>, state: Option<&State>, cost: u64, now_us: u64) -> Decision {
+    let rate = budget.rate.with_denied_charged(false);
+    algorithm::decide(budget.counting, state, &rate, cost, now_us, None).decision
 }
 
-/// Opens a hold of `hit.cost` (the estimate) under `token` at `now_us`, on the limit's `state`
+/// Opens a hold of `budget.cost` (the estimate) under `token` at `now_us`, on the limit's `state`
 /// and the key's `holds`.
 pub fn open(
     policy: &Policy,
-    hit: &Hit,
+    budget: &Budget<'_>,
     token: u64,
     state: Option<&State>,
     holds: Option<&Holds>,
@@ -79,17 +89,17 @@ pub fn open(
 ) -> Reservation {
     let (mut live, lapsed, lapsed_amount) = holds.map(|h| h.live(now_us)).unwrap_or_default();
     let held = live.total();
-    let estimate = hit.cost;
+    let estimate = budget.cost;
     let holding = live.0.iter().any(|hold| hold.token == token);
     if !holding && live.0.len() >= policy.max_holds as usize {
         return Reservation {
-            decision: too_many_holds(hit, state, &live, now_us),
+            decision: too_many_holds(budget, state, &live, now_us),
             limit: None,
             holds: None,
             settled: None,
         };
     }
-    let decision = ask(hit, state, held.saturating_add(estimate), now_us);
+    let decision = ask(budget, state, held.saturating_add(estimate), now_us);
     if !decision.admitted {
         let decision = Decision {
             // What remained before it, net of the holds, as every denial reports.
@@ -103,7 +113,7 @@ pub fn open(
             settled: None,
         };
     }
-    let lapses = lapse_at(policy, hit, now_us);
+    let lapses = lapse_at(policy, budget, now_us);
     // A token holds once per key: a second opening of it (two descriptors of one request
     // on one key) adds to its hold.
     match live.0.iter_mut().find(|hold| hold.token == token) {
@@ -136,11 +146,11 @@ pub fn open(
     }
 }
 
-/// Settles `token` with the actual cost `hit.cost` at `now_us`: drops its hold, charges the
+/// Settles `token` with the actual cost `budget.cost` at `now_us`: drops its hold, charges the
 /// actual unless the token was `settled` before, and remembers it.
 pub fn settle(
     policy: &Policy,
-    hit: &Hit,
+    budget: &Budget<'_>,
     token: u64,
     state: Option<&State>,
     holds: Option<&Holds>,
@@ -149,7 +159,7 @@ pub fn settle(
 ) -> Reservation {
     let (mut live, lapsed, lapsed_amount) = holds.map(|h| h.live(now_us)).unwrap_or_default();
     if settled.is_some() {
-        let decision = after_charge(hit, state, live.total(), now_us);
+        let decision = after_charge(budget, state, live.total(), now_us);
         let mark = Reserved {
             call: Call::Duplicate,
             held: live.total(),
@@ -168,11 +178,11 @@ pub fn settle(
         };
     }
     let hold = live.take(token);
-    let rate = hit.limit.rate().with_denied_charged(true);
-    let charged = algorithm::decide(&hit.limit.counting, state, &rate, hit.cost, now_us, None);
+    let rate = budget.rate.with_denied_charged(true);
+    let charged = algorithm::decide(budget.counting, state, &rate, budget.cost, now_us, None);
     let limit = charged.new_state;
     let after = limit.as_ref().map(|(s, _)| s).or(state);
-    let decision = after_charge(hit, after, live.total(), now_us);
+    let decision = after_charge(budget, after, live.total(), now_us);
     let remembered_until = match hold {
         Some(hold) => hold.expires_us.max(now_us + 1),
         None => now_us.saturating_add(policy.max_hold_us),
@@ -199,14 +209,19 @@ pub fn settle(
         },
         limit,
         holds,
-        settled: Some((Settled(hit.cost), remembered_until)),
+        settled: Some((Settled(budget.cost), remembered_until)),
     }
 }
 
 /// The denial of an opening on a key whose holds are `max_holds` already: what remains net
 /// of them, and a retry when the first of them lapses.
-fn too_many_holds(hit: &Hit, state: Option<&State>, live: &Holds, now_us: u64) -> Decision {
-    let report = ask(hit, state, 0, now_us);
+fn too_many_holds(
+    budget: &Budget<'_>,
+    state: Option<&State>,
+    live: &Holds,
+    now_us: u64,
+) -> Decision {
+    let report = ask(budget, state, 0, now_us);
     let first_lapse = live
         .0
         .iter()
@@ -222,8 +237,8 @@ fn too_many_holds(hit: &Hit, state: Option<&State>, live: &Holds, now_us: u64) -
 }
 
 /// A settle's answer: admitted, with what remains on `state` net of `held`.
-fn after_charge(hit: &Hit, state: Option<&State>, held: u64, now_us: u64) -> Decision {
-    let report = ask(hit, state, 0, now_us);
+fn after_charge(budget: &Budget<'_>, state: Option<&State>, held: u64, now_us: u64) -> Decision {
+    let report = ask(budget, state, 0, now_us);
     Decision {
         admitted: true,
         remaining: remaining_net(report.remaining, held),

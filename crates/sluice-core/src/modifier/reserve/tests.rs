@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::engine::{self, Charging, Of, Part};
-use crate::limit::{Algorithm, Counting, LeaseCall, Limit, Role, Unit};
+use crate::limit::{Algorithm, Counting, Hit, LeaseCall, Limit, Role, Unit};
 
 const SECOND: u64 = 1_000_000;
 
