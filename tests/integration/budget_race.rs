@@ -107,6 +107,8 @@ struct Run {
 /// by the token when a hold was opened, else a plain charge (check-then-charge). `state`
 /// reads (used, held) from the store.
 async fn race(clients: &[Client], state: impl Fn() -> (u64, u64) + Send + 'static) -> Run {
+    // The budget counts per day: a race across its end would see it start again.
+    clear_of_a_windows_end(Duration::from_secs(86_400), Duration::from_secs(30)).await;
     let stop = Arc::new(AtomicBool::new(false));
     let (most_held, most_both) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let watcher = {

@@ -530,6 +530,20 @@ pub async fn call(
         .into_inner()
 }
 
+/// Waits for the next window of `period` (aligned to the epoch, as fixed windows are) to begin
+/// when the current one ends within `run`: a test that counts across a window's end would
+/// see its limits start again.
+pub async fn clear_of_a_windows_end(period: Duration, run: Duration) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let into = Duration::from_millis((now.as_millis() % period.as_millis().max(1)) as u64);
+    let left = period.saturating_sub(into);
+    if left < run {
+        tokio::time::sleep(left + Duration::from_secs(1)).await;
+    }
+}
+
 /// The text field `key` of a response's dynamic metadata (a lease's or a hold's token, the
 /// budget that denied).
 pub fn metadata_text(response: &RateLimitResponse, key: &str) -> Option<String> {
