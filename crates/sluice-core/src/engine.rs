@@ -240,6 +240,60 @@ fn left<K: Copy + Eq>(key: K, lists: [&[Write<K>]; 3]) -> Option<&State> {
         .map(|w| &w.state)
 }
 
+/// The states a hit leaves beside its limit's: a reservation's holds and settled token.
+type Beside = SmallVec<[(Of, State, u64); 2]>;
+
+/// What a reserved budget's hit is decided on: the limit's state, the key's holds, and the
+/// mark of the token it settles.
+struct Reserved<'s> {
+    state: Option<&'s State>,
+    holds: Option<&'s reserve::Holds>,
+    settled: Option<&'s reserve::Settled>,
+}
+
+/// Decides a reserved budget's hit: an opening (`LeaseCall::Acquire`) or a settle
+/// (`LeaseCall::Release`) of its token, with what it leaves beside the limit's state.
+fn decide_reserved(
+    hit: &Hit,
+    policy: &reserve::Policy,
+    call: LeaseCall,
+    stored: Reserved<'_>,
+    now_us: u64,
+) -> (Outcome, Beside) {
+    let budget = reserve::Budget {
+        counting: &hit.limit.counting,
+        rate: hit.limit.rate(),
+        window_end_us: hit.limit.window_end_us(now_us),
+        cost: hit.cost,
+    };
+    let reservation = match call {
+        LeaseCall::Release(token) => reserve::settle(
+            policy,
+            &budget,
+            token,
+            stored.state,
+            stored.holds,
+            stored.settled,
+            now_us,
+        ),
+        LeaseCall::Acquire(token) => {
+            reserve::open(policy, &budget, token, stored.state, stored.holds, now_us)
+        }
+    };
+    let mut beside = Beside::new();
+    if let Some((holds, expires)) = reservation.holds {
+        beside.push((Of::Holds, State::Holds(holds), expires));
+    }
+    if let Some((settled, expires)) = reservation.settled {
+        beside.push((Of::Settled, State::Settled(settled), expires));
+    }
+    let outcome = Outcome {
+        decision: reservation.decision,
+        new_state: reservation.limit,
+    };
+    (outcome, beside)
+}
+
 /// Decides `hits` in order, each on the state the hits before it left: its descriptor's
 /// earlier hits, the charges of earlier descriptors that stand, else what the store holds
 /// (`stored(part)`, for the state under `key_of(part)`). Only the charges that stand are
@@ -261,9 +315,8 @@ pub fn decide<'s, K: Copy + Eq>(
                 left(key_of(part), [&changes, &charged, &records]).or_else(|| stored(part))
             };
             let state = current(Part::limit(i));
-            let mut written: SmallVec<[(Of, State, u64); 3]> = SmallVec::new();
-            let decide_limit = || match hits[i].limit.modifiers.reserve {
-                Some(policy) => {
+            let decide_limit = || match (hits[i].limit.modifiers.reserve, hits[i].lease) {
+                (Some(policy), Some(call)) => {
                     let holds = match current(Part {
                         hit: i,
                         of: Of::Holds,
@@ -271,45 +324,25 @@ pub fn decide<'s, K: Copy + Eq>(
                         Some(State::Holds(holds)) => Some(holds),
                         _ => None,
                     };
-                    let hit = &hits[i];
-                    let budget = reserve::Budget {
-                        counting: &hit.limit.counting,
-                        rate: hit.limit.rate(),
-                        window_end_us: hit.limit.window_end_us(now_us),
-                        cost: hit.cost,
+                    // Only a settle has a settled token's mark (a part of its own).
+                    let settled = match call {
+                        LeaseCall::Release(_) => match current(Part {
+                            hit: i,
+                            of: Of::Settled,
+                        }) {
+                            Some(State::Settled(settled)) => Some(settled),
+                            _ => None,
+                        },
+                        LeaseCall::Acquire(_) => None,
                     };
-                    let reservation = match hit.lease {
-                        Some(LeaseCall::Release(token)) => {
-                            let settled = match current(Part {
-                                hit: i,
-                                of: Of::Settled,
-                            }) {
-                                Some(State::Settled(settled)) => Some(settled),
-                                _ => None,
-                            };
-                            reserve::settle(&policy, &budget, token, state, holds, settled, now_us)
-                        }
-                        Some(LeaseCall::Acquire(token)) => {
-                            reserve::open(&policy, &budget, token, state, holds, now_us)
-                        }
-                        None => {
-                            return (decide_hit(&hits[i], charging, state, now_us), written);
-                        }
+                    let stored = Reserved {
+                        state,
+                        holds,
+                        settled,
                     };
-                    let mut extra: SmallVec<[(Of, State, u64); 3]> = SmallVec::new();
-                    if let Some((holds, expires)) = reservation.holds {
-                        extra.push((Of::Holds, State::Holds(holds), expires));
-                    }
-                    if let Some((settled, expires)) = reservation.settled {
-                        extra.push((Of::Settled, State::Settled(settled), expires));
-                    }
-                    let outcome = Outcome {
-                        decision: reservation.decision,
-                        new_state: reservation.limit,
-                    };
-                    (outcome, extra)
+                    decide_reserved(&hits[i], &policy, call, stored, now_us)
                 }
-                None => (decide_hit(&hits[i], charging, state, now_us), written),
+                _ => (decide_hit(&hits[i], charging, state, now_us), Beside::new()),
             };
             let (outcome, extra) = match hits[i].limit.modifiers.penalty {
                 Some(policy) if !hits[i].releases() => {
@@ -317,7 +350,7 @@ pub fn decide<'s, K: Copy + Eq>(
                         Some(State::Penalty(held)) => Some(&*held.0),
                         _ => None,
                     };
-                    let mut extra = SmallVec::new();
+                    let mut extra = Beside::new();
                     let (outcome, next) = penalty::decide(&policy, record, now_us, || {
                         let (outcome, own) = decide_limit();
                         extra = own;
@@ -336,11 +369,10 @@ pub fn decide<'s, K: Copy + Eq>(
                 }
                 _ => decide_limit(),
             };
-            written = extra;
-            if let Some((state, expires_at_us)) = outcome.new_state {
-                written.insert(0, (Of::Limit, state, expires_at_us));
-            }
-            for (of, state, expires_at_us) in written {
+            let limit = outcome
+                .new_state
+                .map(|(state, expires)| (Of::Limit, state, expires));
+            for (of, state, expires_at_us) in limit.into_iter().chain(extra) {
                 changes.push(Write {
                     hit: i,
                     of,
