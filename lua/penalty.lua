@@ -14,13 +14,23 @@ local function numbers_of(text)
   return n
 end
 
--- The hit's penalty, from its argument (common.lua, ARGV[+11]); nil without one.
-local function penalty_of(arg, KEYS)
+-- A modifier's argument (its record's position in KEYS first) as numbers; nil when the hit
+-- has none.
+local function modifier_numbers(arg)
   if arg == '' then
     return nil
   end
   local n = numbers_of(arg)
   if n[1] == 0 then
+    return nil
+  end
+  return n
+end
+
+-- The hit's penalty, from its argument (common.lua, ARGV[+11]); nil without one.
+local function penalty_of(arg, KEYS)
+  local n = modifier_numbers(arg)
+  if not n then
     return nil
   end
   return {key = KEYS[n[1]], after = n[2], within = n[3], block = n[4], factor = n[5],

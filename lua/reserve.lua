@@ -11,11 +11,8 @@
 
 -- The hit's reservation, from its argument (common.lua, ARGV[+12]); nil without one.
 local function reserve_of(arg, KEYS)
-  if arg == '' then
-    return nil
-  end
-  local n = numbers_of(arg)
-  if n[1] == 0 then
+  local n = modifier_numbers(arg)
+  if not n then
     return nil
   end
   local settled_key = nil

@@ -401,18 +401,23 @@ fn assert_limited(domain: &str, descriptors: &[Vec<(String, String)>], source: &
     }
 }
 
+/// The route of deploy/envoy/envoy.yaml (`envoy`, its document) that matches `prefix`.
+fn envoy_route<'a>(envoy: &'a Value, prefix: &str) -> &'a Value {
+    let host = &connection_manager(envoy)["route_config"]["virtual_hosts"][0];
+    host["routes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|route| route["match"]["prefix"].as_str() == Some(prefix))
+        .unwrap_or_else(|| panic!("no route for {prefix}"))
+}
+
 /// The chat route of deploy/envoy/envoy.yaml acquires a lease per request and releases it
 /// with the token when the stream ends: the same descriptor, plus the token.
 #[test]
 fn the_envoy_example_releases_the_lease_it_acquired_when_the_stream_ends() {
     let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
-    let host = &connection_manager(&envoy)["route_config"]["virtual_hosts"][0];
-    let chat = host["routes"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|route| route["match"]["prefix"].as_str() == Some("/v1/chat"))
-        .expect("the chat route");
+    let chat = envoy_route(&envoy, "/v1/chat");
     let policies = &chat["route"]["rate_limits"];
     let [acquire, release] = &descriptors_of(policies)[..] else {
         panic!("two policies: acquire and release");
@@ -444,13 +449,7 @@ fn the_envoy_example_releases_the_lease_it_acquired_when_the_stream_ends() {
 #[tokio::test]
 async fn the_envoy_example_reserves_at_the_request_and_settles_the_tokens_at_stream_end() {
     let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
-    let host = &connection_manager(&envoy)["route_config"]["virtual_hosts"][0];
-    let completions = host["routes"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|route| route["match"]["prefix"].as_str() == Some("/v1/completions"))
-        .expect("the completions route");
+    let completions = envoy_route(&envoy, "/v1/completions");
     let policies = &completions["route"]["rate_limits"];
     let [reserve, settle] = &descriptors_of(policies)[..] else {
         panic!("two policies: reserve and settle");
@@ -496,13 +495,7 @@ async fn the_envoy_example_reserves_at_the_request_and_settles_the_tokens_at_str
 #[test]
 fn the_envoy_example_blocks_a_client_that_keeps_failing_its_login() {
     let envoy = documents("deploy/envoy/envoy.yaml").remove(0);
-    let host = &connection_manager(&envoy)["route_config"]["virtual_hosts"][0];
-    let login = host["routes"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|route| route["match"]["prefix"].as_str() == Some("/login"))
-        .expect("the login route");
+    let login = envoy_route(&envoy, "/login");
     let [descriptor] = &descriptors_of(&login["route"]["rate_limits"])[..] else {
         panic!("one policy");
     };
