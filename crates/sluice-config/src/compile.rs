@@ -267,7 +267,7 @@ impl<'a> FileCompiler<'a> {
 
     /// One limit with its name, and the names it replaces; `unlimited` only where
     /// `may_be_unlimited`.
-    fn named_limit(
+    pub(crate) fn named_limit(
         &mut self,
         doc: &RateLimitDoc,
         path: &str,

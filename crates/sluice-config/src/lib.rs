@@ -1,6 +1,6 @@
 //! Configuration: envoyproxy/ratelimit's YAML format (`file`), its validation and compilation
 //! into a descriptor tree (`compile`, `tree`, with the wildcard index `wildcards`), file
-//! discovery and loading (`load`), and errors that name file, line and column (`error`,
+//! discovery and loading (`load`), tenant overrides put by the admin API (`overrides`), and errors that name file, line and column (`error`,
 //! `position`), and hot reload (`watch`). Knows no store and no gRPC.
 
 mod bounds;
@@ -10,6 +10,7 @@ mod file;
 pub mod in_force;
 mod load;
 mod metadata;
+pub mod overrides;
 mod pattern;
 mod position;
 mod resource;

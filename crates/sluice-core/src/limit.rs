@@ -183,6 +183,17 @@ impl Limit {
         algorithm::decide(&self.counting, state, &self.rate(), cost, now_us, None)
     }
 
+    /// Credits `cost` at `now_us` to the key's `state`: the state to store and its expiry, or
+    /// why this limit's algorithm takes no credit (`LimitAlgorithm::credit`).
+    pub fn credit(
+        &self,
+        state: Option<&State>,
+        cost: u64,
+        now_us: u64,
+    ) -> Result<(State, u64), &'static str> {
+        algorithm::credit(&self.counting, state, &self.rate(), cost, now_us)
+    }
+
     /// The same for a hit that acquires or releases a concurrency limit's leases.
     pub fn decide_lease(
         &self,

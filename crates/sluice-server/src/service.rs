@@ -26,6 +26,7 @@ use crate::record::Recorder;
 pub use error::DecisionError;
 pub use extras::{HeaderForm, HeaderNames};
 pub use response::{Applied, Verdict};
+use sluice_config::overrides::{self, DescriptorOverrides, OverrideIndex};
 use sluice_config::Config;
 use sluice_core::engine::Charging;
 pub use sluice_core::limit::LeaseOutcome;
@@ -82,6 +83,8 @@ pub struct RateLimiter<S> {
     tokens: lease::LeaseTokens,
     /// Where decided calls are recorded (`--record`), when they are.
     recorder: Option<Arc<Recorder>>,
+    /// The admin overrides in force (docs/admin.md).
+    overrides: Arc<OverrideIndex>,
 }
 
 impl<S: Store> RateLimiter<S> {
@@ -98,7 +101,20 @@ impl<S: Store> RateLimiter<S> {
             metrics,
             tokens: lease::LeaseTokens::new(),
             recorder: None,
+            overrides: Arc::default(),
         }
+    }
+
+    /// The same service, with the admin overrides of `overrides` in place of the limits of
+    /// their descriptors.
+    pub fn with_overrides(mut self, overrides: Arc<OverrideIndex>) -> Self {
+        self.overrides = overrides;
+        self
+    }
+
+    /// The admin overrides it applies.
+    pub fn overrides(&self) -> &Arc<OverrideIndex> {
+        &self.overrides
     }
 
     /// The same service, recording every call it decides to `recorder`.
@@ -146,10 +162,21 @@ impl<S: Store> RateLimiter<S> {
         let config = self.config.load_full();
         let domain = config.domain(&request.domain);
         let default_cost = u64::from(request.hits_addend.max(1));
+        let found = self.overrides_of(request);
+        let now_us = if found.iter().any(Option::is_some) {
+            SystemClock.now_us()
+        } else {
+            0
+        };
         let mut planned: SmallVec<[plan::Planned<'_>; 4]> = request
             .descriptors
             .iter()
-            .map(|descriptor| plan::plan(domain, &request.domain, descriptor, default_cost))
+            .enumerate()
+            .map(|(index, descriptor)| {
+                let overrides = found.get(index).and_then(Option::as_deref);
+                let in_force = overrides.map(|overrides| plan::InForce { overrides, now_us });
+                plan::plan(domain, &request.domain, descriptor, default_cost, in_force)
+            })
             .collect();
         plan::apply_replaces(&mut planned);
         if self.options.quota_mode {
@@ -238,6 +265,34 @@ impl<S: Store> RateLimiter<S> {
 }
 
 impl<S: Store> RateLimiter<S> {
+    /// The admin overrides of each descriptor of `request` (none looked up when there are
+    /// none at all, nor for a descriptor with its own `limit`, which comes first). A release,
+    /// a settle or a named hold is looked up without its token's entry.
+    fn overrides_of(
+        &self,
+        request: &RateLimitRequest,
+    ) -> SmallVec<[Option<Arc<DescriptorOverrides>>; 4]> {
+        if self.overrides.is_empty() {
+            return SmallVec::new();
+        }
+        request
+            .descriptors
+            .iter()
+            .map(|descriptor| {
+                if descriptor.limit.is_some() {
+                    return None;
+                }
+                let entries = descriptor
+                    .entries
+                    .iter()
+                    .filter(|e| lease::is_matched(&e.key) && reserve::is_matched(&e.key))
+                    .map(|e| (e.key.as_str(), e.value.as_str()));
+                self.overrides
+                    .get(&overrides::descriptor_id(&request.domain, entries))
+            })
+            .collect()
+    }
+
     /// Charges the store in one call, timed; a failure answers as `--failure-mode` says.
     async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, DecisionError> {
         if hits.is_empty() {

@@ -133,6 +133,10 @@ impl LimitAlgorithm for Concurrency {
     }
 
     /// One life after the last lease ends: until then an expiry is still reported.
+    const CREDIT_REFUSAL: Option<&'static str> = Some(
+        "concurrency counts leases in flight: a credit would free leases their holders still use (each ends by its release or its life)",
+    );
+
     fn expires_at_us(state: &Leases, rate: &crate::algorithm::Rate, _: &NoParameters) -> u64 {
         let last = state.0.iter().map(|l| l.expires_at_us).max().unwrap_or(0);
         last.saturating_add(rate.period_us())

@@ -218,6 +218,21 @@ impl LimitAlgorithm for FixedWindow {
         }
     }
 
+    const CREDIT_REFUSAL: Option<&'static str> = None;
+
+    /// The current window's count, down by the cost (never below 0).
+    fn credit(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> Window {
+        let window = rolled(
+            stored.copied(),
+            ask.rate,
+            window_us(ask.rate, ask.own, ask.now_us).0,
+        );
+        Window {
+            count: window.count.saturating_sub(ask.cost),
+            ..window
+        }
+    }
+
     /// The count has drained (a calendar window's, at its end).
     fn expires_at_us(window: &Window, rate: &Rate, own: &Self::Params) -> u64 {
         if let Some(calendar) = own.calendar {

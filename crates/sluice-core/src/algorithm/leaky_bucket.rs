@@ -84,6 +84,18 @@ impl LimitAlgorithm for LeakyBucket {
         }
     }
 
+    const CREDIT_REFUSAL: Option<&'static str> = None;
+
+    /// The bucket drained by the cost (never below empty now).
+    fn credit(stored: Option<&Tat>, ask: &Ask<'_, Self::Params>) -> Tat {
+        let now = u128::from(ask.now_us) * u128::from(ask.rate.requests_per_unit);
+        let empty_at = stored.map_or(now, |tat| tat.scaled_empty_at).max(now);
+        let given = u128::from(ask.cost).saturating_mul(u128::from(ask.rate.period_us()));
+        Tat {
+            scaled_empty_at: empty_at.saturating_sub(given).max(now),
+        }
+    }
+
     fn expires_at_us(tat: &Tat, limit: &Rate, _own: &Self::Params) -> u64 {
         let rate = u128::from(limit.requests_per_unit.max(1));
         u64::try_from(tat.scaled_empty_at.div_ceil(rate)).unwrap_or(u64::MAX)

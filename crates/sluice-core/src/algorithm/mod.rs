@@ -14,6 +14,8 @@
 //! settings of its own or not, is one Rust file, one Lua file and one row.
 
 pub mod concurrency;
+#[cfg(test)]
+mod credit_tests;
 mod decision;
 pub mod fixed_window;
 pub mod leaky_bucket;
@@ -92,6 +94,17 @@ pub trait LimitAlgorithm {
 
     /// When `state` no longer matters (it reads as absent from then on).
     fn expires_at_us(state: &Self::State, rate: &Rate, own: &Self::Params) -> u64;
+
+    /// Why "`cost` more now" has no meaning for the algorithm (a credit is refused with
+    /// this reason); `None` when `credit` gives it.
+    const CREDIT_REFUSAL: Option<&'static str> = Some("the algorithm takes no credit");
+
+    /// The state after a credit of `ask.cost`: that much more admitted from `ask.now_us`, as
+    /// far as the state can hold it (a window's count down by the cost, never below 0; a
+    /// bucket's tokens up by the cost, never past full).
+    fn credit(stored: Option<&Self::State>, ask: &Ask<'_, Self::Params>) -> Self::State {
+        Self::force(stored, &Ask { cost: 0, ..*ask })
+    }
 }
 
 /// One hit as an algorithm sees it: the limit's rate, the algorithm's own settings, the cost,
@@ -226,6 +239,11 @@ macro_rules! registry {
             /// The capacity whatever the limit says, when the algorithm has one.
             pub fn fixed_capacity(self) -> Option<u64> {
                 match self { $(Algorithm::$variant => <$rule>::FIXED_CAPACITY,)+ }
+            }
+
+            /// Why the algorithm takes no credit, or `None` when it does.
+            pub fn credit_refusal(self) -> Option<&'static str> {
+                match self { $(Algorithm::$variant => <$rule>::CREDIT_REFUSAL,)+ }
             }
 
             /// The YAML keys of the algorithm's own settings.
@@ -386,6 +404,33 @@ macro_rules! registry {
                     "settled" => persist::read_whole(bytes).map(State::Settled),
                     _ => None,
                 }
+            }
+        }
+
+        /// Credits `cost` to `rate` counted as `counting` says at `now_us`, given the key's
+        /// current `state` (if any): the state to store and its expiry, or why the
+        /// algorithm takes no credit.
+        pub fn credit(
+            counting: &Counting,
+            state: Option<&State>,
+            rate: &Rate,
+            cost: u64,
+            now_us: u64,
+        ) -> Result<(State, u64), &'static str> {
+            match counting {
+                $(Counting::$variant(own) => {
+                    if let Some(reason) = <$rule as LimitAlgorithm>::CREDIT_REFUSAL {
+                        return Err(reason);
+                    }
+                    let stored = match state {
+                        Some(State::$variant(held)) => Some(Borrow::borrow(held)),
+                        _ => None,
+                    };
+                    let ask = Ask { rate, own, cost, now_us, lease: None };
+                    let credited = <$rule>::credit(stored, &ask);
+                    let expires_at_us = <$rule>::expires_at_us(&credited, rate, own);
+                    Ok((State::$variant(<$held>::from(credited)), expires_at_us))
+                })+
             }
         }
 

@@ -195,6 +195,19 @@ impl LimitAlgorithm for SlidingWindowCounter {
 
     /// When the state no longer matters: the estimate is 0 (without debt, when the current
     /// window has also become the previous one).
+    const CREDIT_REFUSAL: Option<&'static str> = None;
+
+    /// The current window's count, down by the cost (never below 0).
+    fn credit(stored: Option<&Counts>, ask: &Ask<'_, Self::Params>) -> Counts {
+        let (limit, now_us) = (ask.rate, ask.now_us);
+        let capacity = u64::from(limit.requests_per_unit);
+        let counts = rolled(stored.copied(), capacity, limit.period_us(), now_us);
+        Counts {
+            current: counts.current.saturating_sub(ask.cost),
+            ..counts
+        }
+    }
+
     fn expires_at_us(counts: &Counts, limit: &Rate, _own: &Self::Params) -> u64 {
         let windows = windows_to_empty(counts, u64::from(limit.requests_per_unit)).max(2);
         counts

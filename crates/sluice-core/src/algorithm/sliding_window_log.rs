@@ -104,6 +104,10 @@ impl LimitAlgorithm for SlidingWindowLog {
         with_entries(live, cost, u64::from(limit.requests_per_unit), now_us)
     }
 
+    const CREDIT_REFUSAL: Option<&'static str> = Some(
+        "sliding_window_log keeps the time of each admitted hit, not a count to give back to (reset it instead)",
+    );
+
     fn expires_at_us(log: &Log, limit: &Rate, _own: &Self::Params) -> u64 {
         log.last().map_or(0, |&ts| ts + limit.period_us())
     }

@@ -106,6 +106,18 @@ impl LimitAlgorithm for TokenBucket {
         }
     }
 
+    const CREDIT_REFUSAL: Option<&'static str> = None;
+
+    /// The bucket as of now, up by the cost's tokens (never past full).
+    fn credit(stored: Option<&Bucket>, ask: &Ask<'_, Self::Params>) -> Bucket {
+        let (full, rate, given) = scaled(ask.rate, ask.cost);
+        let tokens = refilled(stored.copied(), full, rate, ask.now_us);
+        Bucket {
+            scaled_tokens: full.min(tokens.saturating_add(given)),
+            updated_us: ask.now_us,
+        }
+    }
+
     /// When the state no longer matters: the bucket is full again.
     fn expires_at_us(bucket: &Bucket, limit: &Rate, _own: &Self::Params) -> u64 {
         let (full, rate, _) = scaled(limit, 0);

@@ -325,6 +325,10 @@ impl LimitAlgorithm for WarmUp {
     }
 
     /// When the key reads as never seen: free and fully cold again.
+    const CREDIT_REFUSAL: Option<&'static str> = Some(
+        "warm_up's rate follows how full its bucket is: tokens given back would change its ramp, not only its count (reset it instead)",
+    );
+
     fn expires_at_us(ramp: &Ramp, rate: &Rate, own: &WarmUpParameters) -> u64 {
         Shape::of(rate, own).cold_again_us(ramp)
     }

@@ -1,7 +1,8 @@
 //! Matching each descriptor of a request to what applies to it (`plan`): the client's limit
 //! override, or the configured rule's limits less those another limit `replaces`; the hits
 //! they make (`hits`); and, once the store has decided, the limit that binds each descriptor
-//! (`settle`): the one that denies, or else the one with the least remaining.
+//! (`settle`): the one that denies, or else the one with the least remaining. An admin
+//! override of the descriptor stands in for the rule's limits (`limits_in_force`).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -11,7 +12,8 @@ use smallvec::SmallVec;
 use crate::lease::{self, LeaseTokens};
 use crate::reserve;
 use crate::service::response::{Applied, Verdict};
-use sluice_config::Domain;
+use sluice_config::overrides::DescriptorOverrides;
+use sluice_config::{Domain, NamedLimit, Rule};
 use sluice_core::engine;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Decision, Hit, LeaseCall, LeaseOutcome, Limit, Unit};
@@ -43,12 +45,14 @@ pub struct Planned<'a> {
     own_cost: Option<u64>,
 }
 
-/// Matches one descriptor: the client's limit override if any, else the config's rule.
+/// Matches one descriptor: the client's limit override if any, else the config's rule, with
+/// the admin overrides of the descriptor (`overrides`, those in force) in place of its limits.
 pub fn plan<'a>(
     domain: Option<&'a Domain>,
     domain_name: &str,
     descriptor: &'a RateLimitDescriptor,
     default_cost: u64,
+    overrides: Option<InForce<'a>>,
 ) -> Planned<'a> {
     let mut planned = Planned {
         unlimited: false,
@@ -106,29 +110,24 @@ pub fn plan<'a>(
     let rule = matched.rule;
     // An unlimited rule's `replaces` still applies, as in the reference.
     planned.replaces = &rule.replaces;
-    if rule.is_unlimited() {
-        planned.unlimited = true;
-        return planned;
-    }
     let releases = planned.release.is_some();
     let settles = planned.settle.is_some();
-    let several = rule.limits.len() > 1;
-    planned.limits = rule
-        .limits
-        .iter()
-        .enumerate()
-        .filter(|(_, named)| !releases || named.limit.is_some_and(|l| l.algorithm().leases()))
-        .filter(|(_, named)| !settles || named.limit.is_some_and(|l| l.modifiers.reserve.is_some()))
-        .filter_map(|(slot, named)| {
-            Some(Applied {
-                limit: named.limit?,
-                name: named.name.as_deref().unwrap_or_default(),
-                shadow_mode: rule.shadow_mode,
-                quota_mode: rule.quota_mode,
-                metadata: rule.metadata.as_ref(),
-                slot: several.then_some(slot),
-                beside_passing_quota: false,
-            })
+    let Some(limits) = limits_in_force(rule, overrides) else {
+        planned.unlimited = true;
+        return planned;
+    };
+    planned.limits = limits
+        .into_iter()
+        .filter(|named| !releases || named.limit.algorithm().leases())
+        .filter(|named| !settles || named.limit.modifiers.reserve.is_some())
+        .map(|named| Applied {
+            limit: named.limit,
+            name: named.name,
+            shadow_mode: named.shadow_mode,
+            quota_mode: rule.quota_mode,
+            metadata: rule.metadata.as_ref(),
+            slot: named.slot,
+            beside_passing_quota: false,
         })
         .collect();
     planned.key = key::descriptor_key(domain_name, matched.counted_entries());
@@ -141,6 +140,73 @@ pub fn plan<'a>(
         )),
     });
     planned
+}
+
+/// The admin overrides of a descriptor, and the time they are in force at.
+#[derive(Clone, Copy)]
+pub struct InForce<'a> {
+    pub overrides: &'a DescriptorOverrides,
+    pub now_us: u64,
+}
+
+/// One limit to apply, as the rule or an override gives it, with its slot among several
+/// (`None`: the descriptor's own key).
+struct Named<'a> {
+    slot: Option<usize>,
+    limit: Limit,
+    name: &'a str,
+    shadow_mode: bool,
+}
+
+/// The limits that apply to a descriptor under `rule`; `None` when it is unlimited. An override of every
+/// limit replaces them all with its one, counted under the descriptor's own key (named as
+/// the rule's limit when it has one); an override of a name replaces that limit in its slot.
+fn limits_in_force<'a>(
+    rule: &'a Rule,
+    overrides: Option<InForce<'a>>,
+) -> Option<SmallVec<[Named<'a>; 1]>> {
+    let several = rule.limits.len() > 1;
+    let name_of = |named: &'a NamedLimit| named.name.as_deref().unwrap_or_default();
+    if let Some(every) = overrides.and_then(|o| o.overrides.every_limit(o.now_us)) {
+        let limit = every.limit?;
+        let name = match rule.limits.as_slice() {
+            [only] => name_of(only),
+            _ => "",
+        };
+        let shadow_mode = every.shadow_mode.unwrap_or(rule.shadow_mode);
+        let named = Named {
+            slot: None,
+            limit,
+            name,
+            shadow_mode,
+        };
+        return Some(smallvec::smallvec![named]);
+    }
+    if rule.is_unlimited() {
+        return None;
+    }
+    let limits = rule
+        .limits
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, named)| {
+            let name = name_of(named);
+            let replaced = overrides
+                .filter(|_| !name.is_empty())
+                .and_then(|o| o.overrides.of_name(name, o.now_us));
+            let (limit, shadow_mode) = match replaced {
+                Some(o) => (o.limit?, o.shadow_mode.unwrap_or(rule.shadow_mode)),
+                None => (named.limit?, rule.shadow_mode),
+            };
+            Some(Named {
+                slot: several.then_some(slot),
+                limit,
+                name,
+                shadow_mode,
+            })
+        })
+        .collect();
+    Some(limits)
 }
 
 impl Planned<'_> {

@@ -1,0 +1,91 @@
+//! How an override is named: its descriptor's id (the domain, then each entry's key and
+//! value, between separators no descriptor may hold), and its record's id (the descriptor's,
+//! then the name of the limit it replaces, if one). The request path builds a descriptor's id
+//! to look it up; the store keeps a record under its record id.
+
+/// Before each entry.
+const ENTRY: char = '\u{1f}';
+/// Between an entry's key and its value.
+const VALUE: char = '\u{1e}';
+/// Before the name of the limit a record replaces.
+const NAME: char = '\u{1d}';
+
+/// Whether `text` may stand in an id: no control character (the separators are ones).
+pub(crate) fn is_clean(text: &str) -> bool {
+    !text.chars().any(char::is_control)
+}
+
+/// The id of the descriptor of `entries` (key, value) in `domain`.
+pub fn descriptor_id<'a>(
+    domain: &str,
+    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> String {
+    let mut id = String::with_capacity(domain.len() + 48);
+    id.push_str(domain);
+    for (key, value) in entries {
+        id.push(ENTRY);
+        id.push_str(key);
+        id.push(VALUE);
+        id.push_str(value);
+    }
+    id
+}
+
+/// The descriptor id a record id names (the record id without its name).
+pub fn descriptor_id_of(record_id: &str) -> &str {
+    record_id.split(NAME).next().unwrap_or(record_id)
+}
+
+/// The domain a record id names.
+pub fn domain_of_record(record_id: &str) -> &str {
+    record_id.split([ENTRY, NAME]).next().unwrap_or(record_id)
+}
+
+/// The id of the record of an override of `descriptor_id`, replacing the limit `name` (or
+/// every limit of the rule, without one).
+pub fn record_id(descriptor_id: &str, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{descriptor_id}{NAME}{name}"),
+        None => descriptor_id.to_string(),
+    }
+}
+
+/// A glob pattern (Redis `SCAN MATCH`) for the record ids of `domain`.
+pub fn record_pattern(domain: &str) -> String {
+    let mut pattern = String::with_capacity(domain.len() + 2);
+    for c in domain.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push(ENTRY);
+    pattern.push('*');
+    pattern
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_keep_entries_apart_that_underscores_would_join() {
+        let a = descriptor_id("rl", [("a_b", "c")]);
+        let b = descriptor_id("rl", [("a", "b_c")]);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_record_id_gives_back_its_descriptor_and_domain() {
+        let descriptor = descriptor_id("rl", [("api_key", "acme"), ("tier", "gold")]);
+        let record = record_id(&descriptor, Some("per_minute"));
+        assert_eq!(descriptor_id_of(&record), descriptor);
+        assert_eq!(domain_of_record(&record), "rl");
+        assert_eq!(descriptor_id_of(&descriptor), descriptor);
+    }
+
+    #[test]
+    fn the_domain_pattern_escapes_glob_characters() {
+        assert_eq!(record_pattern("a*b"), "a\\*b\u{1f}*");
+    }
+}

@@ -1,0 +1,14 @@
+//! Tenant overrides: limits that an operator puts for one exact descriptor through the admin
+//! API, kept as data in the store, not in the config tree. The tree stays the policy; an
+//! override is its exception for one descriptor (its entries with their exact values): it
+//! replaces the limits of the rule that descriptor falls under (all of them, or one by name).
+//! `doc` is an override as the API and the store hold it (JSON) and its compilation into
+//! limits, with errors that name the field; `index` is what the request path looks them up in.
+
+mod doc;
+mod id;
+mod index;
+
+pub use doc::{check_descriptor, configured_rule, EntryDoc, OverrideDoc, OverrideError};
+pub use id::{descriptor_id, descriptor_id_of, domain_of_record, record_id, record_pattern};
+pub use index::{DescriptorOverrides, OverrideIndex, OverrideLimit};
