@@ -1,5 +1,5 @@
 //! Compiles `proto/` (Envoy's RLS v3 and RLQS API subsets, the xDS client's messages and the
-//! reference's rate limit config resource) with a vendored protoc and writes the
+//! reference's rate limit config resource, sluice's admin API) with a vendored protoc and writes the
 //! descriptor set that gRPC reflection serves.
 
 use std::{env, path::PathBuf};
@@ -30,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 proto.join("envoy/service/discovery/v3/ads.proto"),
                 proto.join("ratelimit/config/ratelimit/v3/rls_conf.proto"),
                 proto.join("envoy/service/rate_limit_quota/v3/rlqs.proto"),
+                proto.join("sluice/admin/v1/admin.proto"),
             ],
             &[proto.clone(), includes],
         )?;

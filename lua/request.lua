@@ -128,6 +128,18 @@ local function refund(hits)
   return replies
 end
 
+-- "credit": each hit's state given its cost back now, then what remains: the decision of
+-- cost 0 (sluice sends only the hits of algorithms that take credit).
+local function credit(hits)
+  local replies = {}
+  for _, hit in ipairs(hits) do
+    local rules = algorithm(hit.algorithm)
+    rules.write(hit, rules.credit(hit, rules.read(hit)))
+    append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
+  end
+  return replies
+end
+
 -- The values of the hits' keys whose state is a plain value, read with one MGET (when more
 -- than one), by key.
 local function fetch_plain(hits)
@@ -463,9 +475,9 @@ local function request(KEYS, ARGV, read_only)
   local function always_stands(hit)
     return hit.debt or hit.releases or (every and not hit.acquires)
   end
-  -- The calls of a Cluster ("any", "every_part", "refund") also reply the time each hit was
-  -- decided at.
-  local with_time = mode == 'any' or mode == 'every_part' or mode == 'refund'
+  -- The calls of a Cluster ("any", "every_part", "refund") and a credit also reply the time
+  -- each hit was decided at.
+  local with_time = mode == 'any' or mode == 'every_part' or mode == 'refund' or mode == 'credit'
   local fields = with_time and 15 or 14
 
   -- Redis TIME, read once per call when some hit needs it.
@@ -483,6 +495,9 @@ local function request(KEYS, ARGV, read_only)
   local hits = parse_hits(KEYS, ARGV, read_only, every, now_of)
   if mode == 'refund' then
     return refund(hits)
+  end
+  if mode == 'credit' then
+    return credit(hits)
   end
   if #hits == 1 and not hits[1].penalty then
     if hits[1].reserve then

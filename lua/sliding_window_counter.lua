@@ -117,6 +117,10 @@ algorithms.sliding_window_counter = function()
       local windows = math.max(2, windows_to_empty(hit, counts))
       expire_after(hit.key, counts.s + windows * hit.period - hit.now)
     end,
+    -- A credit of hit.cost: the current window's count down by it, never below 0.
+    credit = function(hit, counts)
+      return {s = counts.s, p = counts.p, c = math.max(0, counts.c - hit.cost)}
+    end,
     refund = function(hit)
       local stored = redis.call('HMGET', hit.key, 's', 'p', 'c')
       if not stored[1] then

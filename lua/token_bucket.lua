@@ -41,6 +41,10 @@ algorithms.token_bucket = function()
       redis.call('HSET', hit.key, 't', fmt(tokens), 'u', fmt(hit.now))
       expire_after(hit.key, div_ceil(hit.capacity * hit.period - tokens, hit.limit))
     end,
+    -- A credit of hit.cost: the tokens up by it, never past full.
+    credit = function(hit, tokens)
+      return math.min(hit.capacity * hit.period, tokens + hit.cost * hit.period)
+    end,
     refund = function(hit)
       local stored = redis.call('HMGET', hit.key, 't', 'u')
       if stored[1] then

@@ -39,6 +39,7 @@ async fn a_server_runs_on_listeners_it_is_given_and_stops_when_told() {
         grpc,
         http,
         prometheus: None,
+        admin: None,
     };
     let grpc_addr = listeners.grpc_addr().expect("an address");
     let http_addr = listeners.http_addr().expect("an address");

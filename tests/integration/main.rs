@@ -6,6 +6,7 @@
 mod support;
 
 mod accounting;
+mod admin;
 mod algorithm_properties;
 mod budget_race;
 mod budgets;

@@ -59,3 +59,12 @@ pub mod ratelimit {
         }
     }
 }
+
+/// sluice's own admin API (docs/admin.md).
+pub mod sluice {
+    pub mod admin {
+        pub mod v1 {
+            tonic::include_proto!("sluice.admin.v1");
+        }
+    }
+}

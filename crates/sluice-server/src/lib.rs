@@ -13,11 +13,14 @@
 //! - `metrics`: the service's own series (calls, limits, store calls, config loads); `statsd`
 //!   and `otel`: the exporters.
 //! - `record`: recording decided calls (`serve --record`), in a versioned format.
+//! - `admin`: the admin API (tenant overrides, reset, credit) on a port of its own, and the
+//!   sync that keeps every replica's overrides in step with the store.
 //!
 //! Below it: `sluice_core` (the rules), `sluice_proto` (Envoy's API), `sluice_config` (the
 //! YAML) and `sluice_store` (memory, Redis). Only `server` knows every part.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod client_tls;
 pub mod http;
 pub mod lease;

@@ -2,7 +2,7 @@
 //! endpoints from `Settings`, serves them on the listeners it is given, reloads the config,
 //! serves until `shutdown` completes, then reports NOT_SERVING, drains and stops.
 
-mod accept;
+pub(crate) mod accept;
 use accept::Accepting;
 mod grpc;
 pub use accept::ConnectionLimits;
@@ -23,6 +23,7 @@ use tokio::sync::{watch, Notify};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use crate::admin::{self, Admin};
 use crate::http::{self, Endpoints, Readiness, Scrapes};
 use crate::metrics::runtime::RuntimeTasks;
 use crate::metrics::Metrics;
@@ -32,6 +33,7 @@ use crate::service::RateLimiter;
 use crate::settings::Settings;
 use crate::statsd::{ServiceStats, Statsd};
 use crate::xds::XdsSource;
+use sluice_config::overrides::OverrideIndex;
 use sluice_config::{self as config, Config, ConfigErrors, ReloadResult, Reloader};
 use sluice_store::any::AnyStore;
 use sluice_store::quota_budget::AnyBudget;
@@ -67,14 +69,20 @@ pub enum ServerError {
     Record(#[from] crate::record::RecordError),
     #[error("memory store snapshot: {0}")]
     Snapshot(#[from] sluice_store::memory::snapshot::SnapshotError),
+    #[error("admin API: {0}")]
+    Admin(String),
+    #[error("loading the overrides from the store: {0}")]
+    Overrides(StoreError),
 }
 
-/// The two ports, bound by the caller (`main`, or a test on `127.0.0.1:0`).
+/// The ports, bound by the caller (`main`, or a test on `127.0.0.1:0`).
 pub struct Listeners {
     pub grpc: TcpListener,
     pub http: TcpListener,
     /// `USE_PROMETHEUS`: the metrics' own.
     pub prometheus: Option<TcpListener>,
+    /// `--admin-addr`: the admin API's.
+    pub admin: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -84,11 +92,21 @@ impl Listeners {
             Some(prometheus) => Some(bind(prometheus.addr).await?),
             None => None,
         };
+        let admin = match &settings.admin {
+            Some(admin) => Some(bind(admin.addr).await?),
+            None => None,
+        };
         Ok(Listeners {
             grpc: bind(settings.ports.grpc_addr).await?,
             http: bind(settings.ports.http_addr).await?,
             prometheus,
+            admin,
         })
+    }
+
+    /// The admin port's address, when it is served.
+    pub fn admin_addr(&self) -> Result<Option<SocketAddr>, ServerError> {
+        self.admin.as_ref().map(local_addr).transpose()
     }
 
     /// The gRPC port's address.
@@ -138,6 +156,29 @@ pub async fn run(
     };
     let (store, budget) = stores::build(&settings.store, settings.record.is_some()).await?;
     metrics.series().add_reporter(store.clone());
+    // The overrides in force before the first call is served.
+    let overrides = Arc::new(OverrideIndex::default());
+    let options = settings.source.load_options;
+    let cursor = admin::sync::load(&store, &overrides, options)
+        .await
+        .map_err(ServerError::Overrides)?;
+    if !overrides.is_empty() {
+        tracing::info!(
+            overrides = overrides.len(),
+            "overrides loaded from the store"
+        );
+    }
+    metrics
+        .series()
+        .add_reporter(Arc::new(admin::OverrideCount(overrides.clone())));
+    if store.redis().is_some() {
+        tokio::spawn(admin::sync::follow(
+            Arc::downgrade(&store),
+            overrides.clone(),
+            options,
+            cursor,
+        ));
+    }
     let run = Running {
         settings: &settings,
         listeners,
@@ -145,7 +186,7 @@ pub async fn run(
         shutdown,
         reload,
     };
-    run.serve(config, store, budget).await
+    run.serve(config, store, budget, overrides).await
 }
 
 /// Loads the configuration files at startup; with FORCE_START_WITHOUT_INITIAL_CONFIG a
@@ -204,6 +245,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         config: Config,
         store: Arc<AnyStore>,
         budget: Arc<AnyBudget>,
+        overrides: Arc<OverrideIndex>,
     ) -> Result<(), ServerError> {
         let settings = self.settings;
         let readiness = Arc::new(Readiness::new(ready_at_start(settings, &config)));
@@ -234,6 +276,22 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         if let Some(recorder) = &recorder {
             limiter = limiter.with_recorder(recorder.clone());
         }
+        limiter = limiter.with_overrides(overrides.clone());
+        let mut listeners = self.listeners;
+        let admin = match (&settings.admin, listeners.admin.take()) {
+            (Some(admin_settings), Some(listener)) => {
+                let admin = Arc::new(Admin::new(
+                    config.clone(),
+                    store.clone(),
+                    overrides,
+                    settings.source.load_options,
+                    self.metrics.clone(),
+                ));
+                let port = admin_port(settings, admin_settings, &store, admin)?;
+                Some((listener, port))
+            }
+            _ => None,
+        };
         let limiter = Arc::new(limiter);
         let (stop, stopped) = watch::channel(false);
         let services = grpc::Services {
@@ -247,7 +305,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             ),
             readiness: readiness.clone(),
         };
-        let listeners = self.listeners;
+        let stopped_admin = stopped.clone();
         let (grpc, health) =
             grpc::serve(settings, listeners.grpc, services, until(stopped.clone()))?;
         let store_for_snapshot = store.clone();
@@ -262,6 +320,15 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             served: settings.ports.http_endpoints,
         });
         let (http, prometheus) = (listeners.http, listeners.prometheus);
+        if let Some((listener, port)) = admin {
+            let accepting = Accepting::new(listener, settings.ports.network.http, "admin");
+            tokio::spawn(async move {
+                if let Err(error) = admin::serve::serve(accepting, port, until(stopped_admin)).await
+                {
+                    tracing::error!(%error, "the admin port stopped");
+                }
+            });
+        }
         let http = serve_http(settings, http, prometheus, endpoints, stopped);
         let mut grpc = tokio::spawn(grpc);
         let mut http = tokio::spawn(http);
@@ -284,6 +351,63 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
     }
 }
 
+/// The admin port's parts: its authentication (the token file read, mTLS loaded: either
+/// failing stops the server), and with the memory store a snapshot after each change.
+fn admin_port(
+    settings: &Settings,
+    admin_settings: &crate::settings::AdminSettings,
+    store: &Arc<AnyStore>,
+    admin: Arc<Admin>,
+) -> Result<admin::serve::AdminPort, ServerError> {
+    let tokens = match &admin_settings.token_file {
+        Some(path) => {
+            let tokens = admin::auth::Tokens::load(path)
+                .map_err(|error| ServerError::Admin(error.to_string()))?;
+            tokio::spawn(tokens.clone().watch());
+            Some(tokens)
+        }
+        None => None,
+    };
+    let tls = match &admin_settings.tls {
+        Some(tls) => {
+            let tls = TlsConfig::load_offering(tls.clone(), &[b"h2", b"http/1.1"])?;
+            tokio::spawn(tls.clone().watch());
+            Some(tls)
+        }
+        None => None,
+    };
+    let mutual = admin_settings
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.client_ca.is_some());
+    if tls.is_none() {
+        tracing::warn!("the admin port serves without TLS: its bearer tokens cross the network in clear (set --admin-tls-cert and --admin-tls-key)");
+    }
+    match &settings.store {
+        crate::settings::StoreSettings::Memory {
+            snapshot: Some(snapshot),
+            ..
+        } => {
+            tokio::spawn(admin::sync::snapshot_on_change(
+                Arc::downgrade(store),
+                admin.changes(),
+                snapshot.path.clone(),
+            ));
+        }
+        crate::settings::StoreSettings::Memory { snapshot: None, .. } => {
+            tracing::warn!("overrides are kept in memory only: a restart loses them (set --memory-snapshot, or use the Redis store)");
+        }
+        _ => {}
+    }
+    Ok(admin::serve::AdminPort {
+        admin,
+        authentication: Arc::new(admin::auth::Authentication { tokens, mutual }),
+        tls,
+        allowed_subjects: Arc::new(admin_settings.allowed_subjects.clone()),
+        header_read_timeout: settings.ports.network.http_header_read_timeout,
+    })
+}
+
 /// Logs the addresses served, the store and the config's size.
 fn announce(
     listeners: &Listeners,
@@ -294,10 +418,15 @@ fn announce(
         Some(listener) => local_addr(listener)?.to_string(),
         None => "-".to_string(),
     };
+    let admin = match listeners.admin_addr()? {
+        Some(addr) => addr.to_string(),
+        None => "-".to_string(),
+    };
     tracing::info!(
         grpc = %listeners.grpc_addr()?,
         http = %listeners.http_addr()?,
         %prometheus,
+        %admin,
         store = store.name(),
         domains,
         limits,

@@ -8,7 +8,7 @@ mod extras;
 /// the recorder that both read it).
 pub use crate::lease;
 use crate::reserve;
-mod plan;
+pub mod plan;
 mod response;
 mod validate;
 

@@ -2,13 +2,14 @@
 //! before any port opens, one file per concern: the ports (`ports`), where the configuration
 //! comes from (`source`), the store (`store`, `redis`), how requests are answered
 //! (`requests`), what sluice tells about itself (`observability`, `traces`), recording calls
-//! for replay (`record`), and the
+//! for replay (`record`), the admin port (`admin`), and the
 //! reference's variables sluice ignores or refuses (`compat`). envoyproxy/ratelimit's variable
 //! names are accepted with their meaning (`GRPC_HOST`/`GRPC_PORT`, `RUNTIME_ROOT`, ...). clap
 //! lives only here: the choices among a domain's options are `choices`.
 
 use clap::Args;
 
+mod admin;
 mod choices;
 mod compat;
 mod observability;
@@ -22,6 +23,7 @@ mod traces;
 
 use crate::rlqs::RlqsSettings;
 use crate::service::ServiceOptions;
+pub use admin::{AdminArgs, AdminSettings};
 pub use observability::{LogFormat, ObservabilityArgs, ObservabilitySettings};
 pub use ports::{
     ConnectionLimits, NetworkSettings, PortSettings, PortsArgs, PrometheusListener, TlsSettings,
@@ -48,6 +50,8 @@ pub struct ServeArgs {
     pub observability: ObservabilityArgs,
     #[command(flatten)]
     pub record: RecordArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
 }
 
 /// Validated settings of a running server.
@@ -64,6 +68,8 @@ pub struct Settings {
     pub observability: ObservabilitySettings,
     /// Recording decided calls (`--record`).
     pub record: Option<crate::record::RecordSettings>,
+    /// The admin API's port (`--admin-addr`), when it is served.
+    pub admin: Option<AdminSettings>,
 }
 
 impl ServeArgs {
@@ -85,6 +91,7 @@ impl ServeArgs {
             rlqs: self.requests.rlqs()?,
             observability,
             record,
+            admin: self.admin.into_settings()?,
         })
     }
 }
@@ -118,6 +125,8 @@ pub enum SettingsError {
     Tracing(String),
     #[error("recording: {0}")]
     Record(String),
+    #[error("admin API: {0}")]
+    Admin(String),
 }
 
 /// envoyproxy/ratelimit variables set in this process's environment that sluice ignores, each

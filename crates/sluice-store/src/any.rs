@@ -2,6 +2,7 @@
 //! memory store, Redis, or Redis behind the local over-limit cache. Dispatch stays static (a
 //! `match`), so the request path pays no virtual call.
 
+use super::admin::{AdminStore, Feed, Loaded, Page};
 use super::local_cache::WithLocalCache;
 use super::memory::MemoryStore;
 use super::redis::RedisStore;
@@ -48,6 +49,20 @@ macro_rules! each_store {
     };
 }
 
+/// Runs `$call` on the store that holds `$any`'s records: behind the local cache, Redis.
+macro_rules! each_admin_store {
+    ($any:expr, $store:ident => $call:expr) => {
+        match $any {
+            AnyStore::Memory($store) => $call,
+            AnyStore::Redis($store) => $call,
+            AnyStore::CachedRedis(cached) => {
+                let $store = cached.inner();
+                $call
+            }
+        }
+    };
+}
+
 impl Reporting for AnyStore {
     fn report(&self, series: &Series) {
         each_store!(self, store => store.report(series))
@@ -69,5 +84,66 @@ impl Store for AnyStore {
 
     fn config_changed(&self) {
         each_store!(self, store => store.config_changed())
+    }
+}
+
+/// The records and the counters of whichever store; a reset or a credit behind the local
+/// cache also forgets what the cache remembered (a key it saw over its limit may not be now).
+impl AdminStore for AnyStore {
+    async fn reset(&self, hits: &[Hit], penalties: bool) -> Result<u64, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.reset(hits, penalties).await,
+            AnyStore::Redis(store) => store.reset(hits, penalties).await,
+            AnyStore::CachedRedis(cached) => {
+                let reset = cached.inner().reset(hits, penalties).await;
+                cached.clear();
+                reset
+            }
+        }
+    }
+
+    async fn credit(&self, hit: &Hit) -> Result<Decision, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.credit(hit).await,
+            AnyStore::Redis(store) => store.credit(hit).await,
+            AnyStore::CachedRedis(cached) => {
+                let credited = cached.inner().credit(hit).await;
+                cached.clear();
+                credited
+            }
+        }
+    }
+
+    async fn held(&self, hit: &Hit) -> Result<u64, StoreError> {
+        each_admin_store!(self, store => store.held(hit).await)
+    }
+
+    async fn put_override(&self, id: &str, json: &str) -> Result<Option<String>, StoreError> {
+        each_admin_store!(self, store => store.put_override(id, json).await)
+    }
+
+    async fn delete_override(&self, id: &str) -> Result<Option<String>, StoreError> {
+        each_admin_store!(self, store => store.delete_override(id).await)
+    }
+
+    async fn get_override(&self, id: &str) -> Result<Option<String>, StoreError> {
+        each_admin_store!(self, store => store.get_override(id).await)
+    }
+
+    async fn list_overrides(
+        &self,
+        prefix: &str,
+        token: &str,
+        count: usize,
+    ) -> Result<Page, StoreError> {
+        each_admin_store!(self, store => store.list_overrides(prefix, token, count).await)
+    }
+
+    async fn all_overrides(&self) -> Result<Loaded, StoreError> {
+        each_admin_store!(self, store => store.all_overrides().await)
+    }
+
+    async fn override_changes(&self, cursor: &str) -> Result<Feed, StoreError> {
+        each_admin_store!(self, store => store.override_changes(cursor).await)
     }
 }

@@ -1,12 +1,13 @@
 //! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
 //! the embedded in-memory store (`memory`), the Redis store (`redis`), the local over-limit
 //! cache that can sit in front of a remote store (`local_cache`), and the one store value the
-//! server serves with (`any`).
+//! server serves with (`any`), and what the admin API asks of them (`admin`).
 
 // The async body of `AnyStore::charge` (Redis Cluster's futures inside) is deeper than the
 // compiler's default layout query depth.
 #![recursion_limit = "256"]
 
+pub mod admin;
 pub mod any;
 pub mod key;
 pub mod local_cache;

@@ -15,6 +15,7 @@
 //! With `--memory-snapshot`, the state is written to a file on shutdown (and periodically)
 //! and read back at start (`snapshot`).
 
+mod admin;
 mod decide;
 use decide::at_time;
 mod footprint;
@@ -68,6 +69,8 @@ pub struct MemoryStore {
     full: AtomicU64,
     full_logged: AtomicBool,
     snapshots: snapshot::Counts,
+    /// The admin API's override records (`admin`).
+    records: admin::Records,
 }
 
 struct Entry {
@@ -244,6 +247,7 @@ impl MemoryStore {
             full: AtomicU64::new(0),
             full_logged: AtomicBool::new(false),
             snapshots: Default::default(),
+            records: Default::default(),
         }
     }
 

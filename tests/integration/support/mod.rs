@@ -38,6 +38,8 @@ pub struct Sluice {
     running: Running,
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The admin API's port, when `--admin-addr` was given.
+    pub admin_addr: Option<SocketAddr>,
     pub config_dir: tempfile::TempDir,
 }
 
@@ -169,6 +171,8 @@ impl Sluice {
             grpc.local_addr().expect("an address"),
             http.local_addr().expect("an address"),
         );
+        let admin = settings.admin.as_ref().map(|_| bind());
+        let admin_addr = admin.as_ref().map(|a| a.local_addr().expect("an address"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (error_tx, error_rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -186,6 +190,7 @@ impl Sluice {
                     grpc: tokio_listener(grpc),
                     http: tokio_listener(http),
                     prometheus: prometheus.map(tokio_listener),
+                    admin: admin.map(tokio_listener),
                 };
                 let shutdown = async {
                     let _ = stopped.await;
@@ -203,6 +208,7 @@ impl Sluice {
             running: Running::InProcess { stop: Some(stop) },
             grpc_addr,
             http_addr,
+            admin_addr,
             config_dir,
         };
         sluice.wait_serving(&error_rx);
@@ -255,7 +261,8 @@ impl Sluice {
                 lines.lock().unwrap().push(line);
             }
         });
-        let (grpc_addr, http_addr) = match addr_rx.recv_timeout(Duration::from_secs(20)) {
+        let (grpc_addr, http_addr, admin_addr) = match addr_rx.recv_timeout(Duration::from_secs(20))
+        {
             Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
@@ -269,6 +276,7 @@ impl Sluice {
             running: Running::Process { child, log },
             grpc_addr,
             http_addr,
+            admin_addr,
             config_dir,
         }
     }
@@ -449,7 +457,7 @@ fn answers_http(addr: SocketAddr) -> bool {
 
 /// The gRPC and HTTP addresses in the startup line
 /// `... sluice listening grpc=127.0.0.1:PORT http=127.0.0.1:PORT ...`.
-fn listening_addrs(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+fn listening_addrs(line: &str) -> Option<(SocketAddr, SocketAddr, Option<SocketAddr>)> {
     if !line.contains("sluice listening") {
         return None;
     }
@@ -457,7 +465,7 @@ fn listening_addrs(line: &str) -> Option<(SocketAddr, SocketAddr)> {
         let rest = &line[line.find(name)? + name.len()..];
         rest.split_whitespace().next()?.parse().ok()
     };
-    Some((field("grpc=")?, field("http=")?))
+    Some((field("grpc=")?, field("http=")?, field("admin=")))
 }
 
 /// The gRPC health status of `""` asked over `channel` (which may predate a shutdown).
@@ -596,13 +604,28 @@ pub fn overall(response: &RateLimitResponse) -> Code {
 
 /// A minimal HTTP/1.1 client: one request, `Connection: close`, returns (status, body).
 pub fn http_request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_request_with(addr, method, path, &[], body)
+}
+
+/// The same, with more `headers`.
+pub fn http_request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .collect::<String>(),
         body.len()
     );
     stream.write_all(request.as_bytes()).expect("send");

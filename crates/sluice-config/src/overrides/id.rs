@@ -36,6 +36,11 @@ pub fn descriptor_id_of(record_id: &str) -> &str {
     record_id.split(NAME).next().unwrap_or(record_id)
 }
 
+/// The name of the limit a record id replaces (`None`: every limit).
+pub fn name_of_record(record_id: &str) -> Option<&str> {
+    record_id.split_once(NAME).map(|(_, name)| name)
+}
+
 /// The domain a record id names.
 pub fn domain_of_record(record_id: &str) -> &str {
     record_id.split([ENTRY, NAME]).next().unwrap_or(record_id)
@@ -50,18 +55,9 @@ pub fn record_id(descriptor_id: &str, name: Option<&str>) -> String {
     }
 }
 
-/// A glob pattern (Redis `SCAN MATCH`) for the record ids of `domain`.
-pub fn record_pattern(domain: &str) -> String {
-    let mut pattern = String::with_capacity(domain.len() + 2);
-    for c in domain.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            pattern.push('\\');
-        }
-        pattern.push(c);
-    }
-    pattern.push(ENTRY);
-    pattern.push('*');
-    pattern
+/// What the record ids of `domain` start with.
+pub fn record_prefix(domain: &str) -> String {
+    format!("{domain}{ENTRY}")
 }
 
 #[cfg(test)]
@@ -82,10 +78,14 @@ mod tests {
         assert_eq!(descriptor_id_of(&record), descriptor);
         assert_eq!(domain_of_record(&record), "rl");
         assert_eq!(descriptor_id_of(&descriptor), descriptor);
+        assert_eq!(name_of_record(&record), Some("per_minute"));
+        assert_eq!(name_of_record(&descriptor), None);
     }
 
     #[test]
-    fn the_domain_pattern_escapes_glob_characters() {
-        assert_eq!(record_pattern("a*b"), "a\\*b\u{1f}*");
+    fn a_domain_prefix_is_no_other_domain_s() {
+        let id = descriptor_id("rl2", [("k", "v")]);
+        assert!(!id.starts_with(&record_prefix("rl")));
+        assert!(id.starts_with(&record_prefix("rl2")));
     }
 }

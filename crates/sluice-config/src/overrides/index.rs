@@ -93,9 +93,12 @@ impl OverrideIndex {
         self.len() == 0
     }
 
+    fn shard_index(&self, descriptor_id: &str) -> usize {
+        (self.hasher.hash_one(descriptor_id) % SHARDS as u64) as usize
+    }
+
     fn shard(&self, descriptor_id: &str) -> &Shard {
-        let index = (self.hasher.hash_one(descriptor_id) % SHARDS as u64) as usize;
-        &self.shards[index]
+        &self.shards[self.shard_index(descriptor_id)]
     }
 
     /// The overrides of the descriptor `descriptor_id`.
@@ -161,6 +164,37 @@ impl OverrideIndex {
         }
     }
 
+    /// Replaces every override with `all` (descriptor id, override): each shard is swapped
+    /// whole under its lock, so a lookup sees the old set or the new one, never none.
+    pub fn replace_all(&self, all: impl IntoIterator<Item = (String, OverrideLimit)>) {
+        let mut fresh: Vec<HashMap<String, DescriptorOverrides>> =
+            (0..self.shards.len()).map(|_| HashMap::new()).collect();
+        for (descriptor_id, limit) in all {
+            let index = self.shard_index(&descriptor_id);
+            let overrides = fresh[index].entry(descriptor_id).or_default();
+            match &limit.name {
+                None => overrides.every = Some(limit),
+                Some(name) => {
+                    overrides.named.retain(|o| o.name.as_deref() != Some(name));
+                    overrides.named.push(limit);
+                }
+            }
+        }
+        for (shard, map) in self.shards.iter().zip(fresh) {
+            let held: usize = map.values().map(DescriptorOverrides::len).sum();
+            let map: HashMap<String, Arc<DescriptorOverrides>> =
+                map.into_iter().map(|(id, o)| (id, Arc::new(o))).collect();
+            let mut shard = shard
+                .write()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let before: usize = shard.values().map(|o| o.len()).sum();
+            *shard = map;
+            drop(shard);
+            self.records.fetch_add(held, Ordering::Relaxed);
+            self.records.fetch_sub(before, Ordering::Relaxed);
+        }
+    }
+
     /// Removes every override.
     pub fn clear(&self) {
         for shard in self.shards.iter() {
@@ -219,6 +253,30 @@ mod tests {
         assert!(index.remove("d", None));
         assert!(index.get("d").is_none());
         assert!(index.is_empty());
+    }
+
+    #[test]
+    fn a_reload_replaces_the_set_and_its_count() {
+        let index = OverrideIndex::default();
+        index.insert("a", limit(None, 1));
+        index.insert("b", limit(None, 1));
+        index.replace_all([
+            ("b".to_string(), limit(None, 2)),
+            ("c".to_string(), limit(Some("x"), 3)),
+        ]);
+        assert!(index.get("a").is_none());
+        assert_eq!(
+            index
+                .get("b")
+                .unwrap()
+                .every_limit(0)
+                .unwrap()
+                .limit
+                .unwrap()
+                .requests_per_unit,
+            2
+        );
+        assert_eq!(index.len(), 2);
     }
 
     #[test]

@@ -10,5 +10,7 @@ mod id;
 mod index;
 
 pub use doc::{check_descriptor, configured_rule, EntryDoc, OverrideDoc, OverrideError};
-pub use id::{descriptor_id, descriptor_id_of, domain_of_record, record_id, record_pattern};
+pub use id::{
+    descriptor_id, descriptor_id_of, domain_of_record, name_of_record, record_id, record_prefix,
+};
 pub use index::{DescriptorOverrides, OverrideIndex, OverrideLimit};

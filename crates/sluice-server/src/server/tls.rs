@@ -33,6 +33,8 @@ pub enum TlsError {
 /// The server configuration in force, replaced when the files change.
 pub struct TlsConfig {
     settings: TlsSettings,
+    /// The protocols offered by ALPN.
+    alpn: Vec<Vec<u8>>,
     current: ArcSwap<ServerConfig>,
     loaded_at: std::sync::Mutex<Vec<Option<SystemTime>>>,
 }
@@ -41,9 +43,19 @@ impl TlsConfig {
     /// Loads the files; an error stops the server (a TLS port that cannot be served is not
     /// served in plaintext).
     pub fn load(settings: TlsSettings) -> Result<Arc<TlsConfig>, TlsError> {
-        let config = server_config(&settings)?;
+        TlsConfig::load_offering(settings, &[b"h2"])
+    }
+
+    /// The same, offering `protocols` by ALPN (the admin port: HTTP/2 and HTTP/1.1).
+    pub fn load_offering(
+        settings: TlsSettings,
+        protocols: &[&[u8]],
+    ) -> Result<Arc<TlsConfig>, TlsError> {
+        let alpn: Vec<Vec<u8>> = protocols.iter().map(|p| p.to_vec()).collect();
+        let config = server_config(&settings, &alpn)?;
         let loaded_at = modified(&settings);
         Ok(Arc::new(TlsConfig {
+            alpn,
             settings,
             current: ArcSwap::from_pointee(config),
             loaded_at: std::sync::Mutex::new(loaded_at),
@@ -82,7 +94,7 @@ impl TlsConfig {
         }
         // Noted even when refused: a half-written rotation is tried again at its next change.
         *loaded_at = now;
-        let config = server_config(&self.settings)?;
+        let config = server_config(&self.settings, &self.alpn)?;
         self.current.store(Arc::new(config));
         tracing::info!("TLS certificate reloaded");
         Ok(())
@@ -109,8 +121,8 @@ fn file_error(path: &Path, reason: impl ToString) -> TlsError {
     }
 }
 
-/// The rustls server configuration of `settings`, offering HTTP/2 (gRPC) by ALPN.
-fn server_config(settings: &TlsSettings) -> Result<ServerConfig, TlsError> {
+/// The rustls server configuration of `settings`, offering `alpn`.
+fn server_config(settings: &TlsSettings, alpn: &[Vec<u8>]) -> Result<ServerConfig, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&settings.cert)
         .map_err(|e| file_error(&settings.cert, e))?
         .collect::<Result<_, _>>()
@@ -151,7 +163,7 @@ fn server_config(settings: &TlsSettings) -> Result<ServerConfig, TlsError> {
     let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = alpn.to_vec();
     Ok(config)
 }
 

@@ -418,3 +418,84 @@ pub fn settle<'a>(
         })
         .collect()
 }
+
+/// One limit in force for a descriptor, as the admin API reads and changes it: its name, the
+/// limit, its shadow mode, whether an override gave it, and the hit of cost 0 a request would
+/// make on it (its key; no lease, no hold).
+#[derive(Debug, Clone)]
+pub struct LimitInForce {
+    pub name: String,
+    pub limit: Limit,
+    pub shadow_mode: bool,
+    pub overridden: bool,
+    pub hit: Hit,
+}
+
+/// What applies to one descriptor, for the admin API.
+#[derive(Debug, Clone)]
+pub enum DescriptorInForce {
+    /// No rule of the domain matches it.
+    NoRule,
+    /// Nothing limits it: `unlimited: true` (`overridden`: by an override).
+    Unlimited { rule: String, overridden: bool },
+    /// These limits apply (none, when every limit is in another descriptor's `replaces`).
+    Limits {
+        rule: String,
+        limits: Vec<LimitInForce>,
+    },
+}
+
+/// What applies to `descriptor` of `domain_name` under `domain` and its overrides, as a
+/// request would find it (its keys included).
+pub fn in_force(
+    domain: &Domain,
+    domain_name: &str,
+    descriptor: &RateLimitDescriptor,
+    overrides: Option<InForce<'_>>,
+) -> DescriptorInForce {
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()));
+    let Some(matched) = domain.resolve(entries) else {
+        return DescriptorInForce::NoRule;
+    };
+    let rule = matched.rule.full_key.clone();
+    let every = overrides.and_then(|o| o.overrides.every_limit(o.now_us));
+    let planned = plan(Some(domain), domain_name, descriptor, 0, overrides);
+    if planned.unlimited {
+        return DescriptorInForce::Unlimited {
+            rule,
+            overridden: every.is_some(),
+        };
+    }
+    let limits = planned
+        .limits
+        .iter()
+        .map(|applied| {
+            let key = match applied.slot {
+                Some(slot) => key::limit_key(&planned.key, slot),
+                None => planned.key.clone(),
+            };
+            let overridden = every.is_some()
+                || overrides
+                    .filter(|_| !applied.name.is_empty())
+                    .is_some_and(|o| o.overrides.of_name(applied.name, o.now_us).is_some());
+            LimitInForce {
+                name: applied.name.to_string(),
+                limit: applied.limit,
+                shadow_mode: applied.shadow_mode,
+                overridden,
+                hit: Hit {
+                    key,
+                    limit: applied.limit,
+                    cost: 0,
+                    role: applied.role(),
+                    joins_previous: false,
+                    lease: None,
+                },
+            }
+        })
+        .collect();
+    DescriptorInForce::Limits { rule, limits }
+}

@@ -5,7 +5,8 @@
 //! and checked before anything is loaded: a missing, foreign, truncated or corrupt file (or
 //! one of another format version) is an error, and the store starts empty.
 //!
-//! Layout (integers little-endian), format version 1:
+//! Layout (integers little-endian), format version 2 (version 1, without the override
+//! records, still reads):
 //! - `sluice-memstore\n` (16 bytes), the version (`u32`), when it was written (µs, `u64`),
 //!   the key ids' hash secret (two `u64`: ids are keyed hashes of the store keys, so the
 //!   restored store must hash with the same secret), the file's length (`u64`) and its
@@ -13,6 +14,8 @@
 //! - the kinds of state, by tag: a count (`u8`), then each name (`u8` length, UTF-8);
 //! - each entry: its id (two `u64`), when it expires (µs, `u64`), its tag (`u8`), its state's
 //!   length (`u32`) and bytes (`algorithm::persist`);
+//! - the admin API's override records: a count (`u64`), then each one's id and JSON, each a
+//!   length (`u32`) and UTF-8 bytes;
 //! - a SipHash-1-3 checksum (`u64`) of everything before it.
 //!
 //! An entry's id names its state's shape (algorithm, numbers, window), as it does while
@@ -35,8 +38,11 @@ use sluice_core::algorithm::State;
 /// The first bytes of every snapshot.
 const MAGIC: &[u8; 16] = b"sluice-memstore\n";
 
-/// The format version this sluice writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this sluice writes (it reads this one and the one before).
+pub const VERSION: u32 = 2;
+
+/// The first version with override records.
+const RECORDS_SINCE: u32 = 2;
 
 /// The bytes before the kinds of state: magic, version, time, secret, length, count.
 const HEADER_BYTES: usize = 16 + 4 + 8 + 16 + 8 + 8;
@@ -63,7 +69,7 @@ pub enum SnapshotError {
     Missing { path: String },
     #[error("{path} is not a sluice memory store snapshot")]
     Foreign { path: String },
-    #[error("{path} is a snapshot of format version {found}; this sluice reads version {VERSION}")]
+    #[error("{path} is a snapshot of format version {found}; this sluice reads versions 1 and {VERSION}")]
     Version { path: String, found: u32 },
     #[error("{path} is truncated: {found} bytes of {expected}")]
     Truncated {
@@ -117,6 +123,8 @@ pub struct Loaded {
     pub over_bound: usize,
     /// How long ago the snapshot was written (µs, by the store's clock).
     pub age_us: u64,
+    /// The admin API's override records read back.
+    pub overrides: usize,
 }
 
 /// Checks at start that a snapshot can be written at `path` (its directory exists and takes
@@ -223,6 +231,15 @@ impl MemoryStore {
                 keys += 1;
             }
         }
+        let records = self.records.lock();
+        out.extend_from_slice(&(records.len() as u64).to_le_bytes());
+        for (id, json) in records.iter() {
+            for text in [id, json] {
+                out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
+        drop(records);
         let length = (out.len() + 8) as u64;
         out[LENGTH_AT..LENGTH_AT + 8].copy_from_slice(&length.to_le_bytes());
         out[LENGTH_AT + 8..LENGTH_AT + 16].copy_from_slice(&keys.to_le_bytes());
@@ -252,6 +269,7 @@ impl MemoryStore {
     /// Loads checked snapshot bytes (without the checksum).
     fn restore(&mut self, body: &[u8]) -> Result<Loaded, &'static str> {
         let now_us = self.clock.now_us();
+        let version = Input::new(&body[MAGIC.len()..]).u32().unwrap_or(VERSION);
         let mut input = Input::new(&body[MAGIC.len() + 4..]);
         let read = |value: Option<u64>| value.ok_or("the header is cut short");
         let written_at_us = read(input.u64())?;
@@ -281,6 +299,14 @@ impl MemoryStore {
             } else {
                 loaded.over_bound += 1;
             }
+        }
+        if version >= RECORDS_SINCE {
+            let Some(records) = records(&mut input) else {
+                self.clear();
+                return Err("the override records are cut short");
+            };
+            loaded.overrides = records.len();
+            *self.records.lock() = records;
         }
         if !input.is_empty() {
             self.clear();
@@ -356,7 +382,7 @@ fn checked(bytes: &[u8]) -> Result<&[u8], Fault> {
     let version = Input::new(&bytes[MAGIC.len()..])
         .u32()
         .ok_or_else(short_header)?;
-    if version != VERSION {
+    if version != VERSION && version != RECORDS_SINCE - 1 {
         return Err(Fault::Version(version));
     }
     let length = Input::new(bytes.get(LENGTH_AT..LENGTH_AT + 8).unwrap_or_default())
@@ -388,6 +414,16 @@ fn kinds(input: &mut Input<'_>) -> Option<Vec<String>> {
             Some(String::from_utf8_lossy(name).into_owned())
         })
         .collect()
+}
+
+/// The override records, by id.
+fn records(input: &mut Input<'_>) -> Option<std::collections::BTreeMap<String, String>> {
+    let count = input.u64()?;
+    let mut text = || {
+        let length = input.u32()? as usize;
+        String::from_utf8(input.bytes(length)?.to_vec()).ok()
+    };
+    (0..count).map(|_| Some((text()?, text()?))).collect()
 }
 
 /// One entry: its id, expiry, tag and state bytes.
@@ -589,9 +625,43 @@ mod tests {
             SnapshotError::Corrupt { .. }
         ));
         let mut newer = good.clone();
-        newer[16..20].copy_from_slice(&2_u32.to_le_bytes());
+        newer[16..20].copy_from_slice(&(VERSION + 1).to_le_bytes());
         let error = error_of(&newer, "newer");
-        assert!(error.to_string().contains("format version 2"), "{error}");
+        assert!(error.to_string().contains("format version 3"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn override_records_read_back_and_a_version_1_file_still_reads() {
+        use crate::admin::AdminStore;
+        let (before, _) = store(1000);
+        charge_each(&before, &[hit("a_", Algorithm::FixedWindow, 5)], 1).await;
+        before
+            .put_override("rl\u{1f}k\u{1e}v", "{\"x\":1}")
+            .await
+            .unwrap();
+        let file = path("records");
+        before.save_snapshot(&file).unwrap();
+        let (mut after, _) = store(1000);
+        let loaded = after.load_snapshot(&file).unwrap();
+        assert_eq!((loaded.keys, loaded.overrides), (1, 1));
+        let all = after.all_overrides().await.unwrap();
+        assert_eq!(
+            all.records,
+            vec![("rl\u{1f}k\u{1e}v".to_string(), "{\"x\":1}".to_string())]
+        );
+
+        // Version 1: the same layout without the records' section.
+        let (bytes, _) = store(1000).0.encode();
+        let mut old = bytes[..bytes.len() - 16].to_vec();
+        old[16..20].copy_from_slice(&1_u32.to_le_bytes());
+        let length = (old.len() + 8) as u64;
+        old[LENGTH_AT..LENGTH_AT + 8].copy_from_slice(&length.to_le_bytes());
+        let sum = checksum(&old);
+        old.extend_from_slice(&sum.to_le_bytes());
+        let file = path("version1");
+        fs::write(&file, &old).unwrap();
+        let (mut reader, _) = store(10);
+        assert_eq!(reader.load_snapshot(&file).unwrap().overrides, 0);
     }
 
     #[tokio::test]

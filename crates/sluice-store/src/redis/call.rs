@@ -26,7 +26,11 @@ impl RedisStore {
         mode: Mode,
     ) -> RedisResult<Vec<i64>> {
         let refused = match self.call_writing(backend, calls, mode).await {
-            Err(error) if refuses_writes(&error) && mode != Mode::Refund => error,
+            Err(error)
+                if refuses_writes(&error) && !matches!(mode, Mode::Refund | Mode::Credit) =>
+            {
+                error
+            }
             result => return result,
         };
         self.condition.note_refusal(&refused);
@@ -192,6 +196,8 @@ pub enum Mode {
     EveryPart,
     /// Take back charges an earlier `Any` made.
     Refund,
+    /// Give each hit's cost back to its state now (the admin API's credit).
+    Credit,
 }
 
 impl Mode {
@@ -202,6 +208,7 @@ impl Mode {
             Mode::Any => "any",
             Mode::EveryPart => "every_part",
             Mode::Refund => "refund",
+            Mode::Credit => "credit",
         }
     }
 }

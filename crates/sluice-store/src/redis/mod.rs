@@ -6,6 +6,7 @@
 //! request that spans both is decided like one that spans a Cluster's slots. No algorithm
 //! logic lives here.
 
+mod admin;
 mod args;
 mod call;
 mod condition;
@@ -272,6 +273,28 @@ impl RedisStore {
         }
     }
 
+    /// The script call of `hit`, of the descriptor group starting at `group_start`, at `now_us`.
+    fn hit_call(&self, hit: &Hit, group_start: usize, now_us: u64) -> HitCall {
+        HitCall {
+            key: key::redis_key(&self.key_prefix, hit, now_us),
+            record_key: (hit.limit.modifiers.penalty.is_some() && !hit.releases())
+                .then(|| key::penalty_key(&self.key_prefix, hit)),
+            holds_key: hit
+                .limit
+                .modifiers
+                .reserve
+                .map(|_| key::holds_key(&self.key_prefix, hit)),
+            settled_key: match (hit.limit.modifiers.reserve, hit.lease) {
+                (Some(_), Some(LeaseCall::Release(token))) => {
+                    Some(key::settled_key(&self.key_prefix, hit, token))
+                }
+                _ => None,
+            },
+            args: self.script_args(hit, group_start, now_us),
+            backend: self.backend_of(hit),
+        }
+    }
+
     /// Decides the hits: in one script call on a single node or Sentinel (atomic, as
     /// `charging` says); across a Cluster's slots or the two Redis of `REDIS_PERSECOND`, one
     /// call per shard, concurrently.
@@ -284,24 +307,7 @@ impl RedisStore {
         let mut calls: Vec<HitCall> = Vec::with_capacity(hits.len());
         for group in descriptor_groups(hits) {
             for hit in &hits[group.clone()] {
-                calls.push(HitCall {
-                    key: key::redis_key(&self.key_prefix, hit, now_us),
-                    record_key: (hit.limit.modifiers.penalty.is_some() && !hit.releases())
-                        .then(|| key::penalty_key(&self.key_prefix, hit)),
-                    holds_key: hit
-                        .limit
-                        .modifiers
-                        .reserve
-                        .map(|_| key::holds_key(&self.key_prefix, hit)),
-                    settled_key: match (hit.limit.modifiers.reserve, hit.lease) {
-                        (Some(_), Some(LeaseCall::Release(token))) => {
-                            Some(key::settled_key(&self.key_prefix, hit, token))
-                        }
-                        _ => None,
-                    },
-                    args: self.script_args(hit, group.start, now_us),
-                    backend: self.backend_of(hit),
-                });
+                calls.push(self.hit_call(hit, group.start, now_us));
             }
         }
         let backend = calls.first().map_or(0, |call| call.backend);
@@ -418,7 +424,10 @@ impl Store for RedisStore {
 /// time it was decided at (0 where the mode does not reply it).
 fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u64)>, StoreError> {
     // A decision's fields, and the time for the calls of a Cluster.
-    let fields = if matches!(mode, Mode::Any | Mode::EveryPart | Mode::Refund) {
+    let fields = if matches!(
+        mode,
+        Mode::Any | Mode::EveryPart | Mode::Refund | Mode::Credit
+    ) {
         DECISION_FIELDS + 1
     } else {
         DECISION_FIELDS

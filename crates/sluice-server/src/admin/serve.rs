@@ -1,0 +1,185 @@
+//! The admin port: the gRPC service (with reflection) and the JSON routes on one listener,
+//! HTTP/1.1 and HTTP/2 (cleartext or TLS, by ALPN), each request authenticated before it
+//! reaches a call (`auth`): gRPC answers UNAUTHENTICATED or PERMISSION_DENIED, HTTP 401 or
+//! 403. Connections are bounded as the other ports' are, and drained on shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json, Router};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::auth::{allowed_subject, Authentication, Denied, Peer};
+use super::grpc::AdminGrpc;
+use super::Admin;
+use crate::server::accept::Accepting;
+use crate::server::{ServerError, TlsConfig};
+use sluice_proto::sluice::admin::v1::admin_server::AdminServer;
+use sluice_proto::FILE_DESCRIPTOR_SET;
+
+/// What the port serves and how it lets callers in.
+pub struct AdminPort {
+    pub admin: Arc<Admin>,
+    pub authentication: Arc<Authentication>,
+    pub tls: Option<Arc<TlsConfig>>,
+    pub allowed_subjects: Arc<Vec<String>>,
+    pub header_read_timeout: Duration,
+}
+
+/// The routes of the port, authenticated: JSON, gRPC and its reflection.
+fn router(port: &AdminPort) -> Result<Router, ServerError> {
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+    };
+    let grpc = tonic::service::Routes::new(AdminServer::new(AdminGrpc(port.admin.clone())))
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .into_axum_router();
+    Ok(super::http::router(port.admin.clone())
+        .merge(grpc)
+        .layer(middleware::from_fn_with_state(
+            port.authentication.clone(),
+            authenticate,
+        )))
+}
+
+/// Lets a request through with its `Caller`, or answers why not.
+async fn authenticate(
+    State(authentication): State<Arc<Authentication>>,
+    Extension(peer): Extension<Peer>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    match authentication.caller(&peer, authorization) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(denied) => {
+            let grpc = request
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .is_some_and(|value| value.starts_with("application/grpc"));
+            refusal(&denied, grpc)
+        }
+    }
+}
+
+/// The answer to a request that is not let through.
+fn refusal(denied: &Denied, grpc: bool) -> Response {
+    let (status, code, message) = match denied {
+        Denied::Unauthenticated(message) => (401, tonic::Code::Unauthenticated, *message),
+        Denied::Forbidden(message) => (403, tonic::Code::PermissionDenied, *message),
+    };
+    if grpc {
+        return tonic::Status::new(code, message)
+            .into_http::<axum::body::Body>()
+            .into_response();
+    }
+    let status = axum::http::StatusCode::from_u16(status).unwrap_or_default();
+    let name = if status.as_u16() == 401 {
+        "UNAUTHENTICATED"
+    } else {
+        "PERMISSION_DENIED"
+    };
+    let mut response = (
+        status,
+        Json(serde_json::json!({"code": name, "message": message})),
+    )
+        .into_response();
+    if status.as_u16() == 401 {
+        response.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+    }
+    response
+}
+
+/// Serves the port on `accepting` until `stop` completes, then lets each connection finish
+/// the request it is on.
+pub async fn serve(
+    accepting: Accepting,
+    port: AdminPort,
+    stop: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let router = router(&port)?;
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(port.header_read_timeout);
+    let builder = Arc::new(builder);
+    let graceful = Arc::new(GracefulShutdown::new());
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            (connection, addr) = accepting.accept() => {
+                let (router, builder, graceful) = (router.clone(), builder.clone(), graceful.clone());
+                let tls = port.tls.clone();
+                let subjects = port.allowed_subjects.clone();
+                let handshake = accepting.handshake_timeout;
+                tokio::spawn(async move {
+                    let Some(tls) = tls else {
+                        serve_connection(connection, Peer::default(), router, &builder, &graceful).await;
+                        return;
+                    };
+                    let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
+                    match tokio::time::timeout(handshake, acceptor.accept(connection)).await {
+                        Ok(Ok(stream)) => {
+                            let subject = stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|certs| certs.first())
+                                .and_then(|cert| allowed_subject(cert, &subjects));
+                            serve_connection(stream, Peer { subject }, router, &builder, &graceful).await;
+                        }
+                        Ok(Err(error)) => tracing::debug!(%addr, %error, "admin TLS handshake refused"),
+                        Err(_) => tracing::debug!(%addr, "admin TLS handshake timed out"),
+                    }
+                });
+            }
+            () = &mut stop => break,
+        }
+    }
+    drop(accepting);
+    if let Ok(graceful) = Arc::try_unwrap(graceful) {
+        graceful.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Serves one connection of `peer`.
+async fn serve_connection<S>(
+    stream: S,
+    peer: Peer,
+    router: Router,
+    builder: &Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(router.layer(Extension(peer)));
+    let served = builder
+        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+        .into_owned();
+    if let Err(error) = graceful.watch(served).await {
+        tracing::debug!(%error, "admin connection ended with an error");
+    }
+}

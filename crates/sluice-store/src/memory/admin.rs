@@ -1,0 +1,143 @@
+//! The admin operations on the memory store: a limit's state cleared or credited under its
+//! shard's lock, and the override records, kept in this process (and in the snapshot) in id
+//! order. One process is every replica there is, so the feed of changes is always empty.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use super::{footprint, live, MemoryStore};
+use crate::admin::{AdminStore, Feed, Loaded, Page};
+use crate::StoreError;
+use sluice_core::limit::{Decision, Hit};
+
+/// The override records, by id.
+#[derive(Default)]
+pub(super) struct Records(Mutex<BTreeMap<String, String>>);
+
+impl Records {
+    pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl MemoryStore {
+    /// Removes `hit`'s limit state as of `now_us` (and its penalty record with
+    /// `penalties`); how many there were.
+    fn clear_hit(&self, hit: &Hit, penalties: bool, now_us: u64) -> u64 {
+        let mut ids = vec![self.locate(hit, now_us)];
+        if penalties && hit.limit.modifiers.penalty.is_some() {
+            ids.push(self.locate_record(hit));
+        }
+        let mut removed = 0;
+        for (id, index) in ids {
+            let mut shard = self.lock(index);
+            if let Some(entry) = shard.entries.remove(&id) {
+                shard.state_bytes -= footprint::heap_bytes(&entry.state);
+                removed += u64::from(entry.expires_at_us > now_us);
+            }
+        }
+        removed
+    }
+}
+
+impl AdminStore for MemoryStore {
+    async fn reset(&self, hits: &[Hit], penalties: bool) -> Result<u64, StoreError> {
+        let now_us = self.clock.now_us();
+        Ok(hits
+            .iter()
+            .map(|hit| self.clear_hit(hit, penalties, now_us))
+            .sum())
+    }
+
+    async fn credit(&self, hit: &Hit) -> Result<Decision, StoreError> {
+        let now_us = self.clock.now_us();
+        let holds_window = hit.limit.key_holds_window();
+        let (id, index) = self.locate(hit, now_us);
+        let mut shard = self.lock(index);
+        let stored = live(&shard, &id, holds_window, now_us).cloned();
+        let (credited, expires_at_us) = hit
+            .limit
+            .credit(stored.as_ref(), hit.cost, now_us)
+            .map_err(|reason| StoreError::Protocol {
+                store: "the memory store",
+                source: reason.into(),
+            })?;
+        let (new_keys, bytes) = shard.needs(&id, &credited);
+        if !self.room(&mut shard, new_keys, bytes, now_us) {
+            return Err(self.no_room());
+        }
+        let decision = hit.limit.decide(Some(&credited), 0, now_us).decision;
+        shard.write(id, holds_window, credited, expires_at_us);
+        Ok(Decision {
+            decided_at_us: now_us,
+            ..decision
+        })
+    }
+
+    async fn held(&self, hit: &Hit) -> Result<u64, StoreError> {
+        Ok(self.holds_of(hit))
+    }
+
+    async fn put_override(&self, id: &str, json: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.records.lock().insert(id.to_string(), json.to_string()))
+    }
+
+    async fn delete_override(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.records.lock().remove(id))
+    }
+
+    async fn get_override(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.records.lock().get(id).cloned())
+    }
+
+    /// The page token is the id of the last record of the page before.
+    async fn list_overrides(
+        &self,
+        prefix: &str,
+        token: &str,
+        count: usize,
+    ) -> Result<Page, StoreError> {
+        let records = self.records.lock();
+        let after = std::ops::Bound::Excluded(token.to_string());
+        let from = if token.is_empty() || token < prefix {
+            std::ops::Bound::Included(prefix.to_string())
+        } else {
+            after
+        };
+        let mut page: Vec<(String, String)> = records
+            .range((from, std::ops::Bound::Unbounded))
+            .take_while(|(id, _)| id.starts_with(prefix))
+            .take(count.max(1) + 1)
+            .map(|(id, json)| (id.clone(), json.clone()))
+            .collect();
+        let more = page.len() > count.max(1);
+        page.truncate(count.max(1));
+        let next = more
+            .then(|| page.last().map(|(id, _)| id.clone()))
+            .flatten();
+        Ok(Page {
+            records: page,
+            next,
+        })
+    }
+
+    async fn all_overrides(&self) -> Result<Loaded, StoreError> {
+        let records = self.records.lock();
+        Ok(Loaded {
+            records: records
+                .iter()
+                .map(|(id, json)| (id.clone(), json.clone()))
+                .collect(),
+            cursor: String::new(),
+        })
+    }
+
+    async fn override_changes(&self, cursor: &str) -> Result<Feed, StoreError> {
+        Ok(Feed::Changes {
+            changes: Vec::new(),
+            cursor: cursor.to_string(),
+        })
+    }
+}

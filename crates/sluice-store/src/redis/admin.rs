@@ -1,0 +1,293 @@
+//! The admin operations on Redis: a limit's keys deleted or credited (the request script's
+//! "credit" mode), a reserved budget's holds read, and the override records kept by
+//! `lua/overrides.lua` in a hash beside the counters, with a stream of their changes that
+//! every replica reads from where it left off.
+
+use std::future::Future;
+
+use redis::{Cmd, FromRedisValue};
+
+use super::call::Mode;
+use super::{decisions, protocol, store_error, RedisStore};
+use crate::admin::{AdminStore, Feed, Loaded, Page};
+use crate::{key, StoreError};
+use sluice_core::limit::{Decision, Hit};
+
+/// The records' script.
+const OVERRIDES_LUA: &str = include_str!("../../../../lua/overrides.lua");
+
+/// How many changes one read of the feed takes at most.
+const CHANGES_PER_READ: usize = 1000;
+
+/// How many fields one HSCAN of a full load asks for.
+const SCAN_COUNT: usize = 1000;
+
+impl RedisStore {
+    /// The records' hash and the stream of their changes: one Cluster slot.
+    fn records_keys(&self) -> (String, String) {
+        let records = format!("{}{{sluice_overrides}}", self.key_prefix);
+        let changes = format!("{records}_changes");
+        (records, changes)
+    }
+
+    /// `command` on the main Redis within the command timeout.
+    async fn within<T: FromRedisValue>(&self, command: Cmd) -> Result<T, StoreError> {
+        self.in_time(self.backends[0].connection.command(&command))
+            .await
+    }
+
+    /// `future` within the command timeout, its Redis error as a store error.
+    async fn in_time<T>(
+        &self,
+        future: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.command_timeout, future).await {
+            Ok(result) => result.map_err(store_error),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// A call of `lua/overrides.lua`.
+    fn records_call(&self, operation: &str) -> Cmd {
+        let (records, changes) = self.records_keys();
+        let mut command = redis::cmd("EVAL");
+        command
+            .arg(OVERRIDES_LUA)
+            .arg(2)
+            .arg(records)
+            .arg(changes)
+            .arg(operation);
+        command
+    }
+
+    /// The changes after `cursor`, as the script replies them: the stream's first and last
+    /// ids, then (id, record id, JSON or "") per change.
+    async fn read_changes(&self, cursor: &str) -> Result<Vec<String>, StoreError> {
+        let mut command = self.records_call("changes");
+        command.arg(cursor).arg(CHANGES_PER_READ);
+        let reply: Vec<String> = self.within(command).await?;
+        if reply.len() < 2 || (reply.len() - 2) % 3 != 0 {
+            return Err(protocol(
+                "a reply of the overrides' changes of the wrong length",
+            ));
+        }
+        Ok(reply)
+    }
+}
+
+/// A stream entry id (`<ms>-<seq>`) as numbers, to compare ("" and malformed: 0-0).
+fn entry_id(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+/// The cursor of a feed that has seen nothing: before any entry.
+const START: &str = "0-0";
+
+/// A glob pattern matching the ids that start with `prefix` (Redis `SCAN MATCH`).
+fn glob_prefix(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    pattern
+}
+
+/// The live holds' total in a holds string (`lua/reserve.lua`: "<until> <token>:<amount>:
+/// <lapses> ...") at `now_us`.
+fn live_holds(value: &str, now_us: u64) -> u64 {
+    let mut parts = value.split(' ');
+    let until_us: u64 = parts.next().and_then(|u| u.parse().ok()).unwrap_or(0);
+    if until_us <= now_us {
+        return 0;
+    }
+    parts
+        .filter_map(|hold| {
+            let mut fields = hold.split(':').skip(1);
+            let amount: u64 = fields.next()?.parse().ok()?;
+            let lapses: u64 = fields.next()?.parse().ok()?;
+            (lapses > now_us).then_some(amount)
+        })
+        .sum()
+}
+
+impl AdminStore for RedisStore {
+    async fn reset(&self, hits: &[Hit], penalties: bool) -> Result<u64, StoreError> {
+        let now_us = self.clock.now_us();
+        let mut removed = 0;
+        for hit in hits {
+            let connection = &self.backends[self.backend_of(hit)].connection;
+            let mut keys = vec![key::redis_key(&self.key_prefix, hit, now_us)];
+            if penalties && hit.limit.modifiers.penalty.is_some() {
+                keys.push(key::penalty_key(&self.key_prefix, hit));
+            }
+            for key in keys {
+                let deleted: u64 = self
+                    .in_time(connection.command(redis::cmd("DEL").arg(key)))
+                    .await?;
+                removed += deleted;
+            }
+        }
+        Ok(removed)
+    }
+
+    async fn credit(&self, hit: &Hit) -> Result<Decision, StoreError> {
+        let now_us = self.clock.now_us();
+        let call = self.hit_call(hit, 0, now_us);
+        let backend = &self.backends[call.backend];
+        let reply = self
+            .in_time(self.call(backend, std::slice::from_ref(&call), Mode::Credit))
+            .await?;
+        let (decision, _) = decisions(&reply, 1, Mode::Credit)?
+            .pop()
+            .ok_or_else(|| protocol("no decision in a credit's reply"))?;
+        Ok(Decision {
+            decided_at_us: now_us,
+            ..decision
+        })
+    }
+
+    async fn held(&self, hit: &Hit) -> Result<u64, StoreError> {
+        if hit.limit.modifiers.reserve.is_none() {
+            return Ok(0);
+        }
+        let connection = &self.backends[self.backend_of(hit)].connection;
+        let holds = key::holds_key(&self.key_prefix, hit);
+        let value: Option<String> = self
+            .in_time(connection.command(redis::cmd("GET").arg(holds)))
+            .await?;
+        Ok(value.map_or(0, |v| live_holds(&v, self.clock.now_us())))
+    }
+
+    async fn put_override(&self, id: &str, json: &str) -> Result<Option<String>, StoreError> {
+        let mut command = self.records_call("put");
+        command.arg(id).arg(json);
+        self.within(command).await
+    }
+
+    async fn delete_override(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let mut command = self.records_call("delete");
+        command.arg(id);
+        self.within(command).await
+    }
+
+    async fn get_override(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let (records, _) = self.records_keys();
+        self.within(redis::cmd("HGET").arg(records).arg(id).to_owned())
+            .await
+    }
+
+    /// The page token is HSCAN's cursor.
+    async fn list_overrides(
+        &self,
+        prefix: &str,
+        token: &str,
+        count: usize,
+    ) -> Result<Page, StoreError> {
+        let (records, _) = self.records_keys();
+        let pattern = glob_prefix(prefix);
+        let mut cursor: u64 = token.parse().unwrap_or(0);
+        let mut page = Vec::new();
+        loop {
+            let mut command = redis::cmd("HSCAN");
+            command
+                .arg(&records)
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(count.max(SCAN_COUNT));
+            let (next, fields): (u64, Vec<String>) = self.within(command).await?;
+            let mut pairs = fields.into_iter();
+            while let (Some(id), Some(json)) = (pairs.next(), pairs.next()) {
+                page.push((id, json));
+            }
+            cursor = next;
+            if cursor == 0 || page.len() >= count {
+                break;
+            }
+        }
+        page.sort();
+        Ok(Page {
+            records: page,
+            next: (cursor != 0).then(|| cursor.to_string()),
+        })
+    }
+
+    /// The stream's last id is read before the hash is scanned: a change made while it is
+    /// scanned comes again by the feed.
+    async fn all_overrides(&self) -> Result<Loaded, StoreError> {
+        let head = self.read_changes("").await?;
+        let cursor = match head[1].as_str() {
+            "" => START.to_string(),
+            last => last.to_string(),
+        };
+        let mut records = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self.list_overrides("", &token, SCAN_COUNT).await?;
+            records.extend(page.records);
+            match page.next {
+                Some(next) => token = next,
+                None => break,
+            }
+        }
+        Ok(Loaded { records, cursor })
+    }
+
+    /// A cursor before the stream's first entry (some changes after it were trimmed), or
+    /// after its last (the stream was lost: a flush, a failover to a replica that lagged),
+    /// cannot be followed: every record is loaded again.
+    async fn override_changes(&self, cursor: &str) -> Result<Feed, StoreError> {
+        let reply = self.read_changes(cursor).await?;
+        let (first, last) = (reply[0].as_str(), reply[1].as_str());
+        let at = entry_id(cursor);
+        let lost = match (first, last) {
+            ("", "") => cursor != START,
+            _ => at < entry_id(first) && cursor != START || at > entry_id(last),
+        };
+        if lost || cursor.is_empty() {
+            return Ok(Feed::Reload);
+        }
+        let mut changes = Vec::with_capacity((reply.len() - 2) / 3);
+        let mut next = cursor.to_string();
+        for change in reply[2..].chunks_exact(3) {
+            next.clone_from(&change[0]);
+            let json = (!change[2].is_empty()).then(|| change[2].clone());
+            changes.push((change[1].clone(), json));
+        }
+        Ok(Feed::Changes {
+            changes,
+            cursor: next,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_live_holds_count() {
+        assert_eq!(live_holds("200 00ab:5:150 00cd:7:250", 100), 12);
+        assert_eq!(live_holds("200 00ab:5:150 00cd:7:250", 160), 7);
+        assert_eq!(live_holds("200 00ab:5:150", 200), 0);
+        assert_eq!(live_holds("garbage", 0), 0);
+    }
+
+    #[test]
+    fn entry_ids_compare_by_time_then_sequence() {
+        assert!(entry_id("5-1") < entry_id("5-2"));
+        assert!(entry_id("5-9") < entry_id("10-0"));
+        assert_eq!(entry_id(""), (0, 0));
+    }
+
+    #[test]
+    fn a_prefix_pattern_escapes_glob_characters() {
+        assert_eq!(glob_prefix("a*b\u{1f}"), "a\\*b\u{1f}*");
+    }
+}

@@ -1,0 +1,677 @@
+//! The admin API (docs/admin.md) through its port: overrides replace a rule's limits (all of
+//! them, or one by name) and give way to a request's own limit; unlimited and shadow mode by
+//! override; reset and credit; errors naming the field with nothing half-applied; no call
+//! without authentication; on the memory store and on Redis.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{
+    call, code, descriptor, descriptor_with_limit, http_request_with, overall, redis::RedisServer,
+    request, Code, Sluice, Unit,
+};
+
+/// The token every test's admin port accepts.
+pub const TOKEN: &str = "test-admin-token-0123456789";
+
+const CONFIG: &str = r#"
+domain: tenants
+descriptors:
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: user
+    rate_limits:
+      - {unit: minute, requests_per_unit: 3, name: per_minute}
+      - {unit: hour, requests_per_unit: 100, name: per_hour}
+  - key: stream
+    rate_limits:
+      - {unit: minute, requests_per_unit: 4, algorithm: concurrency, name: in_flight}
+      - {unit: minute, requests_per_unit: 50, name: per_minute}
+  - key: log
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window_log}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token_bucket}
+"#;
+
+/// A token file for the admin port, and the flags that serve it.
+pub struct AdminFlags {
+    _dir: tempfile::TempDir,
+    pub token_file: String,
+}
+
+impl AdminFlags {
+    pub fn new() -> AdminFlags {
+        let dir = tempfile::tempdir().expect("a directory");
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, format!("# the tests' operator\nops {TOKEN}\n")).expect("write");
+        AdminFlags {
+            token_file: path.display().to_string(),
+            _dir: dir,
+        }
+    }
+
+    pub fn args(&self) -> Vec<&str> {
+        vec![
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--admin-token-file",
+            &self.token_file,
+        ]
+    }
+}
+
+/// One JSON call to the admin port with `token` (none: no authorization header).
+pub fn admin_call(
+    addr: SocketAddr,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: &Value,
+) -> (u16, Value) {
+    let body = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    let authorization = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = authorization
+        .iter()
+        .map(|value| ("Authorization", value.as_str()))
+        .collect();
+    let (status, body) = http_request_with(addr, method, path, &headers, &body);
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// The admin port of `sluice`, called with the tests' token.
+pub fn admin(sluice: &Sluice, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let addr = sluice.admin_addr.expect("the admin port is served");
+    admin_call(addr, Some(TOKEN), method, path, &body)
+}
+
+/// Puts an override of `limit` for `entries` (and `name`); panics unless it is stored.
+pub fn put_override(sluice: &Sluice, entries: &[(&str, &str)], name: Option<&str>, limit: Value) {
+    let (status, body) = admin(
+        sluice,
+        "PUT",
+        "/v1/overrides",
+        put_body("tenants", entries, name, limit),
+    );
+    assert_eq!(status, 200, "{body}");
+}
+
+pub fn put_body(domain: &str, entries: &[(&str, &str)], name: Option<&str>, limit: Value) -> Value {
+    let mut body = json!({"domain": domain, "descriptor": entry_list(entries), "limit": limit});
+    if let Some(name) = name {
+        body["name"] = json!(name);
+    }
+    body
+}
+
+fn entry_list(entries: &[(&str, &str)]) -> Value {
+    Value::Array(
+        entries
+            .iter()
+            .map(|(k, v)| json!({"key": k, "value": v}))
+            .collect(),
+    )
+}
+
+/// The state of a descriptor, as the admin API reads it.
+pub fn state_of(sluice: &Sluice, entries: &[(&str, &str)]) -> Value {
+    let (status, body) = admin(
+        sluice,
+        "POST",
+        "/v1/descriptors/get",
+        json!({"domain": "tenants", "descriptor": entry_list(entries)}),
+    );
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// How many of `n` calls of `entries` are admitted, one after another.
+async fn admitted(sluice: &Sluice, entries: &[(&str, &str)], n: usize) -> usize {
+    let mut client = sluice.client().await;
+    let mut ok = 0;
+    for _ in 0..n {
+        let response = call(&mut client, request("tenants", vec![descriptor(entries)])).await;
+        ok += usize::from(overall(&response) == Code::Ok);
+    }
+    ok
+}
+
+/// Each store the admin API keeps its records in: the memory store, and Redis.
+fn each_store(test: impl Fn(&Sluice)) {
+    let flags = AdminFlags::new();
+    let memory = Sluice::start(CONFIG, &flags.args());
+    test(&memory);
+    drop(memory);
+    let (_redis, on_redis) = Sluice::on_own_redis(&[("config.yaml", CONFIG)], &flags.args(), &[]);
+    test(&on_redis);
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(future)
+}
+
+#[test]
+fn an_override_replaces_the_rule_s_limit_for_its_descriptor_only_until_deleted() {
+    each_store(|sluice| {
+        put_override(
+            sluice,
+            &[("api_key", "acme")],
+            None,
+            json!({"unit": "minute", "requests_per_unit": 5}),
+        );
+        assert_eq!(block_on(admitted(sluice, &[("api_key", "acme")], 7)), 5);
+        assert_eq!(
+            block_on(admitted(sluice, &[("api_key", "beta")], 3)),
+            2,
+            "other tenants keep the rule"
+        );
+        let state = state_of(sluice, &[("api_key", "acme")]);
+        assert_eq!(state["limits"][0]["source"], "override");
+        assert_eq!(state["limits"][0]["requests_per_unit"], 5);
+        assert_eq!(state["limits"][0]["used"], 5);
+        assert_eq!(state["limits"][0]["remaining"], 0);
+        let (status, listed) = admin(sluice, "GET", "/v1/overrides?domain=tenants", Value::Null);
+        assert_eq!(status, 200);
+        assert_eq!(
+            listed["overrides"].as_array().map(Vec::len),
+            Some(1),
+            "{listed}"
+        );
+        assert_eq!(listed["overrides"][0]["updated_by"], "token:ops");
+        let target = json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "acme")])});
+        let (status, deleted) = admin(sluice, "DELETE", "/v1/overrides", target.clone());
+        assert_eq!(status, 200, "{deleted}");
+        assert_eq!(deleted["previous"]["limit"]["requests_per_unit"], 5);
+        assert_eq!(
+            state_of(sluice, &[("api_key", "acme")])["limits"][0]["source"],
+            "config"
+        );
+        let (status, again) = admin(sluice, "DELETE", "/v1/overrides", target);
+        assert_eq!((status, again["code"].as_str()), (404, Some("NOT_FOUND")));
+    });
+}
+
+#[test]
+fn a_request_s_own_limit_still_comes_first() {
+    each_store(|sluice| {
+        put_override(
+            sluice,
+            &[("api_key", "own")],
+            None,
+            json!({"unit": "minute", "requests_per_unit": 50}),
+        );
+        let admitted = block_on(async {
+            let mut client = sluice.client().await;
+            let mut ok = 0;
+            for _ in 0..4 {
+                let own = descriptor_with_limit(&[("api_key", "own")], 1, Unit::Minute as i32);
+                let response = call(&mut client, request("tenants", vec![own])).await;
+                ok += usize::from(overall(&response) == Code::Ok);
+            }
+            ok
+        });
+        assert_eq!(admitted, 1);
+    });
+}
+
+#[test]
+fn a_named_override_replaces_that_limit_and_keeps_the_others() {
+    each_store(|sluice| {
+        put_override(
+            sluice,
+            &[("user", "u1")],
+            Some("per_minute"),
+            json!({"unit": "minute", "requests_per_unit": 6, "algorithm": "token_bucket"}),
+        );
+        assert_eq!(block_on(admitted(sluice, &[("user", "u1")], 8)), 6);
+        let state = state_of(sluice, &[("user", "u1")]);
+        let limits = state["limits"].as_array().expect("limits");
+        assert_eq!(limits.len(), 2);
+        assert_eq!(
+            (
+                limits[0]["name"].as_str(),
+                limits[0]["source"].as_str(),
+                limits[0]["algorithm"].as_str()
+            ),
+            (Some("per_minute"), Some("override"), Some("token_bucket"))
+        );
+        assert_eq!(
+            (
+                limits[1]["name"].as_str(),
+                limits[1]["source"].as_str(),
+                limits[1]["used"].as_u64()
+            ),
+            (Some("per_hour"), Some("config"), Some(6))
+        );
+    });
+}
+
+#[test]
+fn unlimited_and_shadow_mode_are_set_by_an_override() {
+    each_store(|sluice| {
+        put_override(
+            sluice,
+            &[("api_key", "free")],
+            None,
+            json!({"unlimited": true}),
+        );
+        assert_eq!(block_on(admitted(sluice, &[("api_key", "free")], 10)), 10);
+        let state = state_of(sluice, &[("api_key", "free")]);
+        assert_eq!(
+            (
+                state["unlimited"].as_bool(),
+                state["unlimited_source"].as_str()
+            ),
+            (Some(true), Some("override"))
+        );
+        let mut body = put_body(
+            "tenants",
+            &[("api_key", "trial")],
+            None,
+            json!({"unit": "minute", "requests_per_unit": 1}),
+        );
+        body["shadow_mode"] = json!(true);
+        assert_eq!(admin(sluice, "PUT", "/v1/overrides", body).0, 200);
+        let codes = block_on(async {
+            let mut client = sluice.client().await;
+            let mut codes = Vec::new();
+            for _ in 0..3 {
+                let response = call(
+                    &mut client,
+                    request("tenants", vec![descriptor(&[("api_key", "trial")])]),
+                )
+                .await;
+                codes.push((overall(&response), code(&response.statuses[0])));
+            }
+            codes
+        });
+        // Shadow mode: the limit counts, and never denies.
+        assert!(
+            codes.iter().all(|c| *c == (Code::Ok, Code::Ok)),
+            "{codes:?}"
+        );
+        let state = state_of(sluice, &[("api_key", "trial")]);
+        assert_eq!(
+            (
+                state["limits"][0]["shadow_mode"].as_bool(),
+                state["limits"][0]["source"].as_str()
+            ),
+            (Some(true), Some("override")),
+            "{state}"
+        );
+        put_override(
+            sluice,
+            &[("api_key", "strict")],
+            None,
+            json!({"unit": "minute", "requests_per_unit": 1}),
+        );
+        assert_eq!(
+            block_on(admitted(sluice, &[("api_key", "strict")], 3)),
+            1,
+            "without shadow mode it denies"
+        );
+    });
+}
+
+#[test]
+fn reset_clears_the_counts_but_never_leases_in_flight() {
+    each_store(|sluice| {
+        assert_eq!(block_on(admitted(sluice, &[("api_key", "r1")], 3)), 2);
+        assert_eq!(block_on(admitted(sluice, &[("stream", "s1")], 2)), 2);
+        let (status, reset) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/reset",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "r1")])}),
+        );
+        assert_eq!(status, 200, "{reset}");
+        assert_eq!(reset["state"]["limits"][0]["used"], 0);
+        assert_eq!(block_on(admitted(sluice, &[("api_key", "r1")], 3)), 2);
+        let (status, reset) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/reset",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("stream", "s1")])}),
+        );
+        assert_eq!(status, 200, "{reset}");
+        let kept = reset["kept"].as_array().expect("kept");
+        assert!(
+            kept[0]
+                .as_str()
+                .is_some_and(|k| k.contains("leases in flight")),
+            "{reset}"
+        );
+        let limits = reset["state"]["limits"].as_array().expect("limits");
+        assert_eq!(limits[0]["used"], 2, "the two leases stay held: {reset}");
+        assert_eq!(limits[1]["used"], 0, "the rate is cleared: {reset}");
+    });
+}
+
+#[test]
+fn credit_admits_that_many_more_now_and_is_refused_where_it_means_nothing() {
+    each_store(|sluice| {
+        assert_eq!(block_on(admitted(sluice, &[("api_key", "c1")], 3)), 2);
+        let (status, credited) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/credit",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "c1")]), "amount": 1}),
+        );
+        assert_eq!(status, 200, "{credited}");
+        assert_eq!(credited["state"]["limits"][0]["remaining"], 1);
+        assert_eq!(block_on(admitted(sluice, &[("api_key", "c1")], 3)), 1);
+        assert_eq!(block_on(admitted(sluice, &[("bucket", "b1")], 4)), 3);
+        let (status, credited) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/credit",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("bucket", "b1")]), "amount": 2}),
+        );
+        assert_eq!(status, 200, "{credited}");
+        assert_eq!(block_on(admitted(sluice, &[("bucket", "b1")], 4)), 2);
+        let (status, refused) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/credit",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("log", "l1")]), "amount": 1}),
+        );
+        assert_eq!(
+            (status, refused["code"].as_str()),
+            (400, Some("FAILED_PRECONDITION")),
+            "{refused}"
+        );
+        assert!(
+            refused["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("sliding_window_log")),
+            "{refused}"
+        );
+        let (status, refused) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/credit",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("stream", "s9")]), "amount": 1}),
+        );
+        assert_eq!(
+            status, 400,
+            "a descriptor with a concurrency limit takes no credit: {refused}"
+        );
+        let (status, named) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/credit",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("stream", "s9")]), "name": "per_minute", "amount": 1}),
+        );
+        assert_eq!(status, 200, "its rate limit by name does: {named}");
+    });
+}
+
+#[test]
+fn a_refused_call_names_its_field_and_changes_nothing() {
+    each_store(|sluice| {
+        let cases = [
+            (
+                put_body(
+                    "nowhere",
+                    &[("api_key", "x")],
+                    None,
+                    json!({"unit": "minute", "requests_per_unit": 1}),
+                ),
+                "domain",
+            ),
+            (
+                put_body(
+                    "tenants",
+                    &[("api_key", "x")],
+                    None,
+                    json!({"unit": "fortnight", "requests_per_unit": 1}),
+                ),
+                "limit.unit",
+            ),
+            (
+                put_body(
+                    "tenants",
+                    &[("api_key", "x")],
+                    None,
+                    json!({"unit": "minute", "requests_per_unit": 1, "burst": 2}),
+                ),
+                "limit.burst",
+            ),
+            (
+                put_body(
+                    "tenants",
+                    &[("nokey", "x")],
+                    None,
+                    json!({"unit": "minute", "requests_per_unit": 1}),
+                ),
+                "descriptor",
+            ),
+            (
+                put_body(
+                    "tenants",
+                    &[("api_key", "")],
+                    None,
+                    json!({"unit": "minute", "requests_per_unit": 1}),
+                ),
+                "descriptor[0].value",
+            ),
+            (
+                put_body(
+                    "tenants",
+                    &[("user", "x")],
+                    Some("per_day"),
+                    json!({"unit": "minute", "requests_per_unit": 1}),
+                ),
+                "name",
+            ),
+            (
+                json!({"domain": "tenants", "limit": {"unit": "minute"}}),
+                "descriptor",
+            ),
+            (
+                json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "x")]), "limit": {"unit": "minute"}, "ttl": "5m", "expires_at": "2099-01-01T00:00:00Z"}),
+                "ttl",
+            ),
+            (
+                json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "x")]), "limit": {"unit": "minute"}, "expires_at": "2001-01-01T00:00:00Z"}),
+                "expires_at",
+            ),
+        ];
+        for (body, field) in cases {
+            let (status, error) = admin(sluice, "PUT", "/v1/overrides", body.clone());
+            assert_eq!(status, 400, "{body} -> {error}");
+            assert_eq!(error["code"], "INVALID_ARGUMENT", "{error}");
+            assert_eq!(error["field"], field, "{body} -> {error}");
+        }
+        let (_, listed) = admin(sluice, "GET", "/v1/overrides?domain=tenants", Value::Null);
+        assert_eq!(listed["overrides"], json!([]), "nothing half-applied");
+        let (status, error) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/credit",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "x")]), "amount": 0}),
+        );
+        assert_eq!((status, error["field"].as_str()), (400, Some("amount")));
+    });
+}
+
+#[test]
+fn no_call_passes_without_a_token_in_force() {
+    let flags = AdminFlags::new();
+    let sluice = Sluice::start(CONFIG, &flags.args());
+    let addr = sluice.admin_addr.expect("admin port");
+    let list = json!(null);
+    let (status, body) = admin_call(addr, None, "GET", "/v1/overrides?domain=tenants", &list);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (401, Some("UNAUTHENTICATED"))
+    );
+    let (status, _) = admin_call(
+        addr,
+        Some("not-the-token-0123456789"),
+        "GET",
+        "/v1/overrides?domain=tenants",
+        &list,
+    );
+    assert_eq!(status, 401);
+    let put = put_body(
+        "tenants",
+        &[("api_key", "sneaky")],
+        None,
+        json!({"unlimited": true}),
+    );
+    assert_eq!(admin_call(addr, None, "PUT", "/v1/overrides", &put).0, 401);
+    assert_eq!(
+        block_on(admitted(&sluice, &[("api_key", "sneaky")], 3)),
+        2,
+        "no override was put"
+    );
+}
+
+#[test]
+fn the_admin_port_does_not_open_without_authentication() {
+    let mut sluice_exit = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start sluice");
+    let mut log = String::new();
+    use std::io::Read;
+    sluice_exit
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut log)
+        .expect("read");
+    let status = sluice_exit.wait().expect("exit");
+    assert!(!status.success());
+    assert!(log.contains("never opens without authentication"), "{log}");
+}
+
+#[test]
+fn an_override_reaches_another_replica_within_a_second() {
+    let redis = RedisServer::start(&[]);
+    let flags = AdminFlags::new();
+    let files = [("config.yaml", CONFIG)];
+    let first = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    let second = Sluice::on_redis_url(&files, &redis.url(), &[], &[]);
+    let started = Instant::now();
+    put_override(
+        &first,
+        &[("api_key", "spread")],
+        None,
+        json!({"unlimited": true}),
+    );
+    let seen_after = block_on(async {
+        let mut client = second.client().await;
+        loop {
+            let response = call(
+                &mut client,
+                request("tenants", vec![descriptor(&[("api_key", "spread")])]),
+            )
+            .await;
+            // The rule's 2 per minute would deny the third call; the override admits all.
+            if overall(&response) == Code::Ok && started.elapsed() > Duration::ZERO {
+                let mut all = true;
+                for _ in 0..3 {
+                    let again = call(
+                        &mut client,
+                        request("tenants", vec![descriptor(&[("api_key", "spread")])]),
+                    )
+                    .await;
+                    all &= overall(&again) == Code::Ok;
+                }
+                if all {
+                    return started.elapsed();
+                }
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "never seen");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    assert!(
+        seen_after < Duration::from_secs(1),
+        "seen after {seen_after:?}"
+    );
+    // A replica that starts loads the overrides before it serves.
+    let third = Sluice::on_redis_url(&files, &redis.url(), &[], &[]);
+    assert_eq!(block_on(admitted(&third, &[("api_key", "spread")], 5)), 5);
+    // A delete reaches the others alike.
+    let target = json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "spread")])});
+    assert_eq!(admin(&first, "DELETE", "/v1/overrides", target).0, 200);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        state_of(&first, &[("api_key", "spread")])["unlimited"],
+        false
+    );
+    assert_eq!(
+        block_on(admitted(&second, &[("api_key", "spread")], 2)),
+        0,
+        "the rule's 2 a minute were spent"
+    );
+}
+
+#[test]
+fn an_override_survives_a_restart_on_the_memory_store_s_snapshot_and_on_redis() {
+    let flags = AdminFlags::new();
+    let dir = tempfile::tempdir().expect("a directory");
+    let snapshot = dir.path().join("snapshot").display().to_string();
+    let mut args = flags.args();
+    args.extend(["--memory-snapshot", &snapshot]);
+    let before = Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[]);
+    put_override(
+        &before,
+        &[("api_key", "kept")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 7}),
+    );
+    // The change is written to the snapshot at once: a crash right after loses nothing.
+    let written = Instant::now();
+    while !std::path::Path::new(&snapshot).exists() {
+        assert!(
+            written.elapsed() < Duration::from_secs(5),
+            "no snapshot written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(before);
+    let after = Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[]);
+    assert_eq!(
+        state_of(&after, &[("api_key", "kept")])["limits"][0]["requests_per_unit"],
+        7
+    );
+    drop(after);
+
+    let redis = RedisServer::start(&[]);
+    let files = [("config.yaml", CONFIG)];
+    let before = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    put_override(
+        &before,
+        &[("api_key", "kept")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 7}),
+    );
+    drop(before);
+    let after = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    assert_eq!(
+        state_of(&after, &[("api_key", "kept")])["limits"][0]["requests_per_unit"],
+        7
+    );
+}
