@@ -7,6 +7,7 @@ mod support;
 
 mod accounting;
 mod admin;
+mod admin_clients;
 mod algorithm_properties;
 mod budget_race;
 mod budgets;
