@@ -2,7 +2,7 @@
 //! logging and signals, and hands over to the library; exit codes are decided here only.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -53,6 +53,10 @@ enum Command {
         #[arg(long, env = "SLUICE_DEBT", action = clap::ArgAction::SetTrue,
               value_parser = clap::builder::FalseyValueParser::new())]
         debt: bool,
+        /// A file of admin overrides (a list, or the admin API's list answer) to check
+        /// against the config: how many would be in force, and each refused one.
+        #[arg(long)]
+        overrides: Option<PathBuf>,
     },
     /// Replay synthetic traffic against a config on a virtual clock and show what each
     /// request gets, per descriptor: a chart per time bucket, or every decision as CSV.
@@ -79,6 +83,10 @@ struct ReplayArgs {
     /// Recordings, in time order (a rotated `FILE.1` before `FILE`).
     #[arg(required = true)]
     recordings: Vec<PathBuf>,
+    /// A file of admin overrides in force under the config under test (a list, or the
+    /// admin API's list answer).
+    #[arg(long)]
+    overrides: Option<PathBuf>,
     /// Let several files hold the same domain.
     #[arg(long)]
     merge_domain_config: bool,
@@ -159,6 +167,7 @@ fn main() -> ExitCode {
             paths,
             merge_domain_config,
             debt,
+            overrides,
         }) => check_config(
             &paths,
             LoadOptions {
@@ -166,6 +175,7 @@ fn main() -> ExitCode {
                 debt,
                 ..LoadOptions::default()
             },
+            overrides.as_deref(),
         ),
         Some(Command::Serve(args)) => serve(*args),
         Some(Command::Simulate(args)) => run_simulation(&args),
@@ -174,7 +184,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn check_config(paths: &[PathBuf], options: LoadOptions) -> ExitCode {
+fn check_config(paths: &[PathBuf], options: LoadOptions, overrides: Option<&Path>) -> ExitCode {
     match config::load(paths, options) {
         Ok(config) => {
             for warning in config.warnings() {
@@ -201,10 +211,37 @@ fn check_config(paths: &[PathBuf], options: LoadOptions) -> ExitCode {
                     }
                 }
             }
-            ExitCode::SUCCESS
+            match overrides {
+                Some(path) => check_overrides(path, &config, options),
+                None => ExitCode::SUCCESS,
+            }
         }
         Err(errors) => {
             eprintln!("{errors}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks a file of overrides against `config`: the count in force (never each one), or
+/// each refused one with its field.
+fn check_overrides(path: &Path, config: &config::Config, options: LoadOptions) -> ExitCode {
+    let docs = match config::overrides::read_file(path) {
+        Ok(docs) => docs,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match config::overrides::index_of(&docs, config, options) {
+        Ok(index) => {
+            println!("overrides: {} in force ({})", index.len(), path.display());
+            ExitCode::SUCCESS
+        }
+        Err(refused) => {
+            for error in refused {
+                eprintln!("{}: {error}", path.display());
+            }
             ExitCode::FAILURE
         }
     }
@@ -218,6 +255,7 @@ fn run_replay(args: &ReplayArgs) -> ExitCode {
         recordings: args.recordings.clone(),
         merge_domain_config: args.merge_domain_config,
         without_reserve: args.without_reserve,
+        overrides: args.overrides.clone(),
     };
     let report = match replay::run(&replay) {
         Ok(report) => report,

@@ -39,6 +39,8 @@ pub struct Replay {
     /// the calls replayed as a gateway without them sends them: a settle is a plain charge
     /// of the actual cost (instead of `baseline`).
     pub without_reserve: bool,
+    /// A file of admin overrides in force under the config under test (docs/admin.md).
+    pub overrides: Option<PathBuf>,
 }
 
 /// Why a replay cannot run.
@@ -57,6 +59,8 @@ pub enum ReplayError {
     NoDecisions { path: PathBuf, call: usize },
     #[error("cannot start the runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    #[error("overrides refused:\n{}", .0.join("\n"))]
+    Overrides(Vec<String>),
 }
 
 /// What one call got on one side: its overall answer, each descriptor's, and whether the
@@ -87,6 +91,16 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
         config::load(paths, options).map_err(|errors| ReplayError::Config { which, errors })
     };
     let config = load(&replay.config, "--config", false)?;
+    let overrides = match &replay.overrides {
+        Some(path) => {
+            let docs =
+                config::overrides::read_file(path).map_err(|e| ReplayError::Overrides(vec![e]))?;
+            let index = config::overrides::index_of(&docs, &config, load_options)
+                .map_err(ReplayError::Overrides)?;
+            Arc::new(index)
+        }
+        None => Arc::default(),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let before = match &replay.baseline {
         _ if replay.without_reserve => {
@@ -101,7 +115,12 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
         None => recorded(&replay.recordings, &calls)?,
     };
     let config = Arc::new(config);
-    let after = runtime.block_on(decide_all_shared(config.clone(), options, &calls));
+    let after = runtime.block_on(decide_all_shared(
+        config.clone(),
+        overrides,
+        options,
+        &calls,
+    ));
     let baseline = match &replay.baseline {
         _ if replay.without_reserve => {
             format!("{} without its reservations replayed", list(&replay.config))
@@ -187,12 +206,14 @@ fn recorded(paths: &[PathBuf], calls: &[Call]) -> Result<Vec<Decided>, ReplayErr
 }
 
 async fn decide_all(config: Config, options: RecordedOptions, calls: &[Call]) -> Vec<Decided> {
-    decide_all_shared(Arc::new(config), options, calls).await
+    decide_all_shared(Arc::new(config), Arc::default(), options, calls).await
 }
 
-/// Decides `calls` in order under `config` on a fresh memory store whose clock follows them.
+/// Decides `calls` in order under `config` (and `overrides`) on a fresh memory store whose
+/// clock follows them.
 async fn decide_all_shared(
     config: Arc<Config>,
+    overrides: Arc<config::overrides::OverrideIndex>,
     options: RecordedOptions,
     calls: &[Call],
 ) -> Vec<Decided> {
@@ -213,7 +234,8 @@ async fn decide_all_shared(
         store.clone(),
         service,
         Arc::new(Metrics::new(0.8, 0)),
-    );
+    )
+    .with_overrides(overrides);
     // Recorded lease and hold tokens, to the tokens this replay's acquires and openings got.
     let mut tokens: HashMap<String, String> = HashMap::new();
     let mut holds: HashMap<String, String> = HashMap::new();

@@ -187,6 +187,8 @@ fn an_override_replaces_the_rule_s_limit_for_its_descriptor_only_until_deleted()
             "{listed}"
         );
         assert_eq!(listed["overrides"][0]["updated_by"], "token:ops");
+        let (_, rlconfig) = sluice.http_get("/rlconfig");
+        assert!(rlconfig.contains("# overrides in force: 1"), "{rlconfig}");
         let target = json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "acme")])});
         let (status, deleted) = admin(sluice, "DELETE", "/v1/overrides", target.clone());
         assert_eq!(status, 200, "{deleted}");

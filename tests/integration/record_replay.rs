@@ -695,3 +695,64 @@ fn a_csv_of_requests_converts_to_a_recording_replay_reads() {
     // 30 calls in one minute: 10 admitted before, 5 after.
     assert_eq!(report["newly_denied"].as_u64(), Some(5));
 }
+
+#[test]
+fn a_replay_applies_a_file_of_admin_overrides_and_check_config_counts_them() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let recording = steady_recording(dir.path());
+    let overrides = dir.path().join("overrides.yaml");
+    std::fs::write(
+        &overrides,
+        "- domain: app\n  descriptor: [{key: client, value: a}]\n  limit: {unit: minute, requests_per_unit: 5}\n",
+    )
+    .expect("write the overrides");
+    let (config, overrides_arg) = (
+        fixture("tenfold.yaml").display().to_string(),
+        overrides.display().to_string(),
+    );
+    let recording_arg = recording.display().to_string();
+    let (code, report) = replay_json(&[
+        "--baseline",
+        &config,
+        "--config",
+        &config,
+        "--overrides",
+        &overrides_arg,
+        &recording_arg,
+    ]);
+    assert_eq!(code, Some(0));
+    // Client a's 20 calls a minute for 3 minutes: 10 admitted before, 5 with its override.
+    assert_eq!(report["newly_denied"].as_u64(), Some(15), "{report}");
+    assert_eq!(
+        report["rules"][0]["clients"][0]["client"].as_str(),
+        Some("client=a")
+    );
+
+    let checked = sluice_command(&["check-config", &config, "--overrides", &overrides_arg]);
+    assert!(checked.status.success());
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(out.contains("overrides: 1 in force"), "{out}");
+    std::fs::write(
+        &overrides,
+        "- domain: app\n  descriptor: [{key: nobody, value: a}]\n  limit: {unit: minute, requests_per_unit: 5}\n",
+    )
+    .expect("write the overrides");
+    let refused = sluice_command(&["check-config", &config, "--overrides", &overrides_arg]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("overrides[0].descriptor: no rule"), "{err}");
+    let replayed = sluice_command(&[
+        "replay",
+        "--config",
+        &config,
+        "--overrides",
+        &overrides_arg,
+        &recording_arg,
+    ]);
+    assert_eq!(
+        replayed.status.code(),
+        Some(1),
+        "a refused override refuses the replay"
+    );
+    assert!(String::from_utf8_lossy(&replayed.stderr).contains("overrides[0].descriptor"));
+}

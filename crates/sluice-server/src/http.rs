@@ -176,6 +176,7 @@ async fn metrics<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Respon
 /// Every limit, one line each, sorted; written on a blocking thread (a config may be large).
 async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {
     let config = endpoints.config.load_full();
+    let overrides = endpoints.limiter.overrides().len();
     let written = tokio::task::spawn_blocking(move || {
         let mut lines: Vec<String> = config
             .domains()
@@ -188,6 +189,10 @@ async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Respo
         if lines.iter().any(|line| line.contains(", window: calendar")) {
             let version = sluice_core::calendar::time_zone_database_version();
             lines.insert(0, format!("# time zone database {version}"));
+        }
+        // Admin overrides are counted, never listed (there may be a million).
+        if overrides > 0 {
+            lines.insert(0, format!("# overrides in force: {overrides}"));
         }
         lines
             .into_iter()
