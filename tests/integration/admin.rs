@@ -677,3 +677,209 @@ fn an_override_survives_a_restart_on_the_memory_store_s_snapshot_and_on_redis() 
         7
     );
 }
+
+/// Hits of cost 1 on `entries` by `clients` concurrent clients, `each` apiece, spread over
+/// `replicas`; how many were admitted.
+async fn hammer(
+    replicas: &[&Sluice],
+    entries: &[(&str, &str)],
+    clients: usize,
+    each: usize,
+) -> usize {
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let mut channel = replicas[client % replicas.len()].client().await;
+        let entries: Vec<(String, String)> = entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        tasks.push(tokio::spawn(async move {
+            let pairs: Vec<(&str, &str)> = entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let mut ok = 0;
+            for _ in 0..each {
+                let response =
+                    call(&mut channel, request("tenants", vec![descriptor(&pairs)])).await;
+                ok += usize::from(overall(&response) == Code::Ok);
+            }
+            ok
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.expect("a client");
+    }
+    admitted
+}
+
+#[test]
+fn reset_and_credit_are_exact_under_64_clients_on_two_replicas() {
+    let redis = RedisServer::start(&[]);
+    let flags = AdminFlags::new();
+    let files = [("config.yaml", CONFIG)];
+    let first = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    let second = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    let key = [("api_key", "exact")];
+    // A limit no client reaches, so that every hit counts: the model is a plain sum.
+    put_override(
+        &first,
+        &key,
+        None,
+        json!({"unit": "hour", "requests_per_unit": 1_000_000}),
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let used = |sluice: &Sluice| {
+        state_of(sluice, &key)["limits"][0]["used"]
+            .as_u64()
+            .expect("used")
+    };
+    runtime.block_on(async {
+        assert_eq!(hammer(&[&first, &second], &key, 64, 20).await, 1280);
+        // Credits of 50, ten of them through both replicas, while 64 clients charge 1,280
+        // more: the count never falls to 0 on the way, so the model is exact.
+        let credits = tokio::task::spawn_blocking({
+            let (a, b) = (first.admin_addr, second.admin_addr);
+            move || {
+                for round in 0..10 {
+                    let addr = if round % 2 == 0 { a } else { b }.expect("admin port");
+                    let body = json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "exact")]), "amount": 50});
+                    let (status, answer) = admin_call(addr, Some(TOKEN), "POST", "/v1/descriptors/credit", &body);
+                    assert_eq!(status, 200, "{answer}");
+                }
+            }
+        });
+        assert_eq!(hammer(&[&first, &second], &key, 64, 20).await, 1280);
+        credits.await.expect("the credits");
+    });
+    assert_eq!(used(&first), 2560 - 500);
+    assert_eq!(
+        used(&second),
+        2560 - 500,
+        "both replicas read the same counter"
+    );
+    let (status, reset) = admin(
+        &second,
+        "POST",
+        "/v1/descriptors/reset",
+        json!({"domain": "tenants", "descriptor": entry_list(&key)}),
+    );
+    assert_eq!(
+        (status, reset["cleared"].as_u64()),
+        (200, Some(1)),
+        "{reset}"
+    );
+    runtime.block_on(async {
+        assert_eq!(hammer(&[&first, &second], &key, 64, 5).await, 320);
+    });
+    assert_eq!(used(&first), 320, "counted from the reset on, exactly");
+}
+
+/// sluice with the admin port on the Sentinel of `sentinel`, serving `files`.
+fn admin_through_sentinel(sentinel: &RedisServer, flags: &AdminFlags) -> Sluice {
+    let url = format!("mymaster,127.0.0.1:{}", sentinel.port);
+    let mut args = vec!["--store", "redis"];
+    args.extend(flags.args());
+    Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &args,
+        &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &url)],
+    )
+}
+
+#[test]
+fn an_override_survives_a_sentinel_failover() {
+    let (primary, replica, sentinel) = crate::redis_faults::sentinel_deployment();
+    let flags = AdminFlags::new();
+    let before = admin_through_sentinel(&sentinel, &flags);
+    put_override(
+        &before,
+        &[("api_key", "failover")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 9}),
+    );
+    // Replicated before the failover (a write not yet on the replica is Redis's to lose).
+    primary.cli(&["WAIT", "1", "2000"]);
+    sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while crate::redis_faults::primary_port(&sentinel) != replica.port.to_string() {
+        assert!(Instant::now() < deadline, "never promoted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The old primary serves no more writes (a write it took before would be lost with it).
+    while !primary.cli(&["INFO", "replication"]).contains("role:slave") {
+        assert!(
+            Instant::now() < deadline,
+            "the old primary never became a replica"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = admin_through_sentinel(&sentinel, &flags);
+    assert_eq!(
+        state_of(&after, &[("api_key", "failover")])["limits"][0]["requests_per_unit"],
+        9
+    );
+    // The replica that was serving follows the new primary, and changes go on.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _) = admin(
+            &before,
+            "PUT",
+            "/v1/overrides",
+            put_body(
+                "tenants",
+                &[("api_key", "later")],
+                None,
+                json!({"unlimited": true}),
+            ),
+        );
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no put after the failover");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        state_of(&after, &[("api_key", "later")])["unlimited"],
+        true,
+        "seen by the other replica"
+    );
+}
+
+#[test]
+fn overrides_live_in_one_slot_of_a_cluster() {
+    let nodes = crate::support::redis::start_cluster();
+    let flags = AdminFlags::new();
+    let cluster = crate::support::redis::cluster_flags(&nodes);
+    let mut args: Vec<&str> = cluster.iter().map(String::as_str).collect();
+    args.extend(flags.args());
+    let first = Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[]);
+    let second = Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[]);
+    put_override(
+        &first,
+        &[("api_key", "sharded")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 4}),
+    );
+    assert_eq!(block_on(admitted(&first, &[("api_key", "sharded")], 6)), 4);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        state_of(&second, &[("api_key", "sharded")])["limits"][0]["used"],
+        4
+    );
+    let (status, credited) = admin(
+        &second,
+        "POST",
+        "/v1/descriptors/credit",
+        json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "sharded")]), "amount": 2}),
+    );
+    assert_eq!(status, 200, "{credited}");
+    assert_eq!(block_on(admitted(&first, &[("api_key", "sharded")], 3)), 2);
+}
