@@ -19,8 +19,8 @@ pub use sluice_core::modifier::penalty;
 pub use sluice_core::{algorithm, calendar, duration, engine, labels, limit, modifier};
 pub use sluice_proto as proto;
 pub use sluice_server::{
-    client_tls, http, lease, metrics, otel, record, reserve, rlqs, server, service, settings,
-    statsd, xds,
+    admin, client_tls, http, lease, metrics, otel, record, reserve, rlqs, server, service,
+    settings, statsd, xds,
 };
 pub use sluice_store as store;
 pub use sluice_store::series;

@@ -26,7 +26,7 @@ use crate::record::Recorder;
 pub use error::DecisionError;
 pub use extras::{HeaderForm, HeaderNames};
 pub use response::{Applied, Verdict};
-use sluice_config::overrides::{self, DescriptorOverrides, OverrideIndex};
+use sluice_config::overrides::{DescriptorOverrides, OverrideIndex};
 use sluice_config::Config;
 use sluice_core::engine::Charging;
 pub use sluice_core::limit::LeaseOutcome;
@@ -287,8 +287,7 @@ impl<S: Store> RateLimiter<S> {
                     .iter()
                     .filter(|e| lease::is_matched(&e.key) && reserve::is_matched(&e.key))
                     .map(|e| (e.key.as_str(), e.value.as_str()));
-                self.overrides
-                    .get(&overrides::descriptor_id(&request.domain, entries))
+                self.overrides.get_entries(&request.domain, entries)
             })
             .collect()
     }

@@ -20,15 +20,30 @@ pub fn descriptor_id<'a>(
     domain: &str,
     entries: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> String {
-    let mut id = String::with_capacity(domain.len() + 48);
-    id.push_str(domain);
-    for (key, value) in entries {
-        id.push(ENTRY);
-        id.push_str(key);
-        id.push(VALUE);
-        id.push_str(value);
+    let mut id = Vec::with_capacity(domain.len() + 48);
+    write_id(domain, entries, |bytes| id.extend_from_slice(bytes));
+    // Only whole strings and whole separators were written.
+    String::from_utf8(id).unwrap_or_default()
+}
+
+/// Writes the bytes of the id of `entries` in `domain` to `sink`, piece by piece (a hash
+/// takes them without the id being built).
+pub(crate) fn write_id<'a>(
+    domain: &str,
+    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    mut sink: impl FnMut(&[u8]),
+) {
+    let mut entry = [0; 4];
+    let entry = ENTRY.encode_utf8(&mut entry).as_bytes();
+    let mut value = [0; 4];
+    let value = VALUE.encode_utf8(&mut value).as_bytes();
+    sink(domain.as_bytes());
+    for (k, v) in entries {
+        sink(entry);
+        sink(k.as_bytes());
+        sink(value);
+        sink(v.as_bytes());
     }
-    id
 }
 
 /// The descriptor id a record id names (the record id without its name).

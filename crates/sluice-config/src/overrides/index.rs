@@ -1,13 +1,20 @@
-//! The overrides in force, by descriptor id, for the request path: a lookup takes a shard's
-//! read lock for one hash probe, and a change (a put, a delete, a replica catching up) takes
-//! one shard's write lock, so a million overrides load and change without stalling a call.
+//! The overrides in force, by descriptor id, for the request path: a lookup hashes the
+//! request's entries (no id is built) and takes a shard's read lock for one probe, and a
+//! change (a put, a delete, a replica catching up) takes one shard's write lock, so a million
+//! overrides load and change without stalling a call. Ids are held as a 128-bit keyed hash
+//! (SipHash-1-3 with a secret of the process), not as strings: two descriptors share
+//! overrides only if their hashes collide, for a million of them a chance of about 1 in 10^27
+//! (the memory store names its keys alike).
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use siphasher::sip128::{Hasher128, SipHasher13};
 use smallvec::SmallVec;
+
+use super::id::write_id;
 
 use sluice_core::limit::Limit;
 
@@ -57,20 +64,49 @@ impl DescriptorOverrides {
     }
 }
 
-type Shard = RwLock<HashMap<String, Arc<DescriptorOverrides>>>;
+/// A descriptor id's keyed 128-bit hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct IdHash(u64, u64);
+
+/// Hashes an `IdHash` by its first half: it is a keyed hash already.
+#[derive(Default)]
+struct FirstHalf(u64);
+
+impl Hasher for FirstHalf {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        if self.0 == 0 {
+            self.0 = value;
+        }
+    }
+}
+
+type Shard = RwLock<HashMap<IdHash, Arc<DescriptorOverrides>, BuildHasherDefault<FirstHalf>>>;
 
 /// Every override in force, by descriptor id.
 pub struct OverrideIndex {
     shards: Box<[Shard]>,
-    hasher: std::collections::hash_map::RandomState,
+    /// The hash's secret.
+    keys: (u64, u64),
     records: AtomicUsize,
 }
 
 impl Default for OverrideIndex {
     fn default() -> Self {
+        let random = std::collections::hash_map::RandomState::new();
+        let key = |n: u64| std::hash::BuildHasher::hash_one(&random, n);
         OverrideIndex {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            hasher: std::collections::hash_map::RandomState::new(),
+            keys: (key(1), key(2)),
             records: AtomicUsize::new(0),
         }
     }
@@ -93,21 +129,44 @@ impl OverrideIndex {
         self.len() == 0
     }
 
-    fn shard_index(&self, descriptor_id: &str) -> usize {
-        (self.hasher.hash_one(descriptor_id) % SHARDS as u64) as usize
+    /// The hash of the id whose bytes `write` gives.
+    fn hash_with(&self, write: impl FnOnce(&mut SipHasher13)) -> IdHash {
+        let mut hasher = SipHasher13::new_with_keys(self.keys.0, self.keys.1);
+        write(&mut hasher);
+        let hash = hasher.finish128();
+        IdHash(hash.h1, hash.h2)
     }
 
-    fn shard(&self, descriptor_id: &str) -> &Shard {
-        &self.shards[self.shard_index(descriptor_id)]
+    fn hash_of(&self, descriptor_id: &str) -> IdHash {
+        self.hash_with(|hasher| hasher.write(descriptor_id.as_bytes()))
+    }
+
+    fn shard(&self, id: IdHash) -> &Shard {
+        &self.shards[(id.1 % SHARDS as u64) as usize]
+    }
+
+    fn find(&self, id: IdHash) -> Option<Arc<DescriptorOverrides>> {
+        let shard = self
+            .shard(id)
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        shard.get(&id).cloned()
     }
 
     /// The overrides of the descriptor `descriptor_id`.
     pub fn get(&self, descriptor_id: &str) -> Option<Arc<DescriptorOverrides>> {
-        let shard = self
-            .shard(descriptor_id)
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        shard.get(descriptor_id).cloned()
+        self.find(self.hash_of(descriptor_id))
+    }
+
+    /// The overrides of the descriptor of `entries` in `domain` (as `get` of its id, without
+    /// building it).
+    pub fn get_entries<'a>(
+        &self,
+        domain: &str,
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<Arc<DescriptorOverrides>> {
+        let id = self.hash_with(|hasher| write_id(domain, entries, |bytes| hasher.write(bytes)));
+        self.find(id)
     }
 
     /// Puts `limit` for `descriptor_id`, in place of the one of the same name.
@@ -141,21 +200,22 @@ impl OverrideIndex {
     /// Applies `edit` to the overrides of `descriptor_id` under its shard's lock, keeping
     /// the count.
     fn change(&self, descriptor_id: &str, edit: impl FnOnce(&mut DescriptorOverrides)) {
+        let id = self.hash_of(descriptor_id);
         let mut shard = self
-            .shard(descriptor_id)
+            .shard(id)
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut overrides = shard
-            .get(descriptor_id)
+            .get(&id)
             .map(|o| DescriptorOverrides::clone(o))
             .unwrap_or_default();
         let before = overrides.len();
         edit(&mut overrides);
         let after = overrides.len();
         if after == 0 {
-            shard.remove(descriptor_id);
+            shard.remove(&id);
         } else {
-            shard.insert(descriptor_id.to_string(), Arc::new(overrides));
+            shard.insert(id, Arc::new(overrides));
         }
         if after > before {
             self.records.fetch_add(after - before, Ordering::Relaxed);
@@ -167,11 +227,13 @@ impl OverrideIndex {
     /// Replaces every override with `all` (descriptor id, override): each shard is swapped
     /// whole under its lock, so a lookup sees the old set or the new one, never none.
     pub fn replace_all(&self, all: impl IntoIterator<Item = (String, OverrideLimit)>) {
-        let mut fresh: Vec<HashMap<String, DescriptorOverrides>> =
+        let mut fresh: Vec<HashMap<IdHash, DescriptorOverrides>> =
             (0..self.shards.len()).map(|_| HashMap::new()).collect();
         for (descriptor_id, limit) in all {
-            let index = self.shard_index(&descriptor_id);
-            let overrides = fresh[index].entry(descriptor_id).or_default();
+            let id = self.hash_of(&descriptor_id);
+            let overrides = fresh[(id.1 % SHARDS as u64) as usize]
+                .entry(id)
+                .or_default();
             match &limit.name {
                 None => overrides.every = Some(limit),
                 Some(name) => {
@@ -182,7 +244,7 @@ impl OverrideIndex {
         }
         for (shard, map) in self.shards.iter().zip(fresh) {
             let held: usize = map.values().map(DescriptorOverrides::len).sum();
-            let map: HashMap<String, Arc<DescriptorOverrides>> =
+            let map: HashMap<IdHash, Arc<DescriptorOverrides>, BuildHasherDefault<FirstHalf>> =
                 map.into_iter().map(|(id, o)| (id, Arc::new(o))).collect();
             let mut shard = shard
                 .write()
@@ -253,6 +315,16 @@ mod tests {
         assert!(index.remove("d", None));
         assert!(index.get("d").is_none());
         assert!(index.is_empty());
+    }
+
+    #[test]
+    fn a_lookup_by_entries_finds_what_a_put_by_id_put() {
+        let index = OverrideIndex::default();
+        let id = crate::overrides::descriptor_id("rl", [("k", "v"), ("x", "y")]);
+        index.insert(&id, limit(None, 1));
+        assert!(index.get_entries("rl", [("k", "v"), ("x", "y")]).is_some());
+        assert!(index.get_entries("rl", [("k", "v")]).is_none());
+        assert!(index.get_entries("rl", [("kv", ""), ("x", "y")]).is_none());
     }
 
     #[test]
