@@ -9,10 +9,8 @@
 --   "put", id, JSON    sets the record; replies its previous JSON (nil: there was none)
 --   "delete", id       removes it; replies its previous JSON (nil: there was none, and
 --                      nothing is appended)
---   "changes", since, count
---                      replies the stream's first and last entry ids ("" when empty), then,
---                      when `since` is given, for each of up to `count` changes after it:
---                      its entry id, the record id, and the record's JSON now ("": deleted)
+-- Replicas read the stream with XRANGE and the records with HMGET (no script: the poll is
+-- plain reads).
 
 -- How many changes the stream keeps (about): a replica further behind loads every record.
 local KEPT_CHANGES = 100000
@@ -38,24 +36,6 @@ if operation == 'delete' then
     appended(ARGV[2])
   end
   return before
-end
-
-if operation == 'changes' then
-  local first = redis.call('XRANGE', changes, '-', '+', 'COUNT', 1)
-  local last = redis.call('XREVRANGE', changes, '+', '-', 'COUNT', 1)
-  local reply = {'', ''}
-  if first[1] then
-    reply = {first[1][1], last[1][1]}
-  end
-  if ARGV[2] ~= '' then
-    for _, entry in ipairs(redis.call('XRANGE', changes, '(' .. ARGV[2], '+', 'COUNT', ARGV[3])) do
-      local id = entry[2][2]
-      reply[#reply + 1] = entry[1]
-      reply[#reply + 1] = id
-      reply[#reply + 1] = redis.call('HGET', records, id) or ''
-    end
-  end
-  return reply
 end
 
 return redis.error_reply('unknown overrides operation: ' .. tostring(operation))

@@ -140,8 +140,12 @@ fn kubernetes_manifests_validate_against_the_schemas() {
         .iter()
         .map(|r| r.as_str().unwrap().to_string())
         .collect();
-    let mut files = Vec::new();
-    yaml_files(&root().join("deploy/kubernetes"), &mut files);
+    // The base's own files (overlays live in directories of their own).
+    let files: Vec<PathBuf> = std::fs::read_dir(root().join("deploy/kubernetes"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
     let listed: BTreeSet<String> = resources.iter().cloned().collect();
     let present: BTreeSet<String> = files
         .iter()
@@ -153,6 +157,11 @@ fn kubernetes_manifests_validate_against_the_schemas() {
         .iter()
         .map(|r| root().join("deploy/kubernetes").join(r))
         .collect();
+    validate_manifests(&paths);
+}
+
+/// Runs kubernetes-validate (strict) on `paths`; panics with its report when one is refused.
+fn validate_manifests(paths: &[PathBuf]) {
     let output = Command::new("python3")
         .args([
             "-m",
@@ -162,7 +171,7 @@ fn kubernetes_manifests_validate_against_the_schemas() {
             "--kubernetes-version",
             "1.30.0",
         ])
-        .args(&paths)
+        .args(paths)
         .output()
         .unwrap_or_else(|e| {
             panic!("cannot run python3 ({e}); scripts/test installs kubernetes-validate")
@@ -877,4 +886,110 @@ fn the_rate_limit_quota_example_streams_to_sluice_and_its_buckets_are_limited() 
     assert!(!cluster["typed_extension_protocol_options"].is_null());
     let address = first_endpoint(cluster);
     assert_eq!(address["port_value"].as_u64(), Some(8081));
+}
+
+/// The items of the sequence at `key` of `patch`, appended to the one of `base` (a strategic
+/// merge of lists keyed by name, where every item of the patch is new).
+fn append(base: &mut Value, patch: &Value, key: &str) {
+    let added = patch[key].as_sequence().cloned().unwrap_or_default();
+    match base.get_mut(key).and_then(Value::as_sequence_mut) {
+        Some(items) => items.extend(added),
+        None => {
+            base[key] = Value::Sequence(added);
+        }
+    }
+}
+
+#[test]
+fn the_admin_overlay_serves_the_admin_api_behind_mtls_and_validates() {
+    let kustomization = documents("deploy/kubernetes/admin/kustomization.yaml").remove(0);
+    let resources: Vec<&str> = kustomization["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(resources, ["..", "service.yaml", "networkpolicy.yaml"]);
+    assert_eq!(
+        kustomization["patches"][0]["path"].as_str(),
+        Some("deployment-patch.yaml")
+    );
+    // The base Deployment with the patch merged, as kustomize would.
+    let patch = documents("deploy/kubernetes/admin/deployment-patch.yaml").remove(0);
+    let patched = &patch["spec"]["template"]["spec"];
+    let mut merged = deployment();
+    {
+        let pod = &mut merged["spec"]["template"]["spec"];
+        append(pod, patched, "volumes");
+        let container = &mut pod["containers"][0];
+        assert_eq!(container["name"].as_str(), Some("sluice"));
+        for key in ["ports", "env", "volumeMounts"] {
+            append(container, &patched["containers"][0], key);
+        }
+    }
+    let env = container_env(&merged);
+    let value = |name: &str| {
+        env.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{name} is not set"))
+    };
+    // mTLS with an allowed subject: a port sluice agrees to open.
+    let mount = at(
+        &merged,
+        &[
+            "spec",
+            "template",
+            "spec",
+            "containers",
+            "0",
+            "volumeMounts",
+        ],
+    )
+    .as_sequence()
+    .unwrap()
+    .iter()
+    .find(|m| m["name"].as_str() == Some("admin-tls"))
+    .and_then(|m| m["mountPath"].as_str())
+    .expect("the admin certificates are mounted")
+    .to_string();
+    for name in [
+        "SLUICE_ADMIN_TLS_CERT",
+        "SLUICE_ADMIN_TLS_KEY",
+        "SLUICE_ADMIN_TLS_CLIENT_CA",
+    ] {
+        assert!(value(name).starts_with(&mount), "{name} is under {mount}");
+    }
+    assert!(!value("SLUICE_ADMIN_ALLOWED_SUBJECTS").is_empty());
+    assert!(value("SLUICE_ADMIN_ADDR").ends_with(":8082"));
+    let help = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("sluice serve --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for (name, _) in env.iter().filter(|(n, _)| n.starts_with("SLUICE_ADMIN")) {
+        assert!(
+            help.contains(&format!("env: {name}=")),
+            "sluice reads no {name}"
+        );
+    }
+    let service = documents("deploy/kubernetes/admin/service.yaml").remove(0);
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"].as_str(),
+        Some("admin")
+    );
+    let policy = documents("deploy/kubernetes/admin/networkpolicy.yaml").remove(0);
+    let admin_rule = &policy["spec"]["ingress"][1];
+    assert_eq!(admin_rule["ports"][0]["port"].as_u64(), Some(8082));
+    assert!(admin_rule["from"]
+        .as_sequence()
+        .is_some_and(|f| !f.is_empty()));
+    let dir = tempfile::tempdir().expect("a directory");
+    let merged_path = dir.path().join("deployment.yaml");
+    std::fs::write(&merged_path, serde_yaml::to_string(&merged).unwrap()).unwrap();
+    validate_manifests(&[
+        merged_path,
+        root().join("deploy/kubernetes/admin/service.yaml"),
+        root().join("deploy/kubernetes/admin/networkpolicy.yaml"),
+    ]);
 }

@@ -1,7 +1,8 @@
 //! The admin operations on Redis: a limit's keys deleted or credited (the request script's
 //! "credit" mode), a reserved budget's holds read, and the override records kept by
-//! `lua/overrides.lua` in a hash beside the counters, with a stream of their changes that
-//! every replica reads from where it left off.
+//! `lua/overrides.lua` (a put or a delete, and its entry in the stream of changes, in one
+//! script call) in a hash beside the counters; every replica reads the stream from where it
+//! left off with plain commands.
 
 use std::future::Future;
 
@@ -60,19 +61,73 @@ impl RedisStore {
         command
     }
 
-    /// The changes after `cursor`, as the script replies them: the stream's first and last
-    /// ids, then (id, record id, JSON or "") per change.
-    async fn read_changes(&self, cursor: &str) -> Result<Vec<String>, StoreError> {
-        let mut command = self.records_call("changes");
-        command.arg(cursor).arg(CHANGES_PER_READ);
-        let reply: Vec<String> = self.within(command).await?;
-        if reply.len() < 2 || (reply.len() - 2) % 3 != 0 {
-            return Err(protocol(
-                "a reply of the overrides' changes of the wrong length",
-            ));
+    /// The stream's first and last entry ids ("" when it is empty) and, when `cursor` is
+    /// given, up to `CHANGES_PER_READ` changes after it, each (entry id, record id, its JSON
+    /// now or `None`). Plain commands, pipelined: the poll every replica makes runs no script
+    /// (a Redis's script cache and script counts are the request path's).
+    async fn read_changes(&self, cursor: &str) -> Result<Changes, StoreError> {
+        let (records, changes) = self.records_keys();
+        let mut pipe = redis::pipe();
+        pipe.cmd("XRANGE")
+            .arg(&changes)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .cmd("XREVRANGE")
+            .arg(&changes)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1);
+        if !cursor.is_empty() {
+            pipe.cmd("XRANGE")
+                .arg(&changes)
+                .arg(format!("({cursor}"))
+                .arg("+")
+                .arg("COUNT")
+                .arg(CHANGES_PER_READ);
         }
-        Ok(reply)
+        type Entries = Vec<(String, Vec<String>)>;
+        let connection = &self.backends[0].connection;
+        let replies: Vec<Entries> = self.in_time(connection.pipeline(&pipe)).await?;
+        let id_of = |entries: Option<&Entries>| {
+            entries
+                .and_then(|e| e.first())
+                .map(|(id, _)| id.clone())
+                .unwrap_or_default()
+        };
+        let (first, last) = (id_of(replies.first()), id_of(replies.get(1)));
+        let entries: Vec<(String, String)> = replies
+            .get(2)
+            .into_iter()
+            .flatten()
+            .filter_map(|(entry, fields)| {
+                let at = fields.iter().position(|f| f == "id")?;
+                Some((entry.clone(), fields.get(at + 1)?.clone()))
+            })
+            .collect();
+        let mut read = Vec::with_capacity(entries.len());
+        if !entries.is_empty() {
+            let mut hmget = redis::cmd("HMGET");
+            hmget.arg(&records);
+            for (_, id) in &entries {
+                hmget.arg(id);
+            }
+            let now: Vec<Option<String>> = self.within(hmget).await?;
+            for ((entry, id), json) in entries.into_iter().zip(now) {
+                read.push((entry, id, json));
+            }
+        }
+        Ok(Changes { first, last, read })
     }
+}
+
+/// What one read of the stream of changes found.
+struct Changes {
+    first: String,
+    last: String,
+    read: Vec<(String, String, Option<String>)>,
 }
 
 /// A stream entry id (`<ms>-<seq>`) as numbers, to compare ("" and malformed: 0-0).
@@ -222,7 +277,7 @@ impl AdminStore for RedisStore {
     /// scanned comes again by the feed.
     async fn all_overrides(&self) -> Result<Loaded, StoreError> {
         let head = self.read_changes("").await?;
-        let cursor = match head[1].as_str() {
+        let cursor = match head.last.as_str() {
             "" => START.to_string(),
             last => last.to_string(),
         };
@@ -243,25 +298,27 @@ impl AdminStore for RedisStore {
     /// after its last (the stream was lost: a flush, a failover to a replica that lagged),
     /// cannot be followed: every record is loaded again.
     async fn override_changes(&self, cursor: &str) -> Result<Feed, StoreError> {
-        let reply = self.read_changes(cursor).await?;
-        let (first, last) = (reply[0].as_str(), reply[1].as_str());
-        let at = entry_id(cursor);
-        let lost = match (first, last) {
-            ("", "") => cursor != START,
-            _ => at < entry_id(first) && cursor != START || at > entry_id(last),
-        };
-        if lost || cursor.is_empty() {
+        if cursor.is_empty() {
             return Ok(Feed::Reload);
         }
-        let mut changes = Vec::with_capacity((reply.len() - 2) / 3);
+        let changes = self.read_changes(cursor).await?;
+        let at = entry_id(cursor);
+        let lost = if changes.last.is_empty() {
+            cursor != START
+        } else {
+            (at < entry_id(&changes.first) && cursor != START) || at > entry_id(&changes.last)
+        };
+        if lost {
+            return Ok(Feed::Reload);
+        }
         let mut next = cursor.to_string();
-        for change in reply[2..].chunks_exact(3) {
-            next.clone_from(&change[0]);
-            let json = (!change[2].is_empty()).then(|| change[2].clone());
-            changes.push((change[1].clone(), json));
+        let mut applied = Vec::with_capacity(changes.read.len());
+        for (entry, id, json) in changes.read {
+            next = entry;
+            applied.push((id, json));
         }
         Ok(Feed::Changes {
-            changes,
+            changes: applied,
             cursor: next,
         })
     }
