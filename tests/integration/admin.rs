@@ -33,6 +33,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window_log}
   - key: bucket
     rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token_bucket}
+  - key: login
+    rate_limit: {unit: hour, requests_per_unit: 1, penalty: {after: 1, block: 1h}}
+  - key: llm
+    rate_limit: {unit: hour, requests_per_unit: 100, reserve: {amount: 40}}
 "#;
 
 /// A token file for the admin port, and the flags that serve it.
@@ -882,4 +886,82 @@ fn overrides_live_in_one_slot_of_a_cluster() {
     );
     assert_eq!(status, 200, "{credited}");
     assert_eq!(block_on(admitted(&first, &[("api_key", "sharded")], 3)), 2);
+}
+
+#[test]
+fn reset_forgets_a_penalty_only_when_asked_and_never_frees_a_hold() {
+    each_store(|sluice| {
+        // One admitted, then a denial: an offence, and a block of an hour.
+        assert_eq!(block_on(admitted(sluice, &[("login", "mallory")], 3)), 1);
+        let target =
+            json!({"domain": "tenants", "descriptor": entry_list(&[("login", "mallory")])});
+        let (status, _) = admin(sluice, "POST", "/v1/descriptors/reset", target.clone());
+        assert_eq!(status, 200);
+        assert_eq!(
+            block_on(admitted(sluice, &[("login", "mallory")], 1)),
+            0,
+            "still blocked"
+        );
+        let mut with_penalties = target.clone();
+        with_penalties["penalties"] = json!(true);
+        let (status, reset) = admin(sluice, "POST", "/v1/descriptors/reset", with_penalties);
+        assert_eq!(status, 200, "{reset}");
+        assert_eq!(
+            block_on(admitted(sluice, &[("login", "mallory")], 2)),
+            1,
+            "the block is forgotten"
+        );
+
+        // A check opens a hold of 40; a reset clears the count but the hold stays held.
+        let opened = block_on(async {
+            let mut client = sluice.client().await;
+            let check = crate::support::descriptor_with_hits(&[("llm", "k1")], 0);
+            overall(&call(&mut client, request("tenants", vec![check])).await)
+        });
+        assert_eq!(opened, Code::Ok);
+        assert_eq!(block_on(admitted(sluice, &[("llm", "k1")], 1)), 1);
+        let before = state_of(sluice, &[("llm", "k1")]);
+        assert_eq!(before["limits"][0]["held"], 80, "two holds of 40: {before}");
+        let (status, reset) = admin(
+            sluice,
+            "POST",
+            "/v1/descriptors/reset",
+            json!({"domain": "tenants", "descriptor": entry_list(&[("llm", "k1")])}),
+        );
+        assert_eq!(status, 200, "{reset}");
+        assert_eq!(
+            reset["state"]["limits"][0]["held"], 80,
+            "holds in flight stay: {reset}"
+        );
+        assert_eq!(reset["state"]["limits"][0]["remaining"], 20, "{reset}");
+    });
+}
+
+#[test]
+fn an_override_stops_applying_when_it_expires() {
+    each_store(|sluice| {
+        let mut body = put_body(
+            "tenants",
+            &[("api_key", "promo")],
+            None,
+            json!({"unlimited": true}),
+        );
+        body["ttl"] = json!("1s");
+        let (status, stored) = admin(sluice, "PUT", "/v1/overrides", body);
+        assert_eq!(status, 200, "{stored}");
+        assert!(stored["override"]["expires_at"]
+            .as_str()
+            .is_some_and(|at| at.ends_with('Z')));
+        assert_eq!(block_on(admitted(sluice, &[("api_key", "promo")], 4)), 4);
+        std::thread::sleep(Duration::from_millis(1200));
+        assert_eq!(
+            state_of(sluice, &[("api_key", "promo")])["unlimited"],
+            false
+        );
+        assert_eq!(
+            block_on(admitted(sluice, &[("api_key", "promo")], 3)),
+            2,
+            "the rule's 2 a minute again"
+        );
+    });
 }
