@@ -16,7 +16,7 @@ use crate::support::{
 /// The token every test's admin port accepts.
 pub const TOKEN: &str = "test-admin-token-0123456789";
 
-const CONFIG: &str = r#"
+pub const CONFIG: &str = r#"
 domain: tenants
 descriptors:
   - key: api_key
@@ -783,78 +783,6 @@ fn reset_and_credit_are_exact_under_64_clients_on_two_replicas() {
         assert_eq!(hammer(&[&first, &second], &key, 64, 5).await, 320);
     });
     assert_eq!(used(&first), 320, "counted from the reset on, exactly");
-}
-
-/// sluice with the admin port on the Sentinel of `sentinel`, serving `files`.
-fn admin_through_sentinel(sentinel: &RedisServer, flags: &AdminFlags) -> Sluice {
-    let url = format!("mymaster,127.0.0.1:{}", sentinel.port);
-    let mut args = vec!["--store", "redis"];
-    args.extend(flags.args());
-    Sluice::start_with(
-        &[("config.yaml", CONFIG)],
-        &args,
-        &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &url)],
-    )
-}
-
-#[test]
-fn an_override_survives_a_sentinel_failover() {
-    let (primary, replica, sentinel) = crate::redis_faults::sentinel_deployment();
-    let flags = AdminFlags::new();
-    let before = admin_through_sentinel(&sentinel, &flags);
-    put_override(
-        &before,
-        &[("api_key", "failover")],
-        None,
-        json!({"unit": "minute", "requests_per_unit": 9}),
-    );
-    // Replicated before the failover (a write not yet on the replica is Redis's to lose).
-    primary.cli(&["WAIT", "1", "2000"]);
-    sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while crate::redis_faults::primary_port(&sentinel) != replica.port.to_string() {
-        assert!(Instant::now() < deadline, "never promoted");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // The old primary serves no more writes (a write it took before would be lost with it).
-    while !primary.cli(&["INFO", "replication"]).contains("role:slave") {
-        assert!(
-            Instant::now() < deadline,
-            "the old primary never became a replica"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let after = admin_through_sentinel(&sentinel, &flags);
-    assert_eq!(
-        state_of(&after, &[("api_key", "failover")])["limits"][0]["requests_per_unit"],
-        9
-    );
-    // The replica that was serving follows the new primary, and changes go on.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, _) = admin(
-            &before,
-            "PUT",
-            "/v1/overrides",
-            put_body(
-                "tenants",
-                &[("api_key", "later")],
-                None,
-                json!({"unlimited": true}),
-            ),
-        );
-        if status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no put after the failover");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(
-        state_of(&after, &[("api_key", "later")])["unlimited"],
-        true,
-        "seen by the other replica"
-    );
 }
 
 #[test]

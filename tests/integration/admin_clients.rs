@@ -7,6 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::admin::{AdminFlags, TOKEN};
+use crate::support::redis::RedisServer;
 use crate::support::{certificate, Sluice};
 
 const CONFIG: &str = r#"
@@ -34,9 +35,22 @@ fn json(text: &str) -> Value {
 }
 
 #[test]
-fn curl_and_grpcurl_put_read_and_list_overrides_with_a_bearer_token() {
+fn curl_and_grpcurl_put_read_and_list_overrides_on_the_memory_store() {
+    curl_and_grpcurl_with(&[]);
+}
+
+#[test]
+fn curl_and_grpcurl_put_read_and_list_overrides_on_redis() {
+    let redis = RedisServer::start(&[]);
+    curl_and_grpcurl_with(&["--store", "redis", "--redis-url", &redis.url()]);
+}
+
+/// The binary with a bearer token (and `store` flags), driven by curl and grpcurl.
+fn curl_and_grpcurl_with(store: &[&str]) {
     let flags = AdminFlags::new();
-    let sluice = Sluice::process_with(&[("config.yaml", CONFIG)], &flags.args(), &[]);
+    let mut args = flags.args();
+    args.extend_from_slice(store);
+    let sluice = Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[]);
     let addr = sluice
         .admin_addr
         .expect("the admin port is logged")

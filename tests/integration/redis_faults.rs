@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::admin::{self, admin, put_body, put_override, state_of, AdminFlags};
 use crate::support::redis::{cluster_flags, start_cluster, start_cluster_of, RedisServer};
 use crate::support::*;
 
@@ -543,4 +544,79 @@ async fn a_redis_that_stops_answering_costs_the_timeout_not_a_hang() {
     );
     assert!(seen.failed > 0, "{seen:?}");
     assert_eq!(seen.lost, 0, "nothing is lost: {seen:?}");
+}
+
+/// The admin API's tests' config (tests/integration/admin.rs).
+const ADMIN_CONFIG: &str = admin::CONFIG;
+
+/// sluice with the admin port on the Sentinel of `sentinel`, serving `files`.
+fn admin_through_sentinel(sentinel: &RedisServer, flags: &AdminFlags) -> Sluice {
+    let url = format!("mymaster,127.0.0.1:{}", sentinel.port);
+    let mut args = vec!["--store", "redis"];
+    args.extend(flags.args());
+    Sluice::start_with(
+        &[("config.yaml", ADMIN_CONFIG)],
+        &args,
+        &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &url)],
+    )
+}
+
+#[test]
+fn an_override_survives_a_sentinel_failover() {
+    let (primary, replica, sentinel) = sentinel_deployment();
+    let flags = AdminFlags::new();
+    let before = admin_through_sentinel(&sentinel, &flags);
+    put_override(
+        &before,
+        &[("api_key", "failover")],
+        None,
+        serde_json::json!({"unit": "minute", "requests_per_unit": 9}),
+    );
+    // Replicated before the failover (a write not yet on the replica is Redis's to lose).
+    primary.cli(&["WAIT", "1", "2000"]);
+    sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while primary_port(&sentinel) != replica.port.to_string() {
+        assert!(Instant::now() < deadline, "never promoted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The old primary serves no more writes (a write it took before would be lost with it).
+    while !primary.cli(&["INFO", "replication"]).contains("role:slave") {
+        assert!(
+            Instant::now() < deadline,
+            "the old primary never became a replica"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = admin_through_sentinel(&sentinel, &flags);
+    assert_eq!(
+        state_of(&after, &[("api_key", "failover")])["limits"][0]["requests_per_unit"],
+        9
+    );
+    // The replica that was serving follows the new primary, and changes go on.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _) = admin(
+            &before,
+            "PUT",
+            "/v1/overrides",
+            put_body(
+                "tenants",
+                &[("api_key", "later")],
+                None,
+                serde_json::json!({"unlimited": true}),
+            ),
+        );
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no put after the failover");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        state_of(&after, &[("api_key", "later")])["unlimited"],
+        true,
+        "seen by the other replica"
+    );
 }

@@ -236,7 +236,9 @@ impl AdminStore for RedisStore {
             .await
     }
 
-    /// The page token is HSCAN's cursor.
+    /// The page token is `<HSCAN cursor>:<records of that step already given>`: one HSCAN
+    /// step may find more than a page holds, and the next page takes that step again (its
+    /// records sorted) from where the page ended.
     async fn list_overrides(
         &self,
         prefix: &str,
@@ -245,8 +247,11 @@ impl AdminStore for RedisStore {
     ) -> Result<Page, StoreError> {
         let (records, _) = self.records_keys();
         let pattern = glob_prefix(prefix);
-        let mut cursor: u64 = token.parse().unwrap_or(0);
-        let mut page = Vec::new();
+        let count = count.max(1);
+        let (cursor, skip) = token.split_once(':').unwrap_or((token, "0"));
+        let mut cursor: u64 = cursor.parse().unwrap_or(0);
+        let mut skip: usize = skip.parse().unwrap_or(0);
+        let mut page = Vec::with_capacity(count);
         loop {
             let mut command = redis::cmd("HSCAN");
             command
@@ -257,19 +262,31 @@ impl AdminStore for RedisStore {
                 .arg("COUNT")
                 .arg(count.max(SCAN_COUNT));
             let (next, fields): (u64, Vec<String>) = self.within(command).await?;
+            let mut found = Vec::with_capacity(fields.len() / 2);
             let mut pairs = fields.into_iter();
             while let (Some(id), Some(json)) = (pairs.next(), pairs.next()) {
-                page.push((id, json));
+                found.push((id, json));
             }
+            found.sort();
+            let room = count - page.len();
+            let fresh: Vec<(String, String)> = found.into_iter().skip(skip).collect();
+            if fresh.len() > room {
+                page.extend(fresh.into_iter().take(room));
+                return Ok(Page {
+                    records: page,
+                    next: Some(format!("{cursor}:{}", skip + room)),
+                });
+            }
+            page.extend(fresh);
+            skip = 0;
             cursor = next;
-            if cursor == 0 || page.len() >= count {
+            if cursor == 0 || page.len() == count {
                 break;
             }
         }
-        page.sort();
         Ok(Page {
             records: page,
-            next: (cursor != 0).then(|| cursor.to_string()),
+            next: (cursor != 0).then(|| format!("{cursor}:0")),
         })
     }
 
