@@ -164,7 +164,7 @@ struct Named<'a> {
 fn limits_in_force<'a>(
     rule: &'a Rule,
     overrides: Option<InForce<'a>>,
-) -> Option<SmallVec<[Named<'a>; 1]>> {
+) -> Option<SmallVec<[Named<'a>; 4]>> {
     let several = rule.limits.len() > 1;
     let name_of = |named: &'a NamedLimit| named.name.as_deref().unwrap_or_default();
     if let Some(every) = overrides.and_then(|o| o.overrides.every_limit(o.now_us)) {
