@@ -193,6 +193,17 @@ fn an_override_replaces_the_rule_s_limit_for_its_descriptor_only_until_deleted()
         assert_eq!(listed["overrides"][0]["updated_by"], "token:ops");
         let (_, rlconfig) = sluice.http_get("/rlconfig");
         assert!(rlconfig.contains("# overrides in force: 1"), "{rlconfig}");
+        let (_, metrics) = sluice.http_get("/metrics");
+        let changes = r#"sluice_admin_changes_total{operation="put_override"}"#;
+        assert_eq!(
+            crate::support::series(&metrics, changes),
+            Some(1.0),
+            "{metrics}"
+        );
+        assert_eq!(
+            crate::support::series(&metrics, "sluice_overrides"),
+            Some(1.0)
+        );
         let target = json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "acme")])});
         let (status, deleted) = admin(sluice, "DELETE", "/v1/overrides", target.clone());
         assert_eq!(status, 200, "{deleted}");
