@@ -5,21 +5,17 @@
 //!
 //!   cargo run --release --example memory_per_key -- 1000000
 
+#[path = "resident.rs"]
+mod resident;
+
 use std::sync::Arc;
+
+use resident::resident_bytes;
 
 use sluice::engine::Charging;
 use sluice::limit::{Hit, Limit, Role, Unit};
 use sluice::store::memory::MemoryStore;
 use sluice::store::{Store, SystemClock};
-
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
 
 fn hit(i: u64) -> Hit {
     let (a, b, c) = ((i >> 16) & 255, (i >> 8) & 255, i & 255);

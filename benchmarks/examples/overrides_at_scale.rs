@@ -8,7 +8,12 @@
 
 #![recursion_limit = "256"]
 
+#[path = "resident.rs"]
+mod resident;
+
 use std::sync::Arc;
+
+use resident::resident_bytes;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -29,15 +34,6 @@ use sluice::store::memory::MemoryStore;
 use sluice::store::SystemClock;
 
 const CONFIG: &str = "domain: tenants\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n";
-
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
 
 fn tenant(i: u64) -> String {
     format!("tenant-{i:08}")

@@ -7,13 +7,15 @@
 //! - `engine`: the rules of one request (all-or-nothing, debt, veto, groups, charging).
 //! - `lease`: the tokens of concurrency leases; `share`: a limit divided max-min fairly.
 //! - `labels`: what a limit's metric labels are made of; `duration`: `10s`, `5m`, ...;
-//!   `calendar`: billing periods (day, week, month, year) in an IANA time zone.
+//!   `calendar`: billing periods (day, week, month, year) in an IANA time zone; `keyed_id`: a
+//!   128-bit keyed hash as a map key.
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
 pub mod calendar;
 pub mod duration;
 pub mod engine;
+pub mod keyed_id;
 pub mod labels;
 pub mod lease;
 pub mod limit;

@@ -4,6 +4,7 @@
 
 pub(crate) mod accept;
 use accept::Accepting;
+mod admin_port;
 mod grpc;
 pub use accept::ConnectionLimits;
 mod http_serve;
@@ -287,7 +288,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
                     settings.source.load_options,
                     self.metrics.clone(),
                 ));
-                let port = admin_port(settings, admin_settings, &store, admin)?;
+                let port = admin_port::parts(settings, admin_settings, &store, admin)?;
                 Some((listener, port))
             }
             _ => None,
@@ -323,8 +324,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         if let Some((listener, port)) = admin {
             let accepting = Accepting::new(listener, settings.ports.network.http, "admin");
             tokio::spawn(async move {
-                if let Err(error) = admin::serve::serve(accepting, port, until(stopped_admin)).await
-                {
+                if let Err(error) = admin_port::serve(accepting, port, until(stopped_admin)).await {
                     tracing::error!(%error, "the admin port stopped");
                 }
             });
@@ -349,63 +349,6 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         }
         Ok(())
     }
-}
-
-/// The admin port's parts: its authentication (the token file read, mTLS loaded: either
-/// failing stops the server), and with the memory store a snapshot after each change.
-fn admin_port(
-    settings: &Settings,
-    admin_settings: &crate::settings::AdminSettings,
-    store: &Arc<AnyStore>,
-    admin: Arc<Admin>,
-) -> Result<admin::serve::AdminPort, ServerError> {
-    let tokens = match &admin_settings.token_file {
-        Some(path) => {
-            let tokens = admin::auth::Tokens::load(path)
-                .map_err(|error| ServerError::Admin(error.to_string()))?;
-            tokio::spawn(tokens.clone().watch());
-            Some(tokens)
-        }
-        None => None,
-    };
-    let tls = match &admin_settings.tls {
-        Some(tls) => {
-            let tls = TlsConfig::load_offering(tls.clone(), &[b"h2", b"http/1.1"])?;
-            tokio::spawn(tls.clone().watch());
-            Some(tls)
-        }
-        None => None,
-    };
-    let mutual = admin_settings
-        .tls
-        .as_ref()
-        .is_some_and(|tls| tls.client_ca.is_some());
-    if tls.is_none() {
-        tracing::warn!("the admin port serves without TLS: its bearer tokens cross the network in clear (set --admin-tls-cert and --admin-tls-key)");
-    }
-    match &settings.store {
-        crate::settings::StoreSettings::Memory {
-            snapshot: Some(snapshot),
-            ..
-        } => {
-            tokio::spawn(admin::sync::snapshot_on_change(
-                Arc::downgrade(store),
-                admin.changes(),
-                snapshot.path.clone(),
-            ));
-        }
-        crate::settings::StoreSettings::Memory { snapshot: None, .. } => {
-            tracing::warn!("overrides are kept in memory only: a restart loses them (set --memory-snapshot, or use the Redis store)");
-        }
-        _ => {}
-    }
-    Ok(admin::serve::AdminPort {
-        admin,
-        authentication: Arc::new(admin::auth::Authentication { tokens, mutual }),
-        tls,
-        allowed_subjects: Arc::new(admin_settings.allowed_subjects.clone()),
-        header_read_timeout: settings.ports.network.http_header_read_timeout,
-    })
 }
 
 /// Logs the addresses served, the store and the config's size.

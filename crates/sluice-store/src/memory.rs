@@ -22,14 +22,15 @@ mod footprint;
 pub mod snapshot;
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use sluice_core::algorithm::State;
+/// A store key's 128-bit keyed hash.
+use sluice_core::keyed_id::{KeyedId as KeyId, KeyedMap};
 
 use crate::key::Shape;
 use crate::series::{Reporting, Series};
@@ -38,7 +39,7 @@ use sluice_core::engine::{Charging, Of, Part};
 use sluice_core::limit::{Decision, Hit};
 
 /// A shard's entries: state by key id, hashed by the id itself (it is already a keyed hash).
-type Entries = HashMap<KeyId, Entry, BuildHasherDefault<IdHasher>>;
+type Entries = KeyedMap<Entry>;
 
 /// A shard: its entries, the heap bytes of their states, and when it last dropped expired
 /// ones for room.
@@ -191,37 +192,6 @@ impl Shard {
         if self.entries.capacity() > 64 && len * 4 < self.entries.capacity() {
             self.entries.shrink_to(len * 2);
         }
-    }
-}
-
-/// A store key's 128-bit keyed hash (two u64 so the map entry stays 8-byte aligned).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct KeyId(u64, u64);
-
-impl Hash for KeyId {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0);
-    }
-}
-
-/// Passes a `KeyId`'s first half through: it is uniformly distributed already.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used by `KeyId`; fold anything else in, to stay correct.
-        for byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
     }
 }
 

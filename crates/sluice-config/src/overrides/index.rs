@@ -7,7 +7,7 @@
 //! (the memory store names its keys alike).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -16,6 +16,8 @@ use smallvec::SmallVec;
 
 use super::id::write_id;
 
+/// A descriptor id's keyed 128-bit hash.
+use sluice_core::keyed_id::{KeyedId as IdHash, KeyedMap};
 use sluice_core::limit::Limit;
 
 /// How many shards the index is split into.
@@ -64,33 +66,7 @@ impl DescriptorOverrides {
     }
 }
 
-/// A descriptor id's keyed 128-bit hash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct IdHash(u64, u64);
-
-/// Hashes an `IdHash` by its first half: it is a keyed hash already.
-#[derive(Default)]
-struct FirstHalf(u64);
-
-impl Hasher for FirstHalf {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        if self.0 == 0 {
-            self.0 = value;
-        }
-    }
-}
-
-type Shard = RwLock<HashMap<IdHash, Arc<DescriptorOverrides>, BuildHasherDefault<FirstHalf>>>;
+type Shard = RwLock<KeyedMap<Arc<DescriptorOverrides>>>;
 
 /// Every override in force, by descriptor id.
 pub struct OverrideIndex {
@@ -244,7 +220,7 @@ impl OverrideIndex {
         }
         for (shard, map) in self.shards.iter().zip(fresh) {
             let held: usize = map.values().map(DescriptorOverrides::len).sum();
-            let map: HashMap<IdHash, Arc<DescriptorOverrides>, BuildHasherDefault<FirstHalf>> =
+            let map: KeyedMap<Arc<DescriptorOverrides>> =
                 map.into_iter().map(|(id, o)| (id, Arc::new(o))).collect();
             let mut shard = shard
                 .write()

@@ -4,14 +4,13 @@
 //! the index the rate limit service looks descriptors up in; `sync` keeps every replica's
 //! index in step with the store. Every change is one log line (who, what, before, after) and
 //! a count. `auth` checks who calls; `http` and `grpc` are the two faces of the same calls
-//! (`Admin`), and `serve` the port they share.
+//! (`Admin`); the server's `admin_port` serves them on the port they share.
 
 pub mod auth;
 mod error;
 pub mod grpc;
 pub mod http;
 pub mod model;
-pub mod serve;
 pub mod sync;
 
 use std::sync::Arc;

@@ -1,4 +1,6 @@
-//! The admin port: the gRPC service (with reflection) and the JSON routes on one listener,
+//! The admin port (docs/admin.md): its parts built from the settings (the token file read,
+//! mTLS loaded: either failing stops the server), and the gRPC service (with reflection) and
+//! the JSON routes served on one listener,
 //! HTTP/1.1 and HTTP/2 (cleartext or TLS, by ALPN), each request authenticated before it
 //! reaches a call (`auth`): gRPC answers UNAUTHENTICATED or PERMISSION_DENIED, HTTP 401 or
 //! 403. Connections are bounded as the other ports' are, and drained on shutdown.
@@ -18,13 +20,15 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::auth::{allowed_subject, Authentication, Denied, Peer};
-use super::grpc::AdminGrpc;
-use super::Admin;
-use crate::server::accept::Accepting;
-use crate::server::{ServerError, TlsConfig};
+use super::accept::Accepting;
+use super::{ServerError, TlsConfig};
+use crate::admin::auth::{self, allowed_subject, Authentication, Denied, Peer};
+use crate::admin::grpc::AdminGrpc;
+use crate::admin::{sync, Admin};
+use crate::settings::{AdminSettings, Settings, StoreSettings};
 use sluice_proto::sluice::admin::v1::admin_server::AdminServer;
 use sluice_proto::FILE_DESCRIPTOR_SET;
+use sluice_store::any::AnyStore;
 
 /// What the port serves and how it lets callers in.
 pub struct AdminPort {
@@ -45,7 +49,7 @@ fn router(port: &AdminPort) -> Result<Router, ServerError> {
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
         .into_axum_router();
-    Ok(super::http::router(port.admin.clone())
+    Ok(crate::admin::http::router(port.admin.clone())
         .merge(grpc)
         .layer(middleware::from_fn_with_state(
             port.authentication.clone(),
@@ -109,6 +113,63 @@ fn refusal(denied: &Denied, grpc: bool) -> Response {
         );
     }
     response
+}
+
+/// The admin port's parts: its authentication (the token file read, mTLS loaded: either
+/// failing stops the server), and with the memory store a snapshot after each change.
+pub(super) fn parts(
+    settings: &Settings,
+    admin_settings: &AdminSettings,
+    store: &Arc<AnyStore>,
+    admin: Arc<Admin>,
+) -> Result<AdminPort, ServerError> {
+    let tokens = match &admin_settings.token_file {
+        Some(path) => {
+            let tokens =
+                auth::Tokens::load(path).map_err(|error| ServerError::Admin(error.to_string()))?;
+            tokio::spawn(tokens.clone().watch());
+            Some(tokens)
+        }
+        None => None,
+    };
+    let tls = match &admin_settings.tls {
+        Some(tls) => {
+            let tls = TlsConfig::load_offering(tls.clone(), &[b"h2", b"http/1.1"])?;
+            tokio::spawn(tls.clone().watch());
+            Some(tls)
+        }
+        None => None,
+    };
+    let mutual = admin_settings
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.client_ca.is_some());
+    if tls.is_none() {
+        tracing::warn!("the admin port serves without TLS: its bearer tokens cross the network in clear (set --admin-tls-cert and --admin-tls-key)");
+    }
+    match &settings.store {
+        StoreSettings::Memory {
+            snapshot: Some(snapshot),
+            ..
+        } => {
+            tokio::spawn(sync::snapshot_on_change(
+                Arc::downgrade(store),
+                admin.changes(),
+                snapshot.path.clone(),
+            ));
+        }
+        StoreSettings::Memory { snapshot: None, .. } => {
+            tracing::warn!("overrides are kept in memory only: a restart loses them (set --memory-snapshot, or use the Redis store)");
+        }
+        _ => {}
+    }
+    Ok(AdminPort {
+        admin,
+        authentication: Arc::new(auth::Authentication { tokens, mutual }),
+        tls,
+        allowed_subjects: Arc::new(admin_settings.allowed_subjects.clone()),
+        header_read_timeout: settings.ports.network.http_header_read_timeout,
+    })
 }
 
 /// Serves the port on `accepting` until `stop` completes, then lets each connection finish
