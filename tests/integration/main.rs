@@ -8,6 +8,7 @@ mod support;
 mod accounting;
 mod admin;
 mod admin_clients;
+mod admin_counters;
 mod algorithm_properties;
 mod budget_race;
 mod budgets;
