@@ -7,6 +7,14 @@ use crate::limit::{Limit, Unit};
 
 const NOW: u64 = 1_700_000_000_000_000;
 
+/// The algorithms that take credit.
+const CREDITED: [Algorithm; 4] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindowCounter,
+    Algorithm::TokenBucket,
+    Algorithm::LeakyBucket,
+];
+
 /// Charges hits of cost 1 at `NOW` until one is denied; how many were admitted, and the
 /// state left.
 fn admitted_until_denied(limit: &Limit, mut state: Option<State>) -> (u32, Option<State>) {
@@ -32,12 +40,7 @@ fn limit_of(algorithm: Algorithm, requests: u32) -> Limit {
 
 #[test]
 fn a_credit_admits_that_many_more_now_on_windows_and_buckets() {
-    for algorithm in [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindowCounter,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-    ] {
+    for algorithm in CREDITED {
         let limit = limit_of(algorithm, 10);
         let (spent, state) = admitted_until_denied(&limit, None);
         assert_eq!(spent, 10, "{algorithm}");
@@ -49,12 +52,7 @@ fn a_credit_admits_that_many_more_now_on_windows_and_buckets() {
 
 #[test]
 fn a_credit_never_gives_more_than_an_empty_window_or_a_full_bucket() {
-    for algorithm in [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindowCounter,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-    ] {
+    for algorithm in CREDITED {
         let limit = limit_of(algorithm, 10);
         let (_, state) = admitted_until_denied(&limit, None);
         let (credited, _) = limit
