@@ -30,6 +30,15 @@ fn run(program: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// grpcurl with the bearer header and `data`, calling `method` of the admin service at `addr`.
+fn admin_grpc(bearer: &str, addr: &str, data: &str, method: &str) -> (bool, String, String) {
+    let method = format!("sluice.admin.v1.Admin/{method}");
+    run(
+        "grpcurl",
+        &["-plaintext", "-H", bearer, "-d", data, addr, &method],
+    )
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
@@ -99,36 +108,14 @@ fn curl_and_grpcurl_with(store: &[&str]) {
     assert!(ok, "{err}");
     assert!(out.contains("sluice.admin.v1.Admin"), "{out}");
     let get = r#"{"domain":"tenants","descriptor":[{"key":"api_key","value":"acme"}]}"#;
-    let (ok, out, err) = run(
-        "grpcurl",
-        &[
-            "-plaintext",
-            "-H",
-            &bearer,
-            "-d",
-            get,
-            &addr,
-            "sluice.admin.v1.Admin/GetDescriptor",
-        ],
-    );
+    let (ok, out, err) = admin_grpc(&bearer, &addr, get, "GetDescriptor");
     assert!(ok, "{err}");
     let state = json(&out);
     assert_eq!(state["limits"][0]["source"], "override", "{out}");
     assert_eq!(state["limits"][0]["requestsPerUnit"], 1000, "{out}");
 
     let put_named = r#"{"domain":"tenants","descriptor":[{"key":"api_key","value":"beta"}],"limit":{"unit":"minute","requests_per_unit":9,"algorithm":"token_bucket","burst":3}}"#;
-    let (ok, out, err) = run(
-        "grpcurl",
-        &[
-            "-plaintext",
-            "-H",
-            &bearer,
-            "-d",
-            put_named,
-            &addr,
-            "sluice.admin.v1.Admin/PutOverride",
-        ],
-    );
+    let (ok, out, err) = admin_grpc(&bearer, &addr, put_named, "PutOverride");
     assert!(ok, "{err}");
     assert_eq!(json(&out)["override"]["updatedBy"], "token:ops", "{out}");
     let (ok, out, err) = run(
@@ -151,18 +138,7 @@ fn curl_and_grpcurl_with(store: &[&str]) {
         .expect("a next page")
         .to_string();
     let next = format!(r#"{{"domain":"tenants","pageSize":1,"pageToken":"{token}"}}"#);
-    let (ok, out, err) = run(
-        "grpcurl",
-        &[
-            "-plaintext",
-            "-H",
-            &bearer,
-            "-d",
-            &next,
-            &addr,
-            "sluice.admin.v1.Admin/ListOverrides",
-        ],
-    );
+    let (ok, out, err) = admin_grpc(&bearer, &addr, &next, "ListOverrides");
     assert!(ok, "{err}");
     assert_eq!(
         json(&out)["overrides"].as_array().map(Vec::len),
@@ -171,18 +147,7 @@ fn curl_and_grpcurl_with(store: &[&str]) {
     );
 
     let bad = r#"{"domain":"tenants","descriptor":[{"key":"api_key","value":"x"}],"limit":{"unit":"fortnight"}}"#;
-    let (ok, _, err) = run(
-        "grpcurl",
-        &[
-            "-plaintext",
-            "-H",
-            &bearer,
-            "-d",
-            bad,
-            &addr,
-            "sluice.admin.v1.Admin/PutOverride",
-        ],
-    );
+    let (ok, _, err) = admin_grpc(&bearer, &addr, bad, "PutOverride");
     assert!(!ok);
     assert!(
         err.contains("InvalidArgument") && err.contains("limit.unit"),
