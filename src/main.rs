@@ -336,6 +336,7 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
             merge_domain_config: args.merge_domain_config,
             debt: args.debt,
             without_reserve: args.without_reserve,
+            every_hit: false,
         },
         domain: args.domain.clone(),
         descriptors: parse_all(&args.descriptor, simulate::parse_descriptor)?,

@@ -82,6 +82,7 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
         merge_domain_config: replay.merge_domain_config,
         debt: options.debt,
         without_reserve: false,
+        every_hit: false,
     };
     let load = |paths: &[PathBuf], which, without_reserve| {
         let options = LoadOptions {

@@ -23,11 +23,13 @@ const NO_MERGE: LoadOptions = LoadOptions {
     merge_domain_config: false,
     debt: false,
     without_reserve: false,
+    every_hit: false,
 };
 const MERGE: LoadOptions = LoadOptions {
     merge_domain_config: true,
     debt: false,
     without_reserve: false,
+    every_hit: false,
 };
 
 fn refused(paths: &[PathBuf], options: LoadOptions) -> String {

@@ -211,6 +211,18 @@ impl<'a> FileCompiler<'a> {
         Some(())
     }
 
+    /// Refuses budget leasing where its bound cannot be kept (`leasing_refusal`).
+    fn check_leasing(&mut self, limit: &Limit, path: &str) -> Option<()> {
+        limit.modifiers.budget_leasing?;
+        match leasing_refusal(limit, self.options.every_hit) {
+            Some(reason) => {
+                self.error(path, reason);
+                None
+            }
+            None => Some(()),
+        }
+    }
+
     /// `rlqs_strategy`: a known name, and `requests_per_time_unit` only for a limit of one
     /// whole unit (Envoy's strategy counts per unit).
     fn rlqs_strategy(
@@ -404,6 +416,7 @@ impl<'a> FileCompiler<'a> {
             modifiers,
         };
         self.check_reserve(&limit, &format!("{path}.reserve"))?;
+        self.check_leasing(&limit, &format!("{path}.budget_leasing"))?;
         Some(self.reserving(limit))
     }
 
@@ -474,4 +487,25 @@ fn insert(level: &mut Level, key: &str, value: &str, node: Node) -> bool {
         nodes.exact.insert(value.to_string(), node);
     }
     true
+}
+
+/// Why `limit` cannot be leased to replicas in chunks, if it cannot: a chunk is charged when
+/// taken and spent later, which only an algorithm whose state a charge never makes admit more
+/// later can bear; and what only the store can see of each hit must reach it. With the
+/// reference's counting (`every_hit`) a counter may be shared with envoyproxy/ratelimit
+/// during a migration, which would read unspent chunks as admitted requests.
+fn leasing_refusal(limit: &Limit, every_hit: bool) -> Option<String> {
+    use sluice_core::limit::Algorithm;
+    let algorithm = limit.algorithm();
+    let reason = match algorithm {
+        Algorithm::SlidingWindowLog => "sliding_window_log stamps each hit with its time: a chunk's hits would be stamped when taken and leave the window early, admitting more than the limit",
+        Algorithm::WarmUp => "warm_up sets its rate by how busy the key was: unspent chunks would count as traffic and warm it early",
+        Algorithm::Concurrency => "concurrency counts requests in flight, each released on its own: there is no budget to take ahead",
+        _ if limit.debt => "a limit taking debt charges every cost when it lands: there is nothing to take ahead",
+        _ if limit.modifiers.penalty.is_some() => "a penalty counts each denial in the store as a strike: denials answered by a replica would not count",
+        _ if limit.modifiers.reserve.is_some() => "a reserved budget holds each request's estimate in the store: a replica cannot hold it",
+        _ if every_hit => "with the reference's counting (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false) a counter may be shared with envoyproxy/ratelimit during a migration, which would count chunks not yet spent as requests",
+        _ => return None,
+    };
+    Some(reason.to_string())
 }

@@ -25,6 +25,9 @@ pub struct LoadOptions {
     /// Every `reserve` is checked, then left out: the budgets count as plain limits (the
     /// tools' `--without-reserve`, to show a budget with and without its reservations).
     pub without_reserve: bool,
+    /// The reference's counting (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`), which a
+    /// migration sharing counters with envoyproxy/ratelimit keeps: leased limits are refused.
+    pub every_hit: bool,
 }
 
 /// Loads every configuration file under `paths`. Any error refuses the whole load.

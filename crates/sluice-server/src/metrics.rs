@@ -78,7 +78,7 @@ pub struct Metrics {
     global_shadow_mode: Counter,
     store_latency: Histogram,
     /// By `StoreError::KINDS`.
-    store_errors: [Counter; 4],
+    store_errors: [Counter; StoreError::KINDS.len()],
     /// The statsd sink's stats, when on (`USE_STATSD`, `USE_DOG_STATSD`).
     statsd: Option<ServiceStats>,
     /// What the penalty series count block ends from.

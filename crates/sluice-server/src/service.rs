@@ -4,6 +4,7 @@
 
 mod error;
 mod extras;
+mod failure;
 /// The lease token as a request carries it (kept at `crate::lease`, below the service and
 /// the recorder that both read it).
 pub use crate::lease;
@@ -36,7 +37,7 @@ pub use sluice_core::modifier::penalty::{utc_text, METADATA_KEY as PENALTY_KEY};
 use sluice_proto::rate_limit_response::Code;
 use sluice_proto::rate_limit_service_server::RateLimitService;
 use sluice_proto::{RateLimitRequest, RateLimitResponse};
-use sluice_store::{Clock, Store, StoreError, SystemClock};
+use sluice_store::{Clock, Store, SystemClock};
 pub use validate::RequestBounds;
 
 /// What each descriptor's limit decided on its own (`RateLimiter::decide_with_limits`).
@@ -72,6 +73,9 @@ pub enum FailureMode {
     Allow,
     /// Every charged descriptor is OVER_LIMIT (fail closed).
     Deny,
+    /// Each limit is decided in this replica alone, on its share (the limit divided by the
+    /// replica count).
+    LocalShare,
 }
 
 /// The rate limit service over a store `S` and the current config.
@@ -311,7 +315,10 @@ impl<S: Store> RateLimiter<S> {
             .record_store_call(seconds, result.as_ref().err());
         match result {
             Ok(decisions) => Ok(decisions),
-            Err(error) => self.on_store_failure(error, hits.len()),
+            Err(error) => {
+                let mode = self.options.failure_mode;
+                failure::answer(&*self.store, mode, self.options.charging, error, hits).await
+            }
         }
     }
 
@@ -348,28 +355,6 @@ impl<S: Store> RateLimiter<S> {
             };
             self.metrics.record_limit(labels, &outcome);
         }
-    }
-
-    /// The answers for `count` hits the store could not decide, as `--failure-mode` says.
-    fn on_store_failure(
-        &self,
-        error: StoreError,
-        count: usize,
-    ) -> Result<Vec<Decision>, DecisionError> {
-        tracing::debug!(%error, "store failed");
-        let admitted = match self.options.failure_mode {
-            FailureMode::Unavailable => return Err(error.into()),
-            FailureMode::Allow => true,
-            FailureMode::Deny => false,
-        };
-        let decision = Decision {
-            admitted,
-            remaining: 0,
-            reset_after_us: 0,
-            retry_after_us: 0,
-            ..Decision::default()
-        };
-        Ok(vec![decision; count])
     }
 }
 

@@ -31,6 +31,7 @@ pub use ports::{
 pub use record::RecordArgs;
 pub use redis::{RedisArgs, RedisSettings};
 pub use requests::RequestArgs;
+use sluice_core::engine::Charging;
 pub use source::{ConfigType, SourceArgs, SourceSettings};
 pub use store::{StoreArgs, StoreKind, StoreSettings};
 pub use traces::TracingArgs;
@@ -77,8 +78,9 @@ impl ServeArgs {
     pub fn into_settings(self) -> Result<Settings, SettingsError> {
         let observability = self.observability.into_settings()?;
         let trace_ratio = observability.tracing.as_ref().map(|t| t.sampling_rate);
-        let source = self.source.into_settings()?;
+        let mut source = self.source.into_settings()?;
         let service = self.requests.service_options(trace_ratio)?;
+        source.load_options.every_hit = service.charging == Charging::EveryHit;
         let record = self
             .record
             .into_settings(&service, source.load_options.debt)?;

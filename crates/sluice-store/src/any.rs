@@ -85,6 +85,14 @@ impl Store for AnyStore {
     fn config_changed(&self) {
         each_store!(self, store => store.config_changed())
     }
+
+    async fn decide_alone(
+        &self,
+        hits: &[Hit],
+        charging: Charging,
+    ) -> Option<Result<Vec<Decision>, StoreError>> {
+        each_store!(self, store => store.decide_alone(hits, charging).await)
+    }
 }
 
 /// The records and the counters of whichever store; a reset or a credit behind the local

@@ -141,6 +141,12 @@ pub fn penalty_key(prefix: &str, hit: &Hit) -> String {
     modifier_key(prefix, hit, "penalty")
 }
 
+/// The Redis key of the replicas' heartbeats (`redis::replicas`): `prefix{sluice_replicas}`,
+/// one slot on a Cluster.
+pub fn replicas_key(prefix: &str) -> String {
+    format!("{prefix}{{sluice_replicas}}")
+}
+
 /// The Redis key of the holds `hit`'s reservation keeps: `prefix{domain_key_value_}holds`.
 pub fn holds_key(prefix: &str, hit: &Hit) -> String {
     modifier_key(prefix, hit, "holds")

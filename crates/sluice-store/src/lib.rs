@@ -1,7 +1,9 @@
 //! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
 //! the embedded in-memory store (`memory`), the Redis store (`redis`), the local over-limit
-//! cache that can sit in front of a remote store (`local_cache`), and the one store value the
-//! server serves with (`any`), and what the admin API asks of them (`admin`).
+//! cache that can sit in front of a remote store (`local_cache`), budget leasing in front of
+//! it (`leasing`), a replica's share of its limits for when the store fails (`local_share`),
+//! the one store value the server serves with (`any`), and what the admin API asks of them
+//! (`admin`).
 
 // The async body of `AnyStore::charge` (Redis Cluster's futures inside) is deeper than the
 // compiler's default layout query depth.
@@ -11,6 +13,7 @@ pub mod admin;
 pub mod any;
 pub mod key;
 pub mod local_cache;
+pub mod local_share;
 pub mod memory;
 pub mod quota_budget;
 pub mod redis;
@@ -45,6 +48,18 @@ pub trait Store: Reporting + Send + Sync + 'static {
 
     /// The limits changed (a config reload): forget what was derived from the old ones.
     fn config_changed(&self);
+
+    /// Decides `hits` in this replica alone, each limit on the replica's share of it
+    /// (`on_store_failure: local_share`), for when the store could not: `None` for a store
+    /// that keeps no share (the memory store is this replica's own already).
+    fn decide_alone(
+        &self,
+        hits: &[Hit],
+        charging: Charging,
+    ) -> impl Future<Output = Option<Result<Vec<Decision>, StoreError>>> + Send {
+        let _ = (hits, charging);
+        async { None }
+    }
 }
 
 pub use sluice_core::lease::unique_process_id;
@@ -79,19 +94,25 @@ pub enum StoreError {
     /// The store is full of state that still matters: it cannot take a new key.
     #[error("{store} is full of state that still restricts clients")]
     Full { store: &'static str },
+    /// The circuit breaker is open after calls failed in a row: the call was not sent.
+    #[error("the circuit to {store} is open after failed calls: not sent")]
+    CircuitOpen { store: &'static str },
 }
 
 impl StoreError {
     /// Every `kind`.
-    pub const KINDS: [&'static str; 4] = ["timeout", "unreachable", "protocol", "full"];
+    pub const KINDS: [&'static str; 5] =
+        ["timeout", "unreachable", "protocol", "full", "circuit_open"];
 
-    /// The kind, as a metric label: `timeout`, `unreachable`, `protocol` or `full`.
+    /// The kind, as a metric label: `timeout`, `unreachable`, `protocol`, `full` or
+    /// `circuit_open`.
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Timeout { .. } => "timeout",
             StoreError::Unreachable { .. } => "unreachable",
             StoreError::Protocol { .. } => "protocol",
             StoreError::Full { .. } => "full",
+            StoreError::CircuitOpen { .. } => "circuit_open",
         }
     }
 }

@@ -6,8 +6,12 @@
 //! `rate_limit`, its field in a limit's `Modifiers` and its Lua source in the Redis script;
 //! its policy says how a limit's description names it (`ModifierPolicy::shown`); what it writes to the dynamic metadata is its own
 //! module's (`penalty::METADATA_KEY`). The engine runs a hit's modifiers around its
-//! algorithm (`engine::decide`).
+//! algorithm (`engine::decide`). Two rows have no Lua and no part in the engine, because they
+//! act between a replica and its store: budget leasing (`leasing`) and the answer when the
+//! store fails (`on_store_failure`).
 
+pub mod leasing;
+pub mod on_store_failure;
 pub mod penalty;
 pub mod reserve;
 
@@ -113,7 +117,7 @@ pub(crate) fn fixed_point(value: &serde_yaml::Value, places: usize) -> Option<u6
 }
 
 macro_rules! registry {
-    ($( $field:ident: $policy:ty, lua $lua:literal; )+) => {
+    ($( $field:ident: $policy:ty $(, lua $lua:literal)?; )+) => {
         /// The modifiers one limit carries, parsed and validated: one field per row.
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
         pub struct Modifiers {
@@ -125,9 +129,9 @@ macro_rules! registry {
             pub const KEYS: &'static [&'static str] = &[$(stringify!($field),)+];
 
             /// Every modifier's Lua source, in registry order (the Redis script loads them
-            /// after the algorithms').
+            /// after the algorithms'); a modifier the store layer applies has none.
             pub const LUA_SOURCES: &'static [&'static str] =
-                &[$(include_str!(concat!("../../../../lua/", $lua, ".lua")),)+];
+                &[$($(include_str!(concat!("../../../../lua/", $lua, ".lua")),)?)+];
 
             /// Sets the modifier whose YAML key is `key` from `value`; `Ok(false)` when no
             /// modifier has that key.
@@ -166,4 +170,6 @@ macro_rules! registry {
 registry! {
     penalty: penalty::Policy, lua "penalty";
     reserve: reserve::Policy, lua "reserve";
+    budget_leasing: leasing::Policy;
+    on_store_failure: on_store_failure::Policy;
 }

@@ -88,7 +88,8 @@ async fn redis_store(redis: &RedisSettings) -> Result<AnyStore, StoreError> {
         redis.redis_time,
         Arc::new(SystemClock),
     )
-    .await?;
+    .await?
+    .with_circuit(redis.circuit);
     tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
     Ok(match redis.local_cache_size_in_bytes {
         0 => AnyStore::Redis(store),

@@ -37,6 +37,9 @@ choice! {
         Allow,
         /// Every charged descriptor is OVER_LIMIT (fail closed).
         Deny,
+        /// Each limit decided in this replica alone, on its share: the limit divided by the
+        /// replica count (--store-replicas, else learnt from Redis).
+        LocalShare,
     }
 }
 

@@ -13,7 +13,8 @@ use clap::{ArgAction, Args, ValueEnum};
 use crate::settings::choices::{RedisKindChoice, TimeSourceChoice};
 use crate::settings::SettingsError;
 use sluice_core::duration;
-use sluice_store::redis::{Pipelining, RedisKind, RedisTarget, TimeSource};
+use sluice_store::redis::breaker::BreakerSettings;
+use sluice_store::redis::{CircuitSettings, Pipelining, RedisKind, RedisTarget, TimeSource};
 
 /// The flags of the Redis store.
 #[derive(Debug, Clone, Args)]
@@ -124,6 +125,19 @@ pub struct RedisArgs {
     /// The per-second Redis's socket type, as --redis-socket-type.
     #[arg(long, env = "REDIS_PERSECOND_SOCKET_TYPE", default_value = "tcp")]
     pub redis_persecond_socket_type: String,
+    /// Store calls that fail in a row (errors or timeouts) before the circuit opens: calls
+    /// then wait on nothing and each limit answers as its on_store_failure (else
+    /// --failure-mode) says, until a probe is answered. 0: the circuit never opens.
+    #[arg(long, env = "SLUICE_STORE_CIRCUIT_FAILURES", default_value_t = 0)]
+    pub store_circuit_failures: u32,
+    /// How often an open circuit probes Redis (a PING of each Redis); the first answer
+    /// closes it.
+    #[arg(long, env = "SLUICE_STORE_CIRCUIT_PROBE_INTERVAL", default_value = "200ms", value_parser = duration::parse)]
+    pub store_circuit_probe_interval: Duration,
+    /// The sluice replicas sharing this Redis, which a local share divides each limit by.
+    /// Unset: learnt from Redis while it answers (a heartbeat of each replica every second).
+    #[arg(long, env = "SLUICE_STORE_REPLICAS")]
+    pub store_replicas: Option<u32>,
 }
 
 /// One Redis deployment as the flags describe it.
@@ -152,6 +166,8 @@ pub struct RedisSettings {
     pub redis_time: TimeSource,
     /// Bytes of the local over-limit cache; 0: none.
     pub local_cache_size_in_bytes: usize,
+    /// The circuit breaker, and the replica count of local shares.
+    pub circuit: CircuitSettings,
 }
 
 /// Time for one request's round trip when no setting says.
@@ -214,6 +230,7 @@ impl RedisArgs {
         } else {
             None
         };
+        let circuit = self.circuit()?;
         Ok(RedisSettings {
             target: main,
             per_second,
@@ -221,6 +238,31 @@ impl RedisArgs {
             cache_key_prefix: self.cache_key_prefix,
             local_cache_size_in_bytes: self.local_cache_size_in_bytes,
             redis_time: self.redis_time.into(),
+            circuit,
+        })
+    }
+
+    /// The circuit breaker's flags, validated.
+    fn circuit(&self) -> Result<CircuitSettings, SettingsError> {
+        if self.store_circuit_probe_interval.is_zero() {
+            return Err(SettingsError::Redis(
+                "--store-circuit-probe-interval must be longer than 0".into(),
+            ));
+        }
+        let replicas = match self.store_replicas {
+            Some(0) => {
+                return Err(SettingsError::Zero {
+                    setting: "--store-replicas",
+                })
+            }
+            replicas => replicas,
+        };
+        Ok(CircuitSettings {
+            breaker: BreakerSettings {
+                failures: self.store_circuit_failures,
+                probe_interval: self.store_circuit_probe_interval,
+            },
+            replicas,
         })
     }
 

@@ -129,6 +129,7 @@ impl SourceArgs {
                 merge_domain_config: self.merge_domain_config,
                 debt: self.debt,
                 without_reserve: false,
+                every_hit: false,
             },
             xds,
             watch_config: self.watch_config,

@@ -88,6 +88,8 @@ fn condition_of(error: &StoreError) -> u8 {
             redis(source).map_or(ERROR_REPLIES, condition_of_reply)
         }
         StoreError::Full { .. } => ERROR_REPLIES,
+        // Never noted: an open circuit sends nothing.
+        StoreError::CircuitOpen { .. } => UNREACHABLE,
     }
 }
 

@@ -8,10 +8,12 @@
 
 mod admin;
 mod args;
+pub mod breaker;
 mod call;
 mod condition;
 mod connect;
 mod pipeline;
+pub mod replicas;
 mod scripts;
 mod shards;
 pub mod span;
@@ -24,12 +26,15 @@ use futures_util::future::join_all;
 use redis::{Cmd, RedisError, RedisResult};
 
 pub use args::ScriptArgs;
+use breaker::{Breaker, BreakerSettings};
 use call::{HitCall, Mode};
 use condition::Condition;
 pub use connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use pipeline::{PipelineCounts, Pipeliner};
+use replicas::ReplicaCount;
 use scripts::Script;
 
+use crate::local_share::LocalShare;
 use crate::series::{Reporting, Series};
 use crate::{key, Clock, Store, StoreError};
 use sluice_core::algorithm::Mark;
@@ -122,6 +127,18 @@ pub struct RedisStore {
     condition: Condition,
     /// The pipelines of implicit pipelining, and the calls they held.
     pipeline_counts: Arc<PipelineCounts>,
+    /// Opens after calls fail in a row: calls then fail at once (`with_circuit`).
+    breaker: Breaker,
+    /// The limits' local shares, for `on_store_failure: local_share`.
+    local_share: LocalShare,
+}
+
+/// The circuit breaker's settings and the replica count the local shares divide by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CircuitSettings {
+    pub breaker: BreakerSettings,
+    /// `--store-replicas`: the replica count, instead of learning it from Redis.
+    pub replicas: Option<u32>,
 }
 
 /// Where a store's limits live: one Redis, or per-second limits in a second one.
@@ -170,7 +187,6 @@ impl RedisStore {
             backends,
             script: Script::new(),
             key_prefix,
-            clock,
             time_source,
             // A request spanning both Redis waits for the slower one's answer.
             command_timeout: targets
@@ -184,11 +200,41 @@ impl RedisStore {
             read_only_answers: AtomicU64::new(0),
             condition: Condition::new(),
             pipeline_counts,
+            breaker: Breaker::new(BreakerSettings::default()),
+            local_share: LocalShare::new(ReplicaCount::fixed(1), clock.clone()),
+            clock,
         };
         for backend in &store.backends {
             store.load_scripts_in_time(backend).await?;
         }
         Ok(store)
+    }
+
+    /// The store with a circuit breaker as `circuit` says, and its local shares divided by
+    /// the replica count given there or learnt from Redis (a heartbeat every second).
+    pub fn with_circuit(mut self, circuit: CircuitSettings) -> RedisStore {
+        self.breaker = Breaker::new(circuit.breaker);
+        let replicas = match circuit.replicas {
+            Some(replicas) => ReplicaCount::fixed(replicas),
+            None => ReplicaCount::learnt(
+                self.main_connection().clone(),
+                key::replicas_key(&self.key_prefix),
+                self.clock.clone(),
+                self.command_timeout,
+            ),
+        };
+        self.local_share = LocalShare::new(replicas, self.clock.clone());
+        self
+    }
+
+    /// The replica count the local shares divide by now.
+    pub fn replicas(&self) -> u32 {
+        self.local_share.replicas()
+    }
+
+    /// Whether the circuit is open (calls fail at once).
+    pub fn circuit_open(&self) -> bool {
+        self.breaker.is_open()
     }
 
     /// The backend of `hit`: per-second limits go to the per-second Redis when there is one.
@@ -369,6 +415,8 @@ impl Reporting for RedisStore {
             self.read_only_answers.load(Ordering::Relaxed),
         );
         self.condition.report(series);
+        self.breaker.report(series);
+        series.level("sluice_store_replicas", u64::from(self.replicas()));
         if self.backends.iter().any(|b| b.pipeliner.is_some()) {
             let counts = &self.pipeline_counts;
             let pipelines = counts.pipelines.load(Ordering::Relaxed);
@@ -384,8 +432,11 @@ impl Store for RedisStore {
         "redis"
     }
 
-    /// Every backend answers a PING in time.
+    /// Every backend answers a PING in time (at once `false` while the circuit is open).
     async fn healthy(&self) -> bool {
+        if self.breaker.is_open() {
+            return false;
+        }
         let pings = join_all(self.backends.iter().map(|b| ping(&b.connection)));
         tokio::time::timeout(self.command_timeout, pings)
             .await
@@ -395,10 +446,20 @@ impl Store for RedisStore {
     /// Redis state is keyed by descriptor and shaped by algorithm; nothing is derived here.
     fn config_changed(&self) {}
 
+    /// On the local shares (`local_share`).
+    async fn decide_alone(
+        &self,
+        hits: &[Hit],
+        charging: Charging,
+    ) -> Option<Result<Vec<Decision>, StoreError>> {
+        Some(self.local_share.decide(hits, charging).await)
+    }
+
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         if hits.is_empty() {
             return Ok(Vec::new());
         }
+        self.breaker.check()?;
         let now_us = self.clock.now_us();
         let deadline = Instant::now() + self.command_timeout;
         let decided = self.decide(hits, charging, now_us);
@@ -407,6 +468,10 @@ impl Store for RedisStore {
             Err(_) => Err(self.timed_out()),
         };
         self.condition.note(&result);
+        if self.breaker.note(&result) {
+            let connections = self.backends.iter().map(|b| b.connection.clone()).collect();
+            self.breaker.probe(connections, self.command_timeout);
+        }
         // Decided at sluice's time of the call (the scripts may have read Redis TIME).
         result.map(|decisions| {
             decisions
