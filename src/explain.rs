@@ -1,6 +1,7 @@
 //! What `sluice check-config` says of each rule beyond its domain's count of limits: its
 //! several limits, its debt, its concurrency limit, its penalty, its reserved budget and the
-//! budget's bound, in words.
+//! budget's bound, its budget leasing and the lease's bound, and its answer when the store
+//! fails, in words.
 
 use sluice::config;
 
@@ -42,8 +43,55 @@ pub fn explain(rule: &config::Rule) -> Vec<String> {
         if let Some(policy) = &limit.modifiers.reserve {
             lines.push(reserve_text(rule, limit, policy));
         }
+        if let Some(policy) = &limit.modifiers.budget_leasing {
+            lines.push(leasing_text(rule, limit, policy));
+        }
+        if let Some(policy) = &limit.modifiers.on_store_failure {
+            lines.push(format!(
+                "{}: {limit}: when the store cannot decide, {}",
+                rule.full_key,
+                failure_text(limit, *policy)
+            ));
+        }
     }
     lines
+}
+
+/// What a leased limit does, in words, with its bound (docs/hot-keys.md).
+fn leasing_text(
+    rule: &config::Rule,
+    limit: &sluice::limit::Limit,
+    policy: &sluice::modifier::leasing::Policy,
+) -> String {
+    format!(
+        "{}: leased on Redis: each replica takes chunks of the budget (at most {}, sized by the \
+         key's rate at it; a key seen fewer than 4 times in the last {} keeps the exact path) and \
+         admits from them without a call; a chunk unused for {} is given back; bound: a window \
+         never admits more than {}, and at most replicas x {} is denied while budget remains",
+        rule.full_key,
+        policy.max_chunk,
+        sluice::duration::human(policy.max_hold_us),
+        sluice::duration::human(policy.max_hold_us),
+        limit.requests_per_unit,
+        policy.max_chunk,
+    )
+}
+
+/// What a limit answers when the store fails, in words.
+fn failure_text(
+    limit: &sluice::limit::Limit,
+    policy: sluice::modifier::on_store_failure::Policy,
+) -> String {
+    use sluice::modifier::on_store_failure::Policy;
+    match policy {
+        Policy::Unavailable => "the call fails with UNAVAILABLE (Envoy's failure_mode_deny decides)".into(),
+        Policy::Allow => "its hits are admitted".into(),
+        Policy::Deny => "its hits are denied".into(),
+        Policy::LocalShare => format!(
+            "each replica decides alone on its share, {} divided by the replica count (rounded down)",
+            limit.requests_per_unit
+        ),
+    }
 }
 
 /// What a limit's reservation does, in words, with its bound (docs/budgets.md).

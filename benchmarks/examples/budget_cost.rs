@@ -183,7 +183,7 @@ async fn redis_limiter(
     .await?;
     Ok(RateLimiter::new(
         config.clone(),
-        Arc::new(AnyStore::Redis(store)),
+        Arc::new(AnyStore::on_redis(store, 0, Arc::new(SystemClock))),
         ServiceOptions::default(),
         Arc::new(Metrics::new(0.8, 10_000)),
     ))

@@ -21,6 +21,7 @@ mod grpc_service;
 mod grpc_standard_services;
 mod grpc_tls;
 mod hardening;
+mod hot_keys;
 mod in_process;
 mod leases;
 mod load_tools;

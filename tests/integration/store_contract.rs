@@ -352,7 +352,11 @@ fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, 
                     let reserve = reserve.filter(|_| !algorithm.leases());
                     Limit {
                         debt,
-                        modifiers: Modifiers { penalty, reserve },
+                        modifiers: Modifiers {
+                            penalty,
+                            reserve,
+                            ..Modifiers::default()
+                        },
                         ..limit(algorithm, l, m, Some(b))
                     }
                 })

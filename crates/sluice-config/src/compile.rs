@@ -213,7 +213,9 @@ impl<'a> FileCompiler<'a> {
 
     /// Refuses budget leasing where its bound cannot be kept (`leasing_refusal`).
     fn check_leasing(&mut self, limit: &Limit, path: &str) -> Option<()> {
-        limit.modifiers.budget_leasing?;
+        if limit.modifiers.budget_leasing.is_none() {
+            return Some(());
+        }
         match leasing_refusal(limit, self.options.every_hit) {
             Some(reason) => {
                 self.error(path, reason);
@@ -498,6 +500,7 @@ fn leasing_refusal(limit: &Limit, every_hit: bool) -> Option<String> {
     use sluice_core::limit::Algorithm;
     let algorithm = limit.algorithm();
     let reason = match algorithm {
+        Algorithm::SlidingWindowCounter => "sliding_window_counter's windows follow Redis's clock, which a replica cannot read: a chunk spent after its window ended would count at the previous window's weight, admitting more than the limit",
         Algorithm::SlidingWindowLog => "sliding_window_log stamps each hit with its time: a chunk's hits would be stamped when taken and leave the window early, admitting more than the limit",
         Algorithm::WarmUp => "warm_up sets its rate by how busy the key was: unspent chunks would count as traffic and warm it early",
         Algorithm::Concurrency => "concurrency counts requests in flight, each released on its own: there is no budget to take ahead",

@@ -1,25 +1,38 @@
 //! The one store value the server serves with, whichever store the settings chose: the
-//! memory store, Redis, or Redis behind the local over-limit cache. Dispatch stays static (a
+//! memory store, or Redis behind budget leasing (which passes every request through unless a
+//! limit is leased), and that behind the local over-limit cache when it has a size. Dispatch stays static (a
 //! `match`), so the request path pays no virtual call.
 
 use super::admin::{AdminStore, Feed, Loaded, Page};
+use super::leasing::WithLeasing;
 use super::local_cache::WithLocalCache;
 use super::memory::MemoryStore;
 use super::redis::RedisStore;
-use super::{Store, StoreError};
+use super::{Clock, Store, StoreError};
 use crate::series::{Reporting, Series};
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Decision, Hit};
+use std::sync::Arc;
 
 /// A store of any kind sluice serves with.
 pub enum AnyStore {
     Memory(MemoryStore),
-    Redis(RedisStore),
+    Redis(WithLeasing<RedisStore>),
     /// Redis, with over-limit keys remembered in this process (`LOCAL_CACHE_SIZE_IN_BYTES`).
-    CachedRedis(WithLocalCache<RedisStore>),
+    CachedRedis(WithLocalCache<WithLeasing<RedisStore>>),
 }
 
 impl AnyStore {
+    /// Redis behind budget leasing, and behind the local over-limit cache of `cache_bytes`
+    /// when that is above 0, on `clock`.
+    pub fn on_redis(store: RedisStore, cache_bytes: usize, clock: Arc<dyn Clock>) -> AnyStore {
+        let leased = WithLeasing::new(store, clock.clone());
+        match cache_bytes {
+            0 => AnyStore::Redis(leased),
+            size => AnyStore::CachedRedis(WithLocalCache::new(leased, size, clock)),
+        }
+    }
+
     /// The memory store, when it is the one.
     pub fn memory(&self) -> Option<&MemoryStore> {
         match self {
@@ -32,7 +45,16 @@ impl AnyStore {
     pub fn redis(&self) -> Option<&RedisStore> {
         match self {
             AnyStore::Memory(_) => None,
-            AnyStore::Redis(redis) => Some(redis),
+            AnyStore::Redis(leased) => Some(leased.inner()),
+            AnyStore::CachedRedis(cached) => Some(cached.inner().inner()),
+        }
+    }
+
+    /// The budget leases in front of Redis, when it is the store.
+    pub fn leasing(&self) -> Option<&WithLeasing<RedisStore>> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(leased) => Some(leased),
             AnyStore::CachedRedis(cached) => Some(cached.inner()),
         }
     }
@@ -49,14 +71,18 @@ macro_rules! each_store {
     };
 }
 
-/// Runs `$call` on the store that holds `$any`'s records: behind the local cache, Redis.
+/// Runs `$call` on the store that holds `$any`'s records: behind the leases and the local
+/// cache, Redis.
 macro_rules! each_admin_store {
     ($any:expr, $store:ident => $call:expr) => {
         match $any {
             AnyStore::Memory($store) => $call,
-            AnyStore::Redis($store) => $call,
+            AnyStore::Redis(leased) => {
+                let $store = leased.inner();
+                $call
+            }
             AnyStore::CachedRedis(cached) => {
-                let $store = cached.inner();
+                let $store = cached.inner().inner();
                 $call
             }
         }
@@ -95,31 +121,35 @@ impl Store for AnyStore {
     }
 }
 
-/// The records and the counters of whichever store; a reset or a credit behind the local
-/// cache also forgets what the cache remembered (a key it saw over its limit may not be now).
-impl AdminStore for AnyStore {
-    async fn reset(&self, hits: &[Hit], penalties: bool) -> Result<u64, StoreError> {
-        match self {
-            AnyStore::Memory(store) => store.reset(hits, penalties).await,
-            AnyStore::Redis(store) => store.reset(hits, penalties).await,
-            AnyStore::CachedRedis(cached) => {
-                let reset = cached.inner().reset(hits, penalties).await;
-                cached.clear();
-                reset
+impl AnyStore {
+    /// After a reset or a credit of `hits`: forgets what the local cache remembered (a key it
+    /// saw over its limit may not be now) and this replica's chunks of them (a reset counter
+    /// no longer counts them).
+    fn forget_local(&self, hits: &[Hit]) {
+        if let AnyStore::CachedRedis(cached) = self {
+            cached.clear();
+        }
+        if let Some(leasing) = self.leasing() {
+            for hit in hits {
+                leasing.table().forget(&hit.key);
             }
         }
     }
+}
+
+/// The records and the counters of whichever store; a reset or a credit also forgets what
+/// this replica holds of them (`forget_local`).
+impl AdminStore for AnyStore {
+    async fn reset(&self, hits: &[Hit], penalties: bool) -> Result<u64, StoreError> {
+        let reset = each_admin_store!(self, store => store.reset(hits, penalties).await);
+        self.forget_local(hits);
+        reset
+    }
 
     async fn credit(&self, hit: &Hit) -> Result<Decision, StoreError> {
-        match self {
-            AnyStore::Memory(store) => store.credit(hit).await,
-            AnyStore::Redis(store) => store.credit(hit).await,
-            AnyStore::CachedRedis(cached) => {
-                let credited = cached.inner().credit(hit).await;
-                cached.clear();
-                credited
-            }
-        }
+        let credited = each_admin_store!(self, store => store.credit(hit).await);
+        self.forget_local(std::slice::from_ref(hit));
+        credited
     }
 
     async fn held(&self, hit: &Hit) -> Result<u64, StoreError> {

@@ -12,6 +12,7 @@
 pub mod admin;
 pub mod any;
 pub mod key;
+pub mod leasing;
 pub mod local_cache;
 pub mod local_share;
 pub mod memory;

@@ -16,7 +16,6 @@ use sluice::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use sluice::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use sluice::service::{RateLimiter, ServiceOptions};
 use sluice::store::any::AnyStore;
-use sluice::store::local_cache::WithLocalCache;
 use sluice::store::memory::MemoryStore;
 use sluice::store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
 use sluice::store::ManualClock;
@@ -134,14 +133,13 @@ pub async fn every_store(
             "memory",
             AnyStore::Memory(MemoryStore::new(10_000, clocks[0].clone())),
         ),
-        ("redis", AnyStore::Redis(redis(&clocks[1]).await)),
+        (
+            "redis",
+            AnyStore::on_redis(redis(&clocks[1]).await, 0, clocks[1].clone()),
+        ),
         (
             "redis behind the local cache",
-            AnyStore::CachedRedis(WithLocalCache::new(
-                redis(&clocks[2]).await,
-                1 << 20,
-                clocks[2].clone(),
-            )),
+            AnyStore::on_redis(redis(&clocks[2]).await, 1 << 20, clocks[2].clone()),
         ),
     ];
     stores

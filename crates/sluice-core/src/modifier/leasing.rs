@@ -10,8 +10,8 @@
 //!   remains only when the replicas' unspent chunks stand in its way, so the budget wrongly
 //!   denied is at most replicas x `max_chunk`.
 //! - The chunk adapts to the key's rate at the replica: half of the hits it saw for the key in
-//!   the last `max_hold`, held to `max_chunk`. A key that needs fewer than two (seen less than
-//!   about every half `max_hold`) takes no chunk: each of its hits goes to the store, exactly.
+//!   the last `max_hold`, held to `max_chunk`. A key seen fewer than 4 times in the last
+//!   `max_hold` takes no chunk: each of its hits goes to the store, exactly.
 //!
 //! Leasing runs in the store layer (`sluice-store`'s `leasing`); what is here is the policy and
 //! the arithmetic both sides of it share.

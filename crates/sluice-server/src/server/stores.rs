@@ -11,7 +11,6 @@ use std::time::Duration;
 use crate::server::ServerError;
 use crate::settings::{RedisSettings, StoreSettings};
 use sluice_store::any::AnyStore;
-use sluice_store::local_cache::WithLocalCache;
 use sluice_store::memory::snapshot::{self, Snapshotting, Written};
 use sluice_store::memory::MemoryStore;
 use sluice_store::quota_budget::AnyBudget;
@@ -91,10 +90,12 @@ async fn redis_store(redis: &RedisSettings) -> Result<AnyStore, StoreError> {
     .await?
     .with_circuit(redis.circuit);
     tracing::info!(redis = %redis.target.describe(), "Redis connected, scripts loaded");
-    Ok(match redis.local_cache_size_in_bytes {
-        0 => AnyStore::Redis(store),
-        size => AnyStore::CachedRedis(WithLocalCache::new(store, size, Arc::new(SystemClock))),
-    })
+    let cache_bytes = redis.local_cache_size_in_bytes;
+    Ok(AnyStore::on_redis(
+        store,
+        cache_bytes,
+        Arc::new(SystemClock),
+    ))
 }
 
 /// Drops the expired state of one memory-store shard every `SWEEP_INTERVAL`, shard after

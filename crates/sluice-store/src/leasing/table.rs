@@ -1,0 +1,335 @@
+//! The chunks one replica holds, by key and limit, and what each request does with them: spent
+//! here, denied here (a denial from the store of a cost, remembered for no longer than the
+//! lease's `max_hold`, answers that cost or more), or taken from the store (what the chunk
+//! lacks, plus a new chunk sized by the key's rate). Every change of a lease happens under its
+//! shard's lock; nothing here waits on the store.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use sluice_core::limit::{Decision, Hit, Limit};
+use sluice_core::modifier::leasing::Policy;
+
+const SHARDS: usize = 16;
+/// The most leases one replica keeps: past it, a new key takes the exact path.
+const MAX_LEASES: usize = 100_000;
+/// A give-back is sent only while the chunk's window has at least this long left: a credit
+/// must land in the window the chunk was charged to.
+const GIVE_BACK_MARGIN_US: u64 = 100_000;
+
+/// What a request does with one leased hit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Plan {
+    /// The store decides it as it is (not leased, a check, a cost no chunk could hold).
+    Store,
+    /// Spent from the chunk: answered here.
+    Served(Decision),
+    /// Denied here: the store denied this cost or less a moment ago.
+    Denied(Decision),
+    /// `local` spent from the chunk; the store charges `need`, and a new chunk of `extra`,
+    /// after `give_back` is credited back (a bucket's chunk the bucket refilled past).
+    Take {
+        local: u64,
+        need: u64,
+        extra: u64,
+        give_back: u64,
+    },
+}
+
+/// A spent amount given back to a lease, or a chunk to give back to the store.
+pub struct Unspent {
+    pub key: String,
+    pub limit: Limit,
+    pub amount: u64,
+}
+
+/// One key's lease at this replica.
+#[derive(Debug, Default)]
+struct Lease {
+    /// Charged in the store, not yet spent here.
+    unspent: u64,
+    /// The end of the window the unspent chunk was charged to (`None`: the algorithm has no
+    /// windows, a bucket).
+    window_end_us: Option<u64>,
+    /// What the store had left after this replica's last take, net of the chunk.
+    store_remaining: u32,
+    /// When the limit is fully replenished, as of the last take.
+    reset_at_us: u64,
+    /// Hits seen since `counting_since_us`, and in the `max_hold` before.
+    seen: u64,
+    seen_before: u64,
+    counting_since_us: u64,
+    /// The last time a hit used the lease.
+    last_used_us: u64,
+    /// A denial by the store: a cost of `cost` or more is denied here until `until_us`.
+    denial: Option<(u64, u64, Decision)>,
+    /// A bucket's chunk that expired unspent: the store still counts it, and must have it
+    /// back before the key's next decision to decide as the exact path would.
+    owed_back: u64,
+}
+
+impl Lease {
+    /// Counts a hit at `now_us` in the rate of the key at this replica.
+    fn see(&mut self, now_us: u64, max_hold_us: u64) {
+        let elapsed = now_us.saturating_sub(self.counting_since_us);
+        if elapsed >= max_hold_us {
+            self.seen_before = if elapsed < 2 * max_hold_us {
+                self.seen
+            } else {
+                0
+            };
+            self.seen = 0;
+            self.counting_since_us = now_us;
+        }
+        self.seen += 1;
+        self.last_used_us = now_us;
+    }
+
+    /// Drops a chunk that no longer holds budget: one charged to a window that is over, or,
+    /// on a bucket, one the bucket has refilled past (from the moment the store's level plus
+    /// the chunk would pass the bucket's capacity, the store no longer counts the chunk as
+    /// taken: spending it then would admit more than the bucket).
+    fn expire(&mut self, limit: &Limit, now_us: u64) {
+        if self.unspent == 0 {
+            return;
+        }
+        let over = match self.window_end_us {
+            Some(end) => end <= now_us,
+            None => {
+                let per_unit_us = limit.period_us() / u64::from(limit.requests_per_unit.max(1));
+                let drains_us = self.unspent.saturating_mul(per_unit_us.max(1));
+                now_us.saturating_add(drains_us) >= self.reset_at_us
+            }
+        };
+        if over {
+            let unspent = std::mem::take(&mut self.unspent);
+            if self.window_end_us.is_none() {
+                self.owed_back += unspent;
+            }
+        }
+    }
+
+    /// What the store has left plus the chunk not yet spent.
+    fn remaining(&self) -> u32 {
+        let total = u64::from(self.store_remaining) + self.unspent;
+        u32::try_from(total).unwrap_or(u32::MAX)
+    }
+}
+
+/// Leases by (store key, limit): a changed limit never reads another's lease.
+type Shard = HashMap<(String, Limit), Lease>;
+
+/// The leases of one replica.
+pub struct LeaseTable {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    leases: AtomicUsize,
+    /// Hits answered from a chunk, chunks taken, and amounts given back.
+    pub served: AtomicU64,
+    pub chunks: AtomicU64,
+    pub given_back: AtomicU64,
+}
+
+impl Default for LeaseTable {
+    fn default() -> Self {
+        LeaseTable {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+            leases: AtomicUsize::new(0),
+            served: AtomicU64::new(0),
+            chunks: AtomicU64::new(0),
+            given_back: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LeaseTable {
+    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
+        let index = (self.hasher.hash_one(key) as usize) % SHARDS;
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What `hit` (leased as `policy` says) does at `now_us`; a spend from the chunk is taken
+    /// now, and given back with `refund` if the request does not stand.
+    pub fn plan(&self, hit: &Hit, policy: &Policy, now_us: u64) -> Plan {
+        if hit.cost == 0 || hit.cost > hit.limit.capacity() {
+            return Plan::Store;
+        }
+        let mut shard = self.shard(&hit.key);
+        let lease = match shard.get_mut(&(hit.key.clone(), hit.limit)) {
+            Some(lease) => lease,
+            None if self.leases.load(Ordering::Relaxed) >= MAX_LEASES => return Plan::Store,
+            None => {
+                self.leases.fetch_add(1, Ordering::Relaxed);
+                shard.entry((hit.key.clone(), hit.limit)).or_insert(Lease {
+                    counting_since_us: now_us,
+                    ..Lease::default()
+                })
+            }
+        };
+        lease.see(now_us, policy.max_hold_us);
+        lease.expire(&hit.limit, now_us);
+        if let Some((until_us, cost, decision)) = lease.denial {
+            if now_us < until_us && hit.cost >= cost {
+                return Plan::Denied(Decision {
+                    remaining: lease.remaining(),
+                    retry_after_us: until_us - now_us,
+                    reset_after_us: lease.reset_at_us.saturating_sub(now_us),
+                    decided_at_us: now_us,
+                    ..decision
+                });
+            }
+            lease.denial = None;
+        }
+        if lease.unspent >= hit.cost {
+            lease.unspent -= hit.cost;
+            self.served.fetch_add(1, Ordering::Relaxed);
+            let reset_at_us = lease.window_end_us.unwrap_or(lease.reset_at_us);
+            return Plan::Served(Decision {
+                admitted: true,
+                remaining: lease.remaining(),
+                reset_after_us: reset_at_us.saturating_sub(now_us),
+                retry_after_us: 0,
+                decided_at_us: now_us,
+                ..Decision::default()
+            });
+        }
+        let local = std::mem::take(&mut lease.unspent);
+        let chunk = policy.chunk(lease.seen.max(lease.seen_before));
+        Plan::Take {
+            local,
+            need: hit.cost - local,
+            extra: chunk,
+            give_back: std::mem::take(&mut lease.owed_back),
+        }
+    }
+
+    /// Puts back `amount` a request spent from `hit`'s chunk and that does not stand.
+    pub fn refund(&self, hit: &Hit, amount: u64, now_us: u64) {
+        if amount == 0 {
+            return;
+        }
+        let mut shard = self.shard(&hit.key);
+        if let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit)) {
+            if lease.window_end_us.is_none_or(|end| end > now_us) {
+                lease.unspent += amount;
+            }
+            lease.expire(&hit.limit, now_us);
+        }
+    }
+
+    /// Records the store's answer to a take of `hit` at `now_us`: `need` decided as `decision`
+    /// (a denial is remembered for its cost, for at most `max_hold`), and a new chunk of
+    /// `chunk` (0: none) that left the store with `store_remaining`.
+    pub fn took(
+        &self,
+        hit: &Hit,
+        policy: &Policy,
+        decision: &Decision,
+        chunk: Option<(u64, u32)>,
+        now_us: u64,
+    ) {
+        let mut shard = self.shard(&hit.key);
+        let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit)) else {
+            return;
+        };
+        lease.expire(&hit.limit, now_us);
+        lease.reset_at_us = now_us.saturating_add(decision.reset_after_us);
+        if !decision.admitted {
+            let until_us = now_us + decision.retry_after_us.min(policy.max_hold_us);
+            lease.denial = Some((until_us, hit.cost, *decision));
+            lease.store_remaining = decision.remaining;
+            return;
+        }
+        lease.store_remaining = decision.remaining;
+        if let Some((amount, store_remaining)) = chunk {
+            let window_end_us = hit.limit.window_end_us(now_us);
+            if window_end_us != lease.window_end_us {
+                lease.unspent = 0;
+            }
+            lease.unspent += amount;
+            lease.window_end_us = window_end_us;
+            lease.store_remaining = store_remaining;
+            self.chunks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes the unspent chunks of leases idle for `max_hold` (or all, `everything`) at
+    /// `now_us`, to give back to the store; forgets leases idle for twice that.
+    pub fn idle(&self, now_us: u64, everything: bool) -> Vec<Unspent> {
+        let mut unspent = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            shard.retain(|(key, limit), lease| {
+                let Some(policy) = limit.modifiers.budget_leasing else {
+                    return false;
+                };
+                let idle_us = now_us.saturating_sub(lease.last_used_us);
+                lease.expire(limit, now_us);
+                let in_time = lease
+                    .window_end_us
+                    .is_none_or(|end| end > now_us + GIVE_BACK_MARGIN_US);
+                let owed = std::mem::take(&mut lease.owed_back);
+                if owed > 0 {
+                    unspent.push(Unspent {
+                        key: key.clone(),
+                        limit: *limit,
+                        amount: owed,
+                    });
+                }
+                if (everything || idle_us >= policy.max_hold_us) && lease.unspent > 0 {
+                    let amount = std::mem::take(&mut lease.unspent);
+                    if in_time {
+                        unspent.push(Unspent {
+                            key: key.clone(),
+                            limit: *limit,
+                            amount,
+                        });
+                    }
+                }
+                let keep = !everything && idle_us < 2 * policy.max_hold_us;
+                if !keep {
+                    self.leases.fetch_sub(1, Ordering::Relaxed);
+                }
+                keep
+            });
+        }
+        unspent
+    }
+
+    /// What this replica holds unspent of `hit`'s key at `now_us`.
+    pub fn unspent(&self, hit: &Hit, now_us: u64) -> u64 {
+        let mut shard = self.shard(&hit.key);
+        shard
+            .get_mut(&(hit.key.clone(), hit.limit))
+            .map_or(0, |lease| {
+                lease.expire(&hit.limit, now_us);
+                lease.unspent
+            })
+    }
+
+    /// Forgets the leases of `key`, their chunks unspent and not given back (after the key's
+    /// counters were reset).
+    pub fn forget(&self, key: &str) {
+        let mut shard = self.shard(key);
+        let before = shard.len();
+        shard.retain(|(leased, _), _| leased != key);
+        self.leases
+            .fetch_sub(before - shard.len(), Ordering::Relaxed);
+    }
+
+    /// How many leases are kept, and what they hold unspent.
+    pub fn held(&self) -> (usize, u64) {
+        let mut unspent = 0;
+        for shard in self.shards.iter() {
+            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            unspent += shard.values().map(|lease| lease.unspent).sum::<u64>();
+        }
+        (self.leases.load(Ordering::Relaxed), unspent)
+    }
+}

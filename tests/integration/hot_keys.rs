@@ -1,0 +1,296 @@
+//! Budget leasing (`budget_leasing`, docs/hot-keys.md): one replica on a leased limit gives the
+//! codes of the exact path for the same sequence; several replicas on one Redis (single,
+//! Sentinel, Cluster) never admit past a window's limit, deny at most replicas x `max_chunk`
+//! while budget remains, and call Redis at least 20 times less per admitted request than the
+//! exact path; the combinations leasing cannot bound are refused at load.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::redis::{cluster_flags, script_calls, start_cluster, RedisServer};
+use crate::support::stores::{redis_store, START_US};
+use crate::support::{call, clear_of_a_windows_end, descriptor, overall, request, Sluice};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use sluice::config::{self, LoadOptions};
+use sluice::engine::Charging;
+use sluice::limit::{Algorithm, Counting, Decision, Hit, Limit, Role, Unit};
+use sluice::store::leasing::WithLeasing;
+use sluice::store::{ManualClock, Store};
+
+/// A leased limit of `limit` (its own algorithm), in chunks of at most `max_chunk`.
+fn leased(mut limit: Limit, max_chunk: u32) -> Limit {
+    limit.modifiers.budget_leasing = Some(sluice::modifier::leasing::Policy {
+        max_chunk,
+        max_hold_us: 60_000_000,
+    });
+    limit
+}
+
+/// A small deterministic generator: the same sequences on every run.
+struct Steps(u64);
+
+impl Steps {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// The hits of one request: the leased limit at `cost` on key `k`, and with `other`, a plain
+/// limit on key `o` beside it.
+fn hits_of(limit: Limit, k: &str, cost: u64, other: Option<Limit>, o: &str) -> Vec<Hit> {
+    let hit = |key: &str, limit: Limit, cost: u64| Hit {
+        key: key.to_string(),
+        limit,
+        cost,
+        role: Role::Enforced,
+        joins_previous: false,
+        lease: None,
+    };
+    let mut hits = vec![hit(k, limit, cost)];
+    hits.extend(other.map(|other| hit(o, other, 1)));
+    hits
+}
+
+#[tokio::test]
+async fn one_replica_on_a_leased_limit_answers_as_the_exact_path() {
+    let redis = RedisServer::start(&[]);
+    let limits = [
+        leased(Limit::fixed_window(40, Unit::Minute), 8),
+        leased(
+            Limit::new(Counting::of(Algorithm::TokenBucket), 30, Unit::Minute),
+            6,
+        ),
+        leased(
+            Limit {
+                counting: Counting::of(Algorithm::LeakyBucket).with_burst(Some(12)),
+                ..Limit::new(Counting::of(Algorithm::LeakyBucket), 60, Unit::Minute)
+            },
+            5,
+        ),
+    ];
+    let other = Limit::fixed_window(25, Unit::Minute);
+    for (index, limit) in limits.into_iter().enumerate() {
+        let mut served_here = 0;
+        for seed in 1..=4u64 {
+            let clock = Arc::new(ManualClock::at(START_US));
+            let exact =
+                redis_store(&redis.url(), format!("exact{index}_{seed}_"), clock.clone()).await;
+            let inner =
+                redis_store(&redis.url(), format!("lease{index}_{seed}_"), clock.clone()).await;
+            let lease = WithLeasing::new(inner, clock.clone());
+            let mut steps = Steps(seed * 7919 + index as u64);
+            for call_number in 0..400 {
+                clock.advance(steps.next(3_000_000));
+                let cost = 1 + steps.next(3);
+                let beside = (steps.next(4) == 0).then_some(other);
+                let hits = hits_of(limit, "k", cost, beside, "o");
+                let from_exact = exact
+                    .charge(&hits, Charging::AllOrNothing)
+                    .await
+                    .expect("exact");
+                let from_lease = lease
+                    .charge(&hits, Charging::AllOrNothing)
+                    .await
+                    .expect("leased");
+                let codes = |d: &[Decision]| d.iter().map(|d| d.admitted).collect::<Vec<_>>();
+                assert_eq!(
+                    codes(&from_lease),
+                    codes(&from_exact),
+                    "{limit}, seed {seed}, call {call_number}, cost {cost}, with another limit: {}",
+                    beside.is_some()
+                );
+                if limit.algorithm() == Algorithm::FixedWindow {
+                    // With one replica, what the store has left plus the replica's chunk is
+                    // exactly what the exact path has left.
+                    assert_eq!(
+                        from_lease[0].remaining, from_exact[0].remaining,
+                        "{limit}, seed {seed}, call {call_number}: {from_lease:?} {from_exact:?} {hits:?}"
+                    );
+                }
+            }
+            served_here += lease.table().served.load(Ordering::Relaxed);
+        }
+        assert!(
+            served_here >= 20,
+            "{limit}: {served_here} hits served from chunks"
+        );
+    }
+}
+
+const CONFIG: &str = r#"
+domain: hot
+descriptors:
+  - key: leased
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3000
+      budget_leasing: {max_chunk: 50}
+  - key: exact
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3000
+"#;
+
+/// What `calls` calls on descriptor `key=hot`, spread over `sluices` (four callers each, at
+/// once), admitted.
+async fn admitted_across(sluices: &[Sluice], key: &str, calls: usize) -> usize {
+    let callers_each = 4;
+    let per_caller = calls / (sluices.len() * callers_each);
+    let mut tasks = Vec::new();
+    for sluice in sluices {
+        for _ in 0..callers_each {
+            let mut client = sluice.client().await;
+            let key = key.to_string();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..per_caller {
+                    let ask = request("hot", vec![descriptor(&[(&key, "hot")])]);
+                    admitted += usize::from(overall(&call(&mut client, ask).await) == Code::Ok);
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.expect("caller");
+    }
+    admitted
+}
+
+/// Script calls per admitted request on `key`, and the admitted count, for `calls` calls over
+/// `sluices`, Redis's calls counted on `nodes`.
+async fn cost_of(
+    sluices: &[Sluice],
+    nodes: &[&RedisServer],
+    key: &str,
+    calls: usize,
+) -> (f64, usize) {
+    let before: u64 = nodes.iter().map(|n| script_calls(n)).sum();
+    let admitted = admitted_across(sluices, key, calls).await;
+    let after: u64 = nodes.iter().map(|n| script_calls(n)).sum();
+    ((after - before) as f64 / admitted.max(1) as f64, admitted)
+}
+
+/// `replicas` sluices on one Redis (`flags` name it) hammer a hot key, leased and exact, each
+/// with twice its limit's demand within one window: the leased limit admits at most its limit
+/// and at least the limit less replicas x max_chunk, at 20 times fewer script calls per
+/// admitted request.
+async fn hot_key_across(replicas: usize, flags: &[String], nodes: &[&RedisServer]) {
+    let args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let sluices: Vec<Sluice> = (0..replicas)
+        .map(|_| Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[]))
+        .collect();
+    clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(40)).await;
+    let (exact_cost, exact_admitted) = cost_of(&sluices, nodes, "exact", 6_000).await;
+    let (leased_cost, leased_admitted) = cost_of(&sluices, nodes, "leased", 6_000).await;
+    assert_eq!(exact_admitted, 3_000, "the exact path admits the limit");
+    let bound = 3_000 - replicas * 50;
+    assert!(
+        (bound..=3_000).contains(&leased_admitted),
+        "{replicas} replicas admitted {leased_admitted}: within [{bound}, 3000]"
+    );
+    assert!(
+        exact_cost >= 20.0 * leased_cost,
+        "{replicas} replicas: {exact_cost:.3} script calls per admitted request exact, {leased_cost:.3} leased"
+    );
+}
+
+fn single_flags(redis: &RedisServer) -> Vec<String> {
+    ["--store", "redis", "--redis-url", &redis.url()]
+        .map(str::to_string)
+        .to_vec()
+}
+
+#[tokio::test]
+async fn two_replicas_lease_a_hot_key_within_its_bound() {
+    let redis = RedisServer::start(&[]);
+    hot_key_across(2, &single_flags(&redis), &[&redis]).await;
+}
+
+#[tokio::test]
+async fn four_replicas_lease_a_hot_key_within_its_bound() {
+    let redis = RedisServer::start(&[]);
+    hot_key_across(4, &single_flags(&redis), &[&redis]).await;
+}
+
+#[tokio::test]
+async fn replicas_on_a_cluster_lease_a_hot_key_within_its_bound() {
+    let nodes = start_cluster();
+    let on: Vec<&RedisServer> = nodes.iter().collect();
+    hot_key_across(2, &cluster_flags(&nodes), &on).await;
+}
+
+#[tokio::test]
+async fn replicas_through_sentinel_lease_a_hot_key_within_its_bound() {
+    let primary = RedisServer::start(&[]);
+    let sentinel = RedisServer::start_sentinel("hotmaster", primary.port);
+    let url = format!("redis://127.0.0.1:{}", sentinel.port);
+    let flags = [
+        "--store",
+        "redis",
+        "--redis-type",
+        "sentinel",
+        "--redis-sentinel-master",
+        "hotmaster",
+        "--redis-url",
+        &url,
+    ]
+    .map(str::to_string)
+    .to_vec();
+    hot_key_across(2, &flags, &[&primary]).await;
+}
+
+/// The config error of `yaml` loaded with the reference's counting or not.
+fn refusal(yaml: &str, every_hit: bool) -> String {
+    let options = LoadOptions {
+        every_hit,
+        ..LoadOptions::default()
+    };
+    match config::load_str("leasing.yaml", yaml, options) {
+        Ok(_) => String::new(),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[test]
+fn leasing_is_refused_where_its_bound_cannot_hold() {
+    let with = |algorithm: &str, extra: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 100\n      algorithm: {algorithm}\n{extra}      budget_leasing: {{max_chunk: 10}}\n"
+        )
+    };
+    for (algorithm, extra, says) in [
+        ("sliding_window_log", "", "leave the window early"),
+        ("sliding_window_counter", "", "Redis's clock"),
+        ("warm_up", "", "warm it early"),
+        ("concurrency", "", "in flight"),
+        ("fixed_window", "      debt: true\n", "debt"),
+        (
+            "token_bucket",
+            "      penalty: {after: 3, within: 1m, block: 1m}\n",
+            "strike",
+        ),
+    ] {
+        let error = refusal(&with(algorithm, extra), false);
+        assert!(
+            error.contains("leasing.yaml:")
+                && error.contains("budget_leasing")
+                && error.contains(says),
+            "{algorithm}: {error}"
+        );
+    }
+    for algorithm in ["fixed_window", "token_bucket", "leaky_bucket"] {
+        assert_eq!(refusal(&with(algorithm, ""), false), "", "{algorithm}");
+    }
+    let shared = refusal(&with("fixed_window", ""), true);
+    assert!(
+        shared.contains("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+            && shared.contains("envoyproxy/ratelimit"),
+        "{shared}"
+    );
+}
