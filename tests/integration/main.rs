@@ -13,6 +13,7 @@ mod algorithm_properties;
 mod budget_race;
 mod budgets;
 mod calendar_windows;
+mod circuit_breaker;
 mod cli;
 mod concurrency;
 mod config_compat;
