@@ -294,3 +294,34 @@ fn leasing_is_refused_where_its_bound_cannot_hold() {
         "{shared}"
     );
 }
+
+#[test]
+fn check_config_states_the_bound_of_a_leased_limit() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("hot.yaml");
+    std::fs::write(&path, CONFIG).expect("write the config");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check-config", &path.display().to_string()])
+        .output()
+        .expect("run sluice check-config");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("hot.leased: leased on Redis")
+            && text.contains("a window never admits more than 3000")
+            && text.contains("at most replicas x 50 is denied while budget remains"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn rlconfig_states_the_bound_of_a_leased_limit() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    let (_, rlconfig) = sluice.http_get("/rlconfig");
+    assert!(
+        rlconfig.contains(
+            "hot.leased: unit=MINUTE requests_per_unit=3000, shadow_mode: false, budget_leasing: max_chunk 50, max_hold 1s (bound: never admits more than the limit; denies at most replicas x 50 while budget remains)"
+        ),
+        "{rlconfig}"
+    );
+}

@@ -257,5 +257,16 @@ fn describe_limit(full_key: &str, limit: &Limit, shadow_mode: bool) -> String {
             reserve.max_holds
         ));
     }
+    if let Some(leasing) = limit.modifiers.budget_leasing {
+        line.push_str(&format!(
+            ", budget_leasing: max_chunk {}, max_hold {} (bound: {})",
+            leasing.max_chunk,
+            sluice_core::duration::human(leasing.max_hold_us),
+            leasing.bound()
+        ));
+    }
+    if let Some(policy) = limit.modifiers.on_store_failure {
+        line.push_str(&format!(", on_store_failure: {}", policy.as_str()));
+    }
     line
 }
