@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use crate::support::redis::{cluster_flags, script_calls, start_cluster, RedisServer};
 use crate::support::stores::{redis_store, START_US};
-use crate::support::{call, clear_of_a_windows_end, descriptor, overall, request, Sluice};
+use crate::support::{
+    call, clear_of_a_windows_end, descriptor, descriptor_with_hits, overall, request, Sluice,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use sluice::config::{self, LoadOptions};
 use sluice::engine::Charging;
@@ -324,4 +326,63 @@ async fn rlconfig_states_the_bound_of_a_leased_limit() {
         ),
         "{rlconfig}"
     );
+}
+
+/// What Redis counts of `key=hot` on a leased limit, read by a check (cost 0 goes to Redis).
+async fn counted(sluice: &Sluice, key: &str, limit: u32) -> u32 {
+    let mut client = sluice.client().await;
+    let check = descriptor_with_hits(&[(key, "hot")], 0);
+    let answer = call(&mut client, request("hot", vec![check])).await;
+    limit - answer.statuses[0].limit_remaining
+}
+
+/// Makes `calls` calls on `key=hot`, one after another.
+async fn spend(sluice: &Sluice, key: &str, calls: usize) {
+    let mut client = sluice.client().await;
+    for _ in 0..calls {
+        let ask = request("hot", vec![descriptor(&[(key, "hot")])]);
+        assert_eq!(overall(&call(&mut client, ask).await), Code::Ok);
+    }
+}
+
+#[tokio::test]
+async fn an_idle_replica_gives_its_chunk_back() {
+    let redis = RedisServer::start(&[]);
+    let sluice = Sluice::start(CONFIG, &["--store", "redis", "--redis-url", &redis.url()]);
+    clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(20)).await;
+    spend(&sluice, "leased", 200).await;
+    let held = counted(&sluice, "leased", 3000).await;
+    assert!(
+        held > 200,
+        "Redis counts {held}: the chunk is charged up front"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while counted(&sluice, "leased", 3000).await != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the chunk was not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_replica_that_stops_gives_its_chunk_back() {
+    let config = CONFIG.replace("{max_chunk: 50}", "{max_chunk: 50, max_hold: 1m}");
+    let redis = RedisServer::start(&[]);
+    let args = ["--store", "redis", "--redis-url", &redis.url()];
+    let stopping = Sluice::start(&config, &args);
+    let staying = Sluice::start(&config, &args);
+    clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(20)).await;
+    spend(&stopping, "leased", 200).await;
+    assert!(counted(&staying, "leased", 3000).await > 200);
+    drop(stopping);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while counted(&staying, "leased", 3000).await != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the chunk was not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -1,6 +1,7 @@
 //! The store factory: the one store value the settings ask for, with the RLQS budget that goes
 //! with it (`AnyBudget::for_store`), side by side, the memory store's sweeper, and its
-//! snapshot: restored at start, written periodically and on shutdown. It lives in
+//! snapshot: restored at start, written periodically and on shutdown (when leased budgets'
+//! chunks are also given back). It lives in
 //! the composition root because it reads `settings`, which already depends on `store`.
 
 use std::path::PathBuf;
@@ -179,8 +180,12 @@ async fn save_memory_snapshot(
     }
 }
 
-/// On shutdown, once the last call is decided: the memory store's last snapshot.
+/// On shutdown, once the last call is decided: the chunks of leased budgets given back to
+/// Redis, and the memory store's last snapshot.
 pub async fn save_on_shutdown(store: Arc<AnyStore>, settings: &StoreSettings) {
+    if let Some(leasing) = store.leasing() {
+        leasing.give_back_all().await;
+    }
     let StoreSettings::Memory {
         snapshot: Some(snapshot),
         ..
