@@ -26,13 +26,13 @@ const CONFIG: &str = r#"
 domain: cb
 descriptors:
   - key: shared
-    rate_limit: {unit: minute, requests_per_unit: 60, on_store_failure: local_share}
+    rate_limit: {unit: hour, requests_per_unit: 60, on_store_failure: local_share}
   - key: open
-    rate_limit: {unit: minute, requests_per_unit: 5, on_store_failure: allow}
+    rate_limit: {unit: hour, requests_per_unit: 5, on_store_failure: allow}
   - key: closed
-    rate_limit: {unit: minute, requests_per_unit: 5, on_store_failure: deny}
+    rate_limit: {unit: hour, requests_per_unit: 5, on_store_failure: deny}
   - key: plain
-    rate_limit: {unit: minute, requests_per_unit: 5}
+    rate_limit: {unit: hour, requests_per_unit: 5}
 "#;
 
 fn flags(store: &[String], more: &[&str]) -> Vec<String> {
@@ -88,7 +88,7 @@ async fn until_open(sluice: &Sluice, client: &mut RateLimitServiceClient<Channel
 /// second of Redis answering; Redis never sees what was admitted meanwhile.
 async fn outage(sluice: &Sluice, fault: impl FnOnce(), heal: impl FnOnce()) {
     let mut client = sluice.client().await;
-    clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(30)).await;
+    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(30)).await;
     for _ in 0..5 {
         assert_eq!(overall(&call(&mut client, ask("shared")).await), Code::Ok);
     }

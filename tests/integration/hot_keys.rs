@@ -128,12 +128,12 @@ domain: hot
 descriptors:
   - key: leased
     rate_limit:
-      unit: minute
+      unit: hour
       requests_per_unit: 3000
       budget_leasing: {max_chunk: 50}
   - key: exact
     rate_limit:
-      unit: minute
+      unit: hour
       requests_per_unit: 3000
 "#;
 
@@ -187,7 +187,7 @@ async fn hot_key_across(replicas: usize, flags: &[String], nodes: &[&RedisServer
     let sluices: Vec<Sluice> = (0..replicas)
         .map(|_| Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[]))
         .collect();
-    clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(40)).await;
+    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(40)).await;
     let (exact_cost, exact_admitted) = cost_of(&sluices, nodes, "exact", 6_000).await;
     let (leased_cost, leased_admitted) = cost_of(&sluices, nodes, "leased", 6_000).await;
     assert_eq!(exact_admitted, 3_000, "the exact path admits the limit");
@@ -322,7 +322,7 @@ async fn rlconfig_states_the_bound_of_a_leased_limit() {
     let (_, rlconfig) = sluice.http_get("/rlconfig");
     assert!(
         rlconfig.contains(
-            "hot.leased: unit=MINUTE requests_per_unit=3000, shadow_mode: false, budget_leasing: max_chunk 50, max_hold 1s (bound: never admits more than the limit; denies at most replicas x 50 while budget remains)"
+            "hot.leased: unit=HOUR requests_per_unit=3000, shadow_mode: false, budget_leasing: max_chunk 50, max_hold 1s (bound: never admits more than the limit; denies at most replicas x 50 while budget remains)"
         ),
         "{rlconfig}"
     );
@@ -349,7 +349,7 @@ async fn spend(sluice: &Sluice, key: &str, calls: usize) {
 async fn an_idle_replica_gives_its_chunk_back() {
     let redis = RedisServer::start(&[]);
     let sluice = Sluice::start(CONFIG, &["--store", "redis", "--redis-url", &redis.url()]);
-    clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(20)).await;
+    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(20)).await;
     spend(&sluice, "leased", 200).await;
     let held = counted(&sluice, "leased", 3000).await;
     assert!(
@@ -373,7 +373,7 @@ async fn a_replica_that_stops_gives_its_chunk_back() {
     let args = ["--store", "redis", "--redis-url", &redis.url()];
     let stopping = Sluice::start(&config, &args);
     let staying = Sluice::start(&config, &args);
-    clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(20)).await;
+    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(20)).await;
     spend(&stopping, "leased", 200).await;
     assert!(counted(&staying, "leased", 3000).await > 200);
     drop(stopping);
