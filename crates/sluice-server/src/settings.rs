@@ -22,7 +22,7 @@ mod store;
 mod traces;
 
 use crate::rlqs::RlqsSettings;
-use crate::service::ServiceOptions;
+use crate::service::{FailureMode, ServiceOptions};
 pub use admin::{AdminArgs, AdminSettings};
 pub use observability::{LogFormat, ObservabilityArgs, ObservabilitySettings};
 pub use ports::{
@@ -81,14 +81,20 @@ impl ServeArgs {
         let mut source = self.source.into_settings()?;
         let service = self.requests.service_options(trace_ratio)?;
         source.load_options.every_hit = service.charging == Charging::EveryHit;
+        let healthcheck_store = self.store.checks_health();
+        let mut store = self.store.into_settings()?;
+        if let StoreSettings::Redis(redis) = &mut store {
+            // A failure mode of local shares needs the replica count, breaker or not.
+            redis.circuit.learn_replicas |= service.failure_mode == FailureMode::LocalShare;
+        }
         let record = self
             .record
             .into_settings(&service, source.load_options.debt)?;
         Ok(Settings {
             source,
             ports: self.ports.into_settings()?,
-            healthcheck_store: self.store.checks_health(),
-            store: self.store.into_settings()?,
+            healthcheck_store,
+            store,
             service,
             rlqs: self.requests.rlqs()?,
             observability,

@@ -263,6 +263,7 @@ impl RedisArgs {
                 probe_interval: self.store_circuit_probe_interval,
             },
             replicas,
+            learn_replicas: self.store_circuit_failures > 0,
         })
     }
 

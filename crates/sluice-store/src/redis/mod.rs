@@ -139,6 +139,10 @@ pub struct CircuitSettings {
     pub breaker: BreakerSettings,
     /// `--store-replicas`: the replica count, instead of learning it from Redis.
     pub replicas: Option<u32>,
+    /// Whether to learn the count from Redis when it is not given (a heartbeat each second):
+    /// only where a local share may be asked for (the breaker on, or `local-share` the
+    /// failure mode), so that a replica that never divides writes nothing.
+    pub learn_replicas: bool,
 }
 
 /// Where a store's limits live: one Redis, or per-second limits in a second one.
@@ -211,11 +215,12 @@ impl RedisStore {
     }
 
     /// The store with a circuit breaker as `circuit` says, and its local shares divided by
-    /// the replica count given there or learnt from Redis (a heartbeat every second).
+    /// the replica count given there or learnt from Redis (a heartbeat every second), else 1.
     pub fn with_circuit(mut self, circuit: CircuitSettings) -> RedisStore {
         self.breaker = Breaker::new(circuit.breaker);
         let replicas = match circuit.replicas {
             Some(replicas) => ReplicaCount::fixed(replicas),
+            None if !circuit.learn_replicas => ReplicaCount::fixed(1),
             None => ReplicaCount::learnt(
                 self.main_connection().clone(),
                 key::replicas_key(&self.key_prefix),
