@@ -333,3 +333,146 @@ impl LeaseTable {
         (self.leases.load(Ordering::Relaxed), unspent)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::limit::{Algorithm, Counting, Role, Unit};
+
+    const MINUTE_US: u64 = 60_000_000;
+    const POLICY: Policy = Policy {
+        max_chunk: 10,
+        max_hold_us: 1_000_000,
+    };
+
+    fn hit(limit: Limit, cost: u64) -> Hit {
+        let mut limit = limit;
+        limit.modifiers.budget_leasing = Some(POLICY);
+        Hit {
+            key: "k".into(),
+            limit,
+            cost,
+            role: Role::Enforced,
+            joins_previous: false,
+            lease: None,
+        }
+    }
+
+    fn admitted(remaining: u32, reset_after_us: u64) -> Decision {
+        Decision {
+            admitted: true,
+            remaining,
+            reset_after_us,
+            ..Decision::default()
+        }
+    }
+
+    /// Warms the key up (its rate at the replica) and takes a chunk of `chunk` at `now_us`.
+    fn with_chunk(table: &LeaseTable, hit: &Hit, chunk: u64, now_us: u64) {
+        for _ in 0..40 {
+            let _ = table.plan(hit, &POLICY, now_us);
+        }
+        let decision = admitted(50, MINUTE_US - now_us % MINUTE_US);
+        table.took(hit, &POLICY, &decision, Some((chunk, 40)), now_us);
+    }
+
+    #[test]
+    fn a_chunk_is_spent_here_until_it_lacks_then_taken_again() {
+        let table = LeaseTable::default();
+        let hit = hit(Limit::fixed_window(100, Unit::Minute), 3);
+        let Plan::Take { extra, .. } = table.plan(&hit, &POLICY, 0) else {
+            panic!("a cold key asks the store");
+        };
+        assert_eq!(extra, 0, "a key seen once takes no chunk");
+        with_chunk(&table, &hit, 10, 1_000);
+        for spent in 1..=3u32 {
+            match table.plan(&hit, &POLICY, 2_000) {
+                Plan::Served(decision) => assert_eq!(decision.remaining, 40 + 10 - 3 * spent),
+                other => panic!("spend {spent}: {other:?}"),
+            }
+        }
+        let Plan::Take {
+            local, need, extra, ..
+        } = table.plan(&hit, &POLICY, 3_000)
+        else {
+            panic!("1 left of the chunk, 3 asked");
+        };
+        assert_eq!((local, need, extra), (1, 2, 10));
+        table.refund(&hit, local, 3_000);
+        assert_eq!(table.unspent(&hit, 3_000), 1);
+    }
+
+    #[test]
+    fn a_windows_chunk_dies_with_it_and_a_buckets_is_owed_back() {
+        let table = LeaseTable::default();
+        let window = hit(Limit::fixed_window(100, Unit::Minute), 1);
+        with_chunk(&table, &window, 10, 1_000);
+        assert_eq!(table.unspent(&window, MINUTE_US - 1), 10);
+        assert_eq!(table.unspent(&window, MINUTE_US), 0);
+        assert!(
+            table.idle(MINUTE_US + 5_000_000, false).is_empty(),
+            "nothing to give back"
+        );
+
+        let bucket = hit(
+            Limit::new(Counting::of(Algorithm::TokenBucket), 60, Unit::Minute),
+            1,
+        );
+        // Full again 20 s after the take: a chunk of 10 (10 s of refill) is past at 10 s.
+        for _ in 0..40 {
+            let _ = table.plan(&bucket, &POLICY, 0);
+        }
+        table.took(
+            &bucket,
+            &POLICY,
+            &admitted(40, 20_000_000),
+            Some((10, 40)),
+            0,
+        );
+        assert_eq!(table.unspent(&bucket, 9_999_999), 10);
+        assert_eq!(table.unspent(&bucket, 10_000_000), 0);
+        let Plan::Take { give_back, .. } = table.plan(&bucket, &POLICY, 10_000_001) else {
+            panic!("the chunk expired: the store decides");
+        };
+        assert_eq!(give_back, 10, "credited back before the next decision");
+    }
+
+    #[test]
+    fn a_denial_answers_that_cost_or_more_for_at_most_max_hold() {
+        let table = LeaseTable::default();
+        let big = hit(Limit::fixed_window(100, Unit::Minute), 5);
+        let _ = table.plan(&big, &POLICY, 0);
+        let denied = Decision {
+            admitted: false,
+            retry_after_us: 30_000_000,
+            ..Decision::default()
+        };
+        table.took(&big, &POLICY, &denied, None, 0);
+        assert!(matches!(
+            table.plan(&big, &POLICY, 500_000),
+            Plan::Denied(_)
+        ));
+        let small = hit(Limit::fixed_window(100, Unit::Minute), 4);
+        assert!(matches!(
+            table.plan(&small, &POLICY, 500_000),
+            Plan::Take { .. }
+        ));
+        assert!(
+            matches!(table.plan(&big, &POLICY, 1_000_000), Plan::Take { .. }),
+            "asked again after max_hold"
+        );
+    }
+
+    #[test]
+    fn an_idle_lease_gives_its_chunk_back_then_is_forgotten() {
+        let table = LeaseTable::default();
+        let hit = hit(Limit::fixed_window(100, Unit::Minute), 1);
+        with_chunk(&table, &hit, 10, 1_000);
+        assert!(table.idle(500_000, false).is_empty(), "not idle yet");
+        let back = table.idle(1_001_000, false);
+        assert_eq!(back.iter().map(|u| u.amount).sum::<u64>(), 10);
+        assert_eq!(table.held(), (1, 0));
+        assert!(table.idle(3_000_000, false).is_empty());
+        assert_eq!(table.held(), (0, 0), "forgotten after twice max_hold");
+    }
+}

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""One hot key on one Redis, each server with 1 and 2 replicas, side by side (BENCHMARKS.md,
+"What does a hot key cost Redis?").
+
+    benchmarks/bench-hot-key.py [--rounds 3] [--seconds 5]
+    REFERENCE_BIN=/path/to/ratelimit LIMITADOR_BIN=/path/to/limitador-server benchmarks/bench-hot-key.py
+    benchmarks/bench-hot-key.py --outage     (calls while Redis is stopped, with and without
+                                              the circuit breaker)
+
+Runs sluice from target/dist (`cargo build --profile dist` first); envoyproxy/ratelimit and
+Limitador only when their binaries are given (built from their sources, outside this
+repository). For each row and replica count it prints:
+
+- a throughput run: h2load, 8 connections x 32 streams split over the replicas, on a key whose
+  limit no call reaches: calls/s, server CPU per call (every replica's user + system time over
+  the calls), Redis CPU per call, and Redis commands per call (INFO commandstats);
+- a latency run: sluice-load, 1 x 32 per replica on the same key: the decision p99;
+- an accuracy run: sluice-load, 2 x 16 per replica, on a key limited to 2,000 a minute for 3
+  s inside one minute: the calls admitted across the replicas, against the limit.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIST = os.path.join(ROOT, "target", "dist")
+REDIS_PORT = 7795
+CAPPED = 2000
+TCK = os.sysconf("SC_CLK_TCK")
+
+SLUICE_CONFIG = """domain: hot
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 100000000%(lease_k)s}
+  - key: capped
+    rate_limit: {unit: minute, requests_per_unit: %(capped)d%(lease_capped)s}
+"""
+
+LIMITADOR_LIMITS = """- namespace: hot
+  max_value: 100000000
+  seconds: 3600
+  conditions: []
+  variables: ["%(k)s"]
+- namespace: hot
+  max_value: %(capped)d
+  seconds: 60
+  conditions: []
+  variables: ["%(capped_var)s"]
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, seconds=20):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TCK
+
+
+def redis_cli(*args):
+    return subprocess.run(["redis-cli", "-p", str(REDIS_PORT), *args], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def redis_commands():
+    total = 0
+    for line in redis_cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_") and "calls=" in line:
+            if line.startswith(("cmdstat_info:", "cmdstat_flushall:", "cmdstat_ping:")):
+                continue
+            total += int(line.split("calls=")[1].split(",")[0])
+    return total
+
+
+class Row:
+    """A server kind: how to start one replica of it on a gRPC port."""
+
+    def __init__(self, name, start):
+        self.name, self.start = name, start
+
+
+def sluice_row(name, store, leased):
+    def start(grpc, workdir):
+        os.makedirs(os.path.join(workdir, "config"), exist_ok=True)
+        with open(os.path.join(workdir, "config", "hot.yaml"), "w") as f:
+            f.write(SLUICE_CONFIG % {
+                "capped": CAPPED,
+                "lease_k": ", budget_leasing: {max_chunk: 1000}" if leased else "",
+                "lease_capped": ", budget_leasing: {max_chunk: 50}" if leased else "",
+            })
+        args = [os.path.join(DIST, "sluice"), "--config", os.path.join(workdir, "config"),
+                "--grpc-addr", f"127.0.0.1:{grpc}", "--http-addr", f"127.0.0.1:{free_port()}"]
+        if store == "redis":
+            args += ["--store", "redis", "--redis-url", f"redis://127.0.0.1:{REDIS_PORT}"]
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Row(name, start)
+
+
+def reference_row(name, binary, window):
+    def start(grpc, workdir):
+        config = os.path.join(workdir, "runtime", "ratelimit", "config")
+        os.makedirs(config, exist_ok=True)
+        with open(os.path.join(config, "hot.yaml"), "w") as f:
+            f.write(SLUICE_CONFIG % {"capped": CAPPED, "lease_k": "", "lease_capped": ""})
+        env = {
+            "PATH": os.environ["PATH"], "LOG_LEVEL": "warn", "USE_STATSD": "false",
+            "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": f"127.0.0.1:{REDIS_PORT}",
+            "HOST": "127.0.0.1", "PORT": str(free_port()), "DEBUG_HOST": "127.0.0.1",
+            "DEBUG_PORT": str(free_port()), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(grpc),
+            "RUNTIME_ROOT": os.path.join(workdir, "runtime"), "RUNTIME_SUBDIRECTORY": "ratelimit",
+            "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
+        }
+        if window:
+            env.update({"REDIS_PIPELINE_WINDOW": "150us", "REDIS_PIPELINE_LIMIT": "8"})
+        return subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    return Row(name, start)
+
+
+def limitador_row(name, binary, mode):
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    cel = any(f" {v}." in version or f" v{v}." in version for v in "23456789")
+
+    def start(grpc, workdir):
+        limits = os.path.join(workdir, "limits.yaml")
+        with open(limits, "w") as f:
+            f.write(LIMITADOR_LIMITS % {
+                "capped": CAPPED,
+                "k": "descriptors[0].k" if cel else "k",
+                "capped_var": "descriptors[0].capped" if cel else "capped",
+            })
+        args = [binary, "--rls-port", str(grpc), "--http-port", str(free_port()), limits, mode,
+                f"redis://127.0.0.1:{REDIS_PORT}"]
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return Row(name, start)
+
+
+def h2load(ports, seconds, body):
+    """8 x 32 split over `ports`, for `seconds`; the calls answered."""
+    per = 8 // len(ports)
+    runs = [subprocess.Popen(
+        ["h2load", "-D", str(seconds), "-c", str(per), "-m", "32", "-d", body,
+         "-H", "content-type: application/grpc", "-H", "te: trailers",
+         f"http://127.0.0.1:{port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for port in ports]
+    done = 0
+    for run in runs:
+        out = run.communicate()[0]
+        for line in out.splitlines():
+            if line.startswith("requests:"):
+                done += int(line.split(",")[2].split()[0])  # "N succeeded"
+    return done
+
+
+def throughput(replicas, seconds, body):
+    pids = [p.pid for p, _ in replicas]
+    redis_pid = int(redis_cli("INFO", "server").split("process_id:")[1].split()[0])
+    commands_before = redis_commands()
+    cpu_before = sum(cpu_seconds(pid) for pid in pids)
+    redis_before = cpu_seconds(redis_pid)
+    started = time.time()
+    calls = h2load([port for _, port in replicas], seconds, body)
+    elapsed = time.time() - started
+    cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
+    redis = cpu_seconds(redis_pid) - redis_before
+    commands = redis_commands() - commands_before
+    return {
+        "calls_per_second": calls / elapsed,
+        "server_cpu_us_per_call": cpu / max(calls, 1) * 1e6,
+        "redis_cpu_us_per_call": redis / max(calls, 1) * 1e6,
+        "redis_commands_per_call": commands / max(calls, 1),
+    }
+
+
+def decision_p99(replicas):
+    """sluice-load's p99 on `k`, 1 x 32 per replica for 3 s (the worst replica's)."""
+    runs = [subprocess.Popen(
+        [os.path.join(DIST, "sluice-load"), "--target", f"127.0.0.1:{port}", "--connections", "1",
+         "--in-flight", "32", "--duration", "3s", "--domain", "hot", "--key", "k", "--keys", "1",
+         "--json"], stdout=subprocess.PIPE, text=True) for _, port in replicas]
+    return max(json.loads(run.communicate()[0])["p99_us"] for run in runs)
+
+
+def admitted_in_a_window(replicas):
+    """sluice-load on `capped` over every replica for 3 s inside one minute."""
+    left = 60 - time.time() % 60
+    if left < 8:
+        time.sleep(left + 1)
+    runs = [subprocess.Popen(
+        [os.path.join(DIST, "sluice-load"), "--target", f"127.0.0.1:{port}", "--connections", "2",
+         "--in-flight", "16", "--duration", "3s", "--domain", "hot", "--key", "capped",
+         "--keys", "1", "--json"], stdout=subprocess.PIPE, text=True) for _, port in replicas]
+    admitted = calls = 0
+    for run in runs:
+        report = json.loads(run.communicate()[0])
+        admitted += report["ok"]
+        calls += report["calls"]
+    return admitted, calls
+
+
+def run_row(row, count, args, body):
+    subprocess.run(["redis-cli", "-p", str(REDIS_PORT), "FLUSHALL"], capture_output=True)
+    with tempfile.TemporaryDirectory() as workdir:
+        replicas = []
+        try:
+            for index in range(count):
+                port = free_port()
+                replica_dir = os.path.join(workdir, str(index))
+                os.makedirs(replica_dir)
+                replicas.append((row.start(port, replica_dir), port))
+            for _, port in replicas:
+                wait_port(port)
+            time.sleep(1)
+            h2load([port for _, port in replicas], 1, body)  # warm up
+            rounds = [throughput(replicas, args.seconds, body) for _ in range(args.rounds)]
+            p99 = decision_p99(replicas)
+            admitted, calls = admitted_in_a_window(replicas)
+        finally:
+            for process, _ in replicas:
+                process.terminate()
+            for process, _ in replicas:
+                process.wait()
+    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    print(json.dumps({
+        "row": row.name, "replicas": count,
+        "calls_per_second": [round(r["calls_per_second"]) for r in rounds],
+        "server_cpu_us_per_call": round(median["server_cpu_us_per_call"], 1),
+        "redis_cpu_us_per_call": round(median["redis_cpu_us_per_call"], 2),
+        "redis_commands_per_call": round(median["redis_commands_per_call"], 4),
+        "p99_us": p99, "admitted_of_2000": admitted, "calls_in_the_window": calls,
+    }), flush=True)
+
+
+def outage(args):
+    """Redis stopped (SIGSTOP) under load: sluice with and without the circuit breaker, each
+    call's latency (sluice-load's p50, p99, max) while Redis answers nothing."""
+    redis = subprocess.Popen(["redis-server", "--port", str(REDIS_PORT), "--save", "",
+                              "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        wait_port(REDIS_PORT)
+        for name, extra in [
+            ("without the breaker (--failure-mode allow)", ["--failure-mode", "allow"]),
+            ("breaker open, local share", ["--store-circuit-failures", "5",
+                                           "--failure-mode", "local-share"]),
+        ]:
+            with tempfile.TemporaryDirectory() as workdir:
+                os.makedirs(os.path.join(workdir, "config"))
+                with open(os.path.join(workdir, "config", "hot.yaml"), "w") as f:
+                    f.write(SLUICE_CONFIG % {"capped": CAPPED, "lease_k": "", "lease_capped": ""})
+                port = free_port()
+                server = subprocess.Popen(
+                    [os.path.join(DIST, "sluice"), "--config", os.path.join(workdir, "config"),
+                     "--grpc-addr", f"127.0.0.1:{port}", "--http-addr", f"127.0.0.1:{free_port()}",
+                     "--store", "redis", "--redis-url", f"redis://127.0.0.1:{REDIS_PORT}",
+                     "--redis-command-timeout", "500ms", *extra],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    wait_port(port)
+                    time.sleep(1)
+                    os.kill(redis.pid, 19)  # SIGSTOP
+                    time.sleep(0.2)
+                    load = [os.path.join(DIST, "sluice-load"), "--target", f"127.0.0.1:{port}",
+                            "--connections", "2", "--in-flight", "32", "--domain", "hot",
+                            "--key", "k", "--keys", "1", "--json"]
+                    subprocess.run(load + ["--duration", "2s"], capture_output=True)  # opens it
+                    report = json.loads(subprocess.run(
+                        load + ["--duration", f"{args.seconds}s"], capture_output=True,
+                        text=True).stdout)
+                    print(json.dumps({"row": name, **{k: report[k] for k in (
+                        "calls_per_second", "ok", "errors", "p50_us", "p99_us", "max_us")}}),
+                          flush=True)
+                finally:
+                    os.kill(redis.pid, 18)  # SIGCONT
+                    server.terminate()
+                    server.wait()
+    finally:
+        redis.terminate()
+        redis.wait()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--only", help="rows whose name contains this")
+    parser.add_argument("--outage", action="store_true",
+                        help="instead: calls while Redis is stopped, with and without the breaker")
+    args = parser.parse_args()
+    if args.outage:
+        return outage(args)
+    body = tempfile.NamedTemporaryFile(suffix=".bin", delete=False).name
+    with open(body, "wb") as f:
+        f.write(subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "h2load-request.py"),
+                                "--domain", "hot", "--descriptor", "k=hot"],
+                               capture_output=True, check=True).stdout)
+    rows = [
+        sluice_row("sluice, memory store", "memory", False),
+        sluice_row("sluice, Redis", "redis", False),
+        sluice_row("sluice, Redis, budget_leasing", "redis", True),
+    ]
+    if os.environ.get("REFERENCE_BIN"):
+        rows.append(reference_row("envoyproxy/ratelimit, Redis", os.environ["REFERENCE_BIN"], False))
+        rows.append(reference_row("envoyproxy/ratelimit, Redis, 150us window",
+                                  os.environ["REFERENCE_BIN"], True))
+    if os.environ.get("LIMITADOR_BIN"):
+        rows.append(limitador_row("Limitador, redis", os.environ["LIMITADOR_BIN"], "redis"))
+        rows.append(limitador_row("Limitador, redis_cached", os.environ["LIMITADOR_BIN"],
+                                  "redis_cached"))
+    redis = subprocess.Popen(["redis-server", "--port", str(REDIS_PORT), "--save", "",
+                              "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        wait_port(REDIS_PORT)
+        for row in rows:
+            if args.only and args.only not in row.name:
+                continue
+            for count in ([1] if "memory" in row.name else [1, 2]):
+                run_row(row, count, args, body)
+    finally:
+        redis.terminate()
+        redis.wait()
+
+
+if __name__ == "__main__":
+    main()
