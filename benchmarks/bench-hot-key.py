@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""One hot key on one Redis, each server with 1 and 2 replicas, side by side (BENCHMARKS.md,
-"What does a hot key cost Redis?").
+"""One hot key on one Redis, each server with 1 and 2 replicas (sluice also 4), side by side
+(BENCHMARKS.md, "What does a hot key cost Redis?").
 
     benchmarks/bench-hot-key.py [--rounds 3] [--seconds 5]
     REFERENCE_BIN=/path/to/ratelimit LIMITADOR_BIN=/path/to/limitador-server benchmarks/bench-hot-key.py
@@ -333,7 +333,13 @@ def main():
         for row in rows:
             if args.only and args.only not in row.name:
                 continue
-            for count in ([1] if "memory" in row.name else [1, 2]):
+            if "memory" in row.name:
+                counts = [1]
+            elif row.name.startswith("sluice"):
+                counts = [1, 2, 4]
+            else:
+                counts = [1, 2]
+            for count in counts:
                 run_row(row, count, args, body)
     finally:
         redis.terminate()

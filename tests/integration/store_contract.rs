@@ -2,6 +2,8 @@
 //! with sluice's clock passed in) reach the same decision, every field, for the same sequence
 //! of (time, cost): a table of behaviour cases and random sequences, for every algorithm.
 
+mod leasing;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
