@@ -5,21 +5,14 @@
 //! cannot bound are refused at load, and the bound is stated where an operator reads it. (One
 //! replica against the exact path, call by call, is the store contract's: `store_contract::leasing`.)
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::redis::{cluster_flags, script_calls, start_cluster, RedisServer};
-use crate::support::stores::{redis_store, START_US};
 use crate::support::{
     call, clear_of_a_windows_end, descriptor, descriptor_with_hits, overall, request, Sluice,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use sluice::config::{self, LoadOptions};
-use sluice::engine::Charging;
-use sluice::limit::{Algorithm, Counting, Decision, Hit, Limit, Role, Unit};
-use sluice::store::leasing::WithLeasing;
-use sluice::store::{ManualClock, Store};
 
 const CONFIG: &str = r#"
 domain: hot
