@@ -252,16 +252,18 @@ def run_row(row, count, args, body):
 
 
 def outage(args):
-    """Redis stopped (SIGSTOP) under load: sluice with and without the circuit breaker, each
-    call's latency (sluice-load's p50, p99, max) while Redis answers nothing."""
+    """Redis stopped (SIGSTOP) under a moderate closed loop (1 connection, 4 calls in flight):
+    each call's latency while Redis answers, then while it answers nothing, with and without
+    the circuit breaker."""
     redis = subprocess.Popen(["redis-server", "--port", str(REDIS_PORT), "--save", "",
                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    fields = ("calls_per_second", "ok", "errors", "p50_us", "p99_us", "max_us")
     try:
         wait_port(REDIS_PORT)
         for name, extra in [
             ("without the breaker (--failure-mode allow)", ["--failure-mode", "allow"]),
-            ("breaker open, local share", ["--store-circuit-failures", "5",
-                                           "--failure-mode", "local-share"]),
+            ("with the breaker, local share", ["--store-circuit-failures", "5",
+                                               "--failure-mode", "local-share"]),
         ]:
             with tempfile.TemporaryDirectory() as workdir:
                 os.makedirs(os.path.join(workdir, "config"))
@@ -274,21 +276,23 @@ def outage(args):
                      "--store", "redis", "--redis-url", f"redis://127.0.0.1:{REDIS_PORT}",
                      "--redis-command-timeout", "500ms", *extra],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                try:
-                    wait_port(port)
-                    time.sleep(1)
-                    os.kill(redis.pid, 19)  # SIGSTOP
-                    time.sleep(0.2)
-                    load = [os.path.join(DIST, "sluice-load"), "--target", f"127.0.0.1:{port}",
-                            "--connections", "2", "--in-flight", "32", "--domain", "hot",
-                            "--key", "k", "--keys", "1", "--json"]
-                    subprocess.run(load + ["--duration", "2s"], capture_output=True)  # opens it
+                load = [os.path.join(DIST, "sluice-load"), "--target", f"127.0.0.1:{port}",
+                        "--connections", "1", "--in-flight", "4", "--domain", "hot",
+                        "--key", "k", "--keys", "1", "--json"]
+
+                def measure(state):
                     report = json.loads(subprocess.run(
                         load + ["--duration", f"{args.seconds}s"], capture_output=True,
                         text=True).stdout)
-                    print(json.dumps({"row": name, **{k: report[k] for k in (
-                        "calls_per_second", "ok", "errors", "p50_us", "p99_us", "max_us")}}),
-                          flush=True)
+                    print(json.dumps({"row": name, "redis": state,
+                                      **{k: report[k] for k in fields}}), flush=True)
+                try:
+                    wait_port(port)
+                    time.sleep(1)
+                    measure("answering")
+                    os.kill(redis.pid, 19)  # SIGSTOP
+                    subprocess.run(load + ["--duration", "2s"], capture_output=True)  # opens it
+                    measure("stopped")
                 finally:
                     os.kill(redis.pid, 18)  # SIGCONT
                     server.terminate()

@@ -42,6 +42,8 @@ impl RedisStore {
         &self,
         future: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
+        // An open circuit sends nothing: these calls wait on Redis no more than a request's.
+        self.breaker.check()?;
         match tokio::time::timeout(self.command_timeout, future).await {
             Ok(result) => result.map_err(store_error),
             Err(_) => Err(self.timed_out()),
