@@ -31,10 +31,9 @@ use call::{HitCall, Mode};
 use condition::Condition;
 pub use connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use pipeline::{PipelineCounts, Pipeliner};
-use replicas::ReplicaCount;
 use scripts::Script;
 
-use crate::local_share::LocalShare;
+use crate::local_share::{LocalShare, ReplicaCount};
 use crate::series::{Reporting, Series};
 use crate::{key, Clock, Store, StoreError};
 use sluice_core::algorithm::Mark;
@@ -221,7 +220,7 @@ impl RedisStore {
         let replicas = match circuit.replicas {
             Some(replicas) => ReplicaCount::fixed(replicas),
             None if !circuit.learn_replicas => ReplicaCount::fixed(1),
-            None => ReplicaCount::learnt(
+            None => replicas::learnt(
                 self.main_connection().clone(),
                 key::replicas_key(&self.key_prefix),
                 self.clock.clone(),

@@ -4,11 +4,12 @@
 //! the rest. A local share (`local_share`) divides each limit by the count; `--store-replicas`
 //! sets it instead, and then no heartbeat is written.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::connect::Connection;
+use crate::local_share::ReplicaCount;
 use crate::Clock;
 
 /// How often a replica writes its heartbeat.
@@ -16,50 +17,34 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A replica not heard from for this long is no longer counted.
 const STALE_MS: u64 = 5_000;
 
-/// The replica count, as the heartbeats last found it (1 until they do) or as configured.
-#[derive(Clone)]
-pub struct ReplicaCount(Arc<AtomicU32>);
-
-impl ReplicaCount {
-    /// A count fixed at `replicas`.
-    pub fn fixed(replicas: u32) -> ReplicaCount {
-        ReplicaCount(Arc::new(AtomicU32::new(replicas.max(1))))
-    }
-
-    /// The count now (at least 1).
-    pub fn get(&self) -> u32 {
-        self.0.load(Ordering::Relaxed).max(1)
-    }
-
-    /// A count learnt from heartbeats in `connection`'s Redis under `key`, each call within
-    /// `timeout`, for as long as the count is held somewhere; 1 until the first answer.
-    pub fn learnt(
-        connection: Connection,
-        key: String,
-        clock: Arc<dyn Clock>,
-        timeout: Duration,
-    ) -> ReplicaCount {
-        let count = ReplicaCount::fixed(1);
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return count;
-        };
-        let held = Arc::downgrade(&count.0);
-        let member = format!("{:016x}", crate::unique_process_id());
-        runtime.spawn(async move {
-            let mut ticks = tokio::time::interval(HEARTBEAT);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticks.tick().await;
-                let Some(count) = held.upgrade() else { return };
-                let now_ms = clock.now_us() / 1_000;
-                let beat = heartbeat(&connection, &key, &member, now_ms);
-                if let Ok(Ok(replicas)) = tokio::time::timeout(timeout, beat).await {
-                    count.store(replicas.max(1), Ordering::Relaxed);
-                }
+/// A count learnt from heartbeats in `connection`'s Redis under `key`, each call within
+/// `timeout`, for as long as the count is held somewhere; 1 until the first answer.
+pub fn learnt(
+    connection: Connection,
+    key: String,
+    clock: Arc<dyn Clock>,
+    timeout: Duration,
+) -> ReplicaCount {
+    let count = ReplicaCount::fixed(1);
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return count;
+    };
+    let held = count.downgrade();
+    let member = format!("{:016x}", crate::unique_process_id());
+    runtime.spawn(async move {
+        let mut ticks = tokio::time::interval(HEARTBEAT);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(count) = held.upgrade() else { return };
+            let now_ms = clock.now_us() / 1_000;
+            let beat = heartbeat(&connection, &key, &member, now_ms);
+            if let Ok(Ok(replicas)) = tokio::time::timeout(timeout, beat).await {
+                count.store(replicas.max(1), Ordering::Relaxed);
             }
-        });
-        count
-    }
+        }
+    });
+    count
 }
 
 /// Writes this replica's heartbeat at `now_ms`, forgets the stale ones, and counts the rest.
