@@ -255,6 +255,21 @@ async fn an_idle_replica_gives_its_chunk_back() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let metrics = sluice.http_get("/metrics").1;
+    let value = |name: &str| crate::support::series(&metrics, name).unwrap_or(0.0);
+    assert!(
+        value("sluice_budget_lease_chunks_total") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        value("sluice_budget_lease_served_total") >= 150.0,
+        "{metrics}"
+    );
+    assert!(
+        value("sluice_budget_lease_given_back_total") >= 1.0,
+        "{metrics}"
+    );
+    assert_eq!(value("sluice_budget_lease_unspent"), 0.0, "{metrics}");
 }
 
 #[tokio::test]
