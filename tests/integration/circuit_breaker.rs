@@ -148,6 +148,11 @@ async fn outage(sluice: &Sluice, fault: impl FnOnce(), heal: impl FnOnce()) {
         ),
         1.0
     );
+    let not_sent = metric(sluice, r#"sluice_store_errors_total{kind="circuit_open"}"#);
+    assert!(
+        not_sent >= 120.0,
+        "{not_sent} calls answered with the circuit open"
+    );
     let healed = Instant::now();
     heal();
     while metric(sluice, "sluice_store_circuit_open") == 1.0 {
