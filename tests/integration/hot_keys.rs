@@ -236,19 +236,36 @@ async fn spend(sluice: &Sluice, key: &str, calls: usize) {
     }
 }
 
+/// Spends at least `calls` calls on `key=hot` at `sluice`, and more until it holds part of a
+/// chunk unspent (a chunk may end exactly at a call); how many calls it made.
+async fn spend_holding(sluice: &Sluice, key: &str, calls: usize) -> u32 {
+    spend(sluice, key, calls).await;
+    let mut made = calls;
+    let unspent = || {
+        let metrics = sluice.http_get("/metrics").1;
+        crate::support::series(&metrics, "sluice_budget_lease_unspent").unwrap_or(0.0)
+    };
+    while unspent() == 0.0 {
+        assert!(made < calls + 10, "no chunk held after {made} calls");
+        spend(sluice, key, 1).await;
+        made += 1;
+    }
+    u32::try_from(made).unwrap_or(u32::MAX)
+}
+
 #[tokio::test]
 async fn an_idle_replica_gives_its_chunk_back() {
     let redis = RedisServer::start(&[]);
     let sluice = Sluice::start(CONFIG, &["--store", "redis", "--redis-url", &redis.url()]);
     clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(20)).await;
-    spend(&sluice, "leased", 200).await;
+    let made = spend_holding(&sluice, "leased", 200).await;
     let held = counted(&sluice, "leased", 3000).await;
     assert!(
-        held > 200,
-        "Redis counts {held}: the chunk is charged up front"
+        held > made,
+        "Redis counts {held} for {made} calls: the chunk is charged up front"
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while counted(&sluice, "leased", 3000).await != 200 {
+    while counted(&sluice, "leased", 3000).await != made {
         assert!(
             std::time::Instant::now() < deadline,
             "the chunk was not given back"
@@ -280,11 +297,11 @@ async fn a_replica_that_stops_gives_its_chunk_back() {
     let stopping = Sluice::start(&config, &args);
     let staying = Sluice::start(&config, &args);
     clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(20)).await;
-    spend(&stopping, "leased", 200).await;
-    assert!(counted(&staying, "leased", 3000).await > 200);
+    let made = spend_holding(&stopping, "leased", 200).await;
+    assert!(counted(&staying, "leased", 3000).await > made);
     drop(stopping);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while counted(&staying, "leased", 3000).await != 200 {
+    while counted(&staying, "leased", 3000).await != made {
         assert!(
             std::time::Instant::now() < deadline,
             "the chunk was not given back"
