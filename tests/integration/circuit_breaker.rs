@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::redis::{cluster_flags, start_cluster, RedisServer};
+use crate::support::redis::{
+    cluster_flags, sentinel_flags, single_flags, start_cluster, RedisServer,
+};
 use crate::support::*;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -181,7 +183,7 @@ async fn outage(sluice: &Sluice, fault: impl FnOnce(), heal: impl FnOnce()) {
 #[tokio::test]
 async fn a_stopped_redis_opens_the_circuit_and_a_second_closes_it() {
     let redis = RedisServer::start(&[]);
-    let store = ["--store", "redis", "--redis-url", &redis.url()].map(str::to_string);
+    let store = single_flags(&redis);
     let sluice = start(&flags(&store, &[]));
     outage(&sluice, || redis.signal("STOP"), || redis.signal("CONT")).await;
 }
@@ -189,7 +191,7 @@ async fn a_stopped_redis_opens_the_circuit_and_a_second_closes_it() {
 #[tokio::test]
 async fn a_killed_redis_opens_the_circuit_until_it_is_back() {
     let mut redis = RedisServer::start(&["--save", "", "--appendonly", "yes"]);
-    let store = ["--store", "redis", "--redis-url", &redis.url()].map(str::to_string);
+    let store = single_flags(&redis);
     let sluice = start(&flags(&store, &[]));
     let stopped = std::cell::RefCell::new(&mut redis);
     outage(
@@ -212,18 +214,7 @@ async fn a_stopped_cluster_opens_the_circuit_and_closes_it() {
 async fn a_stopped_primary_behind_sentinel_opens_the_circuit_and_closes_it() {
     let primary = RedisServer::start(&[]);
     let sentinel = RedisServer::start_sentinel("cbmaster", primary.port);
-    let url = format!("redis://127.0.0.1:{}", sentinel.port);
-    let store = [
-        "--store",
-        "redis",
-        "--redis-type",
-        "sentinel",
-        "--redis-sentinel-master",
-        "cbmaster",
-        "--redis-url",
-        &url,
-    ]
-    .map(str::to_string);
+    let store = sentinel_flags(&sentinel, "cbmaster");
     let sluice = start(&flags(&store, &[]));
     outage(
         &sluice,
@@ -236,7 +227,7 @@ async fn a_stopped_primary_behind_sentinel_opens_the_circuit_and_closes_it() {
 #[tokio::test]
 async fn health_follows_an_open_circuit_only_when_asked_to() {
     let redis = RedisServer::start(&[]);
-    let store = ["--store", "redis", "--redis-url", &redis.url()].map(str::to_string);
+    let store = single_flags(&redis);
     let following = start(&flags(&store, &["--healthcheck-store"]));
     let serving = start(&flags(&store, &[]));
     assert!(following.wait_health((1, 200)).await);

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use crate::support::redis::{cluster_flags, script_calls, start_cluster, RedisServer};
+use crate::support::redis::{
+    cluster_flags, script_calls, sentinel_flags, single_flags, start_cluster, RedisServer,
+};
 use crate::support::{
     call, clear_of_a_windows_end, descriptor, descriptor_with_hits, overall, request, Sluice,
 };
@@ -93,12 +95,6 @@ async fn hot_key_across(replicas: usize, flags: &[String], nodes: &[&RedisServer
     );
 }
 
-fn single_flags(redis: &RedisServer) -> Vec<String> {
-    ["--store", "redis", "--redis-url", &redis.url()]
-        .map(str::to_string)
-        .to_vec()
-}
-
 #[tokio::test]
 async fn two_replicas_lease_a_hot_key_within_its_bound() {
     let redis = RedisServer::start(&[]);
@@ -122,19 +118,7 @@ async fn replicas_on_a_cluster_lease_a_hot_key_within_its_bound() {
 async fn replicas_through_sentinel_lease_a_hot_key_within_its_bound() {
     let primary = RedisServer::start(&[]);
     let sentinel = RedisServer::start_sentinel("hotmaster", primary.port);
-    let url = format!("redis://127.0.0.1:{}", sentinel.port);
-    let flags = [
-        "--store",
-        "redis",
-        "--redis-type",
-        "sentinel",
-        "--redis-sentinel-master",
-        "hotmaster",
-        "--redis-url",
-        &url,
-    ]
-    .map(str::to_string)
-    .to_vec();
+    let flags = sentinel_flags(&sentinel, "hotmaster");
     hot_key_across(2, &flags, &[&primary]).await;
 }
 

@@ -90,6 +90,30 @@ pub fn cluster_flags(nodes: &[RedisServer]) -> Vec<String> {
         .collect()
 }
 
+/// The flags of a sluice on the single Redis `redis`.
+pub fn single_flags(redis: &RedisServer) -> Vec<String> {
+    ["--store", "redis", "--redis-url", &redis.url()]
+        .map(str::to_string)
+        .to_vec()
+}
+
+/// The flags of a sluice led by `sentinel` to the primary it names `master`.
+pub fn sentinel_flags(sentinel: &RedisServer, master: &str) -> Vec<String> {
+    let url = sentinel.url();
+    [
+        "--store",
+        "redis",
+        "--redis-type",
+        "sentinel",
+        "--redis-sentinel-master",
+        master,
+    ]
+    .into_iter()
+    .chain(["--redis-url", &url])
+    .map(str::to_string)
+    .collect()
+}
+
 /// A port no one listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
