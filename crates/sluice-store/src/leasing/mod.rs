@@ -124,36 +124,49 @@ impl<S: Store + AdminStore> Shared<S> {
             return Ok(self.answer_here(hits, &plans, now_us));
         }
         if plans.iter().any(|plan| matches!(plan, Plan::Denied(_))) {
-            // A denial remembered here beside hits the store must see: the store decides the
-            // request whole, from its own state.
-            self.refund_all(hits, &plans, |_| true, now_us);
-            self.give_back(owed_back(hits, &plans)).await;
-            let mut decided = self.inner.charge(hits, Charging::AllOrNothing).await?;
-            // What the store has left excludes this replica's chunks, which remain.
-            for (hit, decision) in hits.iter().zip(&mut decided) {
-                let unspent = self.table.unspent(hit, now_us);
-                let remaining = u64::from(decision.remaining) + unspent;
-                decision.remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
-            }
-            return Ok(decided);
+            return self.decide_whole(hits, &plans, now_us).await;
         }
         self.give_back(owed_back(hits, &plans)).await;
         let call = StoreCall::of(hits, &plans);
-        let decided = match self.inner.charge(&call.hits, Charging::AllOrNothing).await {
-            Ok(decided) if decided.len() == call.hits.len() => decided,
-            Ok(_) => {
-                self.refund_all(hits, &plans, |_| true, now_us);
-                return Err(StoreError::Protocol {
-                    store: self.inner.name(),
-                    source: "fewer decisions than hits".into(),
-                });
-            }
+        let decided = self
+            .inner
+            .charge(&call.hits, Charging::AllOrNothing)
+            .await
+            .and_then(|decided| {
+                (decided.len() == call.hits.len())
+                    .then_some(decided)
+                    .ok_or_else(|| StoreError::Protocol {
+                        store: self.inner.name(),
+                        source: "fewer decisions than hits".into(),
+                    })
+            });
+        match decided {
+            Ok(decided) => Ok(self.settle(hits, &plans, &call, &decided, now_us)),
             Err(error) => {
                 self.refund_all(hits, &plans, |_| true, now_us);
-                return Err(error);
+                Err(error)
             }
-        };
-        Ok(self.settle(hits, &plans, &call, &decided, now_us))
+        }
+    }
+
+    /// A request with a denial remembered here beside hits the store must see: the store
+    /// decides it whole, from its own state, every chunk left as it was.
+    async fn decide_whole(
+        &self,
+        hits: &[Hit],
+        plans: &[Plan],
+        now_us: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        self.refund_all(hits, plans, |_| true, now_us);
+        self.give_back(owed_back(hits, plans)).await;
+        let mut decided = self.inner.charge(hits, Charging::AllOrNothing).await?;
+        // What the store has left excludes this replica's chunks, which remain.
+        for (hit, decision) in hits.iter().zip(&mut decided) {
+            let unspent = self.table.unspent(hit, now_us);
+            let remaining = u64::from(decision.remaining) + unspent;
+            decision.remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
+        }
+        Ok(decided)
     }
 
     /// The decisions of a request answered here whole; what it spent does not stand if it is
