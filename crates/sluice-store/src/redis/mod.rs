@@ -3,8 +3,10 @@
 //! concurrently, and the charges of a denied request taken back). A NOSCRIPT reply (after
 //! SCRIPT FLUSH, a restart or a failover) reloads the script and retries the call, invisibly
 //! to the client. Per-second limits may live in a Redis of their own (`REDIS_PERSECOND`): a
-//! request that spans both is decided like one that spans a Cluster's slots. No algorithm
-//! logic lives here.
+//! request that spans both is decided like one that spans a Cluster's slots. With
+//! `--store-circuit-failures`, a circuit breaker (`breaker`) stops calls after failures in a
+//! row until a probe is answered, and the replica count a local share divides by is learnt
+//! from heartbeats (`replicas`). No algorithm logic lives here.
 
 mod admin;
 mod args;
