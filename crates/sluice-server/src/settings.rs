@@ -224,6 +224,26 @@ mod tests {
     }
 
     #[test]
+    fn the_settings_page_names_every_flag_and_its_variable() {
+        use clap::CommandFactory;
+        let page = include_str!("../../../docs/settings.md");
+        let command = Cli::command();
+        let missing: Vec<String> = command
+            .get_arguments()
+            .filter(|arg| !arg.is_hide_set())
+            .flat_map(|arg| {
+                let flag = arg.get_long().map(|long| format!("`--{long}"));
+                let variable = arg
+                    .get_env()
+                    .map(|env| format!("`{}`", env.to_string_lossy()));
+                flag.into_iter().chain(variable)
+            })
+            .filter(|name| !page.contains(name.as_str()))
+            .collect();
+        assert!(missing.is_empty(), "not in docs/settings.md: {missing:?}");
+    }
+
+    #[test]
     fn every_reference_variable_is_honoured_or_reported_as_ignored() {
         use clap::CommandFactory;
         let command = Cli::command();
