@@ -18,6 +18,7 @@ mod cli;
 mod concurrency;
 mod config_compat;
 mod deploy;
+mod docs_links;
 mod grpc_service;
 mod grpc_standard_services;
 mod grpc_tls;
