@@ -34,6 +34,11 @@ pub struct Ledger<'a> {
     /// The reference's local cache: a window key it denied, and the limit that denied it
     /// (requests per unit, unit).
     reference_cache: HashMap<String, (u32, i32)>,
+    /// The reference's window keys, each with the shortest period (seconds) of a limit that
+    /// wrote it: a window of a second starting at a minute's first second writes the minute's
+    /// key too, and the reference keeps it for a period after its first use, not to the
+    /// window's end.
+    reference_windows: HashMap<String, u64>,
 }
 
 impl<'a> Ledger<'a> {
@@ -43,6 +48,7 @@ impl<'a> Ledger<'a> {
             config,
             parted: HashMap::new(),
             reference_cache: HashMap::new(),
+            reference_windows: HashMap::new(),
             reversed: mode.split_domains.then(|| Config {
                 files: config.files.iter().rev().cloned().collect(),
             }),
@@ -52,6 +58,7 @@ impl<'a> Ledger<'a> {
     pub fn explain(&mut self, request: &Request, exchange: &Exchange) -> Explained {
         let explained = self.explain_differences(request, exchange);
         self.remember_cached(request, exchange);
+        self.remember_windows(request, exchange);
         explained
     }
 
@@ -211,6 +218,9 @@ impl<'a> Ledger<'a> {
         {
             return Some(CACHE_BY_WINDOW_KEY);
         }
+        if self.read_a_shorter_windows_key(request, exchange) {
+            return Some(WINDOW_KEY_OUTLIVES);
+        }
         if self.setting("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") == Some("true") {
             return self.stop_over_limit_row(request, exchange);
         }
@@ -364,6 +374,46 @@ impl<'a> Ledger<'a> {
         }
     }
 
+    /// Keeps, for each window key the reference may have written, the shortest period of a
+    /// limit that wrote it.
+    fn remember_windows(&mut self, request: &Request, exchange: &Exchange) {
+        for (i, applied) in self.reference_limits(request).iter().enumerate() {
+            let Some(a) = applied else { continue };
+            let key = self.reference_key(request, i, a.unit, exchange.now_s);
+            let period = generate::unit_seconds(a.unit).max(1);
+            self.reference_windows
+                .entry(key)
+                .and_modify(|shortest| *shortest = (*shortest).min(period))
+                .or_insert(period);
+        }
+    }
+
+    /// Whether a descriptor's window key held a count in the reference's Redis that a
+    /// shorter window, now ended, wrote at the same second: the reference keeps a key for
+    /// its period after the first use (plus jitter), so the longer window's limit reads the
+    /// shorter one's hits; sluice's key ends with the shorter window.
+    fn read_a_shorter_windows_key(&self, request: &Request, exchange: &Exchange) -> bool {
+        self.reference_limits(request)
+            .iter()
+            .enumerate()
+            .any(|(i, applied)| {
+                applied.as_ref().is_some_and(|a| {
+                    let period = generate::unit_seconds(a.unit).max(1);
+                    let start = exchange.now_s / period * period;
+                    let key = self.reference_key(request, i, a.unit, exchange.now_s);
+                    let counted = exchange
+                        .reference_before
+                        .get(&key)
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .is_some_and(|count| count > 0);
+                    let shorter_ended = self.reference_windows.get(&key).is_some_and(|&shortest| {
+                        shortest < period && exchange.now_s >= start + shortest
+                    });
+                    counted && shorter_ended
+                })
+            })
+    }
+
     /// With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`: the reference reads every key
     /// first and, when a hit would take one past its limit, charges only the hits that would
     /// (sluice's all-or-nothing charges nothing of a denied request). Which of the reference's
@@ -452,6 +502,7 @@ pub const CACHE_BY_WINDOW_KEY: &str = "local-cache-by-window-key";
 pub const STOP_CHARGES_THE_HIT_OVER: &str = "stop-increment-charges-the-hit-over";
 pub const STOP_SAME_DESCRIPTOR_TWICE: &str = "stop-increment-same-descriptor-twice";
 pub const STOP_SHADOW_OR_QUOTA_OVER: &str = "stop-increment-shadow-or-quota-over";
+pub const WINDOW_KEY_OUTLIVES: &str = "window-key-outlives-its-window";
 
 /// The part of a fixed-window key both servers build from a descriptor's entries (a
 /// `share_threshold` entry holds its pattern), before the window.
@@ -468,4 +519,113 @@ fn key_part(config: &Config, request: &Request, i: usize) -> String {
         part.push_str(&format!("{k}_{v}_"));
     }
     part
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::generate::{ConfigFile, Descriptor, Override};
+    use crate::wire::{self, Answer};
+
+    const SECOND: i32 = 1;
+    const MINUTE: i32 = 2;
+    /// A minute's first second.
+    const MINUTE_START: u64 = 1_800_000_000 / 60 * 60;
+
+    fn config() -> Config {
+        Config {
+            files: vec![ConfigFile {
+                name: "d.yaml".into(),
+                domain: "d".into(),
+                nodes: Vec::new(),
+            }],
+        }
+    }
+
+    /// `d | api=c [+hits] limit=N/unit`.
+    fn override_of(requests_per_unit: u32, unit: i32, hits: Option<u64>) -> Request {
+        Request {
+            domain: "d".into(),
+            hits_addend: 0,
+            descriptors: vec![Descriptor {
+                entries: vec![("api".into(), "c".into())],
+                hits_addend: hits,
+                limit: Some(Override {
+                    requests_per_unit,
+                    unit,
+                }),
+            }],
+        }
+    }
+
+    fn answer(code: i32) -> wire::Outcome {
+        Ok(Answer {
+            overall: code,
+            statuses: Vec::new(),
+            headers: Vec::new(),
+            request_headers: Vec::new(),
+            metadata: None,
+        })
+    }
+
+    fn exchange(now_s: u64, before: &[(&str, &str)], codes: Option<(i32, i32)>) -> Exchange {
+        let (reference, sluice) = codes.unwrap_or((1, 1));
+        Exchange {
+            differences: codes
+                .map(|(r, s)| Difference {
+                    field: "statuses[0].code".into(),
+                    descriptor: Some(0),
+                    reference: r.to_string(),
+                    sluice: s.to_string(),
+                })
+                .into_iter()
+                .collect(),
+            reference: answer(reference),
+            sluice: answer(sluice),
+            now_s,
+            reference_before: before
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+            straddled: false,
+        }
+    }
+
+    #[test]
+    fn a_minute_limit_reading_a_second_windows_key_after_that_second_is_a_documented_row() {
+        let config = config();
+        let mode = &crate::MODES[0];
+        let key = format!("d_api_c_{MINUTE_START}");
+        let check = override_of(0, MINUTE, Some(0));
+        let later = exchange(MINUTE_START + 1, &[(&key, "1")], Some((OVER_LIMIT, 1)));
+
+        let mut ledger = Ledger::new(mode, &config);
+        let hit = override_of(2, SECOND, None);
+        assert_eq!(
+            ledger.explain(&hit, &exchange(MINUTE_START, &[], None)),
+            Explained::Agreed
+        );
+        assert_eq!(
+            ledger.explain(&check, &later),
+            Explained::Row(WINDOW_KEY_OUTLIVES)
+        );
+
+        // Without the second's hit at the minute's first second, the same answers are not
+        // explained: the reference's count came from nowhere sluice knows of.
+        let mut fresh = Ledger::new(mode, &config);
+        assert_eq!(
+            fresh.explain(&check, &later),
+            Explained::Unexplained { root: true }
+        );
+        // Nor within that second, when both servers still hold the key.
+        let mut same_second = Ledger::new(mode, &config);
+        same_second.explain(&hit, &exchange(MINUTE_START, &[], None));
+        let within = exchange(MINUTE_START, &[(&key, "1")], Some((OVER_LIMIT, 1)));
+        assert_eq!(
+            same_second.explain(&check, &within),
+            Explained::Unexplained { root: true }
+        );
+    }
 }
