@@ -340,15 +340,27 @@ impl<'a> Ledger<'a> {
     /// reference's cache, put there by a denial under another limit (the reference's cache
     /// names the window only; sluice's names the limit too).
     fn cached_under_another_limit(&self, request: &Request, exchange: &Exchange) -> bool {
+        self.any_window_key(request, exchange, |key, a| {
+            self.reference_cache
+                .get(key)
+                .is_some_and(|&denied_by| denied_by != (a.requests_per_unit, a.unit))
+        })
+    }
+
+    /// Whether `test` holds for some descriptor's window key in the reference (at the
+    /// request's second) and the limit the reference applies to it.
+    fn any_window_key(
+        &self,
+        request: &Request,
+        exchange: &Exchange,
+        test: impl Fn(&str, &Applied) -> bool,
+    ) -> bool {
         self.reference_limits(request)
             .iter()
             .enumerate()
             .any(|(i, applied)| {
                 applied.as_ref().is_some_and(|a| {
-                    let key = self.reference_key(request, i, a.unit, exchange.now_s);
-                    self.reference_cache
-                        .get(&key)
-                        .is_some_and(|&denied_by| denied_by != (a.requests_per_unit, a.unit))
+                    test(&self.reference_key(request, i, a.unit, exchange.now_s), a)
                 })
             })
     }
@@ -393,25 +405,20 @@ impl<'a> Ledger<'a> {
     /// its period after the first use (plus jitter), so the longer window's limit reads the
     /// shorter one's hits; sluice's key ends with the shorter window.
     fn read_a_shorter_windows_key(&self, request: &Request, exchange: &Exchange) -> bool {
-        self.reference_limits(request)
-            .iter()
-            .enumerate()
-            .any(|(i, applied)| {
-                applied.as_ref().is_some_and(|a| {
-                    let period = generate::unit_seconds(a.unit).max(1);
-                    let start = exchange.now_s / period * period;
-                    let key = self.reference_key(request, i, a.unit, exchange.now_s);
-                    let counted = exchange
-                        .reference_before
-                        .get(&key)
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .is_some_and(|count| count > 0);
-                    let shorter_ended = self.reference_windows.get(&key).is_some_and(|&shortest| {
-                        shortest < period && exchange.now_s >= start + shortest
-                    });
-                    counted && shorter_ended
-                })
-            })
+        self.any_window_key(request, exchange, |key, a| {
+            let period = generate::unit_seconds(a.unit).max(1);
+            let start = exchange.now_s / period * period;
+            let counted = exchange
+                .reference_before
+                .get(key)
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_some_and(|count| count > 0);
+            let shorter_ended = self
+                .reference_windows
+                .get(key)
+                .is_some_and(|&shortest| shortest < period && exchange.now_s >= start + shortest);
+            counted && shorter_ended
+        })
     }
 
     /// With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`: the reference reads every key
