@@ -248,14 +248,7 @@ async fn an_idle_replica_gives_its_chunk_back() {
         held > made,
         "Redis counts {held} for {made} calls: the chunk is charged up front"
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while counted(&sluice, "leased", 3000).await != made {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the chunk was not given back"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_redis_counts(&sluice, made).await;
     let metrics = sluice.http_get("/metrics").1;
     let value = |name: &str| crate::support::series(&metrics, name).unwrap_or(0.0);
     assert!(
@@ -284,8 +277,14 @@ async fn a_replica_that_stops_gives_its_chunk_back() {
     let made = spend_holding(&stopping, "leased", 200).await;
     assert!(counted(&staying, "leased", 3000).await > made);
     drop(stopping);
+    until_redis_counts(&staying, made).await;
+}
+
+/// Waits (at most 5 s) until Redis counts `leased` as exactly the `made` calls spent: every
+/// unspent chunk given back.
+async fn until_redis_counts(sluice: &Sluice, made: u32) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while counted(&staying, "leased", 3000).await != made {
+    while counted(sluice, "leased", 3000).await != made {
         assert!(
             std::time::Instant::now() < deadline,
             "the chunk was not given back"
