@@ -10,7 +10,8 @@
 --            slot's share of a request, sluice settles the rest), "every_part" ("every" for
 --            one slot's share: a lease's acquire as "any"), or "refund" (the hits were
 --            charged by an "any" or "every_part" call and are taken back), or "credit" (each
---            hit's state is given its cost back now: the admin API's credit)
+--            hit's state is given its cost back now: the admin API's credit), or "read" (each
+--            hit's state read, nothing written: the admin API's read)
 -- then, for each hit i in turn, 13 common arguments, then the algorithm's own (as many as the
 -- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
 -- read into the hit's fields of those names (crates/sluice-store/src/redis/args.rs builds them, in this
@@ -44,14 +45,17 @@
 -- released, expired, penalty_until_us, penalty_offence, penalty_imposed, reserve_call,
 -- reserve_held, reserve_estimate, reserve_lapsed, reserve_lapsed_amount (the fields of
 -- sluice's Decision, which crates/sluice-core/src/algorithm/ and modifier/ specify), and, for "any",
--- "every_part", "refund" and "credit", the time it was decided at.
+-- "every_part", "refund" and "credit", the time it was decided at; for "read", what the state
+-- holds against the limit (`used`, past the capacity included), then that time.
 --
 -- An algorithm script registers {read, decide, force, write, refund} under its name:
 --   read(hit) the key's state at hit.now (never nil); decide(hit, state) the decision and the state after
 --   the hit (nil when unchanged); force(hit, state) the state after a hit that does not fit
 --   (debt); write(hit, state) stores a state that decide or force returned; refund(hit)
 --   takes back a charge of hit.cost decided at hit.now; and, where the algorithm takes
---   credit, credit(hit, state) the state with hit.cost given back.
+--   credit, credit(hit, state) the state with hit.cost given back; where a state can hold
+--   more than the capacity (debt, a settle), used(hit, state) what it holds against the limit
+--   in requests (else the driver takes the capacity less what a hit of cost 0 has left).
 --
 -- Lua numbers are doubles: every value stays an integer below 2^53, where doubles are exact
 -- (e.g. L x W below 2^53: 100,000 per day, 1,000,000 per hour). Numbers sent back to Redis

@@ -110,6 +110,10 @@ algorithms.fixed_window = function()
         redis.call('SET', hit.key, fmt(window.c), 'PX', ttl_ms(expires))
       end
     end,
+    -- What the window holds against the limit: its count, past L in debt or after a settle.
+    used = function(hit, window)
+      return window.c
+    end,
     -- A credit of hit.cost: the window's count down by it, never below 0.
     credit = function(hit, window)
       return {s = window.s, c = math.max(0, window.c - hit.cost), stored = window.stored}

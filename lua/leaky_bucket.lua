@@ -42,6 +42,10 @@ algorithms.leaky_bucket = function()
       redis.call('HSET', hit.key, 'a', fmt(hit.now + whole), 'r', fmt(level - whole * hit.limit))
       expire_after(hit.key, div_ceil(level, hit.limit))
     end,
+    -- The bucket's level in requests, rounded up: past the capacity in debt.
+    used = function(hit, level)
+      return div_ceil(level, hit.period)
+    end,
     -- A credit of hit.cost: the level down by it, never below empty.
     credit = function(hit, level)
       return math.max(0, level - hit.cost * hit.period)

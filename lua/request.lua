@@ -140,6 +140,27 @@ local function credit(hits)
   return replies
 end
 
+-- "read": each hit's state as a hit of cost 0 finds it, with neither its modifiers nor a
+-- write, and what the state holds against the limit (the algorithm's `used`, else the
+-- capacity less what remains).
+local function read(hits)
+  local replies = {}
+  for _, hit in ipairs(hits) do
+    local rules = algorithm(hit.algorithm)
+    local state = rules.read(hit)
+    local d = decide(with_cost(hit, 0), state)
+    local used
+    if rules.used and (hit.limit > 0 or rules.blocks_zero_itself) then
+      used = rules.used(hit, state)
+    else
+      used = math.max(0, hit.capacity - d[2])
+    end
+    append(replies, d, used)
+    replies[#replies + 1] = hit.now
+  end
+  return replies
+end
+
 -- The values of the hits' keys whose state is a plain value, read with one MGET (when more
 -- than one), by key.
 local function fetch_plain(hits)
@@ -492,6 +513,14 @@ local function request(KEYS, ARGV, read_only)
     return redis_now
   end
 
+  if mode == 'read' then
+    local replies = read(parse_hits(KEYS, ARGV, true, every, now_of))
+    if read_only then
+      -- A read needs no write.
+      replies[#replies + 1] = 0
+    end
+    return replies
+  end
   local hits = parse_hits(KEYS, ARGV, read_only, every, now_of)
   if mode == 'refund' then
     return refund(hits)

@@ -117,6 +117,11 @@ algorithms.sliding_window_counter = function()
       local windows = math.max(2, windows_to_empty(hit, counts))
       expire_after(hit.key, counts.s + windows * hit.period - hit.now)
     end,
+    -- The estimate, rounded up: past L in debt.
+    used = function(hit, counts)
+      local weighted = counts.p * math.max(0, hit.period - math.max(0, hit.now - counts.s)) + counts.c * hit.period
+      return div_ceil(weighted, hit.period)
+    end,
     -- A credit of hit.cost: the current window's count down by it, never below 0.
     credit = function(hit, counts)
       return {s = counts.s, p = counts.p, c = math.max(0, counts.c - hit.cost)}

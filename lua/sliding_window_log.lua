@@ -112,6 +112,10 @@ algorithms.sliding_window_log = function()
       redis.call('ZREMRANGEBYRANK', hit.key, 0, -(hit.limit + 2))
       expire_after(hit.key, until_empty(hit, {count = redis.call('ZCARD', hit.key), added = {}}))
     end,
+    -- The entries in the window (at most L + 1 are kept).
+    used = function(hit, state)
+      return live(state)
+    end,
     refund = function(hit)
       each_member(hit.key, 'ZREM', hit.nonce, hit.cost, nil)
     end,

@@ -41,6 +41,10 @@ algorithms.token_bucket = function()
       redis.call('HSET', hit.key, 't', fmt(tokens), 'u', fmt(hit.now))
       expire_after(hit.key, div_ceil(hit.capacity * hit.period - tokens, hit.limit))
     end,
+    -- What the bucket lacks of full, in requests rounded up: past the capacity in debt.
+    used = function(hit, tokens)
+      return div_ceil(hit.capacity * hit.period - tokens, hit.period)
+    end,
     -- A credit of hit.cost: the tokens up by it, never past full.
     credit = function(hit, tokens)
       return math.min(hit.capacity * hit.period, tokens + hit.cost * hit.period)

@@ -10,7 +10,10 @@ use crate::admin::{
     admin, admin_call, admitted, block_on, each_store, entry_list, put_override, state_of,
     AdminFlags, CONFIG, TOKEN,
 };
-use crate::support::{call, descriptor, overall, redis::RedisServer, request, Code, Sluice};
+use crate::support::{
+    call, descriptor, descriptor_with_hits, metadata_text, overall, redis::RedisServer, request,
+    Code, Sluice,
+};
 
 #[test]
 fn reset_clears_the_counts_but_never_leases_in_flight() {
@@ -102,6 +105,58 @@ fn credit_admits_that_many_more_now_and_is_refused_where_it_means_nothing() {
             json!({"domain": "tenants", "descriptor": entry_list(&[("stream", "s9")]), "name": "per_minute", "amount": 1}),
         );
         assert_eq!(status, 200, "its rate limit by name does: {named}");
+    });
+}
+
+#[test]
+fn a_read_shows_what_a_modified_limit_counts_past_its_limit_too_on_both_stores() {
+    each_store(|sluice| {
+        block_on(async {
+            let mut client = sluice.client().await;
+            let ask = |entries: &[(&str, &str)], hits: u64| {
+                request("tenants", vec![descriptor_with_hits(entries, hits)])
+            };
+            // A reserved budget of 100 an hour (holds of 40): a hold opened, then settled
+            // at 50.
+            let opened = call(&mut client, ask(&[("llm", "t1")], 0)).await;
+            let token = metadata_text(&opened, "sluice.reserve").expect("a token");
+            let settle = [("llm", "t1"), ("sluice.reserve", token.as_str())];
+            let settled = call(&mut client, ask(&settle, 50)).await;
+            assert_eq!(settled.statuses[0].limit_remaining, 50);
+            let limit = &state_of(sluice, &[("llm", "t1")])["limits"][0];
+            assert_eq!(
+                (&limit["used"], &limit["remaining"], &limit["held"]),
+                (&json!(50), &json!(50), &json!(0)),
+                "{limit}"
+            );
+            // Another hold: held, not used.
+            let opened = call(&mut client, ask(&[("llm", "t1")], 0)).await;
+            let token = metadata_text(&opened, "sluice.reserve").expect("a token");
+            let limit = &state_of(sluice, &[("llm", "t1")])["limits"][0];
+            assert_eq!(
+                (&limit["used"], &limit["remaining"], &limit["held"]),
+                (&json!(50), &json!(10), &json!(40)),
+                "{limit}"
+            );
+            // Settled at 90: past the limit, as a settle always stands.
+            let settle = [("llm", "t1"), ("sluice.reserve", token.as_str())];
+            call(&mut client, ask(&settle, 90)).await;
+            let limit = &state_of(sluice, &[("llm", "t1")])["limits"][0];
+            assert_eq!(
+                (&limit["used"], &limit["remaining"], &limit["held"]),
+                (&json!(140), &json!(0), &json!(0)),
+                "the real count, past the limit: {limit}"
+            );
+            // A penalized limit of 1 an hour: used once, read as used, and the read sets
+            // off no penalty.
+            assert_eq!(admitted(sluice, &[("login", "p1")], 1).await, 1);
+            let limit = &state_of(sluice, &[("login", "p1")])["limits"][0];
+            assert_eq!(
+                (&limit["used"], &limit["remaining"]),
+                (&json!(1), &json!(0)),
+                "{limit}"
+            );
+        });
     });
 }
 

@@ -2,6 +2,7 @@
 //! with sluice's clock passed in) reach the same decision, every field, for the same sequence
 //! of (time, cost): a table of behaviour cases and random sequences, for every algorithm.
 
+mod admin_read;
 mod leasing;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,13 +25,13 @@ use sluice::store::memory::MemoryStore;
 use sluice::store::{ManualClock, Store};
 
 /// A Redis for one test (stopped when the test ends), and a runtime to drive the stores.
-struct Fixture {
+pub(crate) struct Fixture {
     redis: RedisServer,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Fixture {
-    fn new() -> Fixture {
+    pub(crate) fn new() -> Fixture {
         Fixture {
             redis: RedisServer::start(&[]),
             runtime: tokio::runtime::Runtime::new().expect("runtime"),
@@ -46,10 +47,10 @@ fn unique_key() -> String {
 
 /// One hit of a request: which of the sequence's limits (by index), its cost, its role, and
 /// whether it is another limit of the previous hit's descriptor.
-type HitSpec = (usize, u64, Role, bool);
+pub(crate) type HitSpec = (usize, u64, Role, bool);
 
 /// A request: the time step before it, and its hits.
-type RequestSpec = (u64, Vec<HitSpec>);
+pub(crate) type RequestSpec = (u64, Vec<HitSpec>);
 
 /// Runs `requests` (time step, hits) on the keys of `limits` (one key each) through both
 /// stores, charging as `charging` says; returns both decision lists, hit by hit.
@@ -74,19 +75,51 @@ fn both_requests_on(
     charging: Charging,
 ) -> (Vec<Decision>, Vec<Decision>) {
     fixture.runtime.block_on(async {
+        let ran = Ran::new(fixture, key_of).await;
+        ran.requests(limits, key_of, requests, charging).await
+    })
+}
+
+/// Both stores on one manual clock, and the keys a sequence counts under.
+struct Ran {
+    clock: Arc<ManualClock>,
+    memory: MemoryStore,
+    redis: sluice::store::redis::RedisStore,
+    keys: Vec<String>,
+}
+
+impl Ran {
+    /// Fresh keys for the limits of `key_of` (the key each limit counts under, by index).
+    async fn new(fixture: &Fixture, key_of: &[usize]) -> Ran {
         let clock = Arc::new(ManualClock::at(START_US));
         let memory = MemoryStore::new(1000, clock.clone());
         let redis = redis_store(&fixture.redis.url(), String::new(), clock.clone()).await;
         let key_count = key_of.iter().max().map_or(0, |&k| k + 1);
         let keys: Vec<String> = (0..key_count).map(|_| unique_key()).collect();
+        Ran {
+            clock,
+            memory,
+            redis,
+            keys,
+        }
+    }
+
+    /// Runs `requests` through both stores; both decision lists, hit by hit.
+    async fn requests(
+        &self,
+        limits: &[Limit],
+        key_of: &[usize],
+        requests: &[RequestSpec],
+        charging: Charging,
+    ) -> (Vec<Decision>, Vec<Decision>) {
         let (mut from_memory, mut from_redis) = (Vec::new(), Vec::new());
         for (request_number, (step, specs)) in requests.iter().enumerate() {
-            clock.advance(*step);
+            self.clock.advance(*step);
             let hits: Vec<Hit> = specs
                 .iter()
                 .enumerate()
                 .map(|(i, &(index, cost, role, joins))| Hit {
-                    key: keys[key_of[index]].clone(),
+                    key: self.keys[key_of[index]].clone(),
                     limit: limits[index],
                     cost,
                     role,
@@ -94,11 +127,11 @@ fn both_requests_on(
                     lease: lease_of(&limits[index], request_number, cost),
                 })
                 .collect();
-            from_memory.extend(memory.charge(&hits, charging).await.expect("memory"));
-            from_redis.extend(redis.charge(&hits, charging).await.expect("redis"));
+            from_memory.extend(self.memory.charge(&hits, charging).await.expect("memory"));
+            from_redis.extend(self.redis.charge(&hits, charging).await.expect("redis"));
         }
         (from_memory, from_redis)
-    })
+    }
 }
 
 /// The lease of a hit of `cost` in request `number` on `limit`: on a concurrency limit (or a
@@ -183,7 +216,7 @@ fn the_sliding_log_agrees_at_its_largest_limit() {
 }
 
 /// Runs `test` on `cases` values of `strategy` (no regression file: the cases need Redis).
-fn check_cases<S: Strategy>(
+pub(crate) fn check_cases<S: Strategy>(
     cases: u32,
     strategy: &S,
     test: impl Fn(S::Value) -> Result<(), TestCaseError>,
@@ -318,7 +351,7 @@ fn reserve() -> impl Strategy<Value = sluice::modifier::reserve::Policy> {
 /// debt, half with a penalty, some reserving: their hits open and settle holds), with random roles and costs (some beyond every limit), some
 /// hits joining the previous one's descriptor (a key may appear twice in a request), charged
 /// both ways.
-fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
+pub(crate) fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
     let limit_of = (
         0..Algorithm::ALL.len(),
         0u32..=5,

@@ -183,6 +183,12 @@ impl Limit {
         algorithm::decide(&self.counting, state, &self.rate(), cost, now_us, None)
     }
 
+    /// What the key's `state` holds against this limit at `now_us`, in requests: past the
+    /// capacity when it is over it (the admin API's `used`).
+    pub fn used(&self, state: Option<&State>, now_us: u64) -> u64 {
+        algorithm::used(&self.counting, state, &self.rate(), now_us)
+    }
+
     /// Credits `cost` at `now_us` to the key's `state`: the state to store and its expiry, or
     /// why this limit's algorithm takes no credit (`LimitAlgorithm::credit`).
     pub fn credit(

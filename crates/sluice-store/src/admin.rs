@@ -36,8 +36,22 @@ pub struct Loaded {
     pub cursor: String,
 }
 
+/// A limit's state as the admin API reads it (`AdminStore::read`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// What a hit of cost 0 is told now, its modifiers left out.
+    pub decision: Decision,
+    /// What the state holds against the limit, in requests: past the capacity when it is
+    /// over it (debt, a settle past the limit, the reference's counting).
+    pub used: u64,
+}
+
 /// The admin operations of a store.
 pub trait AdminStore: Send + Sync + 'static {
+    /// `hit`'s limit now, read from the state its limit (modifiers included) names, without a
+    /// write and without setting off a modifier (a penalty, a reservation).
+    fn read(&self, hit: &Hit) -> impl Future<Output = Result<Reading, StoreError>> + Send;
+
     /// Clears the counting state of each hit's limit as of now (with `penalties`, the
     /// records its penalty keeps too); never a reserved budget's holds. How many states
     /// there were.

@@ -3,7 +3,7 @@
 //! limit is leased), and that behind the local over-limit cache when it has a size. Dispatch stays static (a
 //! `match`), so the request path pays no virtual call.
 
-use super::admin::{AdminStore, Feed, Loaded, Page};
+use super::admin::{AdminStore, Feed, Loaded, Page, Reading};
 use super::leasing::WithLeasing;
 use super::local_cache::WithLocalCache;
 use super::memory::MemoryStore;
@@ -150,6 +150,10 @@ impl AdminStore for AnyStore {
         let credited = each_admin_store!(self, store => store.credit(hit).await);
         self.forget_local(std::slice::from_ref(hit));
         credited
+    }
+
+    async fn read(&self, hit: &Hit) -> Result<Reading, StoreError> {
+        each_admin_store!(self, store => store.read(hit).await)
     }
 
     async fn held(&self, hit: &Hit) -> Result<u64, StoreError> {

@@ -209,6 +209,13 @@ impl LimitAlgorithm for FixedWindow {
         (decision, changed)
     }
 
+    /// The window's count: past L in debt, after a settle past it, or by the reference's
+    /// counting.
+    fn used(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> Option<u64> {
+        let bounds = window_us(ask.rate, ask.own, ask.now_us);
+        Some(rolled(stored.copied(), ask.rate, bounds.0).count)
+    }
+
     fn force(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> Window {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
         let window = rolled(stored.copied(), limit, window_us(limit, ask.own, now_us).0);

@@ -8,7 +8,7 @@
 
 use crate::algorithm::params::Burst;
 use crate::algorithm::persist::{Input, Persist};
-use crate::algorithm::{remaining, wait_us};
+use crate::algorithm::{remaining, remaining_u64, wait_us};
 use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
 /// When the bucket is empty again, in units of 1/L µs.
@@ -82,6 +82,14 @@ impl LimitAlgorithm for LeakyBucket {
         Tat {
             scaled_empty_at: empty_at.saturating_add(u128::from(cost).saturating_mul(interval)),
         }
+    }
+
+    /// The bucket's level in requests, rounded up: past the capacity in debt.
+    fn used(stored: Option<&Tat>, ask: &Ask<'_, Self::Params>) -> Option<u64> {
+        let now = u128::from(ask.now_us) * u128::from(ask.rate.requests_per_unit);
+        let empty_at = stored.map_or(now, |tat| tat.scaled_empty_at).max(now);
+        let interval = u128::from(ask.rate.period_us().max(1));
+        Some(remaining_u64((empty_at - now).div_ceil(interval)))
     }
 
     const CREDIT_REFUSAL: Option<&'static str> = None;

@@ -105,6 +105,15 @@ pub trait LimitAlgorithm {
     fn credit(stored: Option<&Self::State>, ask: &Ask<'_, Self::Params>) -> Self::State {
         Self::force(stored, &Ask { cost: 0, ..*ask })
     }
+
+    /// What `stored` holds against the limit at `ask.now_us`, in requests, for a state that
+    /// can hold more than the capacity (debt, a settle past the limit, the reference's
+    /// counting); `None`: the capacity less what a hit of cost 0 is told remains. The admin
+    /// API's `used`, which the Lua scripts' `used` must agree with.
+    fn used(stored: Option<&Self::State>, ask: &Ask<'_, Self::Params>) -> Option<u64> {
+        let _ = (stored, ask);
+        None
+    }
 }
 
 /// One hit as an algorithm sees it: the limit's rate, the algorithm's own settings, the cost,
@@ -434,6 +443,25 @@ macro_rules! registry {
             }
         }
 
+        /// What the key's `state` holds against `rate` counted as `counting` says at
+        /// `now_us`, in requests, past the capacity included (`LimitAlgorithm::used`).
+        pub fn used(counting: &Counting, state: Option<&State>, rate: &Rate, now_us: u64) -> u64 {
+            match counting {
+                $(Counting::$variant(own) => {
+                    let stored = match state {
+                        Some(State::$variant(held)) => Some(Borrow::borrow(held)),
+                        _ => None,
+                    };
+                    let ask = Ask { rate, own, cost: 0, now_us, lease: None };
+                    let own_rule = rate.requests_per_unit > 0 || <$rule>::DECIDES_ZERO_LIMIT;
+                    own_rule.then(|| <$rule>::used(stored, &ask)).flatten().unwrap_or_else(|| {
+                        let (decision, _) = decide_by::<$rule>(stored, &ask);
+                        rate.capacity().saturating_sub(u64::from(decision.remaining))
+                    })
+                })+
+            }
+        }
+
         /// Charges `cost` against `rate` counted as `counting` says at `now_us`, given the
         /// key's current `state` (if any). State of another algorithm's shape is treated as
         /// absent.
@@ -596,6 +624,11 @@ pub(crate) fn remaining(count: u128) -> u32 {
     u32::try_from(count).unwrap_or(u32::MAX)
 }
 
+/// A count in requests as a `u64`, saturated (only a state far past its limit overflows).
+pub(crate) fn remaining_u64(count: u128) -> u64 {
+    u64::try_from(count).unwrap_or(u64::MAX)
+}
+
 /// Microseconds until `scaled` units drain at `per_us` units per microsecond, rounded up; 0
 /// when nothing is owed, one `period_us` when nothing drains.
 pub(crate) fn wait_us(scaled: u128, per_us: u128, period_us: u64) -> u64 {
@@ -640,6 +673,35 @@ mod tests {
                     "{algorithm}"
                 );
                 state = outcome.new_state.map(|(s, _)| s);
+            }
+        }
+    }
+
+    #[test]
+    fn used_is_the_capacity_less_what_remains_and_the_real_count_past_it() {
+        for &algorithm in Algorithm::ALL {
+            let limit = vectors::per_second(algorithm, 10, Some(10));
+            let three = limit.decide(None, 3, 0).new_state.map(|(s, _)| s);
+            let read = limit.decide(three.as_ref(), 0, 0).decision;
+            let used = limit.used(three.as_ref(), 0);
+            assert_eq!(
+                u64::from(read.remaining),
+                limit.capacity().saturating_sub(used),
+                "{algorithm}"
+            );
+            if algorithm.owes() && algorithm != Algorithm::WarmUp {
+                let in_debt = crate::limit::Limit {
+                    debt: true,
+                    ..limit
+                };
+                let owed = in_debt.decide(three.as_ref(), 12, 0).new_state;
+                let owed = owed.map(|(s, _)| s);
+                let expected = if algorithm == Algorithm::SlidingWindowLog {
+                    11 // the log keeps L + 1 entries
+                } else {
+                    15
+                };
+                assert_eq!(in_debt.used(owed.as_ref(), 0), expected, "{algorithm}");
             }
         }
     }

@@ -9,7 +9,7 @@
 
 use crate::algorithm::params::NoParameters;
 use crate::algorithm::persist::{Input, Persist};
-use crate::algorithm::remaining;
+use crate::algorithm::{remaining, remaining_u64};
 use crate::algorithm::{Ask, Decision, HeapSize, LimitAlgorithm, Rate};
 
 /// Counts of the current window (starting at `start_us`) and of the one before it.
@@ -191,6 +191,16 @@ impl LimitAlgorithm for SlidingWindowCounter {
             current: counts.current.saturating_add(cost),
             ..counts
         }
+    }
+
+    /// The estimate, rounded up: past L in debt.
+    fn used(stored: Option<&Counts>, ask: &Ask<'_, Self::Params>) -> Option<u64> {
+        let period = ask.rate.period_us().max(1);
+        let capacity = u64::from(ask.rate.requests_per_unit);
+        let counts = rolled(stored.copied(), capacity, period, ask.now_us);
+        let elapsed = ask.now_us.saturating_sub(counts.start_us);
+        let estimate = weighted(counts.previous, counts.current, elapsed, period);
+        Some(remaining_u64(estimate.div_ceil(u128::from(period))))
     }
 
     /// When the state no longer matters: the estimate is 0 (without debt, when the current

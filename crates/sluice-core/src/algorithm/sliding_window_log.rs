@@ -104,6 +104,11 @@ impl LimitAlgorithm for SlidingWindowLog {
         with_entries(live, cost, u64::from(limit.requests_per_unit), now_us)
     }
 
+    /// The entries in the window (at most L + 1 are kept).
+    fn used(stored: Option<&Log>, ask: &Ask<'_, Self::Params>) -> Option<u64> {
+        Some(live(stored, ask.rate.period_us(), ask.now_us).len() as u64)
+    }
+
     const CREDIT_REFUSAL: Option<&'static str> = Some(
         "sliding_window_log keeps the time of each admitted hit, not a count to give back to (reset it instead)",
     );

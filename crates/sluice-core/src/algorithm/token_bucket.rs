@@ -7,7 +7,7 @@
 
 use crate::algorithm::params::Burst;
 use crate::algorithm::persist::{Input, Persist};
-use crate::algorithm::{remaining, wait_us};
+use crate::algorithm::{remaining, remaining_u64, wait_us};
 use crate::algorithm::{Ask, Decision, LimitAlgorithm, Rate};
 
 /// The bucket: tokens (scaled by W) as of `updated_us`; below 0 in debt.
@@ -104,6 +104,16 @@ impl LimitAlgorithm for TokenBucket {
             scaled_tokens: tokens.saturating_sub(needed),
             updated_us: now_us,
         }
+    }
+
+    /// What the bucket lacks of full, in requests rounded up: past the capacity in debt.
+    fn used(stored: Option<&Bucket>, ask: &Ask<'_, Self::Params>) -> Option<u64> {
+        let (full, rate, _) = scaled(ask.rate, 0);
+        let tokens = refilled(stored.copied(), full, rate, ask.now_us);
+        let lacking = units(full.saturating_sub(tokens));
+        Some(remaining_u64(
+            lacking.div_ceil(u128::from(ask.rate.period_us().max(1))),
+        ))
     }
 
     const CREDIT_REFUSAL: Option<&'static str> = None;

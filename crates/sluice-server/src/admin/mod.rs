@@ -26,15 +26,13 @@ use sluice_config::overrides::{
     self, check_descriptor, configured_rule, EntryDoc, OverrideDoc, OverrideIndex,
 };
 use sluice_config::{Config, LoadOptions};
-use sluice_core::engine::Charging;
 use sluice_core::limit::Hit;
-use sluice_core::modifier::Modifiers;
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::RateLimitDescriptor;
-use sluice_store::admin::AdminStore;
+use sluice_store::admin::{AdminStore, Reading};
 use sluice_store::any::AnyStore;
 use sluice_store::series::Series;
-use sluice_store::{Clock, Store, SystemClock};
+use sluice_store::{Clock, SystemClock};
 
 /// The most overrides one page lists, and how many without `page_size`.
 pub const MAX_PAGE: usize = 1000;
@@ -248,22 +246,15 @@ impl Admin {
         Ok(state)
     }
 
-    /// One limit's counters now: a request of cost 0's decision (without its modifiers,
-    /// which a read must not set off), and what its budget holds.
+    /// One limit's counters now: the store's reading of its state (under the key its
+    /// modifiers give it, none of them set off), and what its budget holds.
     async fn limit_state(
         &self,
         limit: &LimitInForce,
         expires_at_us: u64,
     ) -> Result<LimitState, AdminError> {
-        let mut hit = limit.hit.clone();
-        hit.limit.modifiers = Modifiers::default();
         let held = self.store.held(&limit.hit).await?;
-        let decided = self
-            .store
-            .charge(std::slice::from_ref(&hit), Charging::AllOrNothing)
-            .await?;
-        let decision = decided.first().copied().unwrap_or_default();
-        let capacity = limit.limit.capacity();
+        let Reading { decision, used } = self.store.read(&limit.hit).await?;
         let remaining = u64::from(decision.remaining);
         let now = now_us();
         Ok(LimitState {
@@ -275,7 +266,7 @@ impl Admin {
             unit: limit.limit.unit.to_string(),
             unit_multiplier: limit.limit.unit_multiplier,
             shadow_mode: limit.shadow_mode,
-            used: capacity.saturating_sub(remaining),
+            used,
             remaining: remaining.saturating_sub(held),
             held,
             reset_at: rfc3339(now.saturating_add(decision.reset_after_us)),

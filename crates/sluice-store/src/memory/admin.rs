@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::{footprint, live, MemoryStore};
-use crate::admin::{AdminStore, Feed, Loaded, Page};
+use crate::admin::{AdminStore, Feed, Loaded, Page, Reading};
 use crate::StoreError;
 use sluice_core::limit::{Decision, Hit};
 
@@ -73,6 +73,21 @@ impl AdminStore for MemoryStore {
         Ok(Decision {
             decided_at_us: now_us,
             ..decision
+        })
+    }
+
+    async fn read(&self, hit: &Hit) -> Result<Reading, StoreError> {
+        let now_us = self.clock.now_us();
+        let (id, index) = self.locate(hit, now_us);
+        let shard = self.lock(index);
+        let stored = live(&shard, &id, hit.limit.key_holds_window(), now_us);
+        let decision = hit.limit.decide(stored, 0, now_us).decision;
+        Ok(Reading {
+            decision: Decision {
+                decided_at_us: now_us,
+                ..decision
+            },
+            used: hit.limit.used(stored, now_us),
         })
     }
 

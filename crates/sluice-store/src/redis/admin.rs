@@ -9,8 +9,8 @@ use std::future::Future;
 use redis::{Cmd, FromRedisValue};
 
 use super::call::Mode;
-use super::{decisions, protocol, store_error, RedisStore};
-use crate::admin::{AdminStore, Feed, Loaded, Page};
+use super::{decisions, protocol, store_error, RedisStore, DECISION_FIELDS};
+use crate::admin::{AdminStore, Feed, Loaded, Page, Reading};
 use crate::{key, StoreError};
 use sluice_core::limit::{Decision, Hit};
 
@@ -205,6 +205,41 @@ impl AdminStore for RedisStore {
         Ok(Decision {
             decided_at_us: now_us,
             ..decision
+        })
+    }
+
+    /// The request script's "read" mode: the state under the limit's own key (a limit with a
+    /// modifier has a tagged one), decided at cost 0 without its modifiers, nothing written.
+    async fn read(&self, hit: &Hit) -> Result<Reading, StoreError> {
+        let now_us = self.clock.now_us();
+        let read = Hit {
+            cost: 0,
+            lease: None,
+            ..hit.clone()
+        };
+        let call = self.hit_call(&read, 0, now_us);
+        let backend = &self.backends[call.backend];
+        let reply = self
+            .in_time(self.call(backend, std::slice::from_ref(&call), Mode::Read))
+            .await?;
+        let [.., used, at] = reply[..] else {
+            return Err(protocol("no state in a read's reply"));
+        };
+        if reply.len() != DECISION_FIELDS + 2 {
+            return Err(protocol(&format!(
+                "{} numbers in a read's reply",
+                reply.len()
+            )));
+        }
+        let (decision, _) = decisions(&reply[..DECISION_FIELDS], 1, Mode::All)?
+            .pop()
+            .ok_or_else(|| protocol("no decision in a read's reply"))?;
+        Ok(Reading {
+            decision: Decision {
+                decided_at_us: u64::try_from(at).unwrap_or(now_us),
+                ..decision
+            },
+            used: u64::try_from(used).unwrap_or(0),
         })
     }
 

@@ -198,6 +198,8 @@ pub enum Mode {
     Refund,
     /// Give each hit's cost back to its state now (the admin API's credit).
     Credit,
+    /// Read each hit's state, writing nothing (the admin API's read).
+    Read,
 }
 
 impl Mode {
@@ -209,6 +211,7 @@ impl Mode {
             Mode::EveryPart => "every_part",
             Mode::Refund => "refund",
             Mode::Credit => "credit",
+            Mode::Read => "read",
         }
     }
 }

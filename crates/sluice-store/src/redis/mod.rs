@@ -530,7 +530,7 @@ fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u
 }
 
 /// The fields of a decision in a script's reply (`decision` in `lua/common.lua`).
-const DECISION_FIELDS: usize = 14;
+pub(super) const DECISION_FIELDS: usize = 14;
 
 /// What a hit's reply says beside the common answer: a penalty's block (fields 6 to 8), a
 /// reservation's call (fields 9 to 13: call, held, estimate, lapsed, lapsed amount) or a
