@@ -552,36 +552,75 @@ fn an_override_reaches_another_replica_within_a_second() {
     );
 }
 
+/// The limit `entries` have on `sluice`, as the admin API reads it (`null`: unlimited).
+fn requests_per_unit(sluice: &Sluice, entries: &[(&str, &str)]) -> Value {
+    state_of(sluice, entries)["limits"][0]["requests_per_unit"].clone()
+}
+
 #[test]
-fn an_override_survives_a_restart_on_the_memory_store_s_snapshot_and_on_redis() {
+fn a_put_answered_survives_a_kill_9_at_once_on_the_memory_store_and_redis() {
     let flags = AdminFlags::new();
     let dir = tempfile::tempdir().expect("a directory");
     let snapshot = dir.path().join("snapshot").display().to_string();
     let mut args = flags.args();
     args.extend(["--memory-snapshot", &snapshot]);
-    let before = Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[]);
-    put_override(
-        &before,
-        &[("api_key", "kept")],
-        None,
-        json!({"unit": "minute", "requests_per_unit": 7}),
-    );
-    // The change is written to the snapshot at once: a crash right after loses nothing.
-    let written = Instant::now();
-    while !std::path::Path::new(&snapshot).exists() {
-        assert!(
-            written.elapsed() < Duration::from_secs(5),
-            "no snapshot written"
+    let start = || Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[]);
+    // Each change is killed (SIGKILL) the moment it is answered, before any snapshot.
+    let mut sluice = start();
+    for round in 1..=5_u32 {
+        put_override(
+            &sluice,
+            &[("api_key", "kept")],
+            None,
+            json!({"unit": "minute", "requests_per_unit": 10 + round}),
         );
-        std::thread::sleep(Duration::from_millis(20));
+        drop(sluice);
+        sluice = start();
+        assert_eq!(
+            requests_per_unit(&sluice, &[("api_key", "kept")]),
+            json!(10 + round),
+            "round {round}: the answered put outlived the kill"
+        );
     }
-    drop(before);
-    let after = Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[]);
-    assert_eq!(
-        state_of(&after, &[("api_key", "kept")])["limits"][0]["requests_per_unit"],
-        7
+    // A delete likewise; then a drain writes the snapshot, which empties the journal, and a
+    // put after it is kept beside what the snapshot holds.
+    put_override(
+        &sluice,
+        &[("api_key", "other")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 9}),
     );
-    drop(after);
+    let target = json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "kept")])});
+    assert_eq!(admin(&sluice, "DELETE", "/v1/overrides", target).0, 200);
+    drop(sluice);
+    let mut sluice = start();
+    assert_eq!(requests_per_unit(&sluice, &[("api_key", "kept")]), json!(2));
+    assert_eq!(
+        requests_per_unit(&sluice, &[("api_key", "other")]),
+        json!(9)
+    );
+    sluice.terminate();
+    let journal = format!("{snapshot}.journal");
+    assert_eq!(
+        std::fs::metadata(&journal).map(|m| m.len()).ok(),
+        Some(0),
+        "the snapshot holds every change: the journal is emptied"
+    );
+    let sluice = start();
+    put_override(
+        &sluice,
+        &[("api_key", "late")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 8}),
+    );
+    drop(sluice);
+    let sluice = start();
+    assert_eq!(
+        requests_per_unit(&sluice, &[("api_key", "other")]),
+        json!(9)
+    );
+    assert_eq!(requests_per_unit(&sluice, &[("api_key", "late")]), json!(8));
+    drop(sluice);
 
     let redis = RedisServer::start(&[]);
     let files = [("config.yaml", CONFIG)];

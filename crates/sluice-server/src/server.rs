@@ -72,6 +72,8 @@ pub enum ServerError {
     Snapshot(#[from] sluice_store::memory::snapshot::SnapshotError),
     #[error("admin API: {0}")]
     Admin(String),
+    #[error("the memory store's journal {path}: {source}")]
+    Journal { path: String, source: StoreError },
     #[error("loading the overrides from the store: {0}")]
     Overrides(StoreError),
 }

@@ -98,15 +98,28 @@ pub enum StoreError {
     /// The circuit breaker is open after calls failed in a row: the call was not sent.
     #[error("the circuit to {store} is open after failed calls: not sent")]
     CircuitOpen { store: &'static str },
+    /// A file the store keeps could not be written (the memory store's journal).
+    #[error("cannot write {store}: {source}")]
+    Disk {
+        store: &'static str,
+        #[source]
+        source: BoxError,
+    },
 }
 
 impl StoreError {
     /// Every `kind`.
-    pub const KINDS: [&'static str; 5] =
-        ["timeout", "unreachable", "protocol", "full", "circuit_open"];
+    pub const KINDS: [&'static str; 6] = [
+        "timeout",
+        "unreachable",
+        "protocol",
+        "full",
+        "circuit_open",
+        "disk",
+    ];
 
-    /// The kind, as a metric label: `timeout`, `unreachable`, `protocol`, `full` or
-    /// `circuit_open`.
+    /// The kind, as a metric label: `timeout`, `unreachable`, `protocol`, `full`,
+    /// `circuit_open` or `disk`.
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Timeout { .. } => "timeout",
@@ -114,6 +127,7 @@ impl StoreError {
             StoreError::Protocol { .. } => "protocol",
             StoreError::Full { .. } => "full",
             StoreError::CircuitOpen { .. } => "circuit_open",
+            StoreError::Disk { .. } => "disk",
         }
     }
 }

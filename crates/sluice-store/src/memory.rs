@@ -17,6 +17,7 @@
 
 mod admin;
 mod decide;
+pub mod journal;
 use decide::at_time;
 mod footprint;
 pub mod snapshot;
@@ -72,6 +73,9 @@ pub struct MemoryStore {
     snapshots: snapshot::Counts,
     /// The admin API's override records (`admin`).
     records: admin::Records,
+    /// Where each change of the records is synced before it is answered (`journal`), with a
+    /// snapshot.
+    journal: Option<journal::Journal>,
 }
 
 struct Entry {
@@ -218,7 +222,26 @@ impl MemoryStore {
             full_logged: AtomicBool::new(false),
             snapshots: Default::default(),
             records: Default::default(),
+            journal: None,
         }
+    }
+
+    /// The same store, journalling every change of its override records at `path` (read
+    /// first: the changes it holds are applied over what the store holds now, which is what
+    /// a snapshot restored); how many changes it held. A path that cannot be opened is an
+    /// error: the durability asked for cannot be given.
+    pub fn with_journal(
+        mut self,
+        path: &std::path::Path,
+    ) -> Result<(MemoryStore, usize), StoreError> {
+        let (journal, replayed) = journal::Journal::open(path, &self.records)?;
+        self.journal = Some(journal);
+        Ok((self, replayed))
+    }
+
+    /// The journal's length in bytes (0 without one): what the next snapshot compacts.
+    pub fn journal_bytes(&self) -> u64 {
+        self.journal.as_ref().map_or(0, journal::Journal::len)
     }
 
     /// The same store, holding at most about `max_bytes` bytes of state (and at least 256 KiB

@@ -338,6 +338,17 @@ impl Sluice {
         }
     }
 
+    /// Sends SIGTERM to the process and waits (up to 20 s) for it to drain and exit; its
+    /// exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let pid = self.pid().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        assert!(sent.is_ok_and(|s| s.success()), "SIGTERM to {pid}");
+        self.wait_exit(Duration::from_secs(20))
+    }
+
     /// Waits up to `limit` for the process to exit; its exit code, if it did.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
         let child = self.child();

@@ -3,7 +3,8 @@
 //! per replica, never one per request), so that a change made through any replica is in
 //! force on every one within a second. A feed that cannot be followed (the store lost or
 //! trimmed it) loads every record again, swapped in whole. On the memory store, which is
-//! one process, a change is written to its snapshot at once.
+//! one process, a change is durable in its journal before it is answered; a snapshot, which
+//! empties the journal, is written once the journal has grown.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -112,7 +113,13 @@ pub async fn follow(
     }
 }
 
-/// Writes the memory store's snapshot to `path` after each change `changes` signals.
+/// The journal's length past which a change writes a snapshot, which empties it: the
+/// journal stays small without a snapshot per change (a store of a million keys takes
+/// seconds to write).
+const COMPACT_JOURNAL_BYTES: u64 = 1 << 20;
+
+/// Writes the memory store's snapshot to `path` after a change `changes` signals, when the
+/// journal that made the change durable has grown past `COMPACT_JOURNAL_BYTES`.
 pub async fn snapshot_on_change(
     store: Weak<AnyStore>,
     changes: Arc<tokio::sync::Notify>,
@@ -121,6 +128,12 @@ pub async fn snapshot_on_change(
     loop {
         changes.notified().await;
         let Some(store) = store.upgrade() else { return };
+        if store
+            .memory()
+            .is_none_or(|memory| memory.journal_bytes() < COMPACT_JOURNAL_BYTES)
+        {
+            continue;
+        }
         let path = path.clone();
         let saved = tokio::task::spawn_blocking(move || {
             store.memory().map(|memory| memory.save_snapshot(&path))

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::server::ServerError;
 use crate::settings::{RedisSettings, StoreSettings};
 use sluice_store::any::AnyStore;
+use sluice_store::memory::journal;
 use sluice_store::memory::snapshot::{self, Snapshotting, Written};
 use sluice_store::memory::MemoryStore;
 use sluice_store::quota_budget::AnyBudget;
@@ -134,6 +135,21 @@ async fn restored(
     })
     .await
     .map_err(|e| ServerError::Task(e.to_string()))?;
+    let journal = journal::path_of(&snapshot.path);
+    let (memory, replayed) =
+        memory
+            .with_journal(&journal)
+            .map_err(|source| ServerError::Journal {
+                path: journal.display().to_string(),
+                source,
+            })?;
+    if replayed > 0 {
+        tracing::info!(
+            path = %journal.display(),
+            changes = replayed,
+            "override changes since the snapshot read back from its journal"
+        );
+    }
     match loaded {
         Ok(loaded) => tracing::info!(
             path = %snapshot.path.display(),

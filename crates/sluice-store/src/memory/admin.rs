@@ -3,22 +3,36 @@
 //! order. One process is every replica there is, so the feed of changes is always empty.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{footprint, live, MemoryStore};
 use crate::admin::{AdminStore, Feed, Loaded, Page, Reading};
 use crate::StoreError;
 use sluice_core::limit::{Decision, Hit};
 
-/// The override records, by id.
-#[derive(Default)]
-pub(super) struct Records(Mutex<BTreeMap<String, String>>);
+/// The override records, by id; shared with the blocking task that journals a change.
+#[derive(Default, Clone)]
+pub struct Records(Arc<Mutex<BTreeMap<String, String>>>);
 
 impl Records {
     pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, String>> {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Puts the record `id` (`None`: deletes it); its previous JSON.
+    pub(super) fn apply(&self, id: &str, json: Option<&str>) -> Option<String> {
+        let mut records = self.lock();
+        match json {
+            Some(json) => records.insert(id.to_string(), json.to_string()),
+            None => records.remove(id),
+        }
+    }
+
+    /// The record `id`.
+    pub(super) fn get(&self, id: &str) -> Option<String> {
+        self.lock().get(id).cloned()
     }
 }
 
@@ -39,6 +53,26 @@ impl MemoryStore {
             }
         }
         removed
+    }
+
+    /// Puts (`Some`) or deletes the record `id`: with a journal, applied and synced to disk
+    /// on the blocking pool before this returns (a crash after the answer loses nothing).
+    async fn change_record(
+        &self,
+        id: &str,
+        json: Option<&str>,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(self.records.apply(id, json));
+        };
+        let records = self.records.clone();
+        let (id, json) = (id.to_string(), json.map(str::to_string));
+        tokio::task::spawn_blocking(move || journal.record(&records, &id, json.as_deref()))
+            .await
+            .map_err(|error| StoreError::Disk {
+                store: "the memory store's journal",
+                source: error.into(),
+            })?
     }
 }
 
@@ -96,15 +130,15 @@ impl AdminStore for MemoryStore {
     }
 
     async fn put_override(&self, id: &str, json: &str) -> Result<Option<String>, StoreError> {
-        Ok(self.records.lock().insert(id.to_string(), json.to_string()))
+        self.change_record(id, Some(json)).await
     }
 
     async fn delete_override(&self, id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self.records.lock().remove(id))
+        self.change_record(id, None).await
     }
 
     async fn get_override(&self, id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self.records.lock().get(id).cloned())
+        Ok(self.records.get(id))
     }
 
     /// The page token is the id of the last record of the page before.

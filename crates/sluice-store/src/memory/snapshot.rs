@@ -176,9 +176,16 @@ impl MemoryStore {
         written
     }
 
+    /// Writes the snapshot, then drops from the journal the changes it holds.
     fn write_snapshot(&self, path: &Path) -> Result<Written, SnapshotError> {
         let started = Instant::now();
-        let (bytes, keys) = self.encode();
+        let ((bytes, keys), journalled) = match &self.journal {
+            Some(journal) => {
+                let (encoded, length) = journal.mark(|| self.encode());
+                (encoded, Some((journal, length)))
+            }
+            None => (self.encode(), None),
+        };
         let write_error = |source| SnapshotError::Write {
             path: path.display().to_string(),
             source,
@@ -190,6 +197,12 @@ impl MemoryStore {
             .map_err(write_error)?;
         drop(file);
         fs::rename(&temporary, path).map_err(write_error)?;
+        if let Some((journal, length)) = journalled {
+            // A journal not emptied only holds changes the snapshot has too: harmless.
+            if let Err(error) = journal.compact(length) {
+                tracing::warn!(%error, "the memory store's journal was not compacted after a snapshot");
+            }
+        }
         Ok(Written {
             keys,
             bytes: bytes.len(),

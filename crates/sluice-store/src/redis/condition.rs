@@ -87,7 +87,7 @@ fn condition_of(error: &StoreError) -> u8 {
         StoreError::Protocol { source, .. } => {
             redis(source).map_or(ERROR_REPLIES, condition_of_reply)
         }
-        StoreError::Full { .. } => ERROR_REPLIES,
+        StoreError::Full { .. } | StoreError::Disk { .. } => ERROR_REPLIES,
         // Never noted: an open circuit sends nothing.
         StoreError::CircuitOpen { .. } => UNREACHABLE,
     }
