@@ -292,3 +292,29 @@ async fn until_redis_counts(sluice: &Sluice, made: u32) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_gives_every_chunk_back_for_the_other_replica_to_spend() {
+    let config = CONFIG.replace("{max_chunk: 50}", "{max_chunk: 200, max_hold: 30s}");
+    let redis = RedisServer::start(&[]);
+    let args = ["--store", "redis", "--redis-url", &redis.url()];
+    let reloading = Sluice::start(&config, &args);
+    let other = Sluice::start(&config, &args);
+    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(40)).await;
+    let made = spend_holding(&reloading, "leased", 400).await;
+    assert!(
+        counted(&other, "leased", 3000).await > made,
+        "a chunk is held"
+    );
+    // The reload runs on the loader's own thread, as a SIGHUP's or a ConfigMap swap's does.
+    let file = reloading.config_dir.path().join("config.yaml");
+    std::fs::write(&file, format!("{config}# reloaded\n")).expect("rewrite the config");
+    until_redis_counts(&other, made).await;
+    let metrics = reloading.http_get("/metrics").1;
+    let given_back = crate::support::series(&metrics, "sluice_budget_lease_given_back_total");
+    assert!(given_back.unwrap_or(0.0) >= 1.0, "{metrics}");
+    // The other replica spends what is left, exactly: the window admits its 3000 whole.
+    let left = 3000 - made as usize;
+    let admitted = admitted_across(std::slice::from_ref(&other), "leased", left + 96).await;
+    assert_eq!(admitted, left, "{made} spent before the reload");
+}

@@ -36,18 +36,23 @@ struct Shared<S> {
     inner: S,
     table: LeaseTable,
     clock: Arc<dyn Clock>,
+    /// The runtime the store was made on: a reload runs on a thread of its own, outside any
+    /// runtime, and gives its chunks back on this one.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl<S: Store + AdminStore> WithLeasing<S> {
     /// Leases the limits that ask for it in front of `inner`; idle chunks are given back by a
     /// task on the current runtime (none outside one: tools that never lease).
     pub fn new(inner: S, clock: Arc<dyn Clock>) -> WithLeasing<S> {
+        let runtime = tokio::runtime::Handle::try_current().ok();
         let shared = Arc::new(Shared {
             inner,
             table: LeaseTable::default(),
             clock,
+            runtime: runtime.clone(),
         });
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        if let Some(runtime) = runtime {
             runtime.spawn(give_back_idle(Arc::downgrade(&shared)));
         }
         WithLeasing { shared }
@@ -363,12 +368,21 @@ impl<S: Store + AdminStore> Store for WithLeasing<S> {
         self.shared.inner.healthy().await
     }
 
-    /// Gives every chunk back (their limits may have changed) and tells the store.
+    /// Gives every chunk back (their limits may have changed) and tells the store. Called
+    /// from the reload's own thread: the give-back runs on the runtime the store was made on.
     fn config_changed(&self) {
-        let unspent = self.shared.table.idle(self.shared.clock.now_us(), true);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let shared = self.shared.clone();
-            runtime.spawn(async move { shared.give_back(unspent).await });
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.shared.runtime.clone());
+        match runtime {
+            Some(runtime) => {
+                let unspent = self.shared.table.idle(self.shared.clock.now_us(), true);
+                let shared = self.shared.clone();
+                runtime.spawn(async move { shared.give_back(unspent).await });
+            }
+            // No runtime to give back on (a tool that never leases): the chunks stay held
+            // until they are idle, as the store still counts them.
+            None => tracing::debug!("no runtime to give leased chunks back on"),
         }
         self.shared.inner.config_changed();
     }
