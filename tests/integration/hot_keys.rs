@@ -35,6 +35,17 @@ descriptors:
 async fn admitted_across(sluices: &[Sluice], key: &str, calls: usize) -> usize {
     let callers_each = 4;
     let per_caller = calls / (sluices.len() * callers_each);
+    admitted_by_callers(sluices, key, callers_each, per_caller).await
+}
+
+/// What `per_caller` calls on descriptor `key=hot` by each of `callers_each` callers at each
+/// of `sluices`, all at once, admitted.
+async fn admitted_by_callers(
+    sluices: &[Sluice],
+    key: &str,
+    callers_each: usize,
+    per_caller: usize,
+) -> usize {
     let mut tasks = Vec::new();
     for sluice in sluices {
         for _ in 0..callers_each {
@@ -317,4 +328,26 @@ async fn a_reload_gives_every_chunk_back_for_the_other_replica_to_spend() {
     let left = 3000 - made as usize;
     let admitted = admitted_across(std::slice::from_ref(&other), "leased", left + 96).await;
     assert_eq!(admitted, left, "{made} spent before the reload");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_callers_on_one_replica_hold_one_chunk_at_most() {
+    let config = CONFIG.replace(
+        "requests_per_unit: 3000\n      budget_leasing: {max_chunk: 50}",
+        "requests_per_unit: 1000\n      budget_leasing: {max_chunk: 200, max_hold: 30s}",
+    );
+    let redis = RedisServer::start(&[]);
+    let args = ["--store", "redis", "--redis-url", &redis.url()];
+    let busy = Sluice::start(&config, &args);
+    let other = Sluice::start(&config, &args);
+    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(40)).await;
+    // 32 callers at once, 13 calls each: concurrent misses, each of which once took a chunk.
+    let made = admitted_by_callers(std::slice::from_ref(&busy), "leased", 32, 13).await;
+    assert_eq!(made, 416, "all within the limit");
+    let held = counted(&other, "leased", 1000).await - 416;
+    println!("held by the replica after 416 calls from 32 callers: {held}");
+    assert!(held <= 200, "{held} held: past max_chunk");
+    // The other replica is denied nothing of what is left but what the first one holds.
+    let admitted = admitted_by_callers(std::slice::from_ref(&other), "leased", 4, 200).await;
+    assert_eq!(admitted, 1000 - 416 - held as usize);
 }

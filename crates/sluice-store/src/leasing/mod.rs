@@ -126,7 +126,9 @@ impl<S: Store + AdminStore> Shared<S> {
             .collect();
         let answered_here = |plan: &Plan| matches!(plan, Plan::Served(_) | Plan::Denied(_));
         if plans.iter().all(answered_here) {
-            return Ok(self.answer_here(hits, &plans, now_us));
+            let (decisions, excess) = self.answer_here(hits, &plans, now_us);
+            self.give_back(excess).await;
+            return Ok(decisions);
         }
         if plans.iter().any(|plan| matches!(plan, Plan::Denied(_))) {
             return self.decide_whole(hits, &plans, now_us).await;
@@ -146,9 +148,14 @@ impl<S: Store + AdminStore> Shared<S> {
                     })
             });
         match decided {
-            Ok(decided) => Ok(self.settle(hits, &plans, &call, &decided, now_us)),
+            Ok(decided) => {
+                let (decisions, excess) = self.settle(hits, &plans, &call, &decided, now_us);
+                self.give_back(excess).await;
+                Ok(decisions)
+            }
             Err(error) => {
-                self.refund_all(hits, &plans, |_| true, now_us);
+                let excess = self.refund_all(hits, &plans, |_| true, now_us);
+                self.give_back(excess).await;
                 Err(error)
             }
         }
@@ -162,8 +169,9 @@ impl<S: Store + AdminStore> Shared<S> {
         plans: &[Plan],
         now_us: u64,
     ) -> Result<Vec<Decision>, StoreError> {
-        self.refund_all(hits, plans, |_| true, now_us);
-        self.give_back(owed_back(hits, plans)).await;
+        let mut excess = self.refund_all(hits, plans, |_| true, now_us);
+        excess.extend(owed_back(hits, plans));
+        self.give_back(excess).await;
         let mut decided = self.inner.charge(hits, Charging::AllOrNothing).await?;
         // What the store has left excludes this replica's chunks, which remain.
         for (hit, decision) in hits.iter().zip(&mut decided) {
@@ -175,8 +183,8 @@ impl<S: Store + AdminStore> Shared<S> {
     }
 
     /// The decisions of a request answered here whole; what it spent does not stand if it is
-    /// denied.
-    fn answer_here(&self, hits: &[Hit], plans: &[Plan], now_us: u64) -> Vec<Decision> {
+    /// denied (what of it a chunk cannot hold back, to give back to the store).
+    fn answer_here(&self, hits: &[Hit], plans: &[Plan], now_us: u64) -> (Vec<Decision>, Vec<Unspent>) {
         let decisions: Vec<Decision> = plans
             .iter()
             .map(|plan| match plan {
@@ -185,27 +193,47 @@ impl<S: Store + AdminStore> Shared<S> {
             })
             .collect();
         let stands = standing(hits, &decisions);
-        self.refund_all(hits, plans, |i| !stands[i], now_us);
-        decisions
+        let excess = self.refund_all(hits, plans, |i| !stands[i], now_us);
+        (decisions, excess)
     }
 
-    /// Puts back what the hits `which` picks spent from their chunks.
-    fn refund_all(&self, hits: &[Hit], plans: &[Plan], which: impl Fn(usize) -> bool, now_us: u64) {
+    /// Puts back what the hits `which` picks spent from their chunks, and ends their takes'
+    /// claims (a settled take has ended its own); what the chunks cannot hold back.
+    fn refund_all(
+        &self,
+        hits: &[Hit],
+        plans: &[Plan],
+        which: impl Fn(usize) -> bool,
+        now_us: u64,
+    ) -> Vec<Unspent> {
+        let mut excess = Vec::new();
         for (index, (hit, plan)) in hits.iter().zip(plans).enumerate() {
             if !which(index) {
                 continue;
             }
             let spent = match plan {
                 Plan::Served(_) => hit.cost,
-                Plan::Take { local, .. } => *local,
+                Plan::Take { local, claim, .. } => {
+                    self.table.release(hit, *claim);
+                    *local
+                }
                 _ => 0,
             };
-            self.table.refund(hit, spent, now_us);
+            let amount = self.table.refund(hit, spent, now_us);
+            if amount > 0 {
+                excess.push(Unspent {
+                    key: hit.key.clone(),
+                    limit: hit.limit,
+                    amount,
+                });
+            }
         }
+        excess
     }
 
     /// The request's decisions from the store's, each take recorded (a chunk only when its
-    /// request stands), and what does not stand put back.
+    /// request stands), and what does not stand put back; what the chunks cannot hold, to
+    /// give back to the store.
     fn settle(
         &self,
         hits: &[Hit],
@@ -213,7 +241,7 @@ impl<S: Store + AdminStore> Shared<S> {
         call: &StoreCall,
         decided: &[Decision],
         now_us: u64,
-    ) -> Vec<Decision> {
+    ) -> (Vec<Decision>, Vec<Unspent>) {
         let decisions: Vec<Decision> = plans
             .iter()
             .zip(&call.sent)
@@ -232,8 +260,10 @@ impl<S: Store + AdminStore> Shared<S> {
             })
             .collect();
         let stands = standing(hits, &decisions);
+        let mut excess = Vec::new();
         for (index, (hit, plan)) in hits.iter().zip(plans).enumerate() {
-            let (Plan::Take { .. }, Some(policy)) = (plan, hit.limit.modifiers.budget_leasing)
+            let (Plan::Take { claim, .. }, Some(policy)) =
+                (plan, hit.limit.modifiers.budget_leasing)
             else {
                 continue;
             };
@@ -244,12 +274,22 @@ impl<S: Store + AdminStore> Shared<S> {
                 .map(|(amount, extra)| (amount, extra.remaining));
             // The store's own answer: what it has left, without the chunk's part.
             let Some(from_store) = call.sent[index].map(|at| decided[at]) else {
+                self.table.release(hit, *claim);
                 continue;
             };
-            self.table.took(hit, &policy, &from_store, chunk, now_us);
+            let amount = self
+                .table
+                .took(hit, &policy, &from_store, chunk, *claim, now_us);
+            if amount > 0 {
+                excess.push(Unspent {
+                    key: hit.key.clone(),
+                    limit: hit.limit,
+                    amount,
+                });
+            }
         }
-        self.refund_all(hits, plans, |i| !stands[i], now_us);
-        decisions
+        excess.extend(self.refund_all(hits, plans, |i| !stands[i], now_us));
+        (decisions, excess)
     }
 }
 

@@ -2,7 +2,11 @@
 //! here, denied here (a denial from the store of a cost, remembered for no longer than the
 //! lease's `max_hold`, answers that cost or more), or taken from the store (what the chunk
 //! lacks, plus a new chunk sized by the key's rate). Every change of a lease happens under its
-//! shard's lock; nothing here waits on the store.
+//! shard's lock; nothing here waits on the store. One take of a new chunk per lease is in
+//! flight at a time (its claim): the requests that miss meanwhile go to the store for what
+//! they lack alone, so concurrent misses never each bring a chunk. What a lease holds unspent
+//! never passes `max_chunk`: an amount that would (a refund landing beside a new chunk) is
+//! handed back to be given to the store.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -31,11 +35,14 @@ pub enum Plan {
     Denied(Decision),
     /// `local` spent from the chunk; the store charges `need`, and a new chunk of `extra`,
     /// after `give_back` is credited back (a bucket's chunk the bucket refilled past).
+    /// `claim`: the lease's one take of a new chunk in flight is this one's (`took` or
+    /// `release` ends it).
     Take {
         local: u64,
         need: u64,
         extra: u64,
         give_back: u64,
+        claim: Option<u64>,
     },
 }
 
@@ -69,6 +76,8 @@ struct Lease {
     /// A bucket's chunk that expired unspent: the store still counts it, and must have it
     /// back before the key's next decision to decide as the exact path would.
     owed_back: u64,
+    /// The take of a new chunk in flight, by its claim, and when it was claimed.
+    taking: Option<(u64, u64)>,
 }
 
 impl Lease {
@@ -112,11 +121,47 @@ impl Lease {
         }
     }
 
+    /// Claims the lease's one take of a new chunk at `now_us`: `None` while another is in
+    /// flight (a claim older than `max_hold_us` is taken as abandoned: its request was
+    /// dropped).
+    fn claim(&mut self, id: u64, now_us: u64, max_hold_us: u64) -> Option<u64> {
+        if let Some((_, since_us)) = self.taking {
+            if now_us.saturating_sub(since_us) < max_hold_us {
+                return None;
+            }
+        }
+        self.taking = Some((id, now_us));
+        Some(id)
+    }
+
+    /// Ends the take `claim` (nothing when another holds the lease's claim).
+    fn release(&mut self, claim: Option<u64>) {
+        if claim.is_some() && self.taking.map(|(id, _)| id) == claim {
+            self.taking = None;
+        }
+    }
+
+    /// Adds `amount` to the unspent chunk, up to `max_chunk`; what does not fit.
+    fn hold(&mut self, amount: u64, max_chunk: u64) -> u64 {
+        let room = max_chunk.saturating_sub(self.unspent);
+        let held = amount.min(room);
+        self.unspent += held;
+        amount - held
+    }
+
     /// What the store has left plus the chunk not yet spent.
     fn remaining(&self) -> u32 {
         let total = u64::from(self.store_remaining) + self.unspent;
         u32::try_from(total).unwrap_or(u32::MAX)
     }
+}
+
+/// The most a lease of `limit` holds unspent (0 for a limit that is not leased).
+fn max_chunk_of(limit: &Limit) -> u64 {
+    limit
+        .modifiers
+        .budget_leasing
+        .map_or(0, |policy| u64::from(policy.max_chunk))
 }
 
 /// Leases by (store key, limit): a changed limit never reads another's lease.
@@ -127,6 +172,8 @@ pub struct LeaseTable {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     leases: AtomicUsize,
+    /// The last claim of a take handed out.
+    claims: AtomicU64,
     /// Hits answered from a chunk, chunks taken, and amounts given back.
     pub served: AtomicU64,
     pub chunks: AtomicU64,
@@ -139,6 +186,7 @@ impl Default for LeaseTable {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
             leases: AtomicUsize::new(0),
+            claims: AtomicU64::new(0),
             served: AtomicU64::new(0),
             chunks: AtomicU64::new(0),
             given_back: AtomicU64::new(0),
@@ -200,63 +248,92 @@ impl LeaseTable {
             });
         }
         let local = std::mem::take(&mut lease.unspent);
-        let chunk = policy.chunk(lease.seen.max(lease.seen_before));
+        let wanted = policy.chunk(lease.seen.max(lease.seen_before));
+        let claim = if wanted > 0 {
+            let id = self.claims.fetch_add(1, Ordering::Relaxed) + 1;
+            lease.claim(id, now_us, policy.max_hold_us)
+        } else {
+            None
+        };
         Plan::Take {
             local,
             need: hit.cost - local,
-            extra: chunk,
+            extra: if claim.is_some() { wanted } else { 0 },
             give_back: std::mem::take(&mut lease.owed_back),
+            claim,
         }
     }
 
-    /// Puts back `amount` a request spent from `hit`'s chunk and that does not stand.
-    pub fn refund(&self, hit: &Hit, amount: u64, now_us: u64) {
+    /// Puts back `amount` a request spent from `hit`'s chunk and that does not stand; what
+    /// would take the chunk past `max_chunk`, to give back to the store.
+    pub fn refund(&self, hit: &Hit, amount: u64, now_us: u64) -> u64 {
         if amount == 0 {
+            return 0;
+        }
+        let max_chunk = max_chunk_of(&hit.limit);
+        let mut shard = self.shard(&hit.key);
+        let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit)) else {
+            return 0;
+        };
+        let mut excess = 0;
+        if lease.window_end_us.is_none_or(|end| end > now_us) {
+            excess = lease.hold(amount, max_chunk);
+        }
+        lease.expire(&hit.limit, now_us);
+        excess
+    }
+
+    /// Ends the take `claim` of `hit`'s lease without a chunk (the store failed, or decided
+    /// the request another way).
+    pub fn release(&self, hit: &Hit, claim: Option<u64>) {
+        if claim.is_none() {
             return;
         }
         let mut shard = self.shard(&hit.key);
         if let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit)) {
-            if lease.window_end_us.is_none_or(|end| end > now_us) {
-                lease.unspent += amount;
-            }
-            lease.expire(&hit.limit, now_us);
+            lease.release(claim);
         }
     }
 
-    /// Records the store's answer to a take of `hit` at `now_us`: `need` decided as `decision`
-    /// (a denial is remembered for its cost, for at most `max_hold`), and a new chunk of
-    /// `chunk` (0: none) that left the store with `store_remaining`.
+    /// Records the store's answer to the take `claim` of `hit` at `now_us`: `need` decided as
+    /// `decision` (a denial is remembered for its cost, for at most `max_hold`), and a new
+    /// chunk of `chunk` (0: none) that left the store with `store_remaining`. Returns what of
+    /// the chunk the lease could not hold within `max_chunk`, to give back to the store.
     pub fn took(
         &self,
         hit: &Hit,
         policy: &Policy,
         decision: &Decision,
         chunk: Option<(u64, u32)>,
+        claim: Option<u64>,
         now_us: u64,
-    ) {
+    ) -> u64 {
         let mut shard = self.shard(&hit.key);
         let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit)) else {
-            return;
+            return chunk.map_or(0, |(amount, _)| amount);
         };
+        lease.release(claim);
         lease.expire(&hit.limit, now_us);
         lease.reset_at_us = now_us.saturating_add(decision.reset_after_us);
         if !decision.admitted {
             let until_us = now_us + decision.retry_after_us.min(policy.max_hold_us);
             lease.denial = Some((until_us, hit.cost, *decision));
             lease.store_remaining = decision.remaining;
-            return;
+            return 0;
         }
         lease.store_remaining = decision.remaining;
-        if let Some((amount, store_remaining)) = chunk {
-            let window_end_us = hit.limit.window_end_us(now_us);
-            if window_end_us != lease.window_end_us {
-                lease.unspent = 0;
-            }
-            lease.unspent += amount;
-            lease.window_end_us = window_end_us;
-            lease.store_remaining = store_remaining;
-            self.chunks.fetch_add(1, Ordering::Relaxed);
+        let Some((amount, store_remaining)) = chunk else {
+            return 0;
+        };
+        let window_end_us = hit.limit.window_end_us(now_us);
+        if window_end_us != lease.window_end_us {
+            lease.unspent = 0;
         }
+        let excess = lease.hold(amount, u64::from(policy.max_chunk));
+        lease.window_end_us = window_end_us;
+        lease.store_remaining = store_remaining;
+        self.chunks.fetch_add(1, Ordering::Relaxed);
+        excess
     }
 
     /// Takes the unspent chunks of leases idle for `max_hold` (or all, `everything`) at
@@ -370,10 +447,12 @@ mod tests {
     /// Warms the key up (its rate at the replica) and takes a chunk of `chunk` at `now_us`.
     fn with_chunk(table: &LeaseTable, hit: &Hit, chunk: u64, now_us: u64) {
         for _ in 0..40 {
-            let _ = table.plan(hit, &POLICY, now_us);
+            if let Plan::Take { claim, .. } = table.plan(hit, &POLICY, now_us) {
+                table.release(hit, claim);
+            }
         }
         let decision = admitted(50, MINUTE_US - now_us % MINUTE_US);
-        table.took(hit, &POLICY, &decision, Some((chunk, 40)), now_us);
+        table.took(hit, &POLICY, &decision, Some((chunk, 40)), None, now_us);
     }
 
     #[test]
@@ -420,13 +499,16 @@ mod tests {
         );
         // Full again 20 s after the take: a chunk of 10 (10 s of refill) is past at 10 s.
         for _ in 0..40 {
-            let _ = table.plan(&bucket, &POLICY, 0);
+            if let Plan::Take { claim, .. } = table.plan(&bucket, &POLICY, 0) {
+                table.release(&bucket, claim);
+            }
         }
         table.took(
             &bucket,
             &POLICY,
             &admitted(40, 20_000_000),
             Some((10, 40)),
+            None,
             0,
         );
         assert_eq!(table.unspent(&bucket, 9_999_999), 10);
@@ -447,7 +529,7 @@ mod tests {
             retry_after_us: 30_000_000,
             ..Decision::default()
         };
-        table.took(&big, &POLICY, &denied, None, 0);
+        table.took(&big, &POLICY, &denied, None, None, 0);
         assert!(matches!(
             table.plan(&big, &POLICY, 500_000),
             Plan::Denied(_)
@@ -474,5 +556,88 @@ mod tests {
         assert_eq!(table.held(), (1, 0));
         assert!(table.idle(3_000_000, false).is_empty());
         assert_eq!(table.held(), (0, 0), "forgotten after twice max_hold");
+    }
+
+    /// One request's step in `many_requests_in_flight_never_hold_past_max_chunk`: start a
+    /// request, or finish the pending one at an index, the store granting its chunk or not,
+    /// the request standing or not.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Start,
+        Finish {
+            index: usize,
+            granted: bool,
+            stands: bool,
+        },
+    }
+
+    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+        use proptest::prelude::*;
+        let step = prop_oneof![
+            3 => Just(Step::Start),
+            2 => (any::<usize>(), prop::bool::weighted(0.8), prop::bool::weighted(0.8))
+                .prop_map(|(index, granted, stands)| Step::Finish { index, granted, stands }),
+        ];
+        prop::collection::vec(step, 1..400)
+    }
+
+    proptest::proptest! {
+        /// Requests planned and settled in any interleaving (as 32 tasks on one replica
+        /// would): at every step the lease holds at most `max_chunk`, at most one take of a
+        /// chunk is in flight, and what the store charged, less what was given back and
+        /// what was spent (settled or in flight), is exactly what the lease holds.
+        #[test]
+        fn many_requests_in_flight_never_hold_past_max_chunk(steps in steps()) {
+            let table = LeaseTable::default();
+            let hit = hit(Limit::fixed_window(1_000_000, Unit::Minute), 1);
+            let mut pending: Vec<Plan> = Vec::new();
+            let (mut charged, mut returned, mut spent) = (0_u64, 0_u64, 0_u64);
+            for (at, step) in steps.into_iter().enumerate() {
+                let now_us = 1_000 + at as u64;
+                match step {
+                    Step::Start => pending.push(table.plan(&hit, &POLICY, now_us)),
+                    Step::Finish { .. } if pending.is_empty() => continue,
+                    Step::Finish { index, granted, stands } => {
+                        let plan = pending.swap_remove(index % pending.len());
+                        match plan {
+                            Plan::Served(_) if stands => spent += hit.cost,
+                            Plan::Served(_) => returned += table.refund(&hit, hit.cost, now_us),
+                            Plan::Take { local, need, extra, claim, .. } => {
+                                let chunk = (granted && stands && extra > 0).then(|| {
+                                    charged += extra;
+                                    (extra, 500_000)
+                                });
+                                let decision = admitted(500_000, MINUTE_US - now_us);
+                                returned += table.took(&hit, &POLICY, &decision, chunk, claim, now_us);
+                                if stands {
+                                    spent += local + need;
+                                    charged += need;
+                                } else {
+                                    returned += table.refund(&hit, local, now_us);
+                                }
+                            }
+                            other => proptest::prop_assert!(false, "{other:?}"),
+                        }
+                    }
+                }
+                let unspent = table.unspent(&hit, now_us);
+                proptest::prop_assert!(unspent <= u64::from(POLICY.max_chunk), "{unspent} held");
+                let taking = pending
+                    .iter()
+                    .filter(|plan| matches!(plan, Plan::Take { extra, .. } if *extra > 0))
+                    .count();
+                proptest::prop_assert!(taking <= 1, "{taking} chunks taken at once");
+                // Spent from the chunk by requests still in flight: taken, not yet settled.
+                let in_flight: u64 = pending
+                    .iter()
+                    .map(|plan| match plan {
+                        Plan::Served(_) => hit.cost,
+                        Plan::Take { local, .. } => *local,
+                        _ => 0,
+                    })
+                    .sum();
+                proptest::prop_assert_eq!(charged - returned - spent - in_flight, unspent);
+            }
+        }
     }
 }
