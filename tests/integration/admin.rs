@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::{
-    call, code, descriptor, descriptor_with_limit, http_request_with, overall, redis::RedisServer,
-    request, Code, Sluice, Unit,
+    call, code, descriptor, descriptor_with_limit, http_exchange, http_request_with, overall,
+    redis::RedisServer, request, Code, Sluice, Unit,
 };
 
 /// The token every test's admin port accepts.
@@ -697,4 +697,66 @@ fn an_override_stops_applying_when_it_expires() {
             "the rule's 2 a minute again"
         );
     });
+}
+
+#[test]
+fn a_body_over_the_bound_is_read_then_answered_413_and_nothing_changes() {
+    let flags = AdminFlags::new();
+    let sluice = Sluice::start(CONFIG, &flags.args());
+    let addr = sluice.admin_addr.expect("the admin port is served");
+    let authorization = format!("Bearer {TOKEN}");
+    let headers = [("Authorization", authorization.as_str())];
+    let mut put = put_body(
+        "tenants",
+        &[("api_key", "big")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 5}),
+    );
+    put["padding"] = json!("x".repeat(3 << 20));
+    // The whole 3 MiB body is written before the answer is read: it is read, then answered.
+    let (status, answer) =
+        http_request_with(addr, "PUT", "/v1/overrides", &headers, &put.to_string());
+    assert_eq!(status, 413, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).expect("a JSON error");
+    assert_eq!(answer["field"], "body", "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1048576")),
+        "{answer}"
+    );
+    // Without a length (chunked), the same.
+    let (status, _) = chunked_request(addr, "/v1/overrides", &authorization, 2 << 20);
+    assert_eq!(status, 413);
+    // Nothing was stored, and the port answers as before.
+    assert_eq!(
+        state_of(&sluice, &[("api_key", "big")])["limits"][0]["source"],
+        "config"
+    );
+}
+
+/// A PUT of `size` bytes of padding, sent chunked and written whole before the answer is
+/// read; its status and the whole response.
+fn chunked_request(
+    addr: SocketAddr,
+    path: &str,
+    authorization: &str,
+    size: usize,
+) -> (u16, String) {
+    use std::io::Write;
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {authorization}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    http_exchange(addr, |stream| {
+        stream.write_all(head.as_bytes()).expect("send the head");
+        let chunk = vec![b' '; 64 * 1024];
+        for _ in 0..size / chunk.len() {
+            stream
+                .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .and_then(|()| stream.write_all(&chunk))
+                .and_then(|()| stream.write_all(b"\r\n"))
+                .expect("the whole body is written");
+        }
+        stream.write_all(b"0\r\n\r\n").expect("the last chunk");
+    })
 }

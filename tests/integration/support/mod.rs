@@ -626,11 +626,7 @@ pub fn http_request_with(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
+    use std::io::Write;
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         headers
@@ -639,7 +635,28 @@ pub fn http_request_with(
             .collect::<String>(),
         body.len()
     );
-    stream.write_all(request.as_bytes()).expect("send");
+    let (status, response) = http_exchange(addr, |stream| {
+        stream.write_all(request.as_bytes()).expect("send");
+    });
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// One HTTP/1.1 exchange on a new connection to `addr`: `send` writes the whole request, then
+/// the response is read to the end; its status and the whole response.
+pub fn http_exchange(
+    addr: SocketAddr,
+    send: impl FnOnce(&mut std::net::TcpStream),
+) -> (u16, String) {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    send(&mut stream);
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
     let status = response
@@ -647,11 +664,7 @@ pub fn http_request_with(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("a status line");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    (status, response)
 }
 
 /// The value of the series `name{labels}` in a Prometheus text exposition.

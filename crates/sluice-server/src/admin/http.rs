@@ -28,6 +28,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/v1/descriptors/get", post(get_descriptor))
         .route("/v1/descriptors/reset", post(reset))
         .route("/v1/descriptors/credit", post(credit))
+        .layer(axum::middleware::from_fn(super::body::bounded))
         .with_state(admin)
 }
 

@@ -7,6 +7,7 @@
 //! (`Admin`); the server's `admin_port` serves them on the port they share.
 
 pub mod auth;
+pub mod body;
 mod error;
 pub mod grpc;
 pub mod http;

@@ -184,7 +184,12 @@ impl<S: Store + AdminStore> Shared<S> {
 
     /// The decisions of a request answered here whole; what it spent does not stand if it is
     /// denied (what of it a chunk cannot hold back, to give back to the store).
-    fn answer_here(&self, hits: &[Hit], plans: &[Plan], now_us: u64) -> (Vec<Decision>, Vec<Unspent>) {
+    fn answer_here(
+        &self,
+        hits: &[Hit],
+        plans: &[Plan],
+        now_us: u64,
+    ) -> (Vec<Decision>, Vec<Unspent>) {
         let decisions: Vec<Decision> = plans
             .iter()
             .map(|plan| match plan {
