@@ -27,6 +27,14 @@ pub use table::{LeaseTable, Plan, Unspent};
 /// How often idle chunks are given back.
 const SWEEP: Duration = Duration::from_millis(250);
 
+/// How long a request waits for a take of a chunk in flight before it calls the store for
+/// its own hits alone (a take is one store call: it ends within the store's timeout).
+const WAIT_FOR_TAKE: Duration = Duration::from_millis(250);
+
+/// How many times a request waits for a chunk before it calls the store whatever is in
+/// flight.
+const WAITS: usize = 2;
+
 /// A store behind budget leasing.
 pub struct WithLeasing<S> {
     shared: Arc<Shared<S>>,
@@ -114,16 +122,43 @@ impl<S: Store + AdminStore> Shared<S> {
         }
     }
 
-    /// Decides a request with leased hits.
-    async fn charge_leased(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
-        let now_us = self.clock.now_us();
-        let plans: Vec<Plan> = hits
-            .iter()
+    /// Plans each hit of a request at `now_us`; with `may_wait`, a hit whose chunk lacks
+    /// while the next one is taken plans to wait for it.
+    fn plan(&self, hits: &[Hit], now_us: u64, may_wait: bool) -> Vec<Plan> {
+        hits.iter()
             .map(|hit| match hit.limit.modifiers.budget_leasing {
-                Some(policy) => self.table.plan(hit, &policy, now_us),
+                Some(policy) => self.table.plan(hit, &policy, now_us, may_wait),
                 None => Plan::Store,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Plans a request, waiting (at most `WAITS` times) for a take of a chunk in flight rather
+    /// than calling the store for a hit its chunk lacks: concurrent misses share one take.
+    async fn plan_sharing_takes(&self, hits: &[Hit]) -> (Vec<Plan>, u64) {
+        for _ in 0..WAITS {
+            let now_us = self.clock.now_us();
+            let plans = self.plan(hits, now_us, true);
+            let Some((at, claim)) = plans.iter().enumerate().find_map(|(at, plan)| match plan {
+                Plan::Wait(claim) => Some((at, *claim)),
+                _ => None,
+            }) else {
+                return (plans, now_us);
+            };
+            // This try does not stand: what it spent goes back before it waits.
+            let excess = self.refund_all(hits, &plans, |_| true, now_us);
+            self.give_back(excess).await;
+            if let Some(mut ended) = self.table.waiter(&hits[at], claim) {
+                let _ = tokio::time::timeout(WAIT_FOR_TAKE, ended.changed()).await;
+            }
+        }
+        let now_us = self.clock.now_us();
+        (self.plan(hits, now_us, false), now_us)
+    }
+
+    /// Decides a request with leased hits.
+    async fn charge_leased(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+        let (plans, now_us) = self.plan_sharing_takes(hits).await;
         let answered_here = |plan: &Plan| matches!(plan, Plan::Served(_) | Plan::Denied(_));
         if plans.iter().all(answered_here) {
             let (decisions, excess) = self.answer_here(hits, &plans, now_us);

@@ -33,6 +33,9 @@ pub enum Plan {
     Served(Decision),
     /// Denied here: the store denied this cost or less a moment ago.
     Denied(Decision),
+    /// The chunk lacks, and the take `claim` of the next one is in flight: wait for it
+    /// (`waiter`), then plan again, rather than call the store for this hit alone.
+    Wait(u64),
     /// `local` spent from the chunk; the store charges `need`, and a new chunk of `extra`,
     /// after `give_back` is credited back (a bucket's chunk the bucket refilled past).
     /// `claim`: the lease's one take of a new chunk in flight is this one's (`took` or
@@ -78,6 +81,8 @@ struct Lease {
     owed_back: u64,
     /// The take of a new chunk in flight, by its claim, and when it was claimed.
     taking: Option<(u64, u64)>,
+    /// Told when the take in flight ends, made when a request first waits for one.
+    ended: Option<tokio::sync::watch::Sender<()>>,
 }
 
 impl Lease {
@@ -134,11 +139,22 @@ impl Lease {
         Some(id)
     }
 
-    /// Ends the take `claim` (nothing when another holds the lease's claim).
+    /// Ends the take `claim` (nothing when another holds the lease's claim), telling the
+    /// requests that wait for it.
     fn release(&mut self, claim: Option<u64>) {
         if claim.is_some() && self.taking.map(|(id, _)| id) == claim {
             self.taking = None;
+            if let Some(ended) = &self.ended {
+                ended.send_replace(());
+            }
         }
+    }
+
+    /// The take in flight at `now_us` that a request may wait for, when one is.
+    fn take_in_flight(&self, now_us: u64, max_hold_us: u64) -> Option<u64> {
+        self.taking
+            .filter(|(_, since_us)| now_us.saturating_sub(*since_us) < max_hold_us)
+            .map(|(id, _)| id)
     }
 
     /// Adds `amount` to the unspent chunk, up to `max_chunk`; what does not fit.
@@ -203,8 +219,9 @@ impl LeaseTable {
     }
 
     /// What `hit` (leased as `policy` says) does at `now_us`; a spend from the chunk is taken
-    /// now, and given back with `refund` if the request does not stand.
-    pub fn plan(&self, hit: &Hit, policy: &Policy, now_us: u64) -> Plan {
+    /// now, and given back with `refund` if the request does not stand. With `may_wait`, a
+    /// hit its chunk lacks while the next chunk is being taken waits for it (`Plan::Wait`).
+    pub fn plan(&self, hit: &Hit, policy: &Policy, now_us: u64, may_wait: bool) -> Plan {
         if hit.cost == 0 || hit.cost > hit.limit.capacity() {
             return Plan::Store;
         }
@@ -247,8 +264,13 @@ impl LeaseTable {
                 ..Decision::default()
             });
         }
-        let local = std::mem::take(&mut lease.unspent);
         let wanted = policy.chunk(lease.seen.max(lease.seen_before));
+        if wanted > 0 && may_wait {
+            if let Some(claim) = lease.take_in_flight(now_us, policy.max_hold_us) {
+                return Plan::Wait(claim);
+            }
+        }
+        let local = std::mem::take(&mut lease.unspent);
         let claim = if wanted > 0 {
             let id = self.claims.fetch_add(1, Ordering::Relaxed) + 1;
             lease.claim(id, now_us, policy.max_hold_us)
@@ -281,6 +303,20 @@ impl LeaseTable {
         }
         lease.expire(&hit.limit, now_us);
         excess
+    }
+
+    /// A receiver told when the take `claim` of `hit`'s lease ends; `None` when it already
+    /// has (plan again at once).
+    pub fn waiter(&self, hit: &Hit, claim: u64) -> Option<tokio::sync::watch::Receiver<()>> {
+        let mut shard = self.shard(&hit.key);
+        let lease = shard.get_mut(&(hit.key.clone(), hit.limit))?;
+        if lease.taking.map(|(id, _)| id) != Some(claim) {
+            return None;
+        }
+        let ended = lease
+            .ended
+            .get_or_insert_with(|| tokio::sync::watch::channel(()).0);
+        Some(ended.subscribe())
     }
 
     /// Ends the take `claim` of `hit`'s lease without a chunk (the store failed, or decided
@@ -447,7 +483,7 @@ mod tests {
     /// Warms the key up (its rate at the replica) and takes a chunk of `chunk` at `now_us`.
     fn with_chunk(table: &LeaseTable, hit: &Hit, chunk: u64, now_us: u64) {
         for _ in 0..40 {
-            if let Plan::Take { claim, .. } = table.plan(hit, &POLICY, now_us) {
+            if let Plan::Take { claim, .. } = table.plan(hit, &POLICY, now_us, false) {
                 table.release(hit, claim);
             }
         }
@@ -459,20 +495,20 @@ mod tests {
     fn a_chunk_is_spent_here_until_it_lacks_then_taken_again() {
         let table = LeaseTable::default();
         let hit = hit(Limit::fixed_window(100, Unit::Minute), 3);
-        let Plan::Take { extra, .. } = table.plan(&hit, &POLICY, 0) else {
+        let Plan::Take { extra, .. } = table.plan(&hit, &POLICY, 0, false) else {
             panic!("a cold key asks the store");
         };
         assert_eq!(extra, 0, "a key seen once takes no chunk");
         with_chunk(&table, &hit, 10, 1_000);
         for spent in 1..=3u32 {
-            match table.plan(&hit, &POLICY, 2_000) {
+            match table.plan(&hit, &POLICY, 2_000, false) {
                 Plan::Served(decision) => assert_eq!(decision.remaining, 40 + 10 - 3 * spent),
                 other => panic!("spend {spent}: {other:?}"),
             }
         }
         let Plan::Take {
             local, need, extra, ..
-        } = table.plan(&hit, &POLICY, 3_000)
+        } = table.plan(&hit, &POLICY, 3_000, false)
         else {
             panic!("1 left of the chunk, 3 asked");
         };
@@ -499,7 +535,7 @@ mod tests {
         );
         // Full again 20 s after the take: a chunk of 10 (10 s of refill) is past at 10 s.
         for _ in 0..40 {
-            if let Plan::Take { claim, .. } = table.plan(&bucket, &POLICY, 0) {
+            if let Plan::Take { claim, .. } = table.plan(&bucket, &POLICY, 0, false) {
                 table.release(&bucket, claim);
             }
         }
@@ -513,7 +549,7 @@ mod tests {
         );
         assert_eq!(table.unspent(&bucket, 9_999_999), 10);
         assert_eq!(table.unspent(&bucket, 10_000_000), 0);
-        let Plan::Take { give_back, .. } = table.plan(&bucket, &POLICY, 10_000_001) else {
+        let Plan::Take { give_back, .. } = table.plan(&bucket, &POLICY, 10_000_001, false) else {
             panic!("the chunk expired: the store decides");
         };
         assert_eq!(give_back, 10, "credited back before the next decision");
@@ -523,7 +559,7 @@ mod tests {
     fn a_denial_answers_that_cost_or_more_for_at_most_max_hold() {
         let table = LeaseTable::default();
         let big = hit(Limit::fixed_window(100, Unit::Minute), 5);
-        let _ = table.plan(&big, &POLICY, 0);
+        let _ = table.plan(&big, &POLICY, 0, false);
         let denied = Decision {
             admitted: false,
             retry_after_us: 30_000_000,
@@ -531,16 +567,19 @@ mod tests {
         };
         table.took(&big, &POLICY, &denied, None, None, 0);
         assert!(matches!(
-            table.plan(&big, &POLICY, 500_000),
+            table.plan(&big, &POLICY, 500_000, false),
             Plan::Denied(_)
         ));
         let small = hit(Limit::fixed_window(100, Unit::Minute), 4);
         assert!(matches!(
-            table.plan(&small, &POLICY, 500_000),
+            table.plan(&small, &POLICY, 500_000, false),
             Plan::Take { .. }
         ));
         assert!(
-            matches!(table.plan(&big, &POLICY, 1_000_000), Plan::Take { .. }),
+            matches!(
+                table.plan(&big, &POLICY, 1_000_000, false),
+                Plan::Take { .. }
+            ),
             "asked again after max_hold"
         );
     }
@@ -595,7 +634,7 @@ mod tests {
             for (at, step) in steps.into_iter().enumerate() {
                 let now_us = 1_000 + at as u64;
                 match step {
-                    Step::Start => pending.push(table.plan(&hit, &POLICY, now_us)),
+                    Step::Start => pending.push(table.plan(&hit, &POLICY, now_us, false)),
                     Step::Finish { .. } if pending.is_empty() => continue,
                     Step::Finish { index, granted, stands } => {
                         let plan = pending.swap_remove(index % pending.len());
