@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sluice::algorithm::fixed_window::FixedWindowParameters;
-use sluice::calendar::{self, Calendar, CalendarUnit};
-use sluice::config::{load, Config, LoadOptions};
-use sluice::engine::Charging;
-use sluice::limit::{Algorithm, Counting, Hit, Limit, Role, Unit};
-use sluice::store::key::descriptor_key;
-use sluice::store::memory::MemoryStore;
-use sluice::store::{Store, SystemClock};
+use sluice_config::{load, Config, LoadOptions};
+use sluice_core::algorithm::fixed_window::FixedWindowParameters;
+use sluice_core::calendar::{self, Calendar, CalendarUnit};
+use sluice_core::engine::Charging;
+use sluice_core::limit::{Algorithm, Counting, Hit, Limit, Role, Unit};
+use sluice_store::key::descriptor_key;
+use sluice_store::memory::MemoryStore;
+use sluice_store::{Store, SystemClock};
 
 /// A config with 200 top-level keys, 50 wildcard values on one key, and a 4-level tree.
 fn config() -> Config {

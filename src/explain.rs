@@ -3,7 +3,7 @@
 //! budget's bound, its budget leasing and the lease's bound, and its answer when the store
 //! fails, in words.
 
-use sluice::config;
+use sluice_config as config;
 
 /// What `check-config` says of a rule beyond the count: its several limits and its debt.
 pub fn explain(rule: &config::Rule) -> Vec<String> {
@@ -33,7 +33,7 @@ pub fn explain(rule: &config::Rule) -> Vec<String> {
              holds its cost in leases until its release (a descriptor carrying the token, \
              {}) or until its lease's life ends",
             rule.full_key,
-            sluice::lease::LEASE_KEY,
+            sluice_server::lease::LEASE_KEY,
         ));
     }
     for limit in &limits {
@@ -60,8 +60,8 @@ pub fn explain(rule: &config::Rule) -> Vec<String> {
 /// What a leased limit does, in words, with its bound (docs/hot-keys.md).
 fn leasing_text(
     rule: &config::Rule,
-    limit: &sluice::limit::Limit,
-    policy: &sluice::modifier::leasing::Policy,
+    limit: &sluice_core::limit::Limit,
+    policy: &sluice_core::modifier::leasing::Policy,
 ) -> String {
     format!(
         "{}: leased on Redis: each replica takes chunks of the budget (at most {}, sized by the \
@@ -70,8 +70,8 @@ fn leasing_text(
          never admits more than {}, and at most replicas x {} is denied while budget remains",
         rule.full_key,
         policy.max_chunk,
-        sluice::duration::human(policy.max_hold_us),
-        sluice::duration::human(policy.max_hold_us),
+        sluice_core::duration::human(policy.max_hold_us),
+        sluice_core::duration::human(policy.max_hold_us),
         limit.requests_per_unit,
         policy.max_chunk,
     )
@@ -79,10 +79,10 @@ fn leasing_text(
 
 /// What a limit answers when the store fails, in words.
 fn failure_text(
-    limit: &sluice::limit::Limit,
-    policy: sluice::modifier::on_store_failure::Policy,
+    limit: &sluice_core::limit::Limit,
+    policy: sluice_core::modifier::on_store_failure::Policy,
 ) -> String {
-    use sluice::modifier::on_store_failure::Policy;
+    use sluice_core::modifier::on_store_failure::Policy;
     match policy {
         Policy::Unavailable => "the call fails with UNAVAILABLE (Envoy's failure_mode_deny decides)".into(),
         Policy::Allow => "its hits are admitted".into(),
@@ -97,8 +97,8 @@ fn failure_text(
 /// What a limit's reservation does, in words, with its bound (docs/budgets.md).
 fn reserve_text(
     rule: &config::Rule,
-    limit: &sluice::limit::Limit,
-    policy: &sluice::modifier::reserve::Policy,
+    limit: &sluice_core::limit::Limit,
+    policy: &sluice_core::modifier::reserve::Policy,
 ) -> String {
     let lapse = if limit.window_end_us(0).is_some() {
         " or its window's end, whichever comes first"
@@ -117,8 +117,8 @@ fn reserve_text(
         period_text(limit),
         policy.amount,
         policy.cap(limit.requests_per_unit),
-        sluice::modifier::reserve::SETTLE_KEY,
-        sluice::duration::human(policy.max_hold_us),
+        sluice_core::modifier::reserve::SETTLE_KEY,
+        sluice_core::duration::human(policy.max_hold_us),
         limit.requests_per_unit,
     )
 }
@@ -126,10 +126,10 @@ fn reserve_text(
 /// What a limit's penalty does, in words, with its first blocks.
 fn penalty_text(
     rule: &config::Rule,
-    limit: &sluice::limit::Limit,
-    policy: &sluice::penalty::Policy,
+    limit: &sluice_core::limit::Limit,
+    policy: &sluice_core::modifier::penalty::Policy,
 ) -> String {
-    use sluice::duration::human;
+    use sluice_core::duration::human;
     let mut blocks: Vec<String> = Vec::new();
     for n in 1..=6 {
         let block = human(policy.nth_block_ms(n) * 1000);
@@ -166,7 +166,7 @@ fn penalty_text(
 }
 
 /// A limit's period in words: `minute`, `5 minutes`.
-fn period_text(limit: &sluice::limit::Limit) -> String {
+fn period_text(limit: &sluice_core::limit::Limit) -> String {
     if limit.unit_multiplier > 1 {
         format!("{} {}s", limit.unit_multiplier, limit.unit)
     } else {

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use clap::{Parser, Subcommand};
-use sluice::config::{self, LoadOptions};
-use sluice::otel;
-use sluice::server::{self, Listeners};
-use sluice::settings::{LogFormat, ServeArgs};
 use sluice::simulate::{self, traffic, Simulation, Traffic};
+use sluice_config::{self as config, LoadOptions};
+use sluice_server::otel;
+use sluice_server::server::{self, Listeners};
+use sluice_server::settings::{LogFormat, ServeArgs};
 
 mod explain;
 use explain::explain;
@@ -388,10 +388,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         log_format,
         export.as_ref().map(otel::Export::tracer),
     );
-    for (name, why) in sluice::settings::ignored_variables() {
+    for (name, why) in sluice_server::settings::ignored_variables() {
         tracing::warn!("{name} is set but ignored: {why}");
     }
-    let refused = sluice::settings::refused_variables();
+    let refused = sluice_server::settings::refused_variables();
     for (name, asks) in &refused {
         eprintln!("sluice: {name} asks for {asks}, which sluice cannot provide yet: unset it (and terminate TLS in front of sluice) rather than run without it");
     }

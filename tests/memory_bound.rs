@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::engine::Charging;
-use sluice::limit::{Algorithm, Counting, Hit, Limit, Role, Unit};
-use sluice::store::memory::MemoryStore;
-use sluice::store::{ManualClock, Store, StoreError};
+use sluice_core::engine::Charging;
+use sluice_core::limit::{Algorithm, Counting, Hit, Limit, Role, Unit};
+use sluice_store::memory::MemoryStore;
+use sluice_store::{ManualClock, Store, StoreError};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

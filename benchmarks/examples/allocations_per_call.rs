@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use sluice::config::{load_str, LoadOptions};
-use sluice::metrics::Metrics;
-use sluice::proto::rate_limit_descriptor::Entry;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::service::{RateLimiter, ServiceOptions};
-use sluice::store::memory::MemoryStore;
-use sluice::store::SystemClock;
+use sluice_config::{load_str, LoadOptions};
+use sluice_proto::rate_limit_descriptor::Entry;
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
+use sluice_server::metrics::Metrics;
+use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_store::memory::MemoryStore;
+use sluice_store::SystemClock;
 
 /// The system allocator, counting.
 struct Counting;

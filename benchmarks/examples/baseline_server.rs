@@ -3,9 +3,9 @@
 //!
 //!   cargo run --release --example baseline_server -- 127.0.0.1:9081
 
-use sluice::proto::rate_limit_response::{Code, DescriptorStatus};
-use sluice::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
-use sluice::proto::{RateLimitRequest, RateLimitResponse};
+use sluice_proto::rate_limit_response::{Code, DescriptorStatus};
+use sluice_proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use sluice_proto::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
 struct AlwaysOk;

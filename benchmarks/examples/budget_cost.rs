@@ -16,15 +16,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use sluice::config::{load_str, LoadOptions};
-use sluice::metrics::Metrics;
-use sluice::proto::rate_limit_descriptor::Entry;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::service::{RateLimiter, ServiceOptions};
-use sluice::store::any::AnyStore;
-use sluice::store::memory::MemoryStore;
-use sluice::store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
-use sluice::store::SystemClock;
+use sluice_config::{load_str, LoadOptions};
+use sluice_proto::rate_limit_descriptor::Entry;
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
+use sluice_server::metrics::Metrics;
+use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_store::any::AnyStore;
+use sluice_store::memory::MemoryStore;
+use sluice_store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
+use sluice_store::SystemClock;
 
 const CONFIG: &str = "domain: bench
 descriptors:
@@ -81,7 +81,9 @@ async fn run(limiter: &RateLimiter<AnyStore>, calls: usize, kinds: &[&str]) -> S
             let started = Instant::now();
             let opened = limiter.decide(&request("budget", n, 0, None)).await;
             spent.open += started.elapsed();
-            let token = opened.ok().and_then(|r| sluice::reserve::token_in(&r));
+            let token = opened
+                .ok()
+                .and_then(|r| sluice_server::reserve::token_in(&r));
             let token = token.unwrap_or_default();
             let started = Instant::now();
             let settle = request("budget", n, 3000, Some(("sluice.reserve", &token)));
@@ -116,7 +118,9 @@ async fn redis_cost(
                     }
                     1 => {
                         let opened = limiter.decide(&request("budget", n, 0, None)).await;
-                        let token = opened.ok().and_then(|r| sluice::reserve::token_in(&r));
+                        let token = opened
+                            .ok()
+                            .and_then(|r| sluice_server::reserve::token_in(&r));
                         tokens.push(token.unwrap_or_default());
                     }
                     _ => {
@@ -166,7 +170,7 @@ async fn redis_script_cpu(url: &str) -> Result<(u64, u64), Box<dyn std::error::E
 
 async fn redis_limiter(
     url: &str,
-    config: &Arc<ArcSwap<sluice::config::Config>>,
+    config: &Arc<ArcSwap<sluice_config::Config>>,
 ) -> Result<RateLimiter<AnyStore>, Box<dyn std::error::Error>> {
     let target = RedisTarget::single(url, Duration::from_secs(5));
     let targets = RedisTargets {

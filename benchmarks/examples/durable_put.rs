@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::store::admin::AdminStore;
-use sluice::store::memory::MemoryStore;
-use sluice::store::SystemClock;
+use sluice_store::admin::AdminStore;
+use sluice_store::memory::MemoryStore;
+use sluice_store::SystemClock;
 
 /// The latencies of `count` puts of distinct records on `store`, sorted.
 async fn puts(store: &MemoryStore, count: usize) -> Vec<Duration> {

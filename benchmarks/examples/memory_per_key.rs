@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use resident::resident_bytes;
 
-use sluice::engine::Charging;
-use sluice::limit::{Hit, Limit, Role, Unit};
-use sluice::store::memory::MemoryStore;
-use sluice::store::{Store, SystemClock};
+use sluice_core::engine::Charging;
+use sluice_core::limit::{Hit, Limit, Role, Unit};
+use sluice_store::memory::MemoryStore;
+use sluice_store::{Store, SystemClock};
 
 fn hit(i: u64) -> Hit {
     let (a, b, c) = ((i >> 16) & 255, (i >> 8) & 255, i & 255);

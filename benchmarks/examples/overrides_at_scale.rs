@@ -19,19 +19,19 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use hdrhistogram::Histogram;
 
-use sluice::admin::sync;
-use sluice::config::overrides::OverrideIndex;
-use sluice::config::{self, LoadOptions};
-use sluice::metrics::Metrics;
-use sluice::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use sluice::proto::rate_limit_descriptor::Entry;
-use sluice::proto::rate_limit_service_server::RateLimitServiceServer;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
-use sluice::service::{RateLimiter, ServiceOptions};
-use sluice::store::admin::AdminStore;
-use sluice::store::any::AnyStore;
-use sluice::store::memory::MemoryStore;
-use sluice::store::SystemClock;
+use sluice_config::overrides::OverrideIndex;
+use sluice_config::{self as config, LoadOptions};
+use sluice_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluice_proto::rate_limit_descriptor::Entry;
+use sluice_proto::rate_limit_service_server::RateLimitServiceServer;
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
+use sluice_server::admin::sync;
+use sluice_server::metrics::Metrics;
+use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_store::admin::AdminStore;
+use sluice_store::any::AnyStore;
+use sluice_store::memory::MemoryStore;
+use sluice_store::SystemClock;
 
 const CONFIG: &str = "domain: tenants\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n";
 

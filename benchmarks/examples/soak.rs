@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sluice::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use sluice::proto::rate_limit_descriptor::Entry;
-use sluice::proto::rate_limit_response::Code;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
+use sluice_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluice_proto::rate_limit_descriptor::Entry;
+use sluice_proto::rate_limit_response::Code;
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
 use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser)]
@@ -51,9 +51,9 @@ struct Args {
     /// The config file both servers watch (rewritten for each reload).
     #[arg(long)]
     config: std::path::PathBuf,
-    #[arg(long, default_value = "30m", value_parser = sluice::duration::parse)]
+    #[arg(long, default_value = "30m", value_parser = sluice_core::duration::parse)]
     duration: Duration,
-    #[arg(long, default_value = "60s", value_parser = sluice::duration::parse)]
+    #[arg(long, default_value = "60s", value_parser = sluice_core::duration::parse)]
     report_every: Duration,
     /// Calls per second each server is offered (in all).
     #[arg(long, default_value_t = 600)]
@@ -140,7 +140,7 @@ fn request(descriptors: Vec<Vec<(&str, String)>>) -> RateLimitRequest {
 }
 
 /// The lease token an admitted acquire carries in its dynamic metadata.
-fn lease_token(response: &sluice::proto::RateLimitResponse) -> Option<String> {
+fn lease_token(response: &sluice_proto::RateLimitResponse) -> Option<String> {
     use prost_types::value::Kind;
     let fields = &response.dynamic_metadata.as_ref()?.fields;
     match fields.get("sluice.lease")?.kind.as_ref()? {

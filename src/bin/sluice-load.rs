@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
-use sluice::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use sluice::proto::rate_limit_descriptor::Entry;
-use sluice::proto::rate_limit_response::Code;
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest};
+use sluice_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluice_proto::rate_limit_descriptor::Entry;
+use sluice_proto::rate_limit_response::Code;
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
 use tonic::transport::{Channel, Endpoint};
 
 #[derive(Parser)]
@@ -32,7 +32,7 @@ struct Args {
     #[arg(long, default_value_t = 16)]
     in_flight: usize,
     /// How long to run (e.g. 10s); ignored with --calls.
-    #[arg(long, default_value = "10s", value_parser = sluice::duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = sluice_core::duration::parse)]
     duration: Duration,
     /// Stop after this many calls instead of a duration.
     #[arg(long)]

@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sluice::proto::envoy::r#type::v3::rate_limit_strategy::Strategy;
-use sluice::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction;
-use sluice::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use sluice::proto::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaResponse};
-use sluice::rlqs::wire::{BucketQuotaUsage, UsageReports};
+use sluice_proto::envoy::r#type::v3::rate_limit_strategy::Strategy;
+use sluice_proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction;
+use sluice_proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use sluice_proto::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaResponse};
+use sluice_server::rlqs::wire::{BucketQuotaUsage, UsageReports};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
@@ -48,9 +48,9 @@ struct Args {
     #[arg(long, default_value = "10", value_delimiter = ',')]
     demand: Vec<f64>,
     /// How often each client reports.
-    #[arg(long, default_value = "1s", value_parser = sluice::duration::parse)]
+    #[arg(long, default_value = "1s", value_parser = sluice_core::duration::parse)]
     interval: Duration,
-    #[arg(long, default_value = "10s", value_parser = sluice::duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = sluice_core::duration::parse)]
     duration: Duration,
 }
 

@@ -14,17 +14,17 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
-use crate::config::{self, Config, ConfigErrors, LoadOptions};
-use crate::engine::Charging;
-use crate::lease::{self, LEASE_KEY};
-use crate::metrics::Metrics;
-use crate::proto::rate_limit_response::Code;
-use crate::record::format::{self, Call, FormatError, RecordedOptions};
-use crate::reserve::{self, HOLD_KEY, SETTLE_KEY};
-use crate::service::{RateLimiter, ServiceOptions};
-use crate::store::memory::MemoryStore;
-use crate::store::ManualClock;
 pub use report::Report;
+use sluice_config::{self as config, Config, ConfigErrors, LoadOptions};
+use sluice_core::engine::Charging;
+use sluice_proto::rate_limit_response::Code;
+use sluice_server::lease::{self, LEASE_KEY};
+use sluice_server::metrics::Metrics;
+use sluice_server::record::format::{self, Call, FormatError, RecordedOptions};
+use sluice_server::reserve::{self, HOLD_KEY, SETTLE_KEY};
+use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_store::memory::MemoryStore;
+use sluice_store::ManualClock;
 
 /// What to replay.
 #[derive(Debug, Clone)]

@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use crate::limit::MICROS_PER_SECOND;
 use crate::simulate::{DescriptorRun, Report};
+use sluice_core::limit::MICROS_PER_SECOND;
 
 /// Width of the longest bar, in characters.
 const BAR_WIDTH: u64 = 50;
@@ -63,7 +63,7 @@ fn write_blocks(out: &mut String, run: &DescriptorRun) {
                 out,
                 "  blocked at {}: offence {offence}, for {}",
                 seconds(d.time_us),
-                crate::duration::human(block_s * MICROS_PER_SECOND)
+                sluice_core::duration::human(block_s * MICROS_PER_SECOND)
             );
         }
     }

@@ -12,17 +12,17 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::config::{self, ConfigErrors, LoadOptions};
-use crate::lease::{self, LEASE_KEY};
-use crate::limit::ceil_seconds;
-use crate::metrics::Metrics;
-use crate::proto::rate_limit_descriptor::Entry;
-use crate::proto::rate_limit_response::Code;
-use crate::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use crate::reserve::{self, SETTLE_KEY};
-use crate::service::{DecisionError, RateLimiter, ServiceOptions, PENALTY_KEY};
-use crate::store::memory::MemoryStore;
-use crate::store::ManualClock;
+use sluice_config::{self as config, ConfigErrors, LoadOptions};
+use sluice_core::limit::ceil_seconds;
+use sluice_proto::rate_limit_descriptor::Entry;
+use sluice_proto::rate_limit_response::Code;
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use sluice_server::lease::{self, LEASE_KEY};
+use sluice_server::metrics::Metrics;
+use sluice_server::reserve::{self, SETTLE_KEY};
+use sluice_server::service::{DecisionError, RateLimiter, ServiceOptions, PENALTY_KEY};
+use sluice_store::memory::MemoryStore;
+use sluice_store::ManualClock;
 pub use traffic::{Traffic, TrafficError};
 
 /// What to simulate.

@@ -1,7 +1,7 @@
 //! Synthetic traffic for `sluice simulate`: a steady rate plus bursts, as request times on a
 //! virtual clock, and the parsers for its command-line forms (`20/s`, `10s:50`, `500ms`).
 
-use crate::duration;
+use sluice_core::duration;
 
 /// Why a traffic description cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

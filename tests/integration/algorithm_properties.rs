@@ -4,9 +4,9 @@
 //! for limits taking debt, every cost charged and the retry time exact.
 
 use proptest::prelude::*;
-use sluice::algorithm::warm_up::WarmUpParameters;
-use sluice::algorithm::State;
-use sluice::limit::{Algorithm, Counting, Decision, Limit};
+use sluice_core::algorithm::warm_up::WarmUpParameters;
+use sluice_core::algorithm::State;
+use sluice_core::limit::{Algorithm, Counting, Decision, Limit};
 
 use crate::support::scenario::{limit, scenario};
 

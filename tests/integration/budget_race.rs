@@ -14,9 +14,9 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tonic::transport::Channel;
 
-use sluice::algorithm::State;
-use sluice::service::RateLimiter;
-use sluice::store::any::AnyStore;
+use sluice_core::algorithm::State;
+use sluice_server::service::RateLimiter;
+use sluice_store::any::AnyStore;
 
 use crate::support::redis::{cluster_flags, start_cluster, RedisServer};
 use crate::support::*;
@@ -63,10 +63,10 @@ impl Client {
                 (response.overall_code == 1, token)
             }
             Client::InProcess(limiter) => {
-                use sluice::proto::rate_limit_descriptor::Entry;
-                let request = sluice::proto::RateLimitRequest {
+                use sluice_proto::rate_limit_descriptor::Entry;
+                let request = sluice_proto::RateLimitRequest {
                     domain: "ai".into(),
-                    descriptors: vec![sluice::proto::RateLimitDescriptor {
+                    descriptors: vec![sluice_proto::RateLimitDescriptor {
                         entries: entries
                             .iter()
                             .map(|(key, value)| Entry {
@@ -82,7 +82,7 @@ impl Client {
                 let response = limiter.decide(&request).await.expect("decided");
                 (
                     response.overall_code == 1,
-                    sluice::reserve::token_in(&response),
+                    sluice_server::reserve::token_in(&response),
                 )
             }
         }

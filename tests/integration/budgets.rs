@@ -4,9 +4,9 @@
 //! budgets on one descriptor, all-or-nothing with a request's other limits, and the refusals
 //! at load, on every store in-process.
 
-use sluice::proto::rate_limit_response::Code as OurCode;
-use sluice::proto::RateLimitResponse as OurResponse;
-use sluice::reserve::token_in;
+use sluice_proto::rate_limit_response::Code as OurCode;
+use sluice_proto::RateLimitResponse as OurResponse;
+use sluice_server::reserve::token_in;
 
 use crate::support::redis::RedisServer;
 use crate::support::stores::{every_store, InProcess};
@@ -281,7 +281,7 @@ fn reserve_is_refused_at_load_where_it_has_no_meaning() {
         ),
     ];
     for (yaml, path, why) in refused {
-        let error = sluice::config::load_str("budget.yaml", yaml, Default::default())
+        let error = sluice_config::load_str("budget.yaml", yaml, Default::default())
             .expect_err(yaml)
             .to_string();
         assert!(error.contains(path) && error.contains(why), "{error}");

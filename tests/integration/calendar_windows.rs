@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sluice::calendar::{Calendar, CalendarUnit};
+use sluice_core::calendar::{Calendar, CalendarUnit};
 
 use crate::support::*;
 
@@ -118,7 +118,7 @@ fn rlconfig_lists_the_window_and_names_the_time_zone_database() {
     let sluice = Sluice::start(CONFIG, &[]);
     let (status, body) = sluice.http_get("/rlconfig");
     assert_eq!(status, 200);
-    let version = sluice::calendar::time_zone_database_version();
+    let version = sluice_core::calendar::time_zone_database_version();
     assert!(
         body.starts_with(&format!("# time zone database {version}\n")),
         "{body}"

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use sluice::config::{load, load_str, ConfigErrors, LoadOptions};
-use sluice::limit::Algorithm;
+use sluice_config::{load, load_str, ConfigErrors, LoadOptions};
+use sluice_core::limit::Algorithm;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config")
@@ -60,7 +60,7 @@ fn every_valid_fixture_loads_on_its_own() {
 /// The limit (requests per unit) a descriptor of `entries` falls under in `domain`;
 /// `Some(None)` for an unlimited rule, `None` for no rule.
 fn limit_of(
-    config: &sluice::config::Config,
+    config: &sluice_config::Config,
     domain: &str,
     entries: &[(&str, &str)],
 ) -> Option<Option<u32>> {
@@ -505,7 +505,7 @@ fn warm_up_takes_a_warmup_and_a_cold_factor_within_what_its_integers_hold() {
 }
 
 /// Loads a config with one limit on key `k`: `unit: second` and then `lines`.
-fn load_limit(lines: &str) -> Result<sluice::config::Config, ConfigErrors> {
+fn load_limit(lines: &str) -> Result<sluice_config::Config, ConfigErrors> {
     let text = format!(
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      {lines}\n"
     );

@@ -11,8 +11,8 @@ use crate::support::*;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-const LEASE_KEY: &str = sluice::lease::LEASE_KEY;
-const SETTLE_KEY: &str = sluice::reserve::SETTLE_KEY;
+const LEASE_KEY: &str = sluice_server::lease::LEASE_KEY;
+const SETTLE_KEY: &str = sluice_server::reserve::SETTLE_KEY;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -391,7 +391,7 @@ fn descriptors_of(rate_limits: &Value) -> Vec<Vec<(String, String)>> {
 
 fn assert_limited(domain: &str, descriptors: &[Vec<(String, String)>], source: &str) {
     let config =
-        sluice::config::load(&[root().join("config")], Default::default()).expect("config/ loads");
+        sluice_config::load(&[root().join("config")], Default::default()).expect("config/ loads");
     let domain = config
         .domain(domain)
         .unwrap_or_else(|| panic!("{source}: domain {domain} not in config/"));
@@ -436,7 +436,7 @@ fn the_envoy_example_releases_the_lease_it_acquired_when_the_stream_ends() {
     assert_eq!(&release[..release.len() - 1], &acquire[..]);
     assert_eq!(release.last().map(|(k, _)| k.as_str()), Some(LEASE_KEY));
     let config =
-        sluice::config::load(&[root().join("config")], Default::default()).expect("config/ loads");
+        sluice_config::load(&[root().join("config")], Default::default()).expect("config/ loads");
     let domain = config.domain("edge_proxy").expect("edge_proxy");
     let entries = acquire.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let rule = domain.resolve(entries).expect("a rule").rule;
@@ -447,7 +447,7 @@ fn the_envoy_example_releases_the_lease_it_acquired_when_the_stream_ends() {
         .map(|l| l.algorithm())
         .collect();
     assert!(
-        algorithms.contains(&sluice::limit::Algorithm::Concurrency),
+        algorithms.contains(&sluice_core::limit::Algorithm::Concurrency),
         "{algorithms:?}"
     );
 }
@@ -509,7 +509,7 @@ fn the_envoy_example_blocks_a_client_that_keeps_failing_its_login() {
         panic!("one policy");
     };
     let config =
-        sluice::config::load(&[root().join("config")], Default::default()).expect("config/ loads");
+        sluice_config::load(&[root().join("config")], Default::default()).expect("config/ loads");
     let domain = config.domain("edge_proxy").expect("edge_proxy");
     let entries = descriptor.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let rule = domain.resolve(entries).expect("a rule").rule;
@@ -852,7 +852,7 @@ fn the_rate_limit_quota_example_streams_to_sluice_and_its_buckets_are_limited() 
     );
     let domain = config["domain"].as_str().expect("a domain");
     let limits =
-        sluice::config::load(&[root().join("config")], Default::default()).expect("config/ loads");
+        sluice_config::load(&[root().join("config")], Default::default()).expect("config/ loads");
     let matchers = config["bucket_matchers"]["matcher_list"]["matchers"]
         .as_sequence()
         .expect("matchers");
@@ -874,9 +874,12 @@ fn the_rate_limit_quota_example_streams_to_sluice_and_its_buckets_are_limited() 
                 (k.as_str().unwrap().to_string(), value.to_string())
             })
             .collect();
-        let resolved = sluice::rlqs::bucket::resolve(&limits, domain, &pairs);
+        let resolved = sluice_server::rlqs::bucket::resolve(&limits, domain, &pairs);
         assert!(
-            matches!(resolved, sluice::rlqs::bucket::Resolved::Limited { .. }),
+            matches!(
+                resolved,
+                sluice_server::rlqs::bucket::Resolved::Limited { .. }
+            ),
             "{pairs:?} is not limited in config/: {resolved:?}"
         );
     }

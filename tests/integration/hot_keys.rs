@@ -14,7 +14,7 @@ use crate::support::{
     call, clear_of_a_windows_end, descriptor, descriptor_with_hits, overall, request, Sluice,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use sluice::config::{self, LoadOptions};
+use sluice_config::{self as config, LoadOptions};
 
 const CONFIG: &str = r#"
 domain: hot

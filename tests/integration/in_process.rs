@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use sluice::server::{self, Listeners};
-use sluice::settings::ServeArgs;
+use sluice_server::server::{self, Listeners};
+use sluice_server::settings::ServeArgs;
 use tokio::sync::{oneshot, Notify};
 
 use crate::support::*;

@@ -9,15 +9,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice::proto::rate_limit_response::Code as OurCode;
-use sluice::proto::RateLimitResponse as OurResponse;
+use sluice_proto::rate_limit_response::Code as OurCode;
+use sluice_proto::RateLimitResponse as OurResponse;
 
-use sluice::algorithm::State;
-use sluice::engine::Charging;
-use sluice::limit::Hit;
-use sluice::service::ServiceOptions;
-use sluice::store::any::AnyStore;
-use sluice::store::memory::MemoryStore;
+use sluice_core::algorithm::State;
+use sluice_core::engine::Charging;
+use sluice_core::limit::Hit;
+use sluice_server::service::ServiceOptions;
+use sluice_store::any::AnyStore;
+use sluice_store::memory::MemoryStore;
 
 use crate::support::redis::{cluster_flags, start_cluster, RedisServer};
 use crate::support::stores::{every_store, InProcess};
@@ -26,7 +26,7 @@ use crate::support::*;
 const CONFIG: &str = include_str!("../fixtures/cases/leases/config.yaml");
 const SECOND: u64 = 1_000_000;
 
-use sluice::lease::token_in;
+use sluice_server::lease::token_in;
 
 fn is_ok(response: &OurResponse) -> bool {
     response.overall_code == OurCode::Ok as i32
@@ -352,12 +352,12 @@ async fn sixty_four_clients_never_hold_more_than_the_limit_on_the_memory_store()
     for _ in 0..64 {
         let (limiter, admitted) = (limiter.clone(), admitted.clone());
         tasks.push(tokio::spawn(async move {
-            let ask = |entries: Vec<(&str, &str)>| sluice::proto::RateLimitRequest {
+            let ask = |entries: Vec<(&str, &str)>| sluice_proto::RateLimitRequest {
                 domain: "api".into(),
-                descriptors: vec![sluice::proto::RateLimitDescriptor {
+                descriptors: vec![sluice_proto::RateLimitDescriptor {
                     entries: entries
                         .into_iter()
-                        .map(|(key, value)| sluice::proto::rate_limit_descriptor::Entry {
+                        .map(|(key, value)| sluice_proto::rate_limit_descriptor::Entry {
                             key: key.into(),
                             value: value.into(),
                         })

@@ -11,14 +11,14 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use prost_types::value::Kind;
-use sluice::config::{self, LoadOptions};
-use sluice::metrics::Metrics;
-use sluice::proto::rate_limit_response::Code as OurCode;
-use sluice::proto::RateLimitResponse as OurResponse;
-use sluice::service::RateLimiter;
-use sluice::store::any::AnyStore;
-use sluice::store::memory::MemoryStore;
-use sluice::store::ManualClock;
+use sluice_config::{self as config, LoadOptions};
+use sluice_proto::rate_limit_response::Code as OurCode;
+use sluice_proto::RateLimitResponse as OurResponse;
+use sluice_server::metrics::Metrics;
+use sluice_server::service::RateLimiter;
+use sluice_store::any::AnyStore;
+use sluice_store::memory::MemoryStore;
+use sluice_store::ManualClock;
 
 use crate::support::redis::{cli, cluster_flags, start_cluster, RedisServer};
 use crate::support::stores::{every_store, InProcess, START_US};
@@ -277,9 +277,9 @@ async fn a_flood_of_offenders_stays_within_the_memory_stores_bound() {
 }
 
 /// A request of Envoy's protos as sluice's own.
-fn to_ours(request: RateLimitRequest) -> sluice::proto::RateLimitRequest {
+fn to_ours(request: RateLimitRequest) -> sluice_proto::RateLimitRequest {
     use prost::Message;
-    sluice::proto::RateLimitRequest::decode(request.encode_to_vec().as_slice()).expect("decode")
+    sluice_proto::RateLimitRequest::decode(request.encode_to_vec().as_slice()).expect("decode")
 }
 
 /// Through the real binary: five logins, two denials, then a block with `Retry-After` and the

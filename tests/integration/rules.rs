@@ -7,10 +7,10 @@
 //! reference's counting, several limits of one descriptor, debt, time passing on the manual
 //! clock).
 
-use sluice::engine::Charging;
-use sluice::limit::Unit;
-use sluice::proto::rate_limit_response::Code;
-use sluice::service::{HeaderNames, ServiceOptions};
+use sluice_core::engine::Charging;
+use sluice_core::limit::Unit;
+use sluice_proto::rate_limit_response::Code;
+use sluice_server::service::{HeaderNames, ServiceOptions};
 
 use crate::support::redis::RedisServer;
 use crate::support::stores::{every_store, InProcess};

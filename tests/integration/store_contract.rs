@@ -12,17 +12,17 @@ use crate::support::redis::RedisServer;
 use crate::support::scenario::{limit, scenario};
 use crate::support::stores::{redis_store, START_US};
 use proptest::prelude::*;
-use sluice::algorithm::fixed_window::FixedWindowParameters;
-use sluice::algorithm::warm_up::WarmUpParameters;
-use sluice::algorithm::State;
-use sluice::calendar::{self, Calendar, CalendarUnit};
-use sluice::engine::{self, Charging};
-use sluice::limit::{Algorithm, Counting, Decision, Hit, LeaseCall, Limit, Role, Unit};
-use sluice::modifier::Modifiers;
-use sluice::penalty::Policy;
-use sluice::store::key::Shape;
-use sluice::store::memory::MemoryStore;
-use sluice::store::{ManualClock, Store};
+use sluice_core::algorithm::fixed_window::FixedWindowParameters;
+use sluice_core::algorithm::warm_up::WarmUpParameters;
+use sluice_core::algorithm::State;
+use sluice_core::calendar::{self, Calendar, CalendarUnit};
+use sluice_core::engine::{self, Charging};
+use sluice_core::limit::{Algorithm, Counting, Decision, Hit, LeaseCall, Limit, Role, Unit};
+use sluice_core::modifier::penalty::Policy;
+use sluice_core::modifier::Modifiers;
+use sluice_store::key::Shape;
+use sluice_store::memory::MemoryStore;
+use sluice_store::{ManualClock, Store};
 
 /// A Redis for one test (stopped when the test ends), and a runtime to drive the stores.
 pub(crate) struct Fixture {
@@ -84,7 +84,7 @@ fn both_requests_on(
 struct Ran {
     clock: Arc<ManualClock>,
     memory: MemoryStore,
-    redis: sluice::store::redis::RedisStore,
+    redis: sluice_store::redis::RedisStore,
     keys: Vec<String>,
 }
 
@@ -336,9 +336,9 @@ fn penalty() -> impl Strategy<Value = Policy> {
 }
 
 /// A reservation: holds that lapse within 0.1 to 3 s, capped at a fraction of the limit.
-fn reserve() -> impl Strategy<Value = sluice::modifier::reserve::Policy> {
+fn reserve() -> impl Strategy<Value = sluice_core::modifier::reserve::Policy> {
     (1u64..=4, 100_000u32..=1_000_000, 1u64..=30, 1u32..=3).prop_map(
-        |(amount, ppm, hold, max_holds)| sluice::modifier::reserve::Policy {
+        |(amount, ppm, hold, max_holds)| sluice_core::modifier::reserve::Policy {
             amount,
             max_fraction_ppm: ppm,
             max_hold_us: hold * 100_000,

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use sluice::proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+use sluice_proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
-use sluice::proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use sluice::proto::ratelimit::config::ratelimit::v3::{
+use sluice_proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use sluice_proto::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 use tokio::sync::watch;

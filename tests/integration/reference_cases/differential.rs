@@ -5,7 +5,7 @@
 //! answer. The harness reports a kept difference under the row name given in `shows`.
 
 use prost_types::value::Kind;
-use sluice::service::ServiceOptions;
+use sluice_server::service::ServiceOptions;
 
 use crate::rules::{every_hit, global_quota_mode, run_all, Case, CASE, OK, OVER};
 use crate::support::redis::RedisServer;

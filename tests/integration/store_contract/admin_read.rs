@@ -9,18 +9,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use proptest::prelude::*;
 
 use super::{check_cases, multi_hit_scenario, Fixture, Ran};
-use sluice::engine::Charging;
-use sluice::limit::{Hit, Limit, Role};
-use sluice::modifier::Modifiers;
-use sluice::store::admin::{AdminStore, Reading};
-use sluice::store::Store;
+use sluice_core::engine::Charging;
+use sluice_core::limit::{Hit, Limit, Role};
+use sluice_core::modifier::Modifiers;
+use sluice_store::admin::{AdminStore, Reading};
+use sluice_store::Store;
 
 /// One limit read after a sequence: both stores' readings, what a request of cost 0 on the
 /// memory store is told (its modifiers left out), and the limit.
 struct Read {
     memory: Reading,
     redis: Reading,
-    asked: sluice::limit::Decision,
+    asked: sluice_core::limit::Decision,
     limit: Limit,
 }
 

@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use crate::support::redis::RedisServer;
 use crate::support::stores::{redis_store, START_US};
-use sluice::engine::Charging;
-use sluice::limit::{Algorithm, Counting, Decision, Hit, Limit, Role, Unit};
-use sluice::store::leasing::WithLeasing;
-use sluice::store::{ManualClock, Store};
+use sluice_core::engine::Charging;
+use sluice_core::limit::{Algorithm, Counting, Decision, Hit, Limit, Role, Unit};
+use sluice_store::leasing::WithLeasing;
+use sluice_store::{ManualClock, Store};
 
 /// A leased limit of `limit` (its own algorithm), in chunks of at most `max_chunk`.
 fn leased(mut limit: Limit, max_chunk: u32) -> Limit {
-    limit.modifiers.budget_leasing = Some(sluice::modifier::leasing::Policy {
+    limit.modifiers.budget_leasing = Some(sluice_core::modifier::leasing::Policy {
         max_chunk,
         max_hold_us: 60_000_000,
     });

@@ -186,7 +186,7 @@ impl Sluice {
                     listener.set_nonblocking(true).expect("non-blocking");
                     tokio::net::TcpListener::from_std(listener).expect("a tokio listener")
                 };
-                let listeners = sluice::server::Listeners {
+                let listeners = sluice_server::server::Listeners {
                     grpc: tokio_listener(grpc),
                     http: tokio_listener(http),
                     prometheus: prometheus.map(tokio_listener),
@@ -197,7 +197,7 @@ impl Sluice {
                 };
                 // Reloads from files are a process's subject (SIGHUP); nothing asks here.
                 let reload = Arc::new(tokio::sync::Notify::new());
-                sluice::server::run(settings, listeners, shutdown, reload).await
+                sluice_server::server::run(settings, listeners, shutdown, reload).await
             });
             if let Err(error) = served {
                 let _ = error_tx.send(error.to_string());
@@ -416,7 +416,7 @@ impl Drop for Sluice {
 #[derive(Parser)]
 struct ServeFlags {
     #[command(flatten)]
-    serve: sluice::settings::ServeArgs,
+    serve: sluice_server::settings::ServeArgs,
 }
 
 /// The flags of `sluice serve` that read the environment variables `envs`, as they would

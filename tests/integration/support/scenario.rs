@@ -2,7 +2,7 @@
 //! few seconds, and random sequences of (time step, cost) dense enough to reach them.
 
 use proptest::prelude::*;
-use sluice::limit::{Algorithm, Counting, Limit, Unit};
+use sluice_core::limit::{Algorithm, Counting, Limit, Unit};
 
 /// A limit of `requests` per `multiplier` seconds counted by `algorithm`, with `burst` where
 /// the algorithm takes one.
@@ -13,7 +13,7 @@ pub fn limit(algorithm: Algorithm, requests: u32, multiplier: u32, burst: Option
         unit: Unit::Second,
         unit_multiplier: multiplier,
         debt: false,
-        modifiers: sluice::modifier::Modifiers::default(),
+        modifiers: sluice_core::modifier::Modifiers::default(),
     }
 }
 

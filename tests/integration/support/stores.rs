@@ -9,16 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use sluice::config::{self, LoadOptions};
-use sluice::limit::Unit;
-use sluice::metrics::Metrics;
-use sluice::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
-use sluice::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use sluice::service::{RateLimiter, ServiceOptions};
-use sluice::store::any::AnyStore;
-use sluice::store::memory::MemoryStore;
-use sluice::store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
-use sluice::store::ManualClock;
+use sluice_config::{self as config, LoadOptions};
+use sluice_core::limit::Unit;
+use sluice_proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use sluice_server::metrics::Metrics;
+use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_store::any::AnyStore;
+use sluice_store::memory::MemoryStore;
+use sluice_store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
+use sluice_store::ManualClock;
 
 /// Where the manual clocks start: a time well inside a day, an hour and a minute.
 pub const START_US: u64 = 1_700_000_000_123_456;
@@ -167,7 +167,7 @@ pub fn memory_limiter(
     config: &str,
     domain: &str,
     entries: &[(&str, &str)],
-) -> (Arc<RateLimiter<AnyStore>>, sluice::limit::Hit) {
+) -> (Arc<RateLimiter<AnyStore>>, sluice_core::limit::Hit) {
     let config = config::load_str("case.yaml", config, LoadOptions::default())
         .unwrap_or_else(|e| panic!("the case's config: {e}"));
     let limit = config
@@ -175,17 +175,17 @@ pub fn memory_limiter(
         .and_then(|d| d.resolve(entries.iter().copied()))
         .and_then(|m| m.rule.limits[0].limit)
         .expect("the limit");
-    let key = sluice::store::key::descriptor_key(domain, entries.iter().copied());
+    let key = sluice_store::key::descriptor_key(domain, entries.iter().copied());
     let limiter = Arc::new(RateLimiter::new(
         Arc::new(ArcSwap::from_pointee(config)),
         Arc::new(AnyStore::Memory(MemoryStore::new(
             1000,
-            Arc::new(sluice::store::SystemClock),
+            Arc::new(sluice_store::SystemClock),
         ))),
         ServiceOptions::default(),
         Arc::new(Metrics::new(0.8, 100)),
     ));
-    let hit = sluice::limit::Hit {
+    let hit = sluice_core::limit::Hit {
         key,
         limit,
         cost: 1,
