@@ -59,7 +59,7 @@ fn curl_and_grpcurl_with(store: &[&str]) {
     let flags = AdminFlags::new();
     let mut args = flags.args();
     args.extend_from_slice(store);
-    let sluice = Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[]);
+    let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[]);
     let addr = sluice
         .admin_addr
         .expect("the admin port is logged")
@@ -198,7 +198,7 @@ fn behind_mtls_only_an_allowed_subject_is_let_in() {
         "--admin-allowed-subjects",
         "ops.example,deploy.example",
     ];
-    let sluice = Sluice::process_with(&[("config.yaml", CONFIG)], &args, &[]);
+    let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[]);
     let addr = sluice.admin_addr.expect("the admin port").to_string();
     let url = format!(
         "https://127.0.0.1:{}/v1/overrides?domain=tenants",

@@ -134,7 +134,7 @@ fn rlconfig_lists_the_window_and_names_the_time_zone_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_billing_month_survives_a_restart_with_a_snapshot_and_is_warned_of_without_one() {
-    let unkept = Sluice::process(CONFIG, &[]);
+    let unkept = Sluice::start(CONFIG, &[]);
     assert!(
         unkept.wait_for_log("calendar windows count in memory only"),
         "{}",

@@ -128,7 +128,7 @@ async fn with_healthy_with_at_least_one_config_loaded_health_waits_for_a_domain(
 #[tokio::test]
 async fn force_start_without_initial_config_serves_until_a_config_loads() {
     let broken = [("config.yaml", "domain: d\ndescriptors: [oops\n")];
-    let sluice = Sluice::process_with(
+    let sluice = Sluice::start_with(
         &broken,
         &[],
         &[

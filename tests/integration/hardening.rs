@@ -179,7 +179,7 @@ fn hostile_yaml_is_refused_in_bounded_time() {
 #[tokio::test]
 async fn a_flood_of_new_keys_cannot_reset_an_exhausted_limit() {
     let config = "domain: f\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1000}\n";
-    let sluice = Sluice::process(config, &["--memory-max-keys", "256"]);
+    let sluice = Sluice::start(config, &["--memory-max-keys", "256"]);
     let mut client = sluice.client().await;
     let exhausted: Vec<String> = (0..10).map(|i| format!("drained{i}")).collect();
     for value in &exhausted {

@@ -429,7 +429,7 @@ fn json_and_rlconfig_can_be_turned_off() {
 
 #[test]
 fn use_prometheus_serves_the_metrics_on_their_own_listener() {
-    let sluice = Sluice::process_with(
+    let sluice = Sluice::start_with(
         &[("config.yaml", CONFIG)],
         &[],
         &[

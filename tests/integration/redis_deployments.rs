@@ -92,7 +92,7 @@ async fn a_primary_sentinel_cannot_reach_is_logged_when_lost_not_at_every_retry(
     let mut primary = RedisServer::start(&[]);
     let sentinel = RedisServer::start_sentinel("mymaster", primary.port);
     let redis_url = format!("mymaster,127.0.0.1:{}", sentinel.port);
-    let sluice = Sluice::process_with(
+    let sluice = Sluice::start_with(
         &[("config.yaml", CONFIG)],
         &["--store", "redis", "--redis-command-timeout", "300ms"],
         &[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", &redis_url)],

@@ -3,9 +3,7 @@
 //! call still gets exactly its own decision, a flushed script is healed call by call, and a
 //! lost Redis fails every waiting call fast.
 
-use crate::redis_store::{
-    admitted_by, fails_fast, recovers, sluice_on, sluice_process_on, ALGORITHMS, CONFIG,
-};
+use crate::redis_store::{admitted_by, fails_fast, recovers, sluice_on, ALGORITHMS, CONFIG};
 use crate::support::redis::RedisServer;
 use crate::support::*;
 
@@ -79,7 +77,7 @@ async fn without_the_settings_calls_are_not_pipelined() {
 #[tokio::test]
 async fn a_flushed_script_is_loaded_again_for_a_call_in_a_pipeline() {
     let redis = RedisServer::start(&[]);
-    let sluice = sluice_process_on(&redis, &["--redis-pipeline-window", "1ms"]);
+    let sluice = sluice_on(&redis, &["--redis-pipeline-window", "1ms"]);
     let mut client = sluice.client().await;
     let ask = || request("r", vec![descriptor(&[("envoy", "flushed")])]);
     let mut admitted = 0;
@@ -149,7 +147,7 @@ async fn on_a_cluster_pipelining_is_reported_and_not_applied() {
     let mut flags = crate::support::redis::cluster_flags(&nodes);
     flags.extend(["--redis-pipeline-window".to_string(), "150us".to_string()]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let sluice = Sluice::process(CONFIG, &flags);
+    let sluice = Sluice::start(CONFIG, &flags);
     assert!(
         sluice.wait_for_log("implicit pipelining is not applied on a Cluster"),
         "{}",

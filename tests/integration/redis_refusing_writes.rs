@@ -42,7 +42,7 @@ fn out_of_memory(redis: &RedisServer) {
 
 #[tokio::test]
 async fn denials_are_still_answered_while_redis_is_out_of_memory() {
-    let (redis, sluice) = Sluice::process_on_own_redis(&[("config.yaml", CONFIG)], &[], &[]);
+    let (redis, sluice) = Sluice::on_own_redis(&[("config.yaml", CONFIG)], &[], &[]);
     let mut client = sluice.client().await;
     for key in KEYS {
         for expected in [Code::Ok, Code::Ok, Code::OverLimit] {

@@ -23,11 +23,6 @@ pub(crate) fn sluice_on(redis: &RedisServer, extra: &[&str]) -> Sluice {
     Sluice::on_redis_url(&[("config.yaml", CONFIG)], &redis.url(), extra, &[])
 }
 
-/// As `sluice_on`, as the `sluice` binary: for tests that read what it logs.
-pub(crate) fn sluice_process_on(redis: &RedisServer, extra: &[&str]) -> Sluice {
-    Sluice::process_on_redis_url(&[("config.yaml", CONFIG)], &redis.url(), extra, &[])
-}
-
 /// `clients` clients, each on its own connection to one of `servers`, fire `calls` each at
 /// `key`; returns how many were admitted.
 pub(crate) async fn admitted_by(
@@ -132,7 +127,7 @@ async fn two_sluice_processes_sharing_redis_admit_exactly_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_and_function_flushes_under_load_are_invisible_to_clients() {
     let redis = RedisServer::start(&[]);
-    let sluice = sluice_process_on(&redis, &[]);
+    let sluice = sluice_on(&redis, &[]);
     assert!(sluice.wait_for_log("calls are FCALL"), "{}", sluice.log());
     let port = redis.port;
     let flusher = std::thread::spawn(move || {
@@ -201,7 +196,7 @@ fn failures(sluice: &Sluice, err_type: &str) -> f64 {
 async fn a_redis_without_functions_is_called_with_evalsha() {
     // Redis before 7 has no FUNCTION command; renaming it away makes one.
     let redis = RedisServer::start(&["--rename-command", "FUNCTION", ""]);
-    let sluice = sluice_process_on(&redis, &[]);
+    let sluice = sluice_on(&redis, &[]);
     assert!(sluice.wait_for_log("calls are EVALSHA"), "{}", sluice.log());
     let mut client = sluice.client().await;
     let ask = || request("r", vec![descriptor(&[("envoy", "old")])]);
@@ -237,7 +232,7 @@ pub(crate) async fn recovers(client: &mut Client, ask: &RateLimitRequest) {
 #[tokio::test]
 async fn a_lost_redis_fails_fast_and_recovers_without_a_restart() {
     let mut redis = RedisServer::start(&[]);
-    let sluice = sluice_process_on(&redis, &["--redis-command-timeout", "300ms"]);
+    let sluice = sluice_on(&redis, &["--redis-command-timeout", "300ms"]);
     let mut client = sluice.client().await;
     let ask = || request("r", vec![descriptor(&[("fixed_window", "down")])]);
     assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
@@ -322,7 +317,7 @@ async fn startup_waits_for_redis() {
         std::thread::sleep(Duration::from_millis(800));
         RedisServer::start_on(port, &[])
     });
-    let sluice = Sluice::process_on_redis_url(
+    let sluice = Sluice::on_redis_url(
         &[("config.yaml", CONFIG)],
         &url,
         &["--redis-startup-wait", "15s"],
@@ -451,7 +446,7 @@ async fn redis_auth_applies_to_a_redis_url_without_credentials() {
     let redis = RedisServer::start(&[]);
     redis.cli(&["CONFIG", "SET", "requirepass", "s3cret"]);
     let url = redis.url();
-    let sluice = Sluice::process_with(
+    let sluice = Sluice::start_with(
         &[("config.yaml", CONFIG)],
         &["--store", "redis", "--redis-url", &url],
         &[("REDIS_AUTH", "s3cret")],
@@ -465,7 +460,7 @@ async fn redis_auth_applies_to_a_redis_url_without_credentials() {
 #[tokio::test]
 async fn a_redis_refusing_writes_is_logged_once_as_answering_errors_not_as_unreachable() {
     let redis = RedisServer::start(&[]);
-    let sluice = sluice_process_on(&redis, &[]);
+    let sluice = sluice_on(&redis, &[]);
     let mut client = sluice.client().await;
     call_one(&mut client, "r", &[("envoy", "warm")]).await;
     redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
@@ -510,7 +505,7 @@ async fn a_redis_refusing_writes_is_logged_once_as_answering_errors_not_as_unrea
 async fn a_read_only_replica_is_named_as_one() {
     let primary = RedisServer::start(&[]);
     let replica = RedisServer::start(&[]);
-    let sluice = sluice_process_on(&replica, &[]);
+    let sluice = sluice_on(&replica, &[]);
     let mut client = sluice.client().await;
     call_one(&mut client, "r", &[("envoy", "warm")]).await;
     replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]);

@@ -356,7 +356,7 @@ async fn the_xds_server_is_reached_over_tls_and_a_wrong_ca_is_refused() {
     };
     let start = |envs: Vec<(&'static str, String)>| {
         let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        Sluice::process_with(&[], &[], &envs)
+        Sluice::start_with(&[], &[], &envs)
     };
     let trusted = start(envs(&ca));
     assert!(

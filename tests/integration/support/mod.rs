@@ -1,8 +1,9 @@
 //! Test harness: serves sluice on free ports with a config written to a temporary directory,
 //! and builds requests with Envoy's own protos (`envoy-types`). A server runs in this process
 //! (the server library's `server::run` on listeners the harness binds, on a runtime of its
-//! own) unless the process is what a test is about: signals, the environment, the log, a
-//! reload from files, the exporters; those start the real `sluice` binary (`Sluice::process`).
+//! own, with a log of its own that `Sluice::log` reads) unless the process is what a test is
+//! about: signals, the command line, the environment, exit codes, a reload from files; those
+//! start the real `sluice` binary (`Sluice::process`).
 
 pub mod redis;
 pub mod scenario;
@@ -45,15 +46,45 @@ pub struct Sluice {
 
 /// Where the server runs.
 enum Running {
-    /// `server::run` on a runtime of its own thread: `stop` ends it as SIGTERM would.
+    /// `server::run` on a runtime of its own thread: `stop` ends it as SIGTERM would; what
+    /// its threads log, line by line.
     InProcess {
         stop: Option<tokio::sync::oneshot::Sender<()>>,
+        log: Arc<Mutex<Vec<String>>>,
     },
     /// The binary, with its log lines (stderr) as they come.
     Process {
         child: Child,
         log: Arc<Mutex<Vec<String>>>,
     },
+}
+
+/// A log of its own for a server in this process: its threads' events at `info` and above,
+/// as the binary logs by default, one line each into `lines`.
+fn log_capture(lines: Arc<Mutex<Vec<String>>>) -> tracing::Dispatch {
+    use tracing_subscriber::layer::SubscriberExt;
+    let writer = move || LineWriter(lines.clone());
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(false);
+    let filter = tracing_subscriber::EnvFilter::new("info");
+    tracing::Dispatch::new(tracing_subscriber::registry().with(layer).with(filter))
+}
+
+/// Appends what one event writes as lines of a server's log.
+struct LineWriter(Arc<Mutex<Vec<String>>>);
+
+impl std::io::Write for LineWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(bytes);
+        let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lines.extend(text.lines().map(str::to_string));
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// How a server is started: in this process (`Sluice::start_with`) or as the binary
@@ -103,25 +134,6 @@ impl Sluice {
         envs: &[(&str, &str)],
     ) -> Sluice {
         on_redis_url_by(Sluice::start_with, files, url, args, envs)
-    }
-
-    /// As `on_own_redis`, as the `sluice` binary.
-    pub fn process_on_own_redis(
-        files: &[(&str, &str)],
-        args: &[&str],
-        envs: &[(&str, &str)],
-    ) -> (redis::RedisServer, Sluice) {
-        on_own_redis_by(Sluice::process_with, files, args, envs)
-    }
-
-    /// As `on_redis_url`, as the `sluice` binary.
-    pub fn process_on_redis_url(
-        files: &[(&str, &str)],
-        url: &str,
-        args: &[&str],
-        envs: &[(&str, &str)],
-    ) -> Sluice {
-        on_redis_url_by(Sluice::process_with, files, url, args, envs)
     }
 
     /// Serves `config` (one YAML file) with extra command-line `args`.
@@ -175,10 +187,17 @@ impl Sluice {
         let admin_addr = admin.as_ref().map(|a| a.local_addr().expect("an address"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (error_tx, error_rx) = mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let dispatch = log_capture(log.clone());
         std::thread::spawn(move || {
+            let _logging = tracing::dispatcher::set_default(&dispatch);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
+                .on_thread_start(move || {
+                    // For the thread's whole life: a runtime's threads end with it.
+                    std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+                })
                 .build()
                 .expect("a runtime for the server");
             let served = runtime.block_on(async move {
@@ -205,7 +224,10 @@ impl Sluice {
             runtime.shutdown_timeout(Duration::from_millis(100));
         });
         let sluice = Sluice {
-            running: Running::InProcess { stop: Some(stop) },
+            running: Running::InProcess {
+                stop: Some(stop),
+                log,
+            },
             grpc_addr,
             http_addr,
             admin_addr,
@@ -387,9 +409,8 @@ impl Sluice {
     /// Everything the server logged so far.
     pub fn log(&self) -> String {
         match &self.running {
-            Running::Process { log, .. } => log.lock().unwrap().join("\n"),
-            Running::InProcess { .. } => {
-                panic!("this test reads the log: start it with Sluice::process")
+            Running::Process { log, .. } | Running::InProcess { log, .. } => {
+                log.lock().unwrap().join("\n")
             }
         }
     }
