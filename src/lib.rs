@@ -1,9 +1,10 @@
 //! sluice: a rate limit server for Envoy's RLS v3 API. This package is the binary and the
-//! tools that drive the server's library: `simulate` (synthetic traffic through the service on
+//! tools that drive the server's library: `check` (`check-config`), `simulate` (synthetic traffic through the service on
 //! a virtual clock) and `replay` (a recording decided again under another config). The layers
 //! live in `crates/` and are used under their own names (`sluice_core`, `sluice_proto`,
 //! `sluice_config`, `sluice_store`, `sluice_server`): nothing here gives a crate a second name.
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod replay;
 pub mod simulate;

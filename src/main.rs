@@ -10,13 +10,11 @@ use tokio::sync::Notify;
 
 use clap::{Parser, Subcommand};
 use sluice::simulate::{self, traffic, Simulation, Traffic};
-use sluice_config::{self as config, LoadOptions};
+use sluice_config::LoadOptions;
 use sluice_server::otel;
 use sluice_server::server::{self, Listeners};
 use sluice_server::settings::{LogFormat, ServeArgs};
 
-mod explain;
-use explain::explain;
 
 /// mimalloc instead of glibc's malloc: 9-11% less CPU per decision (BENCHMARKS.md, "What do the build profiles cost?").
 #[global_allocator]
@@ -184,66 +182,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// `sluice check-config`: the report on stdout, the errors and warnings on stderr, exit 1
+/// when the config (or the overrides) is refused.
 fn check_config(paths: &[PathBuf], options: LoadOptions, overrides: Option<&Path>) -> ExitCode {
-    match config::load(paths, options) {
-        Ok(config) => {
-            for warning in config.warnings() {
-                eprintln!("warning: {warning}");
-            }
-            if config.domains().is_empty() {
-                eprintln!("warning: {}", config::NOTHING_LIMITED);
-            }
-            for domain in config.domains() {
-                let files: Vec<String> = domain
-                    .files
-                    .iter()
-                    .map(|f| f.display().to_string())
-                    .collect();
-                println!(
-                    "domain {}: {} limits ({})",
-                    domain.name,
-                    domain.rules().len(),
-                    files.join(", ")
-                );
-                for rule in domain.rules() {
-                    for line in explain(rule) {
-                        println!("  {line}");
-                    }
-                }
-            }
-            match overrides {
-                Some(path) => check_overrides(path, &config, options),
-                None => ExitCode::SUCCESS,
-            }
-        }
-        Err(errors) => {
-            eprintln!("{errors}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Checks a file of overrides against `config`: the count in force (never each one), or
-/// each refused one with its field.
-fn check_overrides(path: &Path, config: &config::Config, options: LoadOptions) -> ExitCode {
-    let docs = match config::overrides::read_file(path) {
-        Ok(docs) => docs,
-        Err(error) => {
-            eprintln!("{error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match config::overrides::index_of(&docs, config, options) {
-        Ok(index) => {
-            println!("overrides: {} in force ({})", index.len(), path.display());
-            ExitCode::SUCCESS
-        }
-        Err(refused) => {
-            for error in refused {
-                eprintln!("{}: {error}", path.display());
-            }
-            ExitCode::FAILURE
-        }
+    let report = sluice::check::check(paths, options, overrides);
+    print!("{}", report.out);
+    eprint!("{}", report.err);
+    if report.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -3,7 +3,6 @@
 //! listed by `/rlconfig` with the time-zone database; on the memory store it survives a restart
 //! with a snapshot (and sluice warns when nothing would keep it), on Redis a Sentinel failover.
 
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_core::calendar::{Calendar, CalendarUnit};
@@ -144,7 +143,7 @@ async fn a_billing_month_survives_a_restart_with_a_snapshot_and_is_warned_of_wit
     let dir = tempfile::tempdir().expect("temporary directory");
     let snapshot = dir.path().join("state.snapshot").display().to_string();
     let args = ["--memory-snapshot", snapshot.as_str()];
-    let mut first = Sluice::process(CONFIG, &args);
+    let mut first = Sluice::start(CONFIG, &args);
     assert!(!first
         .log()
         .contains("calendar windows count in memory only"));
@@ -152,12 +151,8 @@ async fn a_billing_month_survives_a_restart_with_a_snapshot_and_is_warned_of_wit
     for _ in 0..2 {
         assert_eq!(overall(&ask(&mut client, "initech").await), Code::Ok);
     }
-    let stopped = Command::new("kill")
-        .args(["-TERM", &first.pid().to_string()])
-        .status();
-    assert!(stopped.is_ok_and(|s| s.success()));
-    assert_eq!(first.wait_exit(Duration::from_secs(20)), Some(0));
-    let second = Sluice::process(CONFIG, &args);
+    assert_eq!(first.terminate(), Some(0), "drained, its snapshot written");
+    let second = Sluice::start(CONFIG, &args);
     let mut client = second.client().await;
     let third = ask(&mut client, "initech").await;
     assert_eq!(overall(&third), Code::Ok);

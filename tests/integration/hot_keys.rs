@@ -188,12 +188,9 @@ fn check_config_states_the_bound_of_a_leased_limit() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("hot.yaml");
     std::fs::write(&path, CONFIG).expect("write the config");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["check-config", &path.display().to_string()])
-        .output()
-        .expect("run sluice check-config");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{text}");
+    let report = sluice::check::check(&[path], LoadOptions::default(), None);
+    let text = report.out;
+    assert!(report.passed, "{text}{}", report.err);
     assert!(
         text.contains("hot.leased: leased on Redis")
             && text.contains("a window never admits more than 3000")

@@ -223,7 +223,7 @@ async fn limit_of(client: &mut Client, key: &str) -> Option<u32> {
 
 #[tokio::test]
 async fn a_changed_file_reloads_and_a_broken_one_keeps_the_old_limits() {
-    let sluice = Sluice::process(CONFIG, &[]);
+    let sluice = Sluice::start(CONFIG, &[]);
     let path = sluice.config_dir.path().join("config.yaml");
     let mut client = sluice.client().await;
     assert_eq!(limit_of(&mut client, "api").await, Some(5));

@@ -331,13 +331,10 @@ async fn quiet_buckets_and_buckets_the_config_drops_are_abandoned() {
 
 #[tokio::test]
 async fn on_shutdown_every_assignment_expires_at_once() {
-    let sluice = Sluice::process(CONFIG, &["--shutdown-drain-delay", "0s"]);
+    let mut sluice = Sluice::start(CONFIG, &["--shutdown-drain-delay", "0s"]);
     let mut client = QuotaClient::open(&sluice).await;
     tokens(&client.share("search", 5, SECOND).await);
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &sluice.pid().to_string()])
-        .status();
-    assert!(status.is_ok_and(|s| s.success()));
+    sluice.begin_shutdown();
     let expired = client.answer().await;
     let Action::QuotaAssignmentAction(assignment) = action(&expired) else {
         panic!("{expired:?}");

@@ -20,14 +20,17 @@ use crate::{Config, ReloadResult};
 const LOAD_NICE: i32 = 10;
 
 /// Runs `load` on a thread of its own at `LOAD_NICE` and waits for its result without blocking
-/// the runtime.
+/// the runtime. The thread logs where its caller does (a server embedded in another
+/// process, a test's, keeps its own log).
 pub async fn off_the_runtime<T: Send + 'static>(
     load: impl FnOnce() -> T + Send + 'static,
 ) -> std::io::Result<T> {
     let (done, result) = tokio::sync::oneshot::channel();
+    let log = tracing::dispatcher::get_default(tracing::Dispatch::clone);
     std::thread::Builder::new()
         .name("sluice-config".to_string())
         .spawn(move || {
+            let _log = tracing::dispatcher::set_default(&log);
             lower_priority();
             let _ = done.send(load());
         })?;

@@ -12,7 +12,7 @@ mod integration;
 mod limiter;
 mod service;
 
-use std::process::Command;
+use sluice_config::LoadOptions;
 
 use crate::support::redis::RedisServer;
 use crate::support::*;
@@ -31,11 +31,6 @@ pub fn on_both_stores(
     envs: &[(&str, &str)],
 ) -> Vec<OnStore> {
     on_both_stores_by(Sluice::start_with, files, args, envs)
-}
-
-/// As `on_both_stores`, each a `sluice` process: for cases that reload files or read the log.
-pub fn on_both_stores_as_processes(files: &[(&str, &str)], args: &[&str]) -> Vec<OnStore> {
-    on_both_stores_by(Sluice::process_with, files, args, &[])
 }
 
 fn on_both_stores_by(
@@ -69,25 +64,27 @@ pub fn on_redis(files: &[(&str, &str)], envs: &[(&str, &str)]) -> (RedisServer, 
     Sluice::on_own_redis(files, &[], envs)
 }
 
-/// What `sluice check-config` says of `files`: whether they load, and its output.
+/// What `sluice check-config` says of `files` with its flags `args` (`--merge-domain-config`,
+/// `--debt`): whether they load, and its output, from the library's `check` that the command
+/// prints (the command line itself is `tests/process`'s).
 pub fn check_config(files: &[(&str, &str)], args: &[&str]) -> (bool, String) {
     let dir = tempfile::tempdir().expect("temporary directory");
     for (name, text) in files {
         std::fs::write(dir.path().join(name), text).expect("write config");
     }
-    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("check-config")
-        .arg(dir.path())
-        .args(args)
-        .env_remove("MERGE_DOMAIN_CONFIG")
-        .output()
-        .expect("run sluice check-config");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
+    for arg in args {
+        assert!(
+            ["--merge-domain-config", "--debt"].contains(arg),
+            "check_config takes no {arg}"
+        );
+    }
+    let options = LoadOptions {
+        merge_domain_config: args.contains(&"--merge-domain-config"),
+        debt: args.contains(&"--debt"),
+        ..LoadOptions::default()
+    };
+    let report = sluice::check::check(&[dir.path().to_path_buf()], options, None);
+    (report.passed, format!("{}{}", report.out, report.err))
 }
 
 /// Asserts that `files` are refused with `reason`, naming the file and its line.

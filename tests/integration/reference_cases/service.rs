@@ -39,7 +39,7 @@ async fn early_in_a_minute() {
 
 #[tokio::test]
 async fn test_service() {
-    for on in on_both_stores_as_processes(&[("config.yaml", CONFIG)], &[]) {
+    for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
         let s = &on.sluice;
         // The case spans one minute window of `one`: it starts early in one.
         early_in_a_minute().await;
@@ -164,21 +164,17 @@ async fn test_initial_load_error() {
 #[tokio::test]
 async fn test_service_health_status() {
     use tonic_health::pb::health_check_response::ServingStatus;
-    let sluice = Sluice::process(CONFIG, &[]);
+    let sluice = Sluice::start(CONFIG, &[]);
     assert_eq!(sluice.grpc_health().await, ServingStatus::Serving as i32);
     assert_eq!(sluice.http_get("/healthcheck").0, 200);
-    // Draining on SIGTERM (with a delay to observe it) reports NOT_SERVING.
-    let draining = Sluice::process_with(
+    // Draining, as on SIGTERM (with a delay to observe it), reports NOT_SERVING.
+    let mut draining = Sluice::start_with(
         &[("config.yaml", CONFIG)],
         &["--shutdown-drain-delay", "2s"],
         &[],
     );
     let channel = draining.channel().await;
-    let pid = draining.pid().to_string();
-    Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
+    draining.begin_shutdown();
     // Within the drain delay: polled on the connection opened before the signal.
     let mut status = grpc_health_on(channel.clone()).await;
     for _ in 0..30 {

@@ -51,6 +51,8 @@ enum Running {
     InProcess {
         stop: Option<tokio::sync::oneshot::Sender<()>>,
         log: Arc<Mutex<Vec<String>>>,
+        /// The server's thread: `server::run` answered Ok (it drained and stopped) or not.
+        thread: Option<std::thread::JoinHandle<bool>>,
     },
     /// The binary, with its log lines (stderr) as they come.
     Process {
@@ -189,7 +191,7 @@ impl Sluice {
         let (error_tx, error_rx) = mpsc::channel();
         let log = Arc::new(Mutex::new(Vec::new()));
         let dispatch = log_capture(log.clone());
-        std::thread::spawn(move || {
+        let thread = std::thread::spawn(move || {
             let _logging = tracing::dispatcher::set_default(&dispatch);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -218,15 +220,18 @@ impl Sluice {
                 let reload = Arc::new(tokio::sync::Notify::new());
                 sluice_server::server::run(settings, listeners, shutdown, reload).await
             });
+            let stopped_well = served.is_ok();
             if let Err(error) = served {
                 let _ = error_tx.send(error.to_string());
             }
             runtime.shutdown_timeout(Duration::from_millis(100));
+            stopped_well
         });
         let sluice = Sluice {
             running: Running::InProcess {
                 stop: Some(stop),
                 log,
+                thread: Some(thread),
             },
             grpc_addr,
             http_addr,
@@ -360,14 +365,33 @@ impl Sluice {
         }
     }
 
-    /// Sends SIGTERM to the process and waits (up to 20 s) for it to drain and exit; its
-    /// exit code.
+    /// Starts the server's shutdown, as SIGTERM does (health NOT_SERVING, the drain), without
+    /// waiting for it: for a server in this process, its shutdown future completes.
+    pub fn begin_shutdown(&mut self) {
+        match &mut self.running {
+            Running::InProcess { stop, .. } => {
+                if let Some(stop) = stop.take() {
+                    let _ = stop.send(());
+                }
+            }
+            Running::Process { child, .. } => {
+                let pid = child.id().to_string();
+                let sent = std::process::Command::new("kill")
+                    .args(["-TERM", &pid])
+                    .status();
+                assert!(sent.is_ok_and(|s| s.success()), "SIGTERM to {pid}");
+            }
+        }
+    }
+
+    /// Shuts the server down as SIGTERM does and waits for it to drain and stop (a process:
+    /// up to 20 s); its exit code (in this process: 0 when `server::run` answered Ok).
     pub fn terminate(&mut self) -> Option<i32> {
-        let pid = self.pid().to_string();
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status();
-        assert!(sent.is_ok_and(|s| s.success()), "SIGTERM to {pid}");
+        self.begin_shutdown();
+        if let Running::InProcess { thread, .. } = &mut self.running {
+            let stopped_well = thread.take()?.join().unwrap_or(false);
+            return Some(if stopped_well { 0 } else { 1 });
+        }
         self.wait_exit(Duration::from_secs(20))
     }
 
