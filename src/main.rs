@@ -15,7 +15,6 @@ use sluice_server::otel;
 use sluice_server::server::{self, Listeners};
 use sluice_server::settings::{LogFormat, ServeArgs};
 
-
 /// mimalloc instead of glibc's malloc: 9-11% less CPU per decision (BENCHMARKS.md, "What do the build profiles cost?").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

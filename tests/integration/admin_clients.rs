@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::admin::{AdminFlags, TOKEN};
+use crate::support::admin::{AdminFlags, TOKEN};
 use crate::support::redis::RedisServer;
 use crate::support::{certificate, Sluice};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::admin::{
+use crate::support::admin::{
     admin, admin_call, admitted, block_on, each_store, entry_list, put_override, state_of,
     AdminFlags, CONFIG, TOKEN,
 };

@@ -129,34 +129,3 @@ async fn mtls_admits_only_clients_with_the_right_certificate_and_rotates_without
     // The connection made before keeps being answered.
     assert!(answered(gateway).await);
 }
-
-/// Runs `sluice serve` on any free ports with `envs` until it exits, as a user would.
-fn serve_until_exit(envs: &[(&str, &str)]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ])
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap()
-}
-
-#[test]
-fn tls_asked_for_without_its_files_stops_sluice() {
-    let output = serve_until_exit(&[("GRPC_SERVER_USE_TLS", "true")]);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("GRPC_SERVER_TLS_CERT"), "{stderr}");
-    let missing = serve_until_exit(&[
-        ("GRPC_SERVER_USE_TLS", "true"),
-        ("GRPC_SERVER_TLS_CERT", "/nonexistent/cert.pem"),
-        ("GRPC_SERVER_TLS_KEY", "/nonexistent/key.pem"),
-    ]);
-    assert!(!missing.status.success());
-    let stderr = String::from_utf8_lossy(&missing.stderr);
-    assert!(stderr.contains("/nonexistent/cert.pem"), "{stderr}");
-}

@@ -1,7 +1,9 @@
 #![recursion_limit = "256"]
-//! The integration tests, in one crate: the real `sluice` binary and real `redis-server`
-//! processes on free ports, called through Envoy's own protos (`envoy-types`), and the
-//! library's server run in-process. `support` starts them; each module tests one part.
+//! The integration tests, in one crate: the library's server run in this process on
+//! listeners the harness binds, and real `redis-server` processes on free ports, called
+//! through Envoy's own protos (`envoy-types`). `support` starts them; each module tests one
+//! part. What needs the `sluice` binary as a process (signals, the command line, the
+//! environment, exit codes, the image) is `tests/process`.
 
 mod support;
 
@@ -14,10 +16,8 @@ mod budget_race;
 mod budgets;
 mod calendar_windows;
 mod circuit_breaker;
-mod cli;
 mod concurrency;
 mod config_compat;
-mod deploy;
 mod docs_links;
 mod grpc_service;
 mod grpc_standard_services;
@@ -26,12 +26,8 @@ mod hardening;
 mod hot_keys;
 mod in_process;
 mod leases;
-mod load_tools;
-mod memory_snapshot;
 mod operations;
-mod otel_traces;
 mod penalties;
-mod record_replay;
 mod redis_deployments;
 mod redis_faults;
 mod redis_pipelining;
@@ -41,7 +37,5 @@ mod reference_cases;
 mod response_extras;
 mod rlqs;
 mod rules;
-mod simulate;
-mod statsd;
 mod store_contract;
 mod xds;

@@ -2,19 +2,10 @@
 //! through the real binary.
 
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use crate::support::*;
 
 const CONFIG: &str = include_str!("../fixtures/cases/operations/config.yaml");
-
-fn signal(sluice: &Sluice, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &sluice.pid().to_string()])
-        .status();
-    assert!(status.is_ok_and(|s| s.success()), "kill -{name}");
-}
 
 #[tokio::test]
 async fn metrics_count_every_hit_per_limit() {
@@ -193,47 +184,19 @@ fn rlconfig_lists_every_limit_sorted() {
     );
 }
 
-/// Polls `check` every 50 ms for up to 10 s.
-/// Polls `check` every 50 ms for up to 10 s; the server's log tells why when it fails.
-async fn eventually(sluice: &Sluice, what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "not within 10 s: {what}; the server's log:\n{}",
-        sluice.log()
-    );
-}
-
-async fn limit_of(client: &mut Client, key: &str) -> Option<u32> {
-    let response = call(
-        client,
-        request("m", vec![descriptor_with_hits(&[(key, "probe")], 0)]),
-    )
-    .await;
-    response.statuses[0]
-        .current_limit
-        .as_ref()
-        .map(|l| l.requests_per_unit)
-}
-
 #[tokio::test]
 async fn a_changed_file_reloads_and_a_broken_one_keeps_the_old_limits() {
     let sluice = Sluice::start(CONFIG, &[]);
     let path = sluice.config_dir.path().join("config.yaml");
     let mut client = sluice.client().await;
-    assert_eq!(limit_of(&mut client, "api").await, Some(5));
+    assert_eq!(limit_of(&mut client, "m", "api").await, Some(5));
     std::fs::write(
         &path,
         CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 7"),
     )
     .unwrap();
     eventually(&sluice, "the new limit", async || {
-        limit_of(&mut client, "api").await == Some(7)
+        limit_of(&mut client, "m", "api").await == Some(7)
     })
     .await;
     std::fs::write(
@@ -251,7 +214,7 @@ async fn a_changed_file_reloads_and_a_broken_one_keeps_the_old_limits() {
         sluice.log()
     );
     assert_eq!(
-        limit_of(&mut client, "api").await,
+        limit_of(&mut client, "m", "api").await,
         Some(7),
         "the previous config keeps serving"
     );
@@ -289,125 +252,19 @@ async fn a_configmap_symlink_swap_reloads() {
     let mount_path = mount.path().display().to_string();
     let sluice = Sluice::start_with(&[], &["--config", &mount_path], &[]);
     let mut client = sluice.client().await;
-    assert_eq!(limit_of(&mut client, "api").await, Some(5));
+    assert_eq!(limit_of(&mut client, "m", "api").await, Some(5));
     // The update: a new timestamped directory, a new link beside ..data, renamed over it.
     write_version("..2026_11_29_00_01_00.2", 9);
     std::os::unix::fs::symlink("..2026_11_29_00_01_00.2", mount.path().join("..data_tmp")).unwrap();
     std::fs::rename(mount.path().join("..data_tmp"), mount.path().join("..data")).unwrap();
     std::fs::remove_dir_all(mount.path().join("..2026_11_29_00_00_00.1")).unwrap();
     eventually(&sluice, "the swapped limit", async || {
-        limit_of(&mut client, "api").await == Some(9)
+        limit_of(&mut client, "m", "api").await == Some(9)
     })
     .await;
     assert!(!Path::new(&mount_path)
         .join("..2026_11_29_00_00_00.1")
         .exists());
-}
-
-#[cfg(unix)]
-#[tokio::test]
-async fn sighup_reloads() {
-    let sluice = Sluice::process(CONFIG, &["--watch-config", "false"]);
-    let mut client = sluice.client().await;
-    // With the watcher off, only SIGHUP can make this change take effect.
-    std::fs::write(
-        sluice.config_dir.path().join("config.yaml"),
-        CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 11"),
-    )
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(limit_of(&mut client, "api").await, Some(5), "not watched");
-    signal(&sluice, "HUP");
-    eventually(&sluice, "the SIGHUP reload", async || {
-        limit_of(&mut client, "api").await == Some(11)
-    })
-    .await;
-    assert!(sluice.wait_for_log("config reloaded"));
-}
-
-#[cfg(unix)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_drains_without_failing_a_call_and_exits_zero() {
-    let mut sluice = Sluice::process(
-        CONFIG,
-        &["--shutdown-drain-delay", "1s", "--shutdown-grace", "5s"],
-    );
-    let (status, body) = sluice.http_get("/healthcheck");
-    assert_eq!((status, body.as_str()), (200, "OK"));
-    let mut client = sluice.client().await;
-    let caller = tokio::spawn(async move {
-        let mut failures = Vec::new();
-        let mut calls = 0;
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_millis(700) {
-            match client
-                .should_rate_limit(request("m", vec![descriptor(&[("user", "drain")])]))
-                .await
-            {
-                Ok(_) => calls += 1,
-                Err(status) => failures.push(status.to_string()),
-            }
-        }
-        (calls, failures)
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    signal(&sluice, "TERM");
-    let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
-    assert!(sluice.wait_health((not_serving, 500)).await, "draining");
-    let (calls, failures) = caller.await.expect("caller");
-    assert!(calls > 0);
-    assert!(
-        failures.is_empty(),
-        "calls failed during the drain: {failures:?}"
-    );
-    assert_eq!(
-        sluice.wait_exit(Duration::from_secs(10)),
-        Some(0),
-        "{}",
-        sluice.log()
-    );
-}
-
-#[test]
-fn reference_variables_sluice_ignores_are_reported_at_startup() {
-    let envs = [
-        ("DEBUG_PORT", "6070"),
-        ("MEMCACHE_HOST_PORT", "memcached:11211"),
-    ];
-    let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
-    assert!(
-        sluice.wait_for_log("MEMCACHE_HOST_PORT is set but ignored"),
-        "{}",
-        sluice.log()
-    );
-    let log = sluice.log();
-    assert!(log.contains("DEBUG_PORT is set but ignored"), "{log}");
-    assert!(
-        log.contains("MEMCACHE_HOST_PORT is set but ignored"),
-        "{log}"
-    );
-    assert_eq!(log.matches("DEBUG_PORT is set").count(), 1, "once");
-}
-
-#[test]
-fn signals_sent_as_soon_as_the_ports_are_announced_are_handled_not_fatal() {
-    // SIGHUP's and SIGTERM's default actions kill the process: sluice must hold them from
-    // before it announces its ports.
-    for name in ["HUP", "TERM"] {
-        let mut sluice = Sluice::process(CONFIG, &[]);
-        signal(&sluice, name);
-        if name == "HUP" {
-            std::thread::sleep(Duration::from_millis(300));
-            assert_eq!(sluice.http_get("/healthcheck").0, 200, "alive after SIGHUP");
-            signal(&sluice, "TERM");
-        }
-        assert_eq!(
-            sluice.wait_exit(Duration::from_secs(10)),
-            Some(0),
-            "SIG{name}: {}",
-            sluice.log()
-        );
-    }
 }
 
 #[test]

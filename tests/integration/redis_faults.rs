@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::admin::{self, admin, put_body, put_override, state_of, AdminFlags};
+use crate::support::admin::{self, admin, put_body, put_override, state_of, AdminFlags};
 use crate::support::redis::{cluster_flags, start_cluster, start_cluster_of, RedisServer};
 use crate::support::*;
 

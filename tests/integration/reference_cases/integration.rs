@@ -117,22 +117,22 @@ async fn test_basic_auth_config() {
         &[("REDIS_URL", &address), ("REDIS_AUTH", "password123")],
     );
     basic_base_config(&sluice, "redis with auth", true).await;
-    // A wrong password stops sluice at startup.
-    let mut wrong = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
+    // A wrong password stops sluice at startup, saying why.
+    let url = format!("redis://:nope@{address}");
+    let wrong = Sluice::try_start_with(
+        &FILES,
+        &[
             "--store",
             "redis",
             "--redis-url",
-            &format!("redis://:nope@{address}"),
+            &url,
             "--redis-startup-wait",
             "1s",
-        ])
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start sluice");
-    let status = wrong.wait().expect("sluice exits");
-    assert!(!status.success());
+        ],
+        &[],
+    );
+    let error = wrong.err().expect("a wrong password stops the start");
+    assert!(!error.contains("nope"), "no secret in the error: {error}");
 }
 
 #[tokio::test]

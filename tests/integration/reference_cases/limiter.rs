@@ -131,22 +131,3 @@ async fn test_redis() {
         }
     }
 }
-
-#[tokio::test]
-async fn test_redis_with_jitter() {
-    // The reference adds up to EXPIRATION_JITTER_MAX_SECONDS to each key's expiry; sluice's
-    // keys expire when their window ends, reports the variable as ignored, and still counts.
-    let (redis, sluice) = on_redis(
-        &[("c.yaml", CONFIG)],
-        &[("EXPIRATION_JITTER_MAX_SECONDS", "300")],
-    );
-    assert!(
-        sluice.wait_for_log("EXPIRATION_JITTER_MAX_SECONDS"),
-        "{}",
-        sluice.log()
-    );
-    hit(&sluice, &[(&[("key", "value")], 1)]).await;
-    let key = redis.cli(&["--scan"]);
-    let ttl: i64 = redis.cli(&["TTL", key.trim()]).trim().parse().unwrap();
-    assert!((1..=60).contains(&ttl), "{ttl}");
-}

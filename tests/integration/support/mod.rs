@@ -5,6 +5,7 @@
 //! about: signals, the command line, the environment, exit codes, a reload from files; those
 //! start the real `sluice` binary (`Sluice::process`).
 
+pub mod admin;
 pub mod redis;
 pub mod scenario;
 pub mod stores;
@@ -16,7 +17,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
@@ -143,9 +144,9 @@ impl Sluice {
         Sluice::start_with(&[("config.yaml", config)], args, &[])
     }
 
-    /// Serves the given files with extra `args` and environment variables `envs`: in this
-    /// process, each variable given as the flag that reads it; as the binary when one is read
-    /// by no flag (those the server only warns about or refuses are a process's subject).
+    /// Serves the given files with extra `args` and environment variables `envs` in this
+    /// process, each variable given as the flag that reads it (one that no flag reads, which
+    /// the server only warns about or refuses, is a process's subject: `process_with`).
     pub fn start_with(files: &[(&str, &str)], args: &[&str], envs: &[(&str, &str)]) -> Sluice {
         match flags_of(envs) {
             Some(flags) => {
@@ -153,12 +154,30 @@ impl Sluice {
                 all.extend(flags.iter().map(String::as_str));
                 Sluice::in_process(config_dir_with(files), &all)
             }
-            None => Sluice::process_with(files, args, envs),
+            None => panic!(
+                "no flag reads one of {envs:?}: a variable only the environment gives is a \
+                 process's subject (Sluice::process_with, in tests/process)"
+            ),
         }
     }
 
+    /// As `start_with`, in this process, for a start that may be refused: the server, or why
+    /// `server::run` stopped before it served (every variable in `envs` must have a flag).
+    pub fn try_start_with(
+        files: &[(&str, &str)],
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Result<Sluice, String> {
+        let flags = flags_of(envs).expect("a flag for every variable of a start in this process");
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(flags.iter().map(String::as_str));
+        Sluice::try_in_process(config_dir_with(files), &all)
+    }
+
     /// The `sluice serve` binary serving `config` (one YAML file) with extra `args`: for what
-    /// only a process has (signals, exit codes, the log, reloads from files, exporters).
+    /// only a process has (signals, exit codes, the command line, the environment); the
+    /// process tests' (`tests/process`).
+    #[allow(dead_code)]
     pub fn process(config: &str, args: &[&str]) -> Sluice {
         Sluice::process_with(&[("config.yaml", config)], args, &[])
     }
@@ -166,6 +185,12 @@ impl Sluice {
     /// The server library's `server::run` in this process, on listeners bound here, with the
     /// flags of `sluice serve` (`args`, after `--config DIR`).
     fn in_process(config_dir: tempfile::TempDir, args: &[&str]) -> Sluice {
+        Sluice::try_in_process(config_dir, args)
+            .unwrap_or_else(|error| panic!("sluice did not start: {error}"))
+    }
+
+    /// `in_process`, or why the server stopped before it served.
+    fn try_in_process(config_dir: tempfile::TempDir, args: &[&str]) -> Result<Sluice, String> {
         let config = config_dir.path().display().to_string();
         let mut flags = vec!["sluice", "--config", &config];
         flags.extend_from_slice(args);
@@ -238,24 +263,24 @@ impl Sluice {
             admin_addr,
             config_dir,
         };
-        sluice.wait_serving(&error_rx);
-        sluice
+        sluice.wait_serving(&error_rx)?;
+        Ok(sluice)
     }
 
     /// Waits until the in-process server answers on its HTTP port (it serves gRPC from the
-    /// same moment); panics with its error when it stopped instead.
-    fn wait_serving(&self, error: &mpsc::Receiver<String>) {
+    /// same moment); its error when it stopped instead.
+    fn wait_serving(&self, error: &mpsc::Receiver<String>) -> Result<(), String> {
         let started = std::time::Instant::now();
         while started.elapsed() < Duration::from_secs(20) {
             if let Ok(error) = error.try_recv() {
-                panic!("sluice did not start: {error}");
+                return Err(error);
             }
             if answers_http(self.http_addr) {
-                return;
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("sluice did not start serving within 20 s");
+        Err("sluice did not start serving within 20 s".into())
     }
 
     /// The `sluice serve` binary serving the given files with extra `args` and environment
@@ -356,6 +381,7 @@ impl Sluice {
     }
 
     /// The process id, for signals.
+    #[allow(dead_code)]
     pub fn pid(&self) -> u32 {
         match &self.running {
             Running::Process { child, .. } => child.id(),
@@ -744,4 +770,42 @@ pub fn certificate(dir: &std::path::Path, ca: &str, leaf: &str, san: &str, usage
     .expect("write the extensions");
     run_in(dir, &format!("openssl req -newkey rsa:2048 -nodes -keyout {leaf}.key -out {leaf}.csr -subj /CN={leaf} 2>/dev/null"));
     run_in(dir, &format!("openssl x509 -req -in {leaf}.csr -CA {ca}.crt -CAkey {ca}.key -CAcreateserial -out {leaf}.crt -days 1 -extfile {leaf}.cnf 2>/dev/null"));
+}
+
+/// Polls `check` every 50 ms for up to 10 s; the server's log tells why when it fails.
+pub async fn eventually(sluice: &Sluice, what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "not within 10 s: {what}; the server's log:\n{}",
+        sluice.log()
+    );
+}
+
+/// The limit a probe of cost 0 on `key=probe` finds in domain `domain`, when one applies.
+pub async fn limit_of(client: &mut Client, domain: &str, key: &str) -> Option<u32> {
+    let response = call(
+        client,
+        request(domain, vec![descriptor_with_hits(&[(key, "probe")], 0)]),
+    )
+    .await;
+    response.statuses[0]
+        .current_limit
+        .as_ref()
+        .map(|l| l.requests_per_unit)
+}
+
+/// Opens up to `count` TCP connections to `addr` that send nothing (each given 200 ms, so a
+/// full backlog does not hold the test).
+pub fn idle_connections(addr: std::net::SocketAddr, count: usize) -> Vec<std::net::TcpStream> {
+    (0..count)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+        })
+        .collect()
 }

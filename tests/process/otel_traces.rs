@@ -144,7 +144,7 @@ fn traced_sluice(protocol: &str, endpoint: &str, args: &[&str], more: &[(&str, &
         ("OTEL_BSP_SCHEDULE_DELAY", "50"),
     ];
     envs.extend_from_slice(more);
-    Sluice::start_with(&[("config.yaml", CONFIG)], args, &envs)
+    Sluice::process_with(&[("config.yaml", CONFIG)], args, &envs)
 }
 
 /// A request for `user` carrying the request headers `headers`.
@@ -450,41 +450,6 @@ async fn a_stopped_collector_loses_the_spans_counted_and_nothing_else() {
 }
 
 #[tokio::test]
-async fn tracing_settings_that_cannot_be_honoured_stop_sluice() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.yaml"), CONFIG).unwrap();
-    let run = |envs: &[(&str, &str)]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--config"])
-            .arg(dir.path())
-            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .env("TRACING_ENABLED", "true")
-            .envs(envs.iter().copied())
-            .output()
-            .unwrap()
-    };
-    let https_over_http = run(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")]);
-    assert_eq!(https_over_http.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&https_over_http.stderr);
-    assert!(
-        stderr.contains("TRACING_EXPORTER_PROTOCOL=grpc"),
-        "{stderr}"
-    );
-    let unknown = run(&[("TRACING_EXPORTER_PROTOCOL", "thrift")]);
-    assert_eq!(unknown.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&unknown.stderr);
-    assert!(stderr.contains("TRACING_EXPORTER_PROTOCOL"), "{stderr}");
-    let missing_ca = run(&[
-        ("TRACING_EXPORTER_PROTOCOL", "grpc"),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4317"),
-        ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"),
-    ]);
-    assert_eq!(missing_ca.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&missing_ca.stderr);
-    assert!(stderr.contains("/nonexistent/ca.pem"), "{stderr}");
-}
-
-#[tokio::test]
 async fn with_the_default_schedule_the_first_export_comes_one_delay_after_start_not_two() {
     let (endpoint, received) = grpc_collector().await;
     let started = Instant::now();
@@ -493,7 +458,7 @@ async fn with_the_default_schedule_the_first_export_comes_one_delay_after_start_
         ("TRACING_EXPORTER_PROTOCOL", "grpc"),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
     ];
-    let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &envs);
+    let sluice = Sluice::process_with(&[("config.yaml", CONFIG)], &[], &envs);
     let mut client = sluice.client().await;
     // A call 2 s after start, as an operator's first traffic: with OTEL_BSP_SCHEDULE_DELAY at
     // its default of 5 s its span leaves 5 s after start (the SDK alone sent it at 10 s).

@@ -53,7 +53,7 @@ fn expected(suffix: &str) -> Vec<(String, u64)> {
 async fn statsd_receives_the_references_stats_over_tcp() {
     let sink = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = sink.local_addr().unwrap().port().to_string();
-    let sluice = Sluice::start_with(
+    let sluice = Sluice::process_with(
         &[("config.yaml", CONFIG)],
         &[],
         &[
@@ -103,7 +103,7 @@ async fn dogstatsd_lines(envs: &[(&str, &str)]) -> Vec<String> {
         ("EXTRA_TAGS", "cluster:eu"),
     ];
     all.extend_from_slice(envs);
-    let sluice = Sluice::start_with(&[("config.yaml", CONFIG)], &[], &all);
+    let sluice = Sluice::process_with(&[("config.yaml", CONFIG)], &[], &all);
     three_calls(&sluice).await;
     let mut lines = Vec::new();
     let started = Instant::now();
@@ -175,25 +175,5 @@ async fn dogstatsd_mogrifiers_turn_names_into_names_and_tags() {
         totals.get("ratelimit.service.rate_limit.total_hits"),
         Some(&3),
         "{totals:?}"
-    );
-}
-
-#[test]
-fn a_mogrifier_without_its_pattern_stops_sluice() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.yaml"), CONFIG).unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--config"])
-        .arg(dir.path())
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .env("USE_DOG_STATSD", "true")
-        .env("USE_DOG_STATSD_MOGRIFIERS", "DOMAIN")
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("DOG_STATSD_MOGRIFIER_DOMAIN_PATTERN"),
-        "{stderr}"
     );
 }

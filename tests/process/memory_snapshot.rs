@@ -1,13 +1,18 @@
 //! The memory store across a restart (`--memory-snapshot`), through the binary: an exhausted
 //! limit stays exhausted after a drain and a restart, and after a crash when snapshots are
 //! periodic; a limit that changed meanwhile starts afresh while the others keep their state; a
-//! foreign or corrupt file starts an empty store with one warning; a path where nothing can be
-//! written stops the server at start.
+//! foreign or corrupt file starts an empty store with one warning; an override put through the
+//! admin API outlives a kill -9 the moment it is answered (its journal).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::support::admin::{
+    admin, entry_list, put_override, state_of, AdminFlags, CONFIG as ADMIN_CONFIG,
+};
+use crate::support::redis::RedisServer;
 use crate::support::*;
+use serde_json::{json, Value};
 
 const CONFIG: &str = r#"
 domain: snap
@@ -146,25 +151,6 @@ async fn a_foreign_or_corrupt_snapshot_starts_an_empty_store_with_one_warning() 
     assert_eq!(code_of(&sluice, "user", "alice").await, Code::Ok);
 }
 
-#[test]
-fn a_snapshot_path_that_cannot_be_written_stops_the_server() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    std::fs::write(dir.path().join("config.yaml"), CONFIG).expect("write");
-    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--config"])
-        .arg(dir.path())
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .args(["--memory-snapshot", "/nonexistent/state.snapshot"])
-        .output()
-        .expect("run sluice");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("cannot write /nonexistent/state.snapshot.tmp"),
-        "{stderr}"
-    );
-}
-
 /// A budget's call: `budget=alice` at `hits`, settling `token` when given; the answer.
 async fn budget_call(sluice: &Sluice, hits: u64, token: Option<&str>) -> RateLimitResponse {
     let mut entries = vec![("budget", "alice")];
@@ -211,5 +197,92 @@ async fn a_budget_keeps_its_holds_and_settled_tokens_across_a_restart() {
     assert_eq!(
         last.statuses[0].limit_remaining, 700,
         "its hold freed, 100 charged"
+    );
+}
+
+/// The limit `entries` have on `sluice`, as the admin API reads it (`null`: unlimited).
+fn requests_per_unit(sluice: &Sluice, entries: &[(&str, &str)]) -> Value {
+    state_of(sluice, entries)["limits"][0]["requests_per_unit"].clone()
+}
+
+#[test]
+fn a_put_answered_survives_a_kill_9_at_once_on_the_memory_store_and_redis() {
+    let flags = AdminFlags::new();
+    let dir = tempfile::tempdir().expect("a directory");
+    let snapshot = dir.path().join("snapshot").display().to_string();
+    let mut args = flags.args();
+    args.extend(["--memory-snapshot", &snapshot]);
+    let start = || Sluice::process_with(&[("config.yaml", ADMIN_CONFIG)], &args, &[]);
+    // Each change is killed (SIGKILL) the moment it is answered, before any snapshot.
+    let mut sluice = start();
+    for round in 1..=5_u32 {
+        put_override(
+            &sluice,
+            &[("api_key", "kept")],
+            None,
+            json!({"unit": "minute", "requests_per_unit": 10 + round}),
+        );
+        drop(sluice);
+        sluice = start();
+        assert_eq!(
+            requests_per_unit(&sluice, &[("api_key", "kept")]),
+            json!(10 + round),
+            "round {round}: the answered put outlived the kill"
+        );
+    }
+    // A delete likewise; then a drain writes the snapshot, which empties the journal, and a
+    // put after it is kept beside what the snapshot holds.
+    put_override(
+        &sluice,
+        &[("api_key", "other")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 9}),
+    );
+    let target = json!({"domain": "tenants", "descriptor": entry_list(&[("api_key", "kept")])});
+    assert_eq!(admin(&sluice, "DELETE", "/v1/overrides", target).0, 200);
+    drop(sluice);
+    let mut sluice = start();
+    assert_eq!(requests_per_unit(&sluice, &[("api_key", "kept")]), json!(2));
+    assert_eq!(
+        requests_per_unit(&sluice, &[("api_key", "other")]),
+        json!(9)
+    );
+    sluice.terminate();
+    let journal = format!("{snapshot}.journal");
+    assert_eq!(
+        std::fs::metadata(&journal).map(|m| m.len()).ok(),
+        Some(0),
+        "the snapshot holds every change: the journal is emptied"
+    );
+    let sluice = start();
+    put_override(
+        &sluice,
+        &[("api_key", "late")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 8}),
+    );
+    drop(sluice);
+    let sluice = start();
+    assert_eq!(
+        requests_per_unit(&sluice, &[("api_key", "other")]),
+        json!(9)
+    );
+    assert_eq!(requests_per_unit(&sluice, &[("api_key", "late")]), json!(8));
+    drop(sluice);
+
+    let redis = RedisServer::start(&[]);
+    let files = [("config.yaml", ADMIN_CONFIG)];
+    let before = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    put_override(
+        &before,
+        &[("api_key", "kept")],
+        None,
+        json!({"unit": "minute", "requests_per_unit": 7}),
+    );
+    drop(before);
+    let after = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    assert_eq!(
+        state_of(&after, &[("api_key", "kept")])["limits"][0]["requests_per_unit"],
+        7
     );
 }
