@@ -405,6 +405,22 @@ fn overrides_live_in_one_slot_of_a_cluster() {
     );
     assert_eq!(status, 200, "{credited}");
     assert_eq!(block_on(admitted(&first, &[("api_key", "sharded")], 3)), 2);
+    // A limit with a modifier keeps its state under a key tagged for its slot: read there.
+    assert_eq!(block_on(admitted(&first, &[("login", "sharded")], 1)), 1);
+    let login = &state_of(&second, &[("login", "sharded")])["limits"][0];
+    assert_eq!(
+        (&login["used"], &login["remaining"]),
+        (&json!(1), &json!(0)),
+        "{login}"
+    );
+    // Two holds of 40 of the 100 open, the third does not fit.
+    assert_eq!(block_on(admitted(&first, &[("llm", "sharded")], 3)), 2);
+    let llm = &state_of(&second, &[("llm", "sharded")])["limits"][0];
+    assert_eq!(
+        (&llm["used"], &llm["held"], &llm["remaining"]),
+        (&json!(0), &json!(80), &json!(20)),
+        "{llm}"
+    );
 }
 
 #[test]
