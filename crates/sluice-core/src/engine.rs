@@ -225,7 +225,7 @@ impl<K> Write<K> {
 /// What a request decided: each hit's decision, and the last state of every key its
 /// standing charges and its penalties touched (to be written together, or not at all).
 #[derive(Debug)]
-pub struct Plan<K> {
+pub struct Decided<K> {
     pub decisions: Vec<Decision>,
     pub writes: SmallVec<[Write<K>; 4]>,
     charged: SmallVec<[bool; 8]>,
@@ -304,7 +304,7 @@ pub fn decide<'s, K: Copy + Eq>(
     charging: Charging,
     now_us: u64,
     stored: impl Fn(Part) -> Option<&'s State>,
-) -> Plan<K> {
+) -> Decided<K> {
     let mut charged: Vec<Write<K>> = Vec::new();
     let mut records: SmallVec<[Write<K>; 2]> = SmallVec::new();
     let mut decisions = Vec::with_capacity(hits.len());
@@ -403,18 +403,18 @@ pub fn decide<'s, K: Copy + Eq>(
             writes.push(write);
         }
     }
-    Plan {
+    Decided {
         decisions,
         writes,
         charged: is_charged,
     }
 }
 
-impl<K> Plan<K> {
+impl<K> Decided<K> {
     /// The decisions to answer, once the writes are made: an admitted hit whose charge did not
     /// stand reports the state as it stays (`stored(i)`, read after the writes), the decision
     /// of cost 0. (A release that freed nothing reports what it found.)
-    pub fn settle<'s>(
+    pub fn answers<'s>(
         mut self,
         hits: &[Hit],
         now_us: u64,
@@ -428,7 +428,7 @@ impl<K> Plan<K> {
         self.decisions
     }
 
-    /// Takes the writes out, leaving the decisions to `settle`.
+    /// Takes the writes out, leaving the decisions to `answers`.
     pub fn take_writes(&mut self) -> SmallVec<[Write<K>; 4]> {
         std::mem::take(&mut self.writes)
     }
@@ -485,7 +485,7 @@ mod tests {
         ];
         let plan = decide(&hits, |p| p.hit, Charging::AllOrNothing, 0, |_| None);
         assert!(plan.writes.is_empty());
-        let decisions = plan.settle(&hits, 0, |_| None);
+        let decisions = plan.answers(&hits, 0, |_| None);
         assert!(decisions[0].admitted);
         assert_eq!(decisions[0].remaining, 10, "reports what remains uncharged");
         assert!(!decisions[1].admitted);

@@ -189,34 +189,34 @@ impl<S: Store> RateLimiter<S> {
         let (hits, tokens) = plan::hits(&mut planned, &self.tokens);
         let decisions = self.charge(&hits).await?;
         let decided_at_us = decisions.iter().map(|d| d.decided_at_us).max();
-        let settled = plan::settle(planned, &decisions);
-        let statuses: Vec<_> = settled
+        let bound = plan::bind(planned, &decisions);
+        let statuses: Vec<_> = bound
             .iter()
             .map(|s| response::status(&s.verdict, s.decision.as_ref()))
             .collect();
-        let limits_decided: LimitDecisions = settled
+        let limits_decided: LimitDecisions = bound
             .iter()
             .map(|s| match (&s.verdict, s.decision) {
                 (Verdict::Limited(_), Some(decision)) => Some(decision.admitted),
                 _ => None,
             })
             .collect();
-        let mut overall = response::overall_code(settled.iter().map(|s| &s.verdict), &statuses);
+        let mut overall = response::overall_code(bound.iter().map(|s| &s.verdict), &statuses);
         // The store's veto: a denied request took no lease.
         let denied = overall == Code::OverLimit;
-        self.record(&settled, denied);
-        let block = extras::latest_block(&settled);
-        let acquired = settled
+        self.record(&bound, denied);
+        let block = extras::latest_block(&bound);
+        let acquired = bound
             .iter()
             .filter_map(|s| s.lease)
             .any(|lease| lease.taken(denied));
         // A denied request holds nothing (its openings were taken back).
-        let held = !denied && plan::opened_a_hold(&settled);
-        let denied_by = settled
+        let held = !denied && plan::opened_a_hold(&bound);
+        let denied_by = bound
             .iter()
             .find_map(|s| s.denied_by.clone())
             .filter(|_| denied);
-        let verdicts: SmallVec<[Verdict<'_>; 4]> = settled.into_iter().map(|s| s.verdict).collect();
+        let verdicts: SmallVec<[Verdict<'_>; 4]> = bound.into_iter().map(|s| s.verdict).collect();
         if overall == Code::OverLimit && self.options.shadow_mode {
             // `SHADOW_MODE`: the answer is OK; the statuses stay truthful.
             overall = Code::Ok;
@@ -325,8 +325,8 @@ impl<S: Store> RateLimiter<S> {
     /// Counts every charged descriptor's hits under its labels, as its binding limit decided,
     /// and what its concurrency limit did to its leases (a release counts only there; a
     /// request that was `denied` took none).
-    fn record(&self, settled: &[plan::Settled<'_>], denied: bool) {
-        for s in settled {
+    fn record(&self, bound: &[plan::Bound<'_>], denied: bool) {
+        for s in bound {
             if let Some(labels) = s.labels.as_deref() {
                 for block in &s.blocks {
                     self.metrics.record_penalty(labels, block);

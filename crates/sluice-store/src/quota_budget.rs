@@ -87,10 +87,10 @@ impl MemoryBudget {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(claims) = buckets.get_mut(ask.bucket) {
-            return claims.settle(ask);
+            return claims.share_for(ask);
         }
         let mut claims = BucketClaims::default();
-        let share = claims.settle(ask);
+        let share = claims.share_for(ask);
         buckets.insert(ask.bucket.to_string(), claims);
         share
     }

@@ -7,7 +7,7 @@
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
-use crate::service::plan::Settled;
+use crate::service::plan::Bound;
 use crate::service::response::Verdict;
 use sluice_core::limit::Unit;
 use sluice_core::modifier::penalty;
@@ -201,8 +201,8 @@ fn override_text(limit: &sluice_proto::rate_limit_descriptor::RateLimitOverride)
 }
 
 /// Of the blocks on a request's descriptors, the one ending last.
-pub fn latest_block(settled: &[Settled<'_>]) -> Option<penalty::Block> {
-    let (descriptor, s, decision) = settled
+pub fn latest_block(bound: &[Bound<'_>]) -> Option<penalty::Block> {
+    let (descriptor, s, decision) = bound
         .iter()
         .enumerate()
         .flat_map(|(i, s)| s.blocks.iter().map(move |d| (i, s, *d)))

@@ -325,7 +325,7 @@ pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens)
 /// metric labels, its concurrency limit's decision (the first, when it has several), the
 /// decisions of its limits that a penalty's block denied, and what its reserved budgets did
 /// (with the cost each was asked: an estimate, or the actual a settle charged).
-pub struct Settled<'a> {
+pub struct Bound<'a> {
     pub verdict: Verdict<'a>,
     pub decision: Option<Decision>,
     pub cost: u64,
@@ -340,8 +340,8 @@ pub struct Settled<'a> {
 
 /// Whether a descriptor's reserved budgets opened a hold (a request that was vetoed opened
 /// none: its decisions carry no mark).
-pub fn opened_a_hold(settled: &[Settled<'_>]) -> bool {
-    settled
+pub fn opened_a_hold(bound: &[Bound<'_>]) -> bool {
+    bound
         .iter()
         .flat_map(|s| &s.reserved)
         .any(|r| r.call == Call::Opened)
@@ -349,10 +349,10 @@ pub fn opened_a_hold(settled: &[Settled<'_>]) -> bool {
 
 /// Pairs each descriptor with its binding limit and that limit's decision, given the store's
 /// `decisions` for `hits(planned)`, in order.
-pub fn settle<'a>(
+pub fn bind<'a>(
     planned: impl IntoIterator<Item = Planned<'a>>,
     decisions: &[Decision],
-) -> SmallVec<[Settled<'a>; 4]> {
+) -> SmallVec<[Bound<'a>; 4]> {
     let mut decisions = decisions.iter();
     planned
         .into_iter()
@@ -382,7 +382,7 @@ pub fn settle<'a>(
                 Some((applied, *taken.get(index)?, *costs.get(index)?))
             });
             match bound {
-                Some((applied, decision, cost)) => Settled {
+                Some((applied, decision, cost)) => Bound {
                     cost,
                     // Named for a reserved budget (other denials answer as the reference's).
                     denied_by: (!decision.admitted && applied.limit.modifiers.reserve.is_some())
@@ -400,7 +400,7 @@ pub fn settle<'a>(
                     blocks,
                     reserved,
                 },
-                None => Settled {
+                None => Bound {
                     verdict: if p.unlimited {
                         Verdict::Unlimited
                     } else {

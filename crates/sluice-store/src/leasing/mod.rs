@@ -22,7 +22,7 @@ use crate::series::{Reporting, Series};
 use crate::{Clock, Store, StoreError};
 use sluice_core::engine::{self, Charging};
 use sluice_core::limit::{Decision, Hit, Role};
-pub use table::{LeaseTable, Plan, Unspent};
+pub use table::{LeaseTable, Step, Unspent};
 
 /// How often idle chunks are given back.
 const SWEEP: Duration = Duration::from_millis(250);
@@ -124,23 +124,23 @@ impl<S: Store + AdminStore> Shared<S> {
 
     /// Plans each hit of a request at `now_us`; with `may_wait`, a hit whose chunk lacks
     /// while the next one is taken plans to wait for it.
-    fn plan(&self, hits: &[Hit], now_us: u64, may_wait: bool) -> Vec<Plan> {
+    fn plan(&self, hits: &[Hit], now_us: u64, may_wait: bool) -> Vec<Step> {
         hits.iter()
             .map(|hit| match hit.limit.modifiers.budget_leasing {
                 Some(policy) => self.table.plan(hit, &policy, now_us, may_wait),
-                None => Plan::Store,
+                None => Step::Store,
             })
             .collect()
     }
 
     /// Plans a request, waiting (at most `WAITS` times) for a take of a chunk in flight rather
     /// than calling the store for a hit its chunk lacks: concurrent misses share one take.
-    async fn plan_sharing_takes(&self, hits: &[Hit]) -> (Vec<Plan>, u64) {
+    async fn plan_sharing_takes(&self, hits: &[Hit]) -> (Vec<Step>, u64) {
         for _ in 0..WAITS {
             let now_us = self.clock.now_us();
             let plans = self.plan(hits, now_us, true);
             let Some((at, claim)) = plans.iter().enumerate().find_map(|(at, plan)| match plan {
-                Plan::Wait(claim) => Some((at, *claim)),
+                Step::Wait(claim) => Some((at, *claim)),
                 _ => None,
             }) else {
                 return (plans, now_us);
@@ -159,13 +159,13 @@ impl<S: Store + AdminStore> Shared<S> {
     /// Decides a request with leased hits.
     async fn charge_leased(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
         let (plans, now_us) = self.plan_sharing_takes(hits).await;
-        let answered_here = |plan: &Plan| matches!(plan, Plan::Served(_) | Plan::Denied(_));
+        let answered_here = |plan: &Step| matches!(plan, Step::Served(_) | Step::Denied(_));
         if plans.iter().all(answered_here) {
             let (decisions, excess) = self.answer_here(hits, &plans, now_us);
             self.give_back(excess).await;
             return Ok(decisions);
         }
-        if plans.iter().any(|plan| matches!(plan, Plan::Denied(_))) {
+        if plans.iter().any(|plan| matches!(plan, Step::Denied(_))) {
             return self.decide_whole(hits, &plans, now_us).await;
         }
         self.give_back(owed_back(hits, &plans)).await;
@@ -184,7 +184,7 @@ impl<S: Store + AdminStore> Shared<S> {
             });
         match decided {
             Ok(decided) => {
-                let (decisions, excess) = self.settle(hits, &plans, &call, &decided, now_us);
+                let (decisions, excess) = self.conclude(hits, &plans, &call, &decided, now_us);
                 self.give_back(excess).await;
                 Ok(decisions)
             }
@@ -201,7 +201,7 @@ impl<S: Store + AdminStore> Shared<S> {
     async fn decide_whole(
         &self,
         hits: &[Hit],
-        plans: &[Plan],
+        plans: &[Step],
         now_us: u64,
     ) -> Result<Vec<Decision>, StoreError> {
         let mut excess = self.refund_all(hits, plans, |_| true, now_us);
@@ -222,13 +222,13 @@ impl<S: Store + AdminStore> Shared<S> {
     fn answer_here(
         &self,
         hits: &[Hit],
-        plans: &[Plan],
+        plans: &[Step],
         now_us: u64,
     ) -> (Vec<Decision>, Vec<Unspent>) {
         let decisions: Vec<Decision> = plans
             .iter()
             .map(|plan| match plan {
-                Plan::Served(decision) | Plan::Denied(decision) => *decision,
+                Step::Served(decision) | Step::Denied(decision) => *decision,
                 _ => Decision::default(),
             })
             .collect();
@@ -242,7 +242,7 @@ impl<S: Store + AdminStore> Shared<S> {
     fn refund_all(
         &self,
         hits: &[Hit],
-        plans: &[Plan],
+        plans: &[Step],
         which: impl Fn(usize) -> bool,
         now_us: u64,
     ) -> Vec<Unspent> {
@@ -252,8 +252,8 @@ impl<S: Store + AdminStore> Shared<S> {
                 continue;
             }
             let spent = match plan {
-                Plan::Served(_) => hit.cost,
-                Plan::Take { local, claim, .. } => {
+                Step::Served(_) => hit.cost,
+                Step::Take { local, claim, .. } => {
                     self.table.release(hit, *claim);
                     *local
                 }
@@ -274,10 +274,10 @@ impl<S: Store + AdminStore> Shared<S> {
     /// The request's decisions from the store's, each take recorded (a chunk only when its
     /// request stands), and what does not stand put back; what the chunks cannot hold, to
     /// give back to the store.
-    fn settle(
+    fn conclude(
         &self,
         hits: &[Hit],
-        plans: &[Plan],
+        plans: &[Step],
         call: &StoreCall,
         decided: &[Decision],
         now_us: u64,
@@ -286,9 +286,9 @@ impl<S: Store + AdminStore> Shared<S> {
             .iter()
             .zip(&call.sent)
             .map(|(plan, sent)| match (plan, sent) {
-                (Plan::Served(decision), _) => *decision,
+                (Step::Served(decision), _) => *decision,
                 // A denial says what remained before it: the store's, and the chunk's part.
-                (Plan::Take { local, .. }, Some(index)) if !decided[*index].admitted => {
+                (Step::Take { local, .. }, Some(index)) if !decided[*index].admitted => {
                     let remaining = u64::from(decided[*index].remaining) + local;
                     Decision {
                         remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
@@ -302,7 +302,7 @@ impl<S: Store + AdminStore> Shared<S> {
         let stands = standing(hits, &decisions);
         let mut excess = Vec::new();
         for (index, (hit, plan)) in hits.iter().zip(plans).enumerate() {
-            let (Plan::Take { claim, .. }, Some(policy)) =
+            let (Step::Take { claim, .. }, Some(policy)) =
                 (plan, hit.limit.modifiers.budget_leasing)
             else {
                 continue;
@@ -344,11 +344,11 @@ fn standing(hits: &[Hit], decisions: &[Decision]) -> smallvec::SmallVec<[bool; 8
 }
 
 /// The expired bucket chunks the request's takes credit back first.
-fn owed_back(hits: &[Hit], plans: &[Plan]) -> Vec<Unspent> {
+fn owed_back(hits: &[Hit], plans: &[Step]) -> Vec<Unspent> {
     hits.iter()
         .zip(plans)
         .filter_map(|(hit, plan)| match plan {
-            Plan::Take { give_back, .. } if *give_back > 0 => Some(Unspent {
+            Step::Take { give_back, .. } if *give_back > 0 => Some(Unspent {
                 key: hit.key.clone(),
                 limit: hit.limit,
                 amount: *give_back,
@@ -369,7 +369,7 @@ struct StoreCall {
 }
 
 impl StoreCall {
-    fn of(hits: &[Hit], plans: &[Plan]) -> StoreCall {
+    fn of(hits: &[Hit], plans: &[Step]) -> StoreCall {
         let mut call = StoreCall {
             hits: Vec::with_capacity(hits.len() + 1),
             sent: vec![None; hits.len()],
@@ -377,8 +377,8 @@ impl StoreCall {
         };
         for (index, (hit, plan)) in hits.iter().zip(plans).enumerate() {
             let cost = match plan {
-                Plan::Store => hit.cost,
-                Plan::Take { need, .. } => *need,
+                Step::Store => hit.cost,
+                Step::Take { need, .. } => *need,
                 _ => continue,
             };
             let previous_sent = index > 0 && call.sent[index - 1].is_some();
@@ -390,7 +390,7 @@ impl StoreCall {
             });
         }
         for (index, (hit, plan)) in hits.iter().zip(plans).enumerate() {
-            if let Plan::Take { extra, .. } = plan {
+            if let Step::Take { extra, .. } = plan {
                 if *extra > 0 {
                     call.extra[index] = Some((*extra, call.hits.len()));
                     call.hits.push(Hit {

@@ -26,7 +26,7 @@ const GIVE_BACK_MARGIN_US: u64 = 100_000;
 
 /// What a request does with one leased hit.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Plan {
+pub enum Step {
     /// The store decides it as it is (not leased, a check, a cost no chunk could hold).
     Store,
     /// Spent from the chunk: answered here.
@@ -220,15 +220,15 @@ impl LeaseTable {
 
     /// What `hit` (leased as `policy` says) does at `now_us`; a spend from the chunk is taken
     /// now, and given back with `refund` if the request does not stand. With `may_wait`, a
-    /// hit its chunk lacks while the next chunk is being taken waits for it (`Plan::Wait`).
-    pub fn plan(&self, hit: &Hit, policy: &Policy, now_us: u64, may_wait: bool) -> Plan {
+    /// hit its chunk lacks while the next chunk is being taken waits for it (`Step::Wait`).
+    pub fn plan(&self, hit: &Hit, policy: &Policy, now_us: u64, may_wait: bool) -> Step {
         if hit.cost == 0 || hit.cost > hit.limit.capacity() {
-            return Plan::Store;
+            return Step::Store;
         }
         let mut shard = self.shard(&hit.key);
         let lease = match shard.get_mut(&(hit.key.clone(), hit.limit)) {
             Some(lease) => lease,
-            None if self.leases.load(Ordering::Relaxed) >= MAX_LEASES => return Plan::Store,
+            None if self.leases.load(Ordering::Relaxed) >= MAX_LEASES => return Step::Store,
             None => {
                 self.leases.fetch_add(1, Ordering::Relaxed);
                 shard.entry((hit.key.clone(), hit.limit)).or_insert(Lease {
@@ -241,7 +241,7 @@ impl LeaseTable {
         lease.expire(&hit.limit, now_us);
         if let Some((until_us, cost, decision)) = lease.denial {
             if now_us < until_us && hit.cost >= cost {
-                return Plan::Denied(Decision {
+                return Step::Denied(Decision {
                     remaining: lease.remaining(),
                     retry_after_us: until_us - now_us,
                     reset_after_us: lease.reset_at_us.saturating_sub(now_us),
@@ -255,7 +255,7 @@ impl LeaseTable {
             lease.unspent -= hit.cost;
             self.served.fetch_add(1, Ordering::Relaxed);
             let reset_at_us = lease.window_end_us.unwrap_or(lease.reset_at_us);
-            return Plan::Served(Decision {
+            return Step::Served(Decision {
                 admitted: true,
                 remaining: lease.remaining(),
                 reset_after_us: reset_at_us.saturating_sub(now_us),
@@ -267,7 +267,7 @@ impl LeaseTable {
         let wanted = policy.chunk(lease.seen.max(lease.seen_before));
         if wanted > 0 && may_wait {
             if let Some(claim) = lease.take_in_flight(now_us, policy.max_hold_us) {
-                return Plan::Wait(claim);
+                return Step::Wait(claim);
             }
         }
         let local = std::mem::take(&mut lease.unspent);
@@ -277,7 +277,7 @@ impl LeaseTable {
         } else {
             None
         };
-        Plan::Take {
+        Step::Take {
             local,
             need: hit.cost - local,
             extra: if claim.is_some() { wanted } else { 0 },
@@ -483,7 +483,7 @@ mod tests {
     /// Warms the key up (its rate at the replica) and takes a chunk of `chunk` at `now_us`.
     fn with_chunk(table: &LeaseTable, hit: &Hit, chunk: u64, now_us: u64) {
         for _ in 0..40 {
-            if let Plan::Take { claim, .. } = table.plan(hit, &POLICY, now_us, false) {
+            if let Step::Take { claim, .. } = table.plan(hit, &POLICY, now_us, false) {
                 table.release(hit, claim);
             }
         }
@@ -495,18 +495,18 @@ mod tests {
     fn a_chunk_is_spent_here_until_it_lacks_then_taken_again() {
         let table = LeaseTable::default();
         let hit = hit(Limit::fixed_window(100, Unit::Minute), 3);
-        let Plan::Take { extra, .. } = table.plan(&hit, &POLICY, 0, false) else {
+        let Step::Take { extra, .. } = table.plan(&hit, &POLICY, 0, false) else {
             panic!("a cold key asks the store");
         };
         assert_eq!(extra, 0, "a key seen once takes no chunk");
         with_chunk(&table, &hit, 10, 1_000);
         for spent in 1..=3u32 {
             match table.plan(&hit, &POLICY, 2_000, false) {
-                Plan::Served(decision) => assert_eq!(decision.remaining, 40 + 10 - 3 * spent),
+                Step::Served(decision) => assert_eq!(decision.remaining, 40 + 10 - 3 * spent),
                 other => panic!("spend {spent}: {other:?}"),
             }
         }
-        let Plan::Take {
+        let Step::Take {
             local, need, extra, ..
         } = table.plan(&hit, &POLICY, 3_000, false)
         else {
@@ -535,7 +535,7 @@ mod tests {
         );
         // Full again 20 s after the take: a chunk of 10 (10 s of refill) is past at 10 s.
         for _ in 0..40 {
-            if let Plan::Take { claim, .. } = table.plan(&bucket, &POLICY, 0, false) {
+            if let Step::Take { claim, .. } = table.plan(&bucket, &POLICY, 0, false) {
                 table.release(&bucket, claim);
             }
         }
@@ -549,7 +549,7 @@ mod tests {
         );
         assert_eq!(table.unspent(&bucket, 9_999_999), 10);
         assert_eq!(table.unspent(&bucket, 10_000_000), 0);
-        let Plan::Take { give_back, .. } = table.plan(&bucket, &POLICY, 10_000_001, false) else {
+        let Step::Take { give_back, .. } = table.plan(&bucket, &POLICY, 10_000_001, false) else {
             panic!("the chunk expired: the store decides");
         };
         assert_eq!(give_back, 10, "credited back before the next decision");
@@ -568,17 +568,17 @@ mod tests {
         table.took(&big, &POLICY, &denied, None, None, 0);
         assert!(matches!(
             table.plan(&big, &POLICY, 500_000, false),
-            Plan::Denied(_)
+            Step::Denied(_)
         ));
         let small = hit(Limit::fixed_window(100, Unit::Minute), 4);
         assert!(matches!(
             table.plan(&small, &POLICY, 500_000, false),
-            Plan::Take { .. }
+            Step::Take { .. }
         ));
         assert!(
             matches!(
                 table.plan(&big, &POLICY, 1_000_000, false),
-                Plan::Take { .. }
+                Step::Take { .. }
             ),
             "asked again after max_hold"
         );
@@ -601,7 +601,7 @@ mod tests {
     /// request, or finish the pending one at an index, the store granting its chunk or not,
     /// the request standing or not.
     #[derive(Debug, Clone)]
-    enum Step {
+    enum Move {
         Start,
         Finish {
             index: usize,
@@ -610,12 +610,12 @@ mod tests {
         },
     }
 
-    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Move>> {
         use proptest::prelude::*;
         let step = prop_oneof![
-            3 => Just(Step::Start),
+            3 => Just(Move::Start),
             2 => (any::<usize>(), prop::bool::weighted(0.8), prop::bool::weighted(0.8))
-                .prop_map(|(index, granted, stands)| Step::Finish { index, granted, stands }),
+                .prop_map(|(index, granted, stands)| Move::Finish { index, granted, stands }),
         ];
         prop::collection::vec(step, 1..400)
     }
@@ -629,19 +629,19 @@ mod tests {
         fn many_requests_in_flight_never_hold_past_max_chunk(steps in steps()) {
             let table = LeaseTable::default();
             let hit = hit(Limit::fixed_window(1_000_000, Unit::Minute), 1);
-            let mut pending: Vec<Plan> = Vec::new();
+            let mut pending: Vec<Step> = Vec::new();
             let (mut charged, mut returned, mut spent) = (0_u64, 0_u64, 0_u64);
             for (at, step) in steps.into_iter().enumerate() {
                 let now_us = 1_000 + at as u64;
                 match step {
-                    Step::Start => pending.push(table.plan(&hit, &POLICY, now_us, false)),
-                    Step::Finish { .. } if pending.is_empty() => continue,
-                    Step::Finish { index, granted, stands } => {
+                    Move::Start => pending.push(table.plan(&hit, &POLICY, now_us, false)),
+                    Move::Finish { .. } if pending.is_empty() => continue,
+                    Move::Finish { index, granted, stands } => {
                         let plan = pending.swap_remove(index % pending.len());
                         match plan {
-                            Plan::Served(_) if stands => spent += hit.cost,
-                            Plan::Served(_) => returned += table.refund(&hit, hit.cost, now_us),
-                            Plan::Take { local, need, extra, claim, .. } => {
+                            Step::Served(_) if stands => spent += hit.cost,
+                            Step::Served(_) => returned += table.refund(&hit, hit.cost, now_us),
+                            Step::Take { local, need, extra, claim, .. } => {
                                 let chunk = (granted && stands && extra > 0).then(|| {
                                     charged += extra;
                                     (extra, 500_000)
@@ -663,15 +663,15 @@ mod tests {
                 proptest::prop_assert!(unspent <= u64::from(POLICY.max_chunk), "{unspent} held");
                 let taking = pending
                     .iter()
-                    .filter(|plan| matches!(plan, Plan::Take { extra, .. } if *extra > 0))
+                    .filter(|plan| matches!(plan, Step::Take { extra, .. } if *extra > 0))
                     .count();
                 proptest::prop_assert!(taking <= 1, "{taking} chunks taken at once");
                 // Spent from the chunk by requests still in flight: taken, not yet settled.
                 let in_flight: u64 = pending
                     .iter()
                     .map(|plan| match plan {
-                        Plan::Served(_) => hit.cost,
-                        Plan::Take { local, .. } => *local,
+                        Step::Served(_) => hit.cost,
+                        Step::Take { local, .. } => *local,
                         _ => 0,
                     })
                     .sum();

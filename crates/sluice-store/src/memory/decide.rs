@@ -160,7 +160,7 @@ impl MemoryStore {
             shards[position].write(write.key, holds, write.state, write.expires_at_us);
         }
         let held = &shards[..];
-        let decisions = plan.settle(hits, now_us, |i| {
+        let decisions = plan.answers(hits, now_us, |i| {
             held_state(
                 held,
                 place(Part::limit(i)),

@@ -23,10 +23,10 @@ pub struct BucketClaims {
 }
 
 impl BucketClaims {
-    /// Settles `ask`: drops the claims expired by then (not the asking client's), records the
+    /// The share `ask` gets: drops the claims expired by then (not the asking client's), records the
     /// client's demand and returns (and records) its share: its max-min fair share of the limit,
     /// capped by what the other claims still hold.
-    pub fn settle(&mut self, ask: &Ask<'_>) -> u64 {
+    pub fn share_for(&mut self, ask: &Ask<'_>) -> u64 {
         self.drop_expired(ask.now_us, ask.client);
         // Out of every order and of the sum assigned, then back in with nothing assigned
         // while its share is worked out.
@@ -144,7 +144,7 @@ mod tests {
             // The asking client either holds a claim already (one of the others) or is new.
             let me = if again && !others.is_empty() { "c00".to_string() } else { "me".to_string() };
             let ask = Ask { bucket: "b", client: &me, demand, limit, now_us: 10, expires_at_us: 30 };
-            let share = claims.settle(&ask);
+            let share = claims.share_for(&ask);
 
             let mut in_force: Vec<(String, Claim)> = others
                 .iter()

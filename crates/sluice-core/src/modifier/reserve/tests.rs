@@ -65,7 +65,7 @@ impl Store {
         for write in writes {
             self.0.insert(write.key, (write.state, write.expires_at_us));
         }
-        let decisions = plan.settle(&hits, now_us, |_| None);
+        let decisions = plan.answers(&hits, now_us, |_| None);
         decisions[0]
     }
 
