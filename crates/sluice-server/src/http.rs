@@ -248,25 +248,7 @@ fn describe_limit(full_key: &str, limit: &Limit, shadow_mode: bool) -> String {
     if limit.debt {
         line.push_str(", debt: true");
     }
-    if let Some(reserve) = limit.modifiers.reserve {
-        line.push_str(&format!(
-            ", reserve: amount {}, max_fraction {}, max_hold {}, max_holds {}",
-            reserve.amount,
-            reserve.fraction_text(),
-            sluice_core::duration::human(reserve.max_hold_us),
-            reserve.max_holds
-        ));
-    }
-    if let Some(leasing) = limit.modifiers.budget_leasing {
-        line.push_str(&format!(
-            ", budget_leasing: max_chunk {}, max_hold {} (bound: {})",
-            leasing.max_chunk,
-            sluice_core::duration::human(leasing.max_hold_us),
-            leasing.bound()
-        ));
-    }
-    if let Some(policy) = limit.modifiers.on_store_failure {
-        line.push_str(&format!(", on_store_failure: {}", policy.as_str()));
-    }
+    // Each modifier's settings, as it lists them.
+    line.push_str(&limit.modifiers.listed());
     line
 }

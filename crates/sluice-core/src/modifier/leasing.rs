@@ -20,7 +20,7 @@ use std::fmt;
 
 use crate::algorithm::params::Refusal;
 use crate::duration;
-use crate::modifier::{duration_of, policy_map, ModifierPolicy};
+use crate::modifier::{duration_of, policy_map, Described, ModifierPolicy};
 
 /// The YAML keys of `budget_leasing`.
 pub const KEYS: [&str; 2] = ["max_chunk", "max_hold"];
@@ -90,6 +90,28 @@ impl ModifierPolicy for Policy {
             max_chunk,
             max_hold_us,
         })
+    }
+
+    fn listed(&self) -> String {
+        format!(
+            ", budget_leasing: max_chunk {}, max_hold {} (bound: {})",
+            self.max_chunk,
+            crate::duration::human(self.max_hold_us),
+            self.bound()
+        )
+    }
+
+    /// What a leased limit does, in words, with its bound (docs/hot-keys.md).
+    fn explained(&self, limit: &Described<'_>) -> String {
+        let hold = crate::duration::human(self.max_hold_us);
+        format!(
+            "{}: leased on Redis: each replica takes chunks of the budget (at most {}, sized by \
+             the key's rate at it; a key seen fewer than 4 times in the last {hold} keeps the \
+             exact path) and admits from them without a call; a chunk unused for {hold} is \
+             given back; bound: a window never admits more than {}, and at most replicas x {} \
+             is denied while budget remains",
+            limit.rule, self.max_chunk, limit.requests_per_unit, self.max_chunk,
+        )
     }
 
     fn shown(&self) -> String {

@@ -35,6 +35,32 @@ pub trait ModifierPolicy: Sized {
 
     /// How a limit's description names it: `, with a penalty`.
     fn shown(&self) -> String;
+
+    /// Its settings as `/rlconfig` lists them after the limit's (`, reserve: amount 40, ...`);
+    /// nothing for a modifier the line does not list.
+    fn listed(&self) -> String {
+        String::new()
+    }
+
+    /// What `check-config` says it does to `limit`, in words, with its bound.
+    fn explained(&self, limit: &Described<'_>) -> String;
+}
+
+/// What a modifier's words in `check-config` say of its limit and rule.
+#[derive(Debug, Clone, Copy)]
+pub struct Described<'a> {
+    /// The rule's full key (`edge.api_key`).
+    pub rule: &'a str,
+    /// The limit as it shows itself (`fixed_window: 100 per minute`).
+    pub limit: &'a str,
+    /// L.
+    pub requests_per_unit: u32,
+    /// The limit's period in words: `minute`, `5 minutes`.
+    pub period: &'a str,
+    /// The limit counts in windows (a hold lapses at the window's end).
+    pub windowed: bool,
+    /// The rule is in shadow mode: counted and reported, never enforced.
+    pub shadow_mode: bool,
 }
 
 /// The map a modifier's `value` must be, refused under `name` when it is not one or holds a
@@ -162,6 +188,24 @@ macro_rules! registry {
                     text.push_str(&ModifierPolicy::shown(policy));
                 } )+
                 text
+            }
+
+            /// Their settings as `/rlconfig` lists them after the limit's, in registry order.
+            pub fn listed(&self) -> String {
+                let mut text = String::new();
+                $( if let Some(policy) = &self.$field {
+                    text.push_str(&ModifierPolicy::listed(policy));
+                } )+
+                text
+            }
+
+            /// What `check-config` says each does to `limit`, in registry order.
+            pub fn explained(&self, limit: &Described<'_>) -> Vec<String> {
+                let mut lines = Vec::new();
+                $( if let Some(policy) = &self.$field {
+                    lines.push(ModifierPolicy::explained(policy, limit));
+                } )+
+                lines
             }
         }
     };

@@ -66,6 +66,30 @@ impl ModifierPolicy for Policy {
     fn shown(&self) -> String {
         format!(", when the store fails: {self}")
     }
+
+    fn listed(&self) -> String {
+        format!(", on_store_failure: {}", self.as_str())
+    }
+
+    /// What a limit answers when the store fails, in words.
+    fn explained(&self, limit: &crate::modifier::Described<'_>) -> String {
+        let answer = match self {
+            Policy::Unavailable => {
+                "the call fails with UNAVAILABLE (Envoy's failure_mode_deny decides)".to_string()
+            }
+            Policy::Allow => "its hits are admitted".to_string(),
+            Policy::Deny => "its hits are denied".to_string(),
+            Policy::LocalShare => format!(
+                "each replica decides alone on its share, {} divided by the replica count \
+                 (rounded down)",
+                limit.requests_per_unit
+            ),
+        };
+        format!(
+            "{}: {}: when the store cannot decide, {answer}",
+            limit.rule, limit.limit
+        )
+    }
 }
 
 impl fmt::Display for Policy {

@@ -200,6 +200,45 @@ impl crate::modifier::ModifierPolicy for Policy {
     fn shown(&self) -> String {
         ", with a penalty".to_string()
     }
+
+    /// What a limit's penalty does, in words, with its first blocks.
+    fn explained(&self, limit: &crate::modifier::Described<'_>) -> String {
+        use duration::human;
+        let mut blocks: Vec<String> = Vec::new();
+        for n in 1..=6 {
+            let block = human(self.nth_block_ms(n) * 1000);
+            if blocks.last() == Some(&block) {
+                break;
+            }
+            blocks.push(block);
+        }
+        let more = if self.nth_block_ms(7) > self.nth_block_ms(6) {
+            ", ..."
+        } else {
+            ""
+        };
+        let times = match self.after {
+            1 => "once".to_string(),
+            n => format!("{n} times"),
+        };
+        let enforced = if limit.shadow_mode {
+            "in shadow mode, counted and reported, never enforced"
+        } else {
+            "every request OVER_LIMIT until the block ends, the limit not charged"
+        };
+        format!(
+            "{}: {}: a client denied {times} within {} is blocked: {enforced}; blocks \
+             {}{more} (x{} each repeat, {} at most); forgotten after {} without a denial; not \
+             applied to RLQS buckets",
+            limit.rule,
+            limit.limit,
+            human(self.within_us),
+            blocks.join(", "),
+            self.factor_text(),
+            human(self.max_block_ms * 1000),
+            human(self.forget_us),
+        )
+    }
 }
 
 #[cfg(test)]

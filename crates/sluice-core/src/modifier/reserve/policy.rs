@@ -151,6 +151,41 @@ impl crate::modifier::ModifierPolicy for Policy {
     fn shown(&self) -> String {
         format!(", reserving: {self}")
     }
+
+    fn listed(&self) -> String {
+        format!(
+            ", reserve: amount {}, max_fraction {}, max_hold {}, max_holds {}",
+            self.amount,
+            self.fraction_text(),
+            duration::human(self.max_hold_us),
+            self.max_holds
+        )
+    }
+
+    /// What a limit's reservation does, in words, with its bound (docs/budgets.md).
+    fn explained(&self, limit: &crate::modifier::Described<'_>) -> String {
+        let lapse = if limit.windowed {
+            " or its window's end, whichever comes first"
+        } else {
+            ""
+        };
+        format!(
+            "{}: a reserved budget of {} per {}: a request is admitted only while used + held + \
+             its estimate fit; it holds {} (or the descriptor's own hits_addend), at most {}, \
+             until its settle (a descriptor carrying {} with hits_addend the actual cost) or for \
+             {}{lapse}, charging nothing if it lapses; a settle is never denied and charges \
+             once; bound: the charged total stays within {} plus, for each request in flight \
+             when the budget filled, its actual less its estimate",
+            limit.rule,
+            limit.requests_per_unit,
+            limit.period,
+            self.amount,
+            self.cap(limit.requests_per_unit),
+            super::SETTLE_KEY,
+            duration::human(self.max_hold_us),
+            limit.requests_per_unit,
+        )
+    }
 }
 
 #[cfg(test)]
