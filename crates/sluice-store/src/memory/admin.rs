@@ -190,3 +190,64 @@ impl AdminStore for MemoryStore {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SystemClock;
+    use std::sync::Arc;
+
+    /// Puts from many tasks while snapshots are written beside them (each one emptying the
+    /// journal of what it holds): a store restored from the last snapshot and the journal
+    /// holds every put that was answered, whatever the interleaving.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_answered_put_survives_snapshots_written_beside_it() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let snapshot = dir.path().join("state.snapshot");
+        let journal = dir.path().join("state.snapshot.journal");
+        let (store, _) = MemoryStore::new(1000, Arc::new(SystemClock))
+            .with_journal(&journal)
+            .expect("a journal");
+        let store = Arc::new(store);
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (store, snapshot, done) = (store.clone(), snapshot.clone(), done.clone());
+            tokio::task::spawn_blocking(move || {
+                let mut written = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) || written == 0 {
+                    store.save_snapshot(&snapshot).expect("a snapshot");
+                    written += 1;
+                }
+                written
+            })
+        };
+        let mut tasks = Vec::new();
+        for task in 0..8 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..25 {
+                    let id = format!("t{task}-{i}");
+                    store.put_override(&id, "{}").await.expect("a put");
+                    if i % 5 == 0 {
+                        store.delete_override(&id).await.expect("a delete");
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("a task");
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let written = writer.await.expect("the snapshots");
+        assert!(written >= 2, "{written} snapshots beside the puts");
+        let mut restored = MemoryStore::new(1000, Arc::new(SystemClock));
+        restored
+            .load_snapshot(&snapshot)
+            .expect("the last snapshot");
+        let (restored, _) = restored.with_journal(&journal).expect("the journal");
+        let held = restored.all_overrides().await.expect("the records").records;
+        let expected = store.all_overrides().await.expect("the records").records;
+        assert_eq!(held.len(), 8 * 20, "5 of each task's 25 were deleted");
+        assert_eq!(held, expected);
+    }
+}
