@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::support::{
-    call, code, descriptor, descriptor_with_limit, http_exchange, http_request_with, overall,
-    redis::RedisServer, request, Code, Sluice, Unit,
+    call, clear_of_a_windows_end, code, descriptor, descriptor_with_limit, http_exchange,
+    http_request_with, overall, redis::RedisServer, request, Code, Sluice, Unit,
 };
 
 use crate::support::admin::*;
@@ -385,6 +385,11 @@ fn overrides_live_in_one_slot_of_a_cluster() {
     args.extend(flags.args());
     let first = Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[]);
     let second = Sluice::start_with(&[("config.yaml", CONFIG)], &args, &[]);
+    // Every count below is of one minute's window.
+    block_on(clear_of_a_windows_end(
+        Duration::from_secs(60),
+        Duration::from_secs(15),
+    ));
     put_override(
         &first,
         &[("api_key", "sharded")],

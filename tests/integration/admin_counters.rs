@@ -11,8 +11,8 @@ use crate::support::admin::{
     AdminFlags, CONFIG, TOKEN,
 };
 use crate::support::{
-    call, descriptor, descriptor_with_hits, metadata_text, overall, redis::RedisServer, request,
-    Code, Sluice,
+    call, clear_of_a_windows_end, descriptor, descriptor_with_hits, metadata_text, overall,
+    redis::RedisServer, request, Code, Sluice,
 };
 
 #[test]
@@ -112,6 +112,8 @@ fn credit_admits_that_many_more_now_and_is_refused_where_it_means_nothing() {
 fn a_read_shows_what_a_modified_limit_counts_past_its_limit_too_on_both_stores() {
     each_store(|sluice| {
         block_on(async {
+            // Every count below is of one hour's window.
+            clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(10)).await;
             let mut client = sluice.client().await;
             let ask = |entries: &[(&str, &str)], hits: u64| {
                 request("tenants", vec![descriptor_with_hits(entries, hits)])
