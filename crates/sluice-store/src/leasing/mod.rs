@@ -4,9 +4,13 @@
 //! other request goes to the store in one call, as before, where each leased hit its chunk
 //! does not cover charges what the chunk lacks and, as a hit of its own in shadow role (its
 //! denial vetoes nothing), a new chunk sized by the key's rate: taken whole when it fits, else
-//! not at all. A request the store denies leaves every chunk as it was. A chunk not used for
-//! `max_hold` is given back (a credit to the key, while its window lasts) by a task that runs
-//! every `SWEEP`, and every chunk is given back when the limits change.
+//! not at all. One take of a chunk per key is in flight at a time: a request whose chunk lacks
+//! while it is waits for it (`WAIT_FOR_TAKE`, `WAITS` times at most) and plans again, so
+//! concurrent misses neither each bring a chunk nor each call the store. A request the store
+//! denies leaves every chunk as it was. A chunk not used for `max_hold` is given back (a credit
+//! to the key, while its window lasts) by a task that runs every `SWEEP`, and every chunk is
+//! given back when the limits change (on the runtime the store was made on: a reload runs on
+//! a thread of its own).
 //!
 //! Only all-or-nothing charging leases: with the reference's counting a denied hit is charged
 //! too, which only the store can do (and the config refuses leasing there).
