@@ -42,7 +42,12 @@ struct QuotaClient {
 
 impl QuotaClient {
     async fn open(sluice: &Sluice) -> QuotaClient {
-        let mut client = RateLimitQuotaServiceClient::new(sluice.channel().await);
+        QuotaClient::open_on(sluice.channel().await).await
+    }
+
+    /// A stream on `channel`, a connection of the test's choosing.
+    async fn open_on(channel: tonic::transport::Channel) -> QuotaClient {
+        let mut client = RateLimitQuotaServiceClient::new(channel);
         let (reports, outgoing) = mpsc::channel(16);
         let answers = client
             .stream_rate_limit_quotas(ReceiverStream::new(outgoing))
@@ -219,48 +224,47 @@ async fn a_client_that_goes_quiet_gives_its_share_back_after_its_time_to_live() 
     assert_eq!(tokens(&a.share("search", 100, short).await).0, 1000);
 }
 
+/// A connection to `target` through a link the test can cut as a killed client's is cut:
+/// its sockets close with no end of stream and no GOAWAY sent. The link carries one
+/// connection; aborting the task cuts it.
+async fn cuttable_link(
+    target: std::net::SocketAddr,
+) -> (tonic::transport::Channel, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("an address");
+    let link = tokio::spawn(async move {
+        if let Ok((mut inbound, _)) = listener.accept().await {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        }
+    });
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("valid uri")
+        .connect()
+        .await
+        .expect("connect through the link");
+    (channel, link)
+}
+
 #[tokio::test]
 async fn an_envoy_that_dies_gives_its_share_back_at_once_not_after_its_time_to_live() {
-    // Assignments live 30 s: only the dead client's stream ending can return its share.
+    // Assignments live 30 s: only the dead client's connection ending can return its share.
     let sluice = Sluice::start(CONFIG, &["--rlqs-min-assignment-ttl", "30s"]);
     let mut a = QuotaClient::open(&sluice).await;
     let short = Duration::from_millis(200);
     tokens(&a.share("search", 100, short).await);
-    let mut other = std::process::Command::new(env!("CARGO_BIN_EXE_sluice-quota-load"))
-        .args([
-            "--target",
-            &sluice.grpc_addr.to_string(),
-            "--domain",
-            "quota",
-        ])
-        .args([
-            "--key",
-            "api",
-            "--value",
-            "search",
-            "--clients",
-            "1",
-            "--demand",
-            "100",
-        ])
-        .args(["--interval", "200ms", "--duration", "60s"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("start sluice-quota-load");
-    let mut halved = false;
-    for _ in 0..50 {
-        if tokens(&a.share("search", 100, short).await).0 == 500 {
-            halved = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(halved, "the second client never took its half");
+    let (channel, link) = cuttable_link(sluice.grpc_addr).await;
+    let mut dying = QuotaClient::open_on(channel).await;
+    tokens(&dying.share("search", 100, short).await);
+    assert_eq!(tokens(&a.share("search", 100, short).await).0, 500);
     // Killed: no end of stream is sent; the connection just goes.
-    other.kill().expect("kill sluice-quota-load");
-    other.wait().expect("reap sluice-quota-load");
+    link.abort();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(tokens(&a.share("search", 100, short).await).0, 1000);
+    drop(dying);
 }
 
 #[tokio::test]
