@@ -237,10 +237,10 @@ impl LeaseTable {
                 })
             }
         };
-        lease.see(now_us, policy.max_hold_us);
         lease.expire(&hit.limit, now_us);
         if let Some((until_us, cost, decision)) = lease.denial {
             if now_us < until_us && hit.cost >= cost {
+                lease.see(now_us, policy.max_hold_us);
                 return Step::Denied(Decision {
                     remaining: lease.remaining(),
                     retry_after_us: until_us - now_us,
@@ -251,6 +251,14 @@ impl LeaseTable {
             }
             lease.denial = None;
         }
+        // A miss while the next chunk is taken waits for it: it is seen (counted in the key's
+        // rate) once, when it plans again.
+        if may_wait && lease.unspent < hit.cost {
+            if let Some(claim) = lease.take_in_flight(now_us, policy.max_hold_us) {
+                return Step::Wait(claim);
+            }
+        }
+        lease.see(now_us, policy.max_hold_us);
         if lease.unspent >= hit.cost {
             lease.unspent -= hit.cost;
             self.served.fetch_add(1, Ordering::Relaxed);
@@ -265,11 +273,6 @@ impl LeaseTable {
             });
         }
         let wanted = policy.chunk(lease.seen.max(lease.seen_before));
-        if wanted > 0 && may_wait {
-            if let Some(claim) = lease.take_in_flight(now_us, policy.max_hold_us) {
-                return Step::Wait(claim);
-            }
-        }
         let local = std::mem::take(&mut lease.unspent);
         let claim = if wanted > 0 {
             let id = self.claims.fetch_add(1, Ordering::Relaxed) + 1;
