@@ -274,14 +274,20 @@ async fn an_idle_replica_gives_its_chunk_back() {
     assert_eq!(value("sluice_budget_lease_unspent"), 0.0, "{metrics}");
 }
 
+/// Two replicas serving `config` on a Redis of their own, with `run` before the hour's
+/// window ends (every count of these tests is of one window).
+async fn two_replicas(config: &str, run: Duration) -> (RedisServer, Sluice, Sluice) {
+    let redis = RedisServer::start(&[]);
+    let args = ["--store", "redis", "--redis-url", &redis.url()];
+    let (first, second) = (Sluice::start(config, &args), Sluice::start(config, &args));
+    clear_of_a_windows_end(Duration::from_secs(3600), run).await;
+    (redis, first, second)
+}
+
 #[tokio::test]
 async fn a_replica_that_stops_gives_its_chunk_back() {
     let config = CONFIG.replace("{max_chunk: 50}", "{max_chunk: 50, max_hold: 1m}");
-    let redis = RedisServer::start(&[]);
-    let args = ["--store", "redis", "--redis-url", &redis.url()];
-    let stopping = Sluice::start(&config, &args);
-    let staying = Sluice::start(&config, &args);
-    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(20)).await;
+    let (_redis, stopping, staying) = two_replicas(&config, Duration::from_secs(20)).await;
     let made = spend_holding(&stopping, "leased", 200).await;
     assert!(counted(&staying, "leased", 3000).await > made);
     drop(stopping);
@@ -304,11 +310,7 @@ async fn until_redis_counts(sluice: &Sluice, made: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_gives_every_chunk_back_for_the_other_replica_to_spend() {
     let config = CONFIG.replace("{max_chunk: 50}", "{max_chunk: 200, max_hold: 30s}");
-    let redis = RedisServer::start(&[]);
-    let args = ["--store", "redis", "--redis-url", &redis.url()];
-    let reloading = Sluice::start(&config, &args);
-    let other = Sluice::start(&config, &args);
-    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(40)).await;
+    let (_redis, reloading, other) = two_replicas(&config, Duration::from_secs(40)).await;
     let made = spend_holding(&reloading, "leased", 400).await;
     assert!(
         counted(&other, "leased", 3000).await > made,
@@ -333,11 +335,7 @@ async fn thirty_two_callers_on_one_replica_hold_one_chunk_at_most() {
         "requests_per_unit: 3000\n      budget_leasing: {max_chunk: 50}",
         "requests_per_unit: 1000\n      budget_leasing: {max_chunk: 200, max_hold: 30s}",
     );
-    let redis = RedisServer::start(&[]);
-    let args = ["--store", "redis", "--redis-url", &redis.url()];
-    let busy = Sluice::start(&config, &args);
-    let other = Sluice::start(&config, &args);
-    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(40)).await;
+    let (_redis, busy, other) = two_replicas(&config, Duration::from_secs(40)).await;
     // 32 callers at once, 13 calls each: concurrent misses, each of which once took a chunk.
     let made = admitted_by_callers(std::slice::from_ref(&busy), "leased", 32, 13).await;
     assert_eq!(made, 416, "all within the limit");

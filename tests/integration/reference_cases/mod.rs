@@ -30,21 +30,9 @@ pub fn on_both_stores(
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> Vec<OnStore> {
-    on_both_stores_by(Sluice::start_with, files, args, envs)
-}
-
-fn on_both_stores_by(
-    start: Start,
-    files: &[(&str, &str)],
-    args: &[&str],
-    envs: &[(&str, &str)],
-) -> Vec<OnStore> {
-    let memory = start(files, args, envs);
+    let memory = Sluice::start_with(files, args, envs);
     let redis = RedisServer::start(&[]);
-    let url = redis.url();
-    let mut redis_args = vec!["--store", "redis", "--redis-url", url.as_str()];
-    redis_args.extend_from_slice(args);
-    let on_redis = start(files, &redis_args, envs);
+    let on_redis = Sluice::on_redis_url(files, &redis.url(), args, envs);
     vec![
         OnStore {
             store: "memory",

@@ -90,33 +90,11 @@ impl std::io::Write for LineWriter {
     }
 }
 
-/// How a server is started: in this process (`Sluice::start_with`) or as the binary
-/// (`Sluice::process_with`), from its files, flags and environment.
-pub type Start = fn(&[(&str, &str)], &[&str], &[(&str, &str)]) -> Sluice;
-
-/// A sluice started by `start` on a Redis of its own, started here.
-fn on_own_redis_by(
-    start: Start,
-    files: &[(&str, &str)],
-    args: &[&str],
-    envs: &[(&str, &str)],
-) -> (redis::RedisServer, Sluice) {
-    let redis = redis::RedisServer::start(&[]);
-    let sluice = on_redis_url_by(start, files, &redis.url(), args, envs);
-    (redis, sluice)
-}
-
-/// A sluice started by `start` on the Redis at `url`.
-fn on_redis_url_by(
-    start: Start,
-    files: &[(&str, &str)],
-    url: &str,
-    args: &[&str],
-    envs: &[(&str, &str)],
-) -> Sluice {
+/// `args` with the flags that serve on the Redis at `url`.
+fn on_redis_args<'a>(url: &'a str, args: &[&'a str]) -> Vec<&'a str> {
     let mut all = vec!["--store", "redis", "--redis-url", url];
     all.extend_from_slice(args);
-    start(files, &all, envs)
+    all
 }
 
 impl Sluice {
@@ -126,7 +104,9 @@ impl Sluice {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> (redis::RedisServer, Sluice) {
-        on_own_redis_by(Sluice::start_with, files, args, envs)
+        let redis = redis::RedisServer::start(&[]);
+        let sluice = Sluice::on_redis_url(files, &redis.url(), args, envs);
+        (redis, sluice)
     }
 
     /// A sluice on the Redis at `url`, with `files`, more `args` and `envs`.
@@ -136,7 +116,7 @@ impl Sluice {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> Sluice {
-        on_redis_url_by(Sluice::start_with, files, url, args, envs)
+        Sluice::start_with(files, &on_redis_args(url, args), envs)
     }
 
     /// Serves `config` (one YAML file) with extra command-line `args`.
