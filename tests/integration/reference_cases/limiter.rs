@@ -3,6 +3,7 @@
 //! local over-limit cache, and charging when over the limit.
 
 use super::*;
+use std::time::Duration;
 
 const CONFIG: &str = include_str!("../../fixtures/cases/reference_cases_limiter/config.yaml");
 
@@ -62,6 +63,7 @@ async fn test_generate_cache_keys_prefix() {
 #[tokio::test]
 async fn test_generate_cache_keys_with_share_threshold() {
     for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(10)).await;
         let before = window(60);
         for value in ["files/a.pdf", "files/b.csv", "files/c/d.txt"] {
             hit(&on.sluice, &[(&[("files", value)], 1)]).await;
@@ -95,6 +97,8 @@ async fn test_generate_cache_keys_with_share_threshold() {
 #[tokio::test]
 async fn test_redis() {
     for on in on_both_stores(&[("c.yaml", CONFIG)], &[], &[]) {
+        // The counts and the key's expiry (its window's end) are read within one minute.
+        clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(10)).await;
         let s = &on.sluice;
         let first = hit(s, &[(&[("key", "value")], 1)]).await;
         assert_eq!(first.statuses[0].limit_remaining, 9, "{}", on.store);

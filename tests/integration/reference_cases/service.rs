@@ -4,6 +4,7 @@
 //! of the in-process table (`rules.rs`, `SERVICE_CASES`), run on every store.
 
 use super::*;
+use std::time::Duration;
 
 const CONFIG: &str = include_str!("../../fixtures/cases/reference_cases_service/config.yaml");
 
@@ -25,24 +26,12 @@ fn codes(response: &RateLimitResponse) -> (Code, Vec<Code>) {
     )
 }
 
-/// Waits, when less than 20 s of the current minute are left, for the next one to start.
-async fn early_in_a_minute() {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("a clock after 1970");
-    let into_minute = now.as_millis() % 60_000;
-    if into_minute > 40_000 {
-        let left = 60_000 - into_minute as u64 + 100;
-        tokio::time::sleep(std::time::Duration::from_millis(left)).await;
-    }
-}
-
 #[tokio::test]
 async fn test_service() {
     for on in on_both_stores(&[("config.yaml", CONFIG)], &[], &[]) {
         let s = &on.sluice;
         // The case spans one minute window of `one`: it starts early in one.
-        early_in_a_minute().await;
+        clear_of_a_windows_end(Duration::from_secs(60), Duration::from_secs(20)).await;
         let first = ask(s, &[&[("hello", "world")]]).await;
         assert_eq!(codes(&first), (Code::Ok, vec![Code::Ok]), "{}", on.store);
         assert_eq!(first.statuses[0].current_limit, None);
