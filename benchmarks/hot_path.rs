@@ -150,7 +150,7 @@ fn memory_store(c: &mut Criterion) {
     let hits: Vec<Hit> = (0..10_000)
         .map(|i| Hit {
             key: format!("bench_k_{i}_"),
-            limit,
+            limit: limit.clone(),
             cost: 1,
             role: Role::Enforced,
             joins_previous: false,
@@ -238,7 +238,7 @@ fn million_keys() -> MemoryStore {
         for i in 0..keys {
             let hit = Hit {
                 key: format!("bench_{algorithm}_{i}_"),
-                limit,
+                limit: limit.clone(),
                 cost,
                 role: Role::Enforced,
                 joins_previous: false,

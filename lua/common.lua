@@ -12,7 +12,7 @@
 --            charged by an "any" or "every_part" call and are taken back), or "credit" (each
 --            hit's state is given its cost back now: the admin API's credit), or "read" (each
 --            hit's state read, nothing written: the admin API's read)
--- then, for each hit i in turn, 13 common arguments, then the algorithm's own (as many as the
+-- then, for each hit i in turn, 14 common arguments, then the algorithm's own (as many as the
 -- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
 -- read into the hit's fields of those names (crates/sluice-store/src/redis/args.rs builds them, in this
 -- order):
@@ -41,6 +41,10 @@
 --                       the end of the hit's window (0: no window) and max_holds,
 --                       space-separated; else ""
 --                       (its `lease` carries the token: "+" opens a hold, "-" settles it)
+--   ARGV[+13]  headroom  what the hit must leave unused of the capacity (a modifier's share
+--                        kept for other traffic: crates/sluice-core/src/modifier/): it is
+--                        admitted only if a hit of cost + headroom would be, and told what
+--                        remains above it; 0 for most
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us,
 -- released, expired, penalty_until_us, penalty_offence, penalty_imposed, reserve_call,
 -- reserve_held, reserve_estimate, reserve_lapsed, reserve_lapsed_amount (the fields of

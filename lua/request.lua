@@ -21,7 +21,7 @@
 -- need: Redis could not keep it, and it changes only how far over its limit the key is.
 
 -- The common arguments of a hit; the algorithm's own follow them.
-local COMMON = 13
+local COMMON = 14
 -- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
 -- a function library, whose top level runs only when it is loaded.
 local made = {}
@@ -43,8 +43,9 @@ local function with_cost(hit, cost)
   return copy
 end
 
--- The decision for `hit` on `state`, and the state after it (nil when unchanged).
-local function decide(hit, state)
+-- The decision for `hit` on `state`, and the state after it (nil when unchanged), by its
+-- algorithm alone.
+local function decide_plain(hit, state)
   local rules = algorithm(hit.algorithm)
   if hit.limit == 0 and not rules.blocks_zero_itself then
     return blocked(hit), nil
@@ -59,6 +60,33 @@ local function decide(hit, state)
   local in_debt = rules.force(hit, state)
   local next = rules.decide(with_cost(hit, 1), in_debt)
   return decision(false, d[2], next[3], next[4]), in_debt
+end
+
+-- `decide_plain` for a hit that must leave `hit.headroom` unused (a modifier's share kept for
+-- other traffic): admitted only when a hit of cost + headroom would be, and told what remains
+-- above the headroom. A denial is the decision of cost + headroom, charged (at the hit's own
+-- cost) only as the hit charges what does not fit. A release leaves none. The other copy is
+-- crates/sluice-core/src/algorithm/mod.rs, `decide_within`.
+local function decide(hit, state)
+  local headroom = hit.headroom
+  if headroom == 0 or hit.releases then
+    return decide_plain(hit, state)
+  end
+  local cost, charges = hit.cost, hit.charges_denied
+  hit.cost, hit.charges_denied = cost + headroom, hit.debt
+  local probe = decide_plain(hit, state)
+  hit.cost, hit.charges_denied = cost, charges
+  if probe[1] == 1 then
+    local d, changed = decide_plain(hit, state)
+    d[2] = math.max(0, d[2] - headroom)
+    return d, changed
+  end
+  probe[2] = math.max(0, probe[2] - headroom)
+  if charges and cost > 0 then
+    local _, changed = decide_plain(hit, state)
+    return probe, changed
+  end
+  return probe, nil
 end
 
 -- Whether a read-only answer may leave out the charge of `hit`, decided `d`: a denial
@@ -100,6 +128,7 @@ local function parse_hits(KEYS, ARGV, read_only, every, now_of)
       acquires = string.sub(ARGV[at + 10], 1, 1) == '+',
       penalty = penalty_of(ARGV[at + 11], KEYS),
       reserve = reserve_of(ARGV[at + 12], KEYS),
+      headroom = tonumber(ARGV[at + 13]),
       read_only = read_only,
     }
     local own = params[hits[i].algorithm] or {}
@@ -133,6 +162,8 @@ end
 local function credit(hits)
   local replies = {}
   for _, hit in ipairs(hits) do
+    -- The admin API reads the whole limit: no share is kept for other traffic.
+    hit.headroom = 0
     local rules = algorithm(hit.algorithm)
     rules.write(hit, rules.credit(hit, rules.read(hit)))
     append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
@@ -146,6 +177,7 @@ end
 local function read(hits)
   local replies = {}
   for _, hit in ipairs(hits) do
+    hit.headroom = 0
     local rules = algorithm(hit.algorithm)
     local state = rules.read(hit)
     local d = decide(with_cost(hit, 0), state)

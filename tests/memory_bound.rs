@@ -87,6 +87,7 @@ fn flood(algorithm: Algorithm, entries: bool, bound: usize) -> Found {
         let tasks: Vec<_> = (0..4)
             .map(|task| {
                 let (store, clock, stop) = (store.clone(), clock.clone(), stop.clone());
+                let limit = limit.clone();
                 tokio::spawn(async move {
                     let (mut hits, mut refused) = (0, false);
                     for i in (task..usize::MAX).step_by(4) {
@@ -96,7 +97,7 @@ fn flood(algorithm: Algorithm, entries: bool, bound: usize) -> Found {
                         clock.advance(1);
                         let hit = Hit {
                             key: format!("flood_{}_", i % keys),
-                            limit,
+                            limit: limit.clone(),
                             cost: 1,
                             role: Role::Enforced,
                             joins_previous: false,

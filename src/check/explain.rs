@@ -7,7 +7,11 @@ use sluice_core::modifier::Described;
 
 /// What `check-config` says of a rule beyond the count: its several limits and its debt.
 pub fn explain(rule: &config::Rule) -> Vec<String> {
-    let limits: Vec<_> = rule.limits.iter().filter_map(|named| named.limit).collect();
+    let limits: Vec<_> = rule
+        .limits
+        .iter()
+        .filter_map(|named| named.limit.clone())
+        .collect();
     let mut lines = Vec::new();
     if limits.len() > 1 {
         let each: Vec<String> = limits.iter().map(ToString::to_string).collect();

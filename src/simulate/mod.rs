@@ -360,7 +360,7 @@ fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
             let limits: Vec<String> = rule
                 .limits
                 .iter()
-                .filter_map(|named| named.limit)
+                .filter_map(|named| named.limit.clone())
                 .map(|limit| match &limit.modifiers.penalty {
                     Some(policy) => format!("{limit} ({policy})"),
                     None => limit.to_string(),

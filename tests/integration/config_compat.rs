@@ -69,6 +69,7 @@ fn limit_of(
     Some(
         matched.rule.limits[0]
             .limit
+            .as_ref()
             .map(|limit| limit.requests_per_unit),
     )
 }
@@ -118,6 +119,7 @@ fn nested_keys_defaults_values_and_unlimited_resolve_as_the_reference() {
     assert_eq!(
         rule.limits[0]
             .limit
+            .as_ref()
             .map(|l| (l.requests_per_unit, l.unit.as_str())),
         Some((3, "day"))
     );
@@ -576,7 +578,11 @@ fn several_limits_and_debt_are_validated() {
     .expect("two limits load");
     let domain = config.domain("d").expect("domain");
     let rule = domain.resolve([("k", "v")].into_iter()).expect("k").rule;
-    let limits: Vec<_> = rule.limits.iter().filter_map(|named| named.limit).collect();
+    let limits: Vec<_> = rule
+        .limits
+        .iter()
+        .filter_map(|named| named.limit.clone())
+        .collect();
     assert_eq!(limits.len(), 2);
     assert!(!limits[0].debt && limits[1].debt);
     assert_eq!(limits[1].algorithm(), Algorithm::TokenBucket);

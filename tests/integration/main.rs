@@ -38,4 +38,5 @@ mod response_extras;
 mod rlqs;
 mod rules;
 mod store_contract;
+mod tiers;
 mod xds;

@@ -120,7 +120,7 @@ impl Ran {
                 .enumerate()
                 .map(|(i, &(index, cost, role, joins))| Hit {
                     key: self.keys[key_of[index]].clone(),
-                    limit: limits[index],
+                    limit: limits[index].clone(),
                     cost,
                     role,
                     joins_previous: joins && i > 0,
@@ -197,7 +197,7 @@ fn the_behaviour_table_agrees_for_every_algorithm() {
         for (what, steps) in CASES {
             for (requests, multiplier, burst) in [(3, 1, None), (4, 2, Some(2)), (0, 1, Some(3))] {
                 let limit = limit(algorithm, requests, multiplier, burst);
-                let (memory, redis) = both(&fixture, limit, steps);
+                let (memory, redis) = both(&fixture, limit.clone(), steps);
                 assert_eq!(memory, redis, "{algorithm}, {what}, {limit}");
             }
         }
@@ -284,7 +284,7 @@ fn calendar_windows_agree_at_random_instants_and_zones() {
         let limit = Limit::new(Counting::FixedWindow(own), 5, limit_unit);
         // Somewhere in the next 400 days (every season's clock changes), then the sequence.
         let steps: Vec<(u64, u64)> = std::iter::once((offset, 0)).chain(steps).collect();
-        let (memory, redis) = both(&fixture, limit, &steps);
+        let (memory, redis) = both(&fixture, limit.clone(), &steps);
         prop_assert_eq!(memory, redis, "{}", limit);
         Ok(())
     });
@@ -307,7 +307,7 @@ fn warm_up_agrees_at_random_warm_ups_cold_factors_and_in_debt() {
                 debt,
                 ..limit(Algorithm::WarmUp, l * 3, m, None)
             };
-            let (memory, redis) = both(&fixture, limit, &steps);
+            let (memory, redis) = both(&fixture, limit.clone(), &steps);
             prop_assert_eq!(memory, redis, "{}", limit);
             Ok(())
         },
@@ -593,7 +593,7 @@ fn by_shape(limits: &[Limit], requests: &[RequestSpec], charging: Charging) -> V
     for (step, hits) in requests {
         now += step;
         let (index, cost, _, _) = hits[0];
-        let limit = limits[index];
+        let limit = limits[index].clone();
         let shape = Shape::of(&limit, now);
         let at = states.iter().position(|(s, _, _)| *s == shape);
         let state = at
@@ -601,7 +601,7 @@ fn by_shape(limits: &[Limit], requests: &[RequestSpec], charging: Charging) -> V
             .map(|i| &states[i].1);
         let hit = Hit {
             key: String::new(),
-            limit,
+            limit: limit.clone(),
             cost,
             role: Role::Enforced,
             joins_previous: false,

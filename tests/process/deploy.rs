@@ -443,7 +443,7 @@ fn the_envoy_example_releases_the_lease_it_acquired_when_the_stream_ends() {
     let algorithms: Vec<_> = rule
         .limits
         .iter()
-        .filter_map(|l| l.limit)
+        .filter_map(|l| l.limit.clone())
         .map(|l| l.algorithm())
         .collect();
     assert!(
@@ -515,6 +515,7 @@ fn the_envoy_example_blocks_a_client_that_keeps_failing_its_login() {
     let rule = domain.resolve(entries).expect("a rule").rule;
     let penalty = rule.limits[0]
         .limit
+        .as_ref()
         .and_then(|l| l.modifiers.penalty)
         .expect("a penalty");
     assert_eq!((penalty.after, penalty.block_ms), (3, 60_000));

@@ -132,10 +132,10 @@ impl<'a> FileCompiler<'a> {
             }
             (None, Some(docs)) => self.several_limits(docs, &format!("{node_path}.rate_limits"))?,
         };
-        let limits = match &node.reserve {
-            Some(value) => self.reserve_every_limit(limits, value, node_path)?,
-            None => limits,
-        };
+        let mut limits = limits;
+        for (key, value) in node.modifiers_of_every_limit() {
+            limits = self.modifier_of_every_limit(limits, key, value, node_path)?;
+        }
         let rlqs_strategy = self.rlqs_strategy(node, &limits, node_path)?;
         Some(Rule {
             full_key: full_key.to_string(),
@@ -150,30 +150,34 @@ impl<'a> FileCompiler<'a> {
         })
     }
 
-    /// A node's own `reserve`, given to each of its limits (none of which may have its own).
-    fn reserve_every_limit(
+    /// A modifier given beside a node's limits (`key`: `reserve`, `tiers`), given to each of
+    /// them (none of which may have its own).
+    fn modifier_of_every_limit(
         &mut self,
         mut limits: Vec<NamedLimit>,
+        key: &str,
         value: &serde_yaml::Value,
         node_path: &str,
     ) -> Option<Vec<NamedLimit>> {
-        let path = format!("{node_path}.reserve");
+        let path = format!("{node_path}.{key}");
         if limits.iter().all(|named| named.limit.is_none()) {
-            self.error(&path, "an unlimited rule has no budget to reserve");
+            let reason = format!("an unlimited rule has no limit for {key} to apply to");
+            self.error(&path, reason);
             return None;
         }
         for limit in limits.iter_mut().filter_map(|named| named.limit.as_mut()) {
-            if limit.modifiers.reserve.is_some() {
-                let reason = "a limit of this rule has a reserve of its own: give it once, here or in the limit";
+            if limit.modifiers.has(key) {
+                let reason = format!("a limit of this rule has a {key} of its own: give it once, here or in the limit");
                 self.error(&path, reason);
                 return None;
             }
-            if let Err(refusal) = limit.modifiers.set("reserve", value, limit.period_us()) {
+            if let Err(refusal) = limit.modifiers.set(key, value, limit.period_us()) {
                 self.error(&format!("{node_path}.{}", refusal.key), refusal.reason);
                 return None;
             }
             self.check_reserve(limit, &path)?;
-            *limit = self.reserving(*limit);
+            self.check_leasing(limit, &path)?;
+            *limit = self.reserving(limit.clone());
         }
         Some(limits)
     }
@@ -246,7 +250,7 @@ impl<'a> FileCompiler<'a> {
         };
         let multiplied = limits
             .iter()
-            .filter_map(|named| named.limit)
+            .filter_map(|named| named.limit.clone())
             .any(|limit| limit.unit_multiplier > 1);
         if strategy == RlqsStrategy::RequestsPerTimeUnit && multiplied {
             let reason = "requests_per_time_unit counts per whole unit: the limit cannot have a unit_multiplier";
@@ -505,8 +509,9 @@ fn leasing_refusal(limit: &Limit, every_hit: bool) -> Option<String> {
         Algorithm::WarmUp => "warm_up sets its rate by how busy the key was: unspent chunks would count as traffic and warm it early",
         Algorithm::Concurrency => "concurrency counts requests in flight, each released on its own: there is no budget to take ahead",
         _ if limit.debt => "a limit taking debt charges every cost when it lands: there is nothing to take ahead",
-        _ if limit.modifiers.penalty.is_some() => "a penalty counts each denial in the store as a strike: denials answered by a replica would not count",
-        _ if limit.modifiers.reserve.is_some() => "a reserved budget holds each request's estimate in the store: a replica cannot hold it",
+        _ if limit.modifiers.leasing_refusal().is_some() => {
+            return limit.modifiers.leasing_refusal().map(str::to_string)
+        }
         _ if every_hit => "with the reference's counting (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false) a counter may be shared with envoyproxy/ratelimit during a migration, which would count chunks not yet spent as requests",
         _ => return None,
     };

@@ -22,7 +22,7 @@ pub struct FileDoc {
 }
 
 /// One node of the descriptor tree.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
     expecting = "a descriptor: a map with key, value, rate_limit, descriptors, ..."
@@ -59,6 +59,21 @@ pub struct DescriptorDoc {
     /// `rate_limit` gives one limit its own).
     #[serde(default)]
     pub reserve: Option<serde_yaml::Value>,
+    /// Priority tiers sharing every limit of the node (sluice's extension; `tiers` inside a
+    /// `rate_limit` gives one limit its own).
+    #[serde(default)]
+    pub tiers: Option<serde_yaml::Value>,
+}
+
+impl DescriptorDoc {
+    /// The modifiers given beside the node's limits, for every one of them: (YAML key, value).
+    pub fn modifiers_of_every_limit(
+        &self,
+    ) -> impl Iterator<Item = (&'static str, &serde_yaml::Value)> {
+        [("reserve", &self.reserve), ("tiers", &self.tiers)]
+            .into_iter()
+            .filter_map(|(key, value)| value.as_ref().map(|value| (key, value)))
+    }
 }
 
 /// The limit of a node. `algorithm`, `unit_multiplier` and `debt` are sluice's, and so are

@@ -134,6 +134,7 @@ fn finish(
     }
     for domain in domains.values_mut() {
         domain.label_rules();
+        domain.note_read_entries();
     }
     Ok(Config {
         domains,
@@ -211,6 +212,7 @@ fn compile_doc(
         name: name.clone(),
         files: Vec::new(),
         root: Level::default(),
+        read_entries: Vec::new(),
     });
     domain.files.push(path.to_path_buf());
     compiler.add_descriptors(&mut domain.root, &descriptors, "", &parent_key);

@@ -24,11 +24,8 @@ fn descriptor(node: &xds::RateLimitDescriptor) -> DescriptorDoc {
         shadow_mode: node.shadow_mode,
         quota_mode: node.quota_mode,
         detailed_metric: node.detailed_metric,
-        value_to_metric: false,
-        share_threshold: false,
         metadata: node.metadata.as_ref().map(struct_yaml),
-        rlqs_strategy: None,
-        reserve: None,
+        ..DescriptorDoc::default()
     }
 }
 

@@ -52,9 +52,12 @@ impl Config {
             .into_iter()
             .flat_map(|domain| domain.rules())
             .filter(|rule| {
-                rule.limits
-                    .iter()
-                    .any(|named| named.limit.is_some_and(|l| l.counting.calendar().is_some()))
+                rule.limits.iter().any(|named| {
+                    named
+                        .limit
+                        .as_ref()
+                        .is_some_and(|l| l.counting.calendar().is_some())
+                })
             })
             .map(|rule| rule.full_key.as_str())
             .collect()
@@ -93,6 +96,10 @@ pub struct Domain {
     pub name: String,
     pub files: Vec<PathBuf>,
     pub(crate) root: Level,
+    /// The descriptor entries some limit's modifiers read rather than match
+    /// (`Modifiers::entry_keys`): a descriptor that matches no rule with them is matched
+    /// without them.
+    pub(crate) read_entries: Vec<String>,
 }
 
 /// The nodes below one node, by descriptor key.
@@ -220,6 +227,56 @@ impl Domain {
             level = &node.children;
         }
         None
+    }
+
+    /// Matches `entries` as `resolve` does; when no rule matches them all, matches them less
+    /// the entries a modifier of the domain reads, keeping the match only if a limit of the
+    /// rule found reads one of them (a tier's entry is not part of its descriptor).
+    pub fn resolve_reading<'a>(&'a self, entries: &[(&'a str, &'a str)]) -> Option<Match<'a>> {
+        if let Some(found) = self.resolve(entries.iter().copied()) {
+            return Some(found);
+        }
+        if !entries.iter().any(|(key, _)| self.reads_entry(key)) {
+            return None;
+        }
+        let kept: SmallVec<[(&str, &str); 8]> = entries
+            .iter()
+            .copied()
+            .filter(|(key, _)| !self.reads_entry(key))
+            .collect();
+        let found = self.resolve(kept.into_iter())?;
+        let reads = found
+            .rule
+            .limits
+            .iter()
+            .filter_map(|named| named.limit.as_ref())
+            .any(|limit| {
+                limit
+                    .modifiers
+                    .entry_keys()
+                    .any(|key| entries.iter().any(|(k, _)| *k == key))
+            });
+        reads.then_some(found)
+    }
+
+    /// Whether a modifier of the domain reads the entry `key` rather than matching it.
+    pub fn reads_entry(&self, key: &str) -> bool {
+        self.read_entries.iter().any(|read| read == key)
+    }
+
+    /// Notes the entries the domain's modifiers read (`read_entries`).
+    pub(crate) fn note_read_entries(&mut self) {
+        let mut read: Vec<String> = Vec::new();
+        for rule in self.rules() {
+            for limit in rule.limits.iter().filter_map(|named| named.limit.as_ref()) {
+                for key in limit.modifiers.entry_keys() {
+                    if !read.iter().any(|k| k == key) {
+                        read.push(key.to_string());
+                    }
+                }
+            }
+        }
+        self.read_entries = read;
     }
 
     /// Sets the metric labels of every rule whose labels take no value from requests.

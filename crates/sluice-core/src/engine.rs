@@ -73,14 +73,28 @@ pub fn decide_hit(hit: &Hit, charging: Charging, state: Option<&State>, now_us: 
         .limit
         .rate()
         .with_denied_charged(charging == Charging::EveryHit);
-    algorithm::decide(
+    algorithm::decide_within(
         &hit.limit.counting,
         state,
         &rate,
-        hit.cost,
+        (hit.cost, headroom(hit)),
         now_us,
         hit.lease,
     )
+}
+
+/// What `hit` must leave unused of its limit (its modifiers say; 0 for most).
+fn headroom(hit: &Hit) -> u64 {
+    hit.limit.modifiers.headroom(hit.limit.capacity())
+}
+
+/// `hit` as a read of `cost` finds it: no lease taken or released.
+fn with_cost(hit: &Hit, cost: u64) -> Hit {
+    Hit {
+        cost,
+        lease: None,
+        ..hit.clone()
+    }
 }
 
 /// Whether the charge of `hit` stands: debt and a lease's release always do, and with
@@ -265,6 +279,7 @@ fn decide_reserved(
         rate: hit.limit.rate(),
         window_end_us: hit.limit.window_end_us(now_us),
         cost: hit.cost,
+        headroom: headroom(hit),
     };
     let reservation = match call {
         LeaseCall::Release(token) => reserve::settle(
@@ -422,7 +437,13 @@ impl<K> Decided<K> {
     ) -> Vec<Decision> {
         for (i, decision) in self.decisions.iter_mut().enumerate() {
             if decision.admitted && hits[i].cost > 0 && !self.charged[i] && !hits[i].releases() {
-                *decision = hits[i].limit.decide(stored(i), 0, now_us).decision;
+                *decision = decide_hit(
+                    &with_cost(&hits[i], 0),
+                    Charging::AllOrNothing,
+                    stored(i),
+                    now_us,
+                )
+                .decision;
             }
         }
         self.decisions

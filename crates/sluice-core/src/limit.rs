@@ -107,7 +107,7 @@ impl fmt::Display for Unit {
 
 /// A rate: `requests_per_unit` per `unit_multiplier` x `unit`, counted as `counting` says
 /// (an algorithm with its own settings).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Limit {
     pub counting: Counting,
     pub requests_per_unit: u32,

@@ -219,7 +219,7 @@ async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Respo
 fn describe(rule: &Rule) -> Vec<String> {
     rule.limits
         .iter()
-        .map(|named| match named.limit {
+        .map(|named| match named.limit.clone() {
             None => format!("{}: unlimited", rule.full_key),
             Some(limit) => describe_limit(&rule.full_key, &limit, rule.shadow_mode),
         })

@@ -4,6 +4,7 @@
 //! Prometheus mapping so existing dashboards keep working; sluice's own metrics start with
 //! `sluice_`. Other components write their own series (`series::Reporting`).
 
+mod classes;
 mod leases;
 mod penalties;
 mod reserve;
@@ -21,6 +22,7 @@ use crate::statsd::ServiceStats;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Algorithm, Decision, LeaseOutcome};
 use sluice_core::modifier::reserve::Reserved;
+use sluice_core::modifier::Class;
 use sluice_store::series::Series;
 use sluice_store::StoreError;
 
@@ -29,12 +31,14 @@ pub const OVERFLOW_LABEL: &str = "_overflow_";
 
 /// What a limited descriptor got, for its counters.
 #[derive(Debug, Clone, Copy)]
-pub struct LimitOutcome {
+pub struct LimitOutcome<'a> {
     pub algorithm: Algorithm,
     pub capacity: u64,
     pub cost: u64,
     pub decision: Decision,
     pub shadow_mode: bool,
+    /// The class of traffic a modifier put the hit in (a tier), counted by class.
+    pub class: Option<Class<'a>>,
 }
 
 /// One limit's counters, registered once and kept.
@@ -54,6 +58,8 @@ struct LimitCounters {
     penalties: OnceLock<penalties::PenaltyCounters>,
     /// A reserved budget's series, registered at its first call.
     reserve: OnceLock<reserve::ReserveCounters>,
+    /// The decisions by class of traffic, for a limit whose modifiers put hits in classes.
+    classes: classes::ClassCounters,
 }
 
 /// The server's metrics. Handles are registered once and cached, so recording a decision is a
@@ -233,6 +239,13 @@ impl Metrics {
         }
         let over = !(outcome.decision.admitted || outcome.shadow_mode);
         self.decisions[outcome.algorithm.index()][usize::from(over)].increment(1);
+        if let Some(class) = outcome.class {
+            let labels = || limit_labels(&counters.labels);
+            let admitted = outcome.decision.admitted;
+            counters
+                .classes
+                .record(&self.series, labels, class, admitted);
+        }
     }
 
     /// A ShouldRateLimit call, and its latency.
@@ -329,6 +342,7 @@ impl Metrics {
             leases: OnceLock::new(),
             penalties: OnceLock::new(),
             reserve: OnceLock::new(),
+            classes: classes::ClassCounters::default(),
             labels: labels.clone(),
         });
         let mut grown = HashMap::clone(&known);
@@ -407,7 +421,7 @@ fn limit_labels(labels: &LimitLabels) -> Vec<Label> {
 mod tests {
     use super::*;
 
-    fn outcome(capacity: u64, cost: u64, admitted: bool, remaining: u32) -> LimitOutcome {
+    fn outcome(capacity: u64, cost: u64, admitted: bool, remaining: u32) -> LimitOutcome<'static> {
         LimitOutcome {
             algorithm: Algorithm::FixedWindow,
             capacity,
@@ -420,6 +434,7 @@ mod tests {
                 ..Decision::default()
             },
             shadow_mode: false,
+            class: None,
         }
     }
 
@@ -470,6 +485,7 @@ mod tests {
                 ..Decision::default()
             },
             shadow_mode: false,
+            class: None,
         };
         for value in ["a", "b", "c", "d"] {
             let labels = LimitLabels::of_override("d", [value].into_iter());

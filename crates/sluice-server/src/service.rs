@@ -166,7 +166,7 @@ impl<S: Store> RateLimiter<S> {
         let config = self.config.load_full();
         let domain = config.domain(&request.domain);
         let default_cost = u64::from(request.hits_addend.max(1));
-        let found = self.overrides_of(request);
+        let found = self.overrides_of(request, domain);
         let now_us = if found.iter().any(Option::is_some) {
             SystemClock.now_us()
         } else {
@@ -271,10 +271,12 @@ impl<S: Store> RateLimiter<S> {
 impl<S: Store> RateLimiter<S> {
     /// The admin overrides of each descriptor of `request` (none looked up when there are
     /// none at all, nor for a descriptor with its own `limit`, which comes first). A release,
-    /// a settle or a named hold is looked up without its token's entry.
+    /// a settle or a named hold is looked up without its token's entry, and every descriptor
+    /// without the entries the domain's modifiers read.
     fn overrides_of(
         &self,
         request: &RateLimitRequest,
+        domain: Option<&sluice_config::Domain>,
     ) -> SmallVec<[Option<Arc<DescriptorOverrides>>; 4]> {
         if self.overrides.is_empty() {
             return SmallVec::new();
@@ -290,6 +292,8 @@ impl<S: Store> RateLimiter<S> {
                     .entries
                     .iter()
                     .filter(|e| lease::is_matched(&e.key) && reserve::is_matched(&e.key))
+                    // An entry a modifier reads (a tier) is not part of the descriptor.
+                    .filter(|e| !domain.is_some_and(|d| d.reads_entry(&e.key)))
                     .map(|e| (e.key.as_str(), e.value.as_str()));
                 self.overrides.get_entries(&request.domain, entries)
             })
@@ -352,6 +356,7 @@ impl<S: Store> RateLimiter<S> {
                 cost: s.cost,
                 decision,
                 shadow_mode: applied.shadow_mode,
+                class: applied.limit.modifiers.class(),
             };
             self.metrics.record_limit(labels, &outcome);
         }

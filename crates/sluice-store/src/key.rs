@@ -99,13 +99,13 @@ impl Shape {
 ///   in µs + `c` + cold factor + `_` for `warm_up`), then the descriptor key, e.g.
 ///   `token_bucket_10per60s_b20_domain_key_value_`; a concurrency limit's leases outlive a
 ///   change of its numbers: `concurrency_domain_key_value_`;
-/// - a limit with a modifier (a penalty, a reserve): its descriptor key comes first, as a hash
+/// - a limit with a modifier that keeps keys of its own (`Modifiers::keep_state`): its descriptor key comes first, as a hash
 ///   tag (`slot_tag`) that its modifier's keys share, so that all live in one Cluster slot:
 ///   `prefix{domain_key_value_}1700000000`, `prefix{domain_key_value_}token_bucket_10per60s_b20_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 48);
     key.push_str(prefix);
-    let tagged = !hit.limit.modifiers.is_empty();
+    let tagged = hit.limit.modifiers.keep_state();
     let descriptor = if tagged {
         push_tag(&mut key, &hit.key)
     } else {
@@ -293,8 +293,8 @@ mod redis_key_tests {
         let second = Limit::fixed_window(5, Unit::Second);
         let at = 86_400 * 20_000 * MICROS_PER_SECOND;
         assert_eq!(
-            redis_key("", &hit(day), at),
-            redis_key("", &hit(second), at)
+            redis_key("", &hit(day.clone()), at),
+            redis_key("", &hit(second.clone()), at)
         );
         let later = at + 3 * MICROS_PER_SECOND;
         assert_ne!(

@@ -236,7 +236,7 @@ impl OverLimitCache {
         }
         let shard = self.lock(self.shard_of(hit));
         let over = shard
-            .get(&(hit.key.clone(), hit.limit))
+            .get(&(hit.key.clone(), hit.limit.clone()))
             .filter(|o| o.until_us > now_us)?;
         Some(Decision {
             admitted: false,
@@ -306,7 +306,10 @@ impl OverLimitCache {
             reset_at_us: now_us + decision.reset_after_us,
             penalty: decision.penalty(),
         };
-        if shard.insert((hit.key.clone(), hit.limit), over).is_none() {
+        if shard
+            .insert((hit.key.clone(), hit.limit.clone()), over)
+            .is_none()
+        {
             used.fetch_add(size, Ordering::Relaxed);
         }
     }

@@ -88,7 +88,7 @@ pub fn share_of(limit: &Limit, replicas: u32) -> Limit {
                 .burst()
                 .map(|burst| Policy::share(burst, replicas).max(1)),
         ),
-        ..*limit
+        ..limit.clone()
     }
 }
 

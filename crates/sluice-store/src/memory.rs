@@ -464,7 +464,7 @@ impl Store for MemoryStore {
         // One hit vetoes exactly when it is denied: all-or-nothing is the hit alone (unless
         // a modifier keeps state beside it).
         if let [hit] = hits {
-            if hit.limit.modifiers.is_empty() {
+            if !hit.limit.modifiers.keep_state() {
                 return Ok(vec![self.charge_one(hit, charging)?]);
             }
         }

@@ -40,7 +40,7 @@ fn read_after(
         for (key, limit) in ran.keys.iter().zip(limits) {
             let hit = Hit {
                 key: key.clone(),
-                limit: *limit,
+                limit: limit.clone(),
                 cost: 0,
                 role: Role::Enforced,
                 joins_previous: false,
@@ -64,7 +64,7 @@ fn read_after(
                 memory,
                 redis,
                 asked,
-                limit: *limit,
+                limit: limit.clone(),
             });
         }
         reads

@@ -80,8 +80,8 @@ async fn one_replica_on_a_leased_limit_answers_as_the_exact_path() {
             for call_number in 0..400 {
                 clock.advance(steps.next(3_000_000));
                 let cost = 1 + steps.next(3);
-                let beside = (steps.next(4) == 0).then_some(other);
-                let hits = hits_of(limit, "k", cost, beside, "o");
+                let beside = (steps.next(4) == 0).then_some(other.clone());
+                let hits = hits_of(limit.clone(), "k", cost, beside.clone(), "o");
                 let from_exact = exact
                     .charge(&hits, Charging::AllOrNothing)
                     .await

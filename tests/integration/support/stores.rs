@@ -173,7 +173,7 @@ pub fn memory_limiter(
     let limit = config
         .domain(domain)
         .and_then(|d| d.resolve(entries.iter().copied()))
-        .and_then(|m| m.rule.limits[0].limit)
+        .and_then(|m| m.rule.limits[0].limit.clone())
         .expect("the limit");
     let key = sluice_store::key::descriptor_key(domain, entries.iter().copied());
     let limiter = Arc::new(RateLimiter::new(

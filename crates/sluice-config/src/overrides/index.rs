@@ -273,6 +273,7 @@ mod tests {
                 .every_limit(0)
                 .unwrap()
                 .limit
+                .as_ref()
                 .unwrap()
                 .requests_per_unit,
             2
@@ -282,6 +283,7 @@ mod tests {
                 .of_name("a", 0)
                 .unwrap()
                 .limit
+                .as_ref()
                 .unwrap()
                 .requests_per_unit,
             3
@@ -320,6 +322,7 @@ mod tests {
                 .every_limit(0)
                 .unwrap()
                 .limit
+                .as_ref()
                 .unwrap()
                 .requests_per_unit,
             2

@@ -618,6 +618,54 @@ fn decide_by<A: LimitAlgorithm>(
     (decision, Some(with_expiry(in_debt)))
 }
 
+/// `decide` for a hit that must leave `headroom` of the capacity unused (a share a modifier
+/// keeps for other traffic, `ModifierPolicy::headroom`): admitted only when a hit of `cost + headroom` would be,
+/// and told what remains above the headroom. A release never leaves any. A denial is the
+/// decision of `cost + headroom`, never charged but as `rate` charges what does not fit, at
+/// `cost` alone. `lua/request.lua` (`held_back`) is the other copy.
+pub fn decide_within(
+    counting: &Counting,
+    state: Option<&State>,
+    rate: &Rate,
+    (cost, headroom): (u64, u64),
+    now_us: u64,
+    lease: Option<LeaseCall>,
+) -> Outcome {
+    let plain = || decide(counting, state, rate, cost, now_us, lease);
+    if headroom == 0 || matches!(lease, Some(LeaseCall::Release(_))) {
+        return plain();
+    }
+    let probe_rate = rate.with_denied_charged(false);
+    let probe = decide(
+        counting,
+        state,
+        &probe_rate,
+        cost.saturating_add(headroom),
+        now_us,
+        lease,
+    );
+    let above =
+        |remaining: u32| u32::try_from(u64::from(remaining).saturating_sub(headroom)).unwrap_or(0);
+    if probe.decision.admitted {
+        let mut outcome = plain();
+        outcome.decision.remaining = above(outcome.decision.remaining);
+        return outcome;
+    }
+    let decision = Decision {
+        remaining: above(probe.decision.remaining),
+        ..probe.decision
+    };
+    let new_state = if rate.charges_what_does_not_fit() && cost > 0 {
+        plain().new_state
+    } else {
+        None
+    };
+    Outcome {
+        decision,
+        new_state,
+    }
+}
+
 /// `count` as a `remaining` field: saturated to u32 (limits are u32, so only overflowing
 /// intermediate values can exceed it).
 pub(crate) fn remaining(count: u128) -> u32 {

@@ -14,6 +14,7 @@ pub mod leasing;
 pub mod on_store_failure;
 pub mod penalty;
 pub mod reserve;
+pub mod tiers;
 
 use crate::algorithm::params::Refusal;
 use crate::duration;
@@ -44,6 +45,48 @@ pub trait ModifierPolicy: Sized {
 
     /// What `check-config` says it does to `limit`, in words, with its bound.
     fn explained(&self, limit: &Described<'_>) -> String;
+
+    /// The descriptor entry it reads rather than matches (left out of matching and of the
+    /// key, so that every value of it shares the limit's counter); none for most.
+    fn entry_key(&self) -> Option<&str> {
+        None
+    }
+
+    /// Takes the value of its `entry_key` in a request's descriptor (`None`: absent).
+    fn take_entry(&mut self, _value: Option<&str>) {}
+
+    /// How much of a limit of `capacity` a hit must leave unused: it is admitted only if it
+    /// fits with that much to spare, and told what remains above it.
+    fn headroom(&self, _capacity: u64) -> u64 {
+        0
+    }
+
+    /// The class of traffic it puts the hit in, named in `sluice.denied_by` and counted in
+    /// the metrics.
+    fn class(&self) -> Option<Class<'_>> {
+        None
+    }
+
+    /// Why a limit carrying it cannot be leased to replicas in chunks, if it cannot.
+    fn leasing_refusal(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether it may keep state beside the limit's: a request carrying it is then decided
+    /// whole (never on a one-hit fast path), and the limit's Redis key is tagged so that the
+    /// keys it keeps share the limit's Cluster slot. False leaves the key as it was.
+    fn keeps_state(&self) -> bool {
+        true
+    }
+}
+
+/// A class of traffic a modifier puts a hit in: the series that counts decisions by class
+/// (`sluice_tier_decisions_total`), the label that names such classes (`tier`), and the hit's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Class<'a> {
+    pub series: &'static str,
+    pub label: &'static str,
+    pub name: &'a str,
 }
 
 /// What a modifier's words in `check-config` say of its limit and rule.
@@ -145,7 +188,7 @@ pub(crate) fn fixed_point(value: &serde_yaml::Value, places: usize) -> Option<u6
 macro_rules! registry {
     ($( $field:ident: $policy:ty $(, lua $lua:literal)?; )+) => {
         /// The modifiers one limit carries, parsed and validated: one field per row.
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
         pub struct Modifiers {
             $( pub $field: Option<$policy>, )+
         }
@@ -176,6 +219,14 @@ macro_rules! registry {
                 }
             }
 
+            /// Whether the one whose YAML key is `key` is set.
+            pub fn has(&self, key: &str) -> bool {
+                match key {
+                    $( stringify!($field) => self.$field.is_some(), )+
+                    _ => false,
+                }
+            }
+
             /// Whether the limit carries none.
             pub fn is_empty(&self) -> bool {
                 true $( && self.$field.is_none() )+
@@ -199,6 +250,43 @@ macro_rules! registry {
                 text
             }
 
+            /// The descriptor entries they read rather than match.
+            pub fn entry_keys(&self) -> impl Iterator<Item = &str> {
+                [$( self.$field.as_ref().and_then(ModifierPolicy::entry_key), )+]
+                    .into_iter()
+                    .flatten()
+            }
+
+            /// Gives each the value of its entry in a request's `entries` (none: absent).
+            pub fn take_entries<'e>(&mut self, entries: impl Iterator<Item = (&'e str, &'e str)> + Clone) {
+                $( if let Some(policy) = &mut self.$field {
+                    if let Some(key) = ModifierPolicy::entry_key(policy).map(str::to_string) {
+                        let value = entries.clone().find(|(k, _)| *k == key).map(|(_, v)| v);
+                        ModifierPolicy::take_entry(policy, value);
+                    }
+                } )+
+            }
+
+            /// What a hit must leave unused of a limit of `capacity`: the most any asks.
+            pub fn headroom(&self, capacity: u64) -> u64 {
+                0 $( .max(self.$field.as_ref().map_or(0, |p| ModifierPolicy::headroom(p, capacity))) )+
+            }
+
+            /// The class of traffic the hit is in, when one puts it in one.
+            pub fn class(&self) -> Option<Class<'_>> {
+                None $( .or_else(|| self.$field.as_ref().and_then(ModifierPolicy::class)) )+
+            }
+
+            /// Whether any of them may keep state beside the limit's (`ModifierPolicy::keeps_state`).
+            pub fn keep_state(&self) -> bool {
+                false $( || self.$field.as_ref().is_some_and(ModifierPolicy::keeps_state) )+
+            }
+
+            /// Why the limit cannot be leased in chunks, when one of them says.
+            pub fn leasing_refusal(&self) -> Option<&'static str> {
+                None $( .or_else(|| self.$field.as_ref().and_then(ModifierPolicy::leasing_refusal)) )+
+            }
+
             /// What `check-config` says each does to `limit`, in registry order.
             pub fn explained(&self, limit: &Described<'_>) -> Vec<String> {
                 let mut lines = Vec::new();
@@ -216,4 +304,5 @@ registry! {
     reserve: reserve::Policy, lua "reserve";
     budget_leasing: leasing::Policy;
     on_store_failure: on_store_failure::Policy;
+    tiers: tiers::Policy;
 }

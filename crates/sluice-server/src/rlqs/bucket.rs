@@ -53,7 +53,7 @@ pub fn resolve(config: &Config, domain: &str, pairs: &[(String, String)]) -> Res
                 .rule
                 .limits
                 .iter()
-                .filter_map(|named| named.limit)
+                .filter_map(|named| named.limit.clone())
                 .find(|limit| limit.algorithm() != Algorithm::Concurrency)
             else {
                 return Resolved::Unlimited { rule };

@@ -95,15 +95,11 @@ pub fn plan<'a>(
         return planned;
     }
     let set_aside = planned.release.is_some() || planned.settle.is_some() || planned.hold.is_some();
-    let matched = if set_aside {
-        // A release, a settle or a named hold matches without its token.
-        let kept: SmallVec<[(&str, &str); 8]> = entries
-            .filter(|(key, _)| lease::is_matched(key) && reserve::is_matched(key))
-            .collect();
-        domain.resolve(kept.into_iter())
-    } else {
-        domain.resolve(entries)
-    };
+    // A release, a settle or a named hold matches without its token.
+    let pairs: SmallVec<[(&str, &str); 8]> = entries
+        .filter(|(key, _)| !set_aside || (lease::is_matched(key) && reserve::is_matched(key)))
+        .collect();
+    let matched = domain.resolve_reading(&pairs);
     let Some(matched) = matched else {
         return planned;
     };
@@ -120,8 +116,12 @@ pub fn plan<'a>(
         .into_iter()
         .filter(|named| !releases || named.limit.algorithm().leases())
         .filter(|named| !settles || named.limit.modifiers.reserve.is_some())
-        .map(|named| Applied {
-            limit: named.limit,
+        .map(|mut named| Applied {
+            limit: {
+                // What the limit's modifiers read of the descriptor (a tier).
+                named.limit.modifiers.take_entries(pairs.iter().copied());
+                named.limit
+            },
             name: named.name,
             shadow_mode: named.shadow_mode,
             quota_mode: rule.quota_mode,
@@ -168,7 +168,7 @@ fn limits_in_force<'a>(
     let several = rule.limits.len() > 1;
     let name_of = |named: &'a NamedLimit| named.name.as_deref().unwrap_or_default();
     if let Some(every) = overrides.and_then(|o| o.overrides.every_limit(o.now_us)) {
-        let limit = every.limit?;
+        let limit = every.limit.clone()?;
         let name = match rule.limits.as_slice() {
             [only] => name_of(only),
             _ => "",
@@ -195,8 +195,8 @@ fn limits_in_force<'a>(
                 .filter(|_| !name.is_empty())
                 .and_then(|o| o.overrides.of_name(name, o.now_us));
             let (limit, shadow_mode) = match replaced {
-                Some(o) => (o.limit?, o.shadow_mode.unwrap_or(rule.shadow_mode)),
-                None => (named.limit?, rule.shadow_mode),
+                Some(o) => (o.limit.clone()?, o.shadow_mode.unwrap_or(rule.shadow_mode)),
+                None => (named.limit.clone()?, rule.shadow_mode),
             };
             Some(Named {
                 slot: several.then_some(slot),
@@ -310,7 +310,7 @@ pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens)
             };
             hits.push(Hit {
                 key,
-                limit: applied.limit,
+                limit: applied.limit.clone(),
                 cost,
                 role: applied.role(),
                 joins_previous: index > 0,
@@ -384,15 +384,7 @@ pub fn bind<'a>(
             match bound {
                 Some((applied, decision, cost)) => Bound {
                     cost,
-                    // Named for a reserved budget (other denials answer as the reference's).
-                    denied_by: (!decision.admitted && applied.limit.modifiers.reserve.is_some())
-                        .then(|| {
-                            let stats_key = p.labels.as_deref().map(|l| l.stats_key.as_str());
-                            match applied.name {
-                                "" => stats_key.unwrap_or_default().to_string(),
-                                name => name.to_string(),
-                            }
-                        }),
+                    denied_by: denied_by(&applied, &decision, p.labels.as_deref()),
                     verdict: Verdict::Limited(applied),
                     decision: Some(decision),
                     labels: p.labels,
@@ -417,6 +409,31 @@ pub fn bind<'a>(
             }
         })
         .collect()
+}
+
+/// What `sluice.denied_by` says of the binding limit that denied a descriptor: its `name`,
+/// else its stats key, with the class its modifiers put the request in (`name/batch`).
+/// Named for a reserved budget and a limit shared by classes; other denials answer as the
+/// reference's.
+fn denied_by(
+    applied: &Applied<'_>,
+    decision: &Decision,
+    labels: Option<&LimitLabels>,
+) -> Option<String> {
+    let modifiers = &applied.limit.modifiers;
+    let class = modifiers.class();
+    if decision.admitted || (modifiers.reserve.is_none() && class.is_none()) {
+        return None;
+    }
+    let mut name = match applied.name {
+        "" => labels.map(|l| l.stats_key.clone()).unwrap_or_default(),
+        name => name.to_string(),
+    };
+    if let Some(class) = class {
+        name.push('/');
+        name.push_str(class.name);
+    }
+    Some(name)
 }
 
 /// One limit in force for a descriptor, as the admin API reads and changes it: its name, the
@@ -453,11 +470,12 @@ pub fn in_force(
     descriptor: &RateLimitDescriptor,
     overrides: Option<InForce<'_>>,
 ) -> DescriptorInForce {
-    let entries = descriptor
+    let entries: SmallVec<[(&str, &str); 8]> = descriptor
         .entries
         .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()));
-    let Some(matched) = domain.resolve(entries) else {
+        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .collect();
+    let Some(matched) = domain.resolve_reading(&entries) else {
         return DescriptorInForce::NoRule;
     };
     let rule = matched.rule.full_key.clone();
@@ -483,12 +501,12 @@ pub fn in_force(
                     .is_some_and(|o| o.overrides.of_name(applied.name, o.now_us).is_some());
             LimitInForce {
                 name: applied.name.to_string(),
-                limit: applied.limit,
+                limit: applied.limit.clone(),
                 shadow_mode: applied.shadow_mode,
                 overridden,
                 hit: Hit {
                     key,
-                    limit: applied.limit,
+                    limit: applied.limit.clone(),
                     cost: 0,
                     role: applied.role(),
                     joins_previous: false,

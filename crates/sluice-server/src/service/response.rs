@@ -5,8 +5,10 @@ use sluice_core::engine::vetoed;
 use sluice_core::limit::{ceil_seconds, Decision, Limit, Role};
 use sluice_proto::rate_limit_response::{Code, DescriptorStatus, RateLimit};
 
-/// What applies to one descriptor after matching, overrides and `replaces`.
+/// What applies to one descriptor after matching, overrides and `replaces`. `Limited` is the
+/// common case, kept inline: boxing it would allocate for every descriptor of every request.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Verdict<'a> {
     /// Unknown domain, no matching limit, or a limit replaced by another.
     NoLimit,

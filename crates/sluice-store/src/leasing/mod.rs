@@ -267,7 +267,7 @@ impl<S: Store + AdminStore> Shared<S> {
             if amount > 0 {
                 excess.push(Unspent {
                     key: hit.key.clone(),
-                    limit: hit.limit,
+                    limit: hit.limit.clone(),
                     amount,
                 });
             }
@@ -327,7 +327,7 @@ impl<S: Store + AdminStore> Shared<S> {
             if amount > 0 {
                 excess.push(Unspent {
                     key: hit.key.clone(),
-                    limit: hit.limit,
+                    limit: hit.limit.clone(),
                     amount,
                 });
             }
@@ -354,7 +354,7 @@ fn owed_back(hits: &[Hit], plans: &[Step]) -> Vec<Unspent> {
         .filter_map(|(hit, plan)| match plan {
             Step::Take { give_back, .. } if *give_back > 0 => Some(Unspent {
                 key: hit.key.clone(),
-                limit: hit.limit,
+                limit: hit.limit.clone(),
                 amount: *give_back,
             }),
             _ => None,

@@ -226,15 +226,17 @@ impl LeaseTable {
             return Step::Store;
         }
         let mut shard = self.shard(&hit.key);
-        let lease = match shard.get_mut(&(hit.key.clone(), hit.limit)) {
+        let lease = match shard.get_mut(&(hit.key.clone(), hit.limit.clone())) {
             Some(lease) => lease,
             None if self.leases.load(Ordering::Relaxed) >= MAX_LEASES => return Step::Store,
             None => {
                 self.leases.fetch_add(1, Ordering::Relaxed);
-                shard.entry((hit.key.clone(), hit.limit)).or_insert(Lease {
-                    counting_since_us: now_us,
-                    ..Lease::default()
-                })
+                shard
+                    .entry((hit.key.clone(), hit.limit.clone()))
+                    .or_insert(Lease {
+                        counting_since_us: now_us,
+                        ..Lease::default()
+                    })
             }
         };
         lease.expire(&hit.limit, now_us);
@@ -297,7 +299,7 @@ impl LeaseTable {
         }
         let max_chunk = max_chunk_of(&hit.limit);
         let mut shard = self.shard(&hit.key);
-        let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit)) else {
+        let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit.clone())) else {
             return 0;
         };
         let mut excess = 0;
@@ -312,7 +314,7 @@ impl LeaseTable {
     /// has (plan again at once).
     pub fn waiter(&self, hit: &Hit, claim: u64) -> Option<tokio::sync::watch::Receiver<()>> {
         let mut shard = self.shard(&hit.key);
-        let lease = shard.get_mut(&(hit.key.clone(), hit.limit))?;
+        let lease = shard.get_mut(&(hit.key.clone(), hit.limit.clone()))?;
         if lease.taking.map(|(id, _)| id) != Some(claim) {
             return None;
         }
@@ -329,7 +331,7 @@ impl LeaseTable {
             return;
         }
         let mut shard = self.shard(&hit.key);
-        if let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit)) {
+        if let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit.clone())) {
             lease.release(claim);
         }
     }
@@ -348,7 +350,7 @@ impl LeaseTable {
         now_us: u64,
     ) -> u64 {
         let mut shard = self.shard(&hit.key);
-        let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit)) else {
+        let Some(lease) = shard.get_mut(&(hit.key.clone(), hit.limit.clone())) else {
             return chunk.map_or(0, |(amount, _)| amount);
         };
         lease.release(claim);
@@ -394,7 +396,7 @@ impl LeaseTable {
                 if owed > 0 {
                     unspent.push(Unspent {
                         key: key.clone(),
-                        limit: *limit,
+                        limit: limit.clone(),
                         amount: owed,
                     });
                 }
@@ -403,7 +405,7 @@ impl LeaseTable {
                     if in_time {
                         unspent.push(Unspent {
                             key: key.clone(),
-                            limit: *limit,
+                            limit: limit.clone(),
                             amount,
                         });
                     }
@@ -422,7 +424,7 @@ impl LeaseTable {
     pub fn unspent(&self, hit: &Hit, now_us: u64) -> u64 {
         let mut shard = self.shard(&hit.key);
         shard
-            .get_mut(&(hit.key.clone(), hit.limit))
+            .get_mut(&(hit.key.clone(), hit.limit.clone()))
             .map_or(0, |lease| {
                 lease.expire(&hit.limit, now_us);
                 lease.unspent

@@ -37,6 +37,8 @@ pub struct ScriptArgs {
     pub penalty: Option<Policy>,
     /// The limit's reservation, and the end of the window the hit is in (0: no window).
     pub reserve: Option<(reserve::Policy, u64)>,
+    /// What the hit must leave unused of the capacity (`Modifiers::headroom`; 0 for most).
+    pub headroom: u64,
     /// The algorithm's own arguments (`Counting::script_args`), of which it takes `own_count`.
     pub own: [u64; 2],
     pub own_count: usize,
@@ -90,7 +92,7 @@ pub struct KeyPositions {
 
 impl ScriptArgs {
     /// The names of a hit's common arguments, in the order `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "algorithm",
         "requests_per_unit",
         "period_us",
@@ -104,6 +106,7 @@ impl ScriptArgs {
         "lease",
         "penalty",
         "reserve",
+        "headroom",
     ];
 
     /// Appends the arguments, in `NAMES` order, then the algorithm's own; absent values are
@@ -130,7 +133,8 @@ impl ScriptArgs {
             .arg(reserve_arg(
                 self.reserve.as_ref().filter(|_| keys.holds > 0),
                 (keys.holds, keys.settled),
-            ));
+            ))
+            .arg(self.headroom);
         for own in &self.own[..self.own_count.min(self.own.len())] {
             call.arg(*own);
         }
@@ -175,6 +179,7 @@ mod tests {
                 },
                 60_000_000,
             )),
+            headroom: 2,
             own: [60_000_000, 3],
             own_count: 2,
         }
@@ -246,7 +251,7 @@ mod tests {
         assert_eq!(
             sent_of(args()),
             "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 -00000000000000ab \
-             2 3 60000000 60000 1500 3600000 86400000000 3 4 120000000 60000000 1000 60000000 3"
+             2 3 60000000 60000 1500 3600000 86400000000 3 4 120000000 60000000 1000 2 60000000 3"
         );
         let plain = ScriptArgs {
             now_us: None,
@@ -257,14 +262,14 @@ mod tests {
             lease: None,
             penalty: None,
             reserve: None,
+            headroom: 0,
             own_count: 0,
             ..args()
         };
-        // The empty now_us, nonce, lease, penalty and reserve are two spaces each (the last
-        // three trailing).
+        // The empty now_us, nonce, lease, penalty and reserve are two spaces each.
         assert_eq!(
             sent_of(plain),
-            "token_bucket 10 60000000 1 10   enforced 0 0   "
+            "token_bucket 10 60000000 1 10   enforced 0 0    0"
         );
     }
 }

@@ -320,6 +320,7 @@ impl RedisStore {
                 .modifiers
                 .reserve
                 .map(|policy| (policy, hit.limit.window_end_us(now_us).unwrap_or(0))),
+            headroom: hit.limit.modifiers.headroom(hit.limit.capacity()),
             own: hit.limit.counting.script_args(&rate, now_us),
             own_count: algorithm.own_script_args().len(),
         }

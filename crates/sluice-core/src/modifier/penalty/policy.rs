@@ -193,6 +193,10 @@ fn factor_of(value: &serde_yaml::Value) -> Result<u32, Refusal> {
 }
 
 impl crate::modifier::ModifierPolicy for Policy {
+    fn leasing_refusal(&self) -> Option<&'static str> {
+        Some("a penalty counts each denial in the store as a strike: denials answered by a replica would not count")
+    }
+
     fn parse(value: &serde_yaml::Value, period_us: u64) -> Result<Policy, Refusal> {
         Policy::parse(value, period_us)
     }

@@ -59,6 +59,8 @@ pub struct Budget<'a> {
     pub rate: Rate,
     pub window_end_us: Option<u64>,
     pub cost: u64,
+    /// What an opening must leave unused of the limit (`ModifierPolicy::headroom`).
+    pub headroom: u64,
 }
 
 /// When a hold taken at `now_us` lapses: `max_hold` later, or its window's end when sooner.
@@ -72,9 +74,23 @@ fn lapse_at(policy: &Policy, budget: &Budget<'_>, now_us: u64) -> u64 {
 
 /// The limit's decision of `cost` on `state`, its state left as it is (a limit that takes
 /// debt answers a denial as its debt would).
-fn ask(budget: &Budget<'_>, state: Option<&State>, cost: u64, now_us: u64) -> Decision {
+/// An opening's asks leave `budget.headroom` unused; a settle's (`headroom` 0) none.
+fn ask(
+    budget: &Budget<'_>,
+    state: Option<&State>,
+    (cost, headroom): (u64, u64),
+    now_us: u64,
+) -> Decision {
     let rate = budget.rate.with_denied_charged(false);
-    algorithm::decide(budget.counting, state, &rate, cost, now_us, None).decision
+    algorithm::decide_within(
+        budget.counting,
+        state,
+        &rate,
+        (cost, headroom),
+        now_us,
+        None,
+    )
+    .decision
 }
 
 /// Opens a hold of `budget.cost` (the estimate) under `token` at `now_us`, on the limit's `state`
@@ -99,7 +115,12 @@ pub fn open(
             settled: None,
         };
     }
-    let decision = ask(budget, state, held.saturating_add(estimate), now_us);
+    let decision = ask(
+        budget,
+        state,
+        (held.saturating_add(estimate), budget.headroom),
+        now_us,
+    );
     if !decision.admitted {
         let decision = Decision {
             // What remained before it, net of the holds, as every denial reports.
@@ -221,7 +242,7 @@ fn too_many_holds(
     live: &Holds,
     now_us: u64,
 ) -> Decision {
-    let report = ask(budget, state, 0, now_us);
+    let report = ask(budget, state, (0, budget.headroom), now_us);
     let first_lapse = live
         .0
         .iter()
@@ -238,7 +259,7 @@ fn too_many_holds(
 
 /// A settle's answer: admitted, with what remains on `state` net of `held`.
 fn after_charge(budget: &Budget<'_>, state: Option<&State>, held: u64, now_us: u64) -> Decision {
-    let report = ask(budget, state, 0, now_us);
+    let report = ask(budget, state, (0, 0), now_us);
     Decision {
         admitted: true,
         remaining: remaining_net(report.remaining, held),

@@ -144,6 +144,10 @@ impl fmt::Display for Policy {
 }
 
 impl crate::modifier::ModifierPolicy for Policy {
+    fn leasing_refusal(&self) -> Option<&'static str> {
+        Some("a reserved budget holds each request's estimate in the store: a replica cannot hold it")
+    }
+
     fn parse(value: &serde_yaml::Value, period_us: u64) -> Result<Policy, Refusal> {
         Policy::parse(value, period_us)
     }

@@ -98,18 +98,18 @@ impl Store {
 fn an_opening_is_admitted_only_while_used_held_and_estimate_fit() {
     let limit = budget(Algorithm::FixedWindow, 10_000, 4_000, 120);
     let mut store = Store::default();
-    let first = store.call(limit, 4_000, LeaseCall::Acquire(1), SECOND);
+    let first = store.call(limit.clone(), 4_000, LeaseCall::Acquire(1), SECOND);
     assert!(first.admitted);
     assert_eq!(first.remaining, 6_000, "net of its own hold");
-    let second = store.call(limit, 4_000, LeaseCall::Acquire(2), SECOND);
+    let second = store.call(limit.clone(), 4_000, LeaseCall::Acquire(2), SECOND);
     assert!(second.admitted);
     assert_eq!(second.remaining, 2_000);
-    let third = store.call(limit, 4_000, LeaseCall::Acquire(3), SECOND);
+    let third = store.call(limit.clone(), 4_000, LeaseCall::Acquire(3), SECOND);
     assert!(!third.admitted, "2,000 remain net of the holds");
     assert_eq!(third.remaining, 2_000);
     assert_eq!(store.used(&limit, SECOND), 0, "an opening charges nothing");
     // The first settles at 1,000: its hold goes, the actual is charged.
-    let settle = store.call(limit, 1_000, LeaseCall::Release(1), 2 * SECOND);
+    let settle = store.call(limit.clone(), 1_000, LeaseCall::Release(1), 2 * SECOND);
     assert!(settle.admitted);
     assert_eq!(settle.remaining, 5_000);
     let reserved = settle.reserved().expect("a settle's mark");
@@ -126,8 +126,12 @@ fn an_opening_is_admitted_only_while_used_held_and_estimate_fit() {
 fn a_settle_is_never_denied_and_charges_past_the_limit() {
     let limit = budget(Algorithm::TokenBucket, 1_000, 500, 120);
     let mut store = Store::default();
-    assert!(store.call(limit, 500, LeaseCall::Acquire(7), 0).admitted);
-    let settle = store.call(limit, 2_500, LeaseCall::Release(7), SECOND);
+    assert!(
+        store
+            .call(limit.clone(), 500, LeaseCall::Acquire(7), 0)
+            .admitted
+    );
+    let settle = store.call(limit.clone(), 2_500, LeaseCall::Release(7), SECOND);
     assert!(settle.admitted, "a settle is never denied");
     assert_eq!(settle.remaining, 0);
     assert!(
@@ -141,15 +145,19 @@ fn a_settle_is_never_denied_and_charges_past_the_limit() {
 fn a_second_settle_charges_nothing_and_an_unknown_token_charges_once() {
     let limit = budget(Algorithm::FixedWindow, 10_000, 100, 60);
     let mut store = Store::default();
-    assert!(store.call(limit, 100, LeaseCall::Acquire(1), 0).admitted);
-    store.call(limit, 300, LeaseCall::Release(1), SECOND);
-    let again = store.call(limit, 300, LeaseCall::Release(1), 2 * SECOND);
+    assert!(
+        store
+            .call(limit.clone(), 100, LeaseCall::Acquire(1), 0)
+            .admitted
+    );
+    store.call(limit.clone(), 300, LeaseCall::Release(1), SECOND);
+    let again = store.call(limit.clone(), 300, LeaseCall::Release(1), 2 * SECOND);
     assert_eq!(again.reserved().map(|r| r.call), Some(Call::Duplicate));
     assert_eq!(store.used(&limit, 2 * SECOND), 300);
-    let unknown = store.call(limit, 50, LeaseCall::Release(99), 3 * SECOND);
+    let unknown = store.call(limit.clone(), 50, LeaseCall::Release(99), 3 * SECOND);
     assert_eq!(unknown.reserved().map(|r| r.call), Some(Call::Unknown));
     assert_eq!(store.used(&limit, 3 * SECOND), 350, "its cost was real");
-    store.call(limit, 50, LeaseCall::Release(99), 4 * SECOND);
+    store.call(limit.clone(), 50, LeaseCall::Release(99), 4 * SECOND);
     assert_eq!(store.used(&limit, 4 * SECOND), 350, "once");
 }
 
@@ -159,20 +167,20 @@ fn a_hold_lapses_at_max_hold_or_its_windows_end_and_charges_nothing() {
     let mut store = Store::default();
     assert!(
         store
-            .call(limit, 600, LeaseCall::Acquire(1), 10 * SECOND)
+            .call(limit.clone(), 600, LeaseCall::Acquire(1), 10 * SECOND)
             .admitted
     );
     assert!(
         store
-            .call(limit, 300, LeaseCall::Acquire(2), 20 * SECOND)
+            .call(limit.clone(), 300, LeaseCall::Acquire(2), 20 * SECOND)
             .admitted
     );
     assert!(
         !store
-            .call(limit, 600, LeaseCall::Acquire(3), 39 * SECOND)
+            .call(limit.clone(), 600, LeaseCall::Acquire(3), 39 * SECOND)
             .admitted
     );
-    let after = store.call(limit, 600, LeaseCall::Acquire(3), 40 * SECOND);
+    let after = store.call(limit.clone(), 600, LeaseCall::Acquire(3), 40 * SECOND);
     assert!(after.admitted, "the first hold lapsed at 10 s + 30 s");
     assert_eq!(after.reserved().map(|r| r.lapsed), Some(1));
     assert_eq!(after.remaining, 100);
@@ -261,7 +269,7 @@ proptest! {
                 Step::Open(estimate) => {
                     let token = issued.len() as u64 + 1;
                     let before = store.used(&limit, now) + store.held(now);
-                    let decision = store.call(limit, estimate, LeaseCall::Acquire(token), now);
+                    let decision = store.call(limit.clone(), estimate, LeaseCall::Acquire(token), now);
                     if decision.admitted {
                         let mut lapses = now + 30 * SECOND;
                         if algorithm == Algorithm::FixedWindow {
@@ -277,7 +285,7 @@ proptest! {
                         .get(index)
                         .copied()
                         .unwrap_or((10_000 + index as u64, 0));
-                    let decision = store.call(limit, actual, LeaseCall::Release(token), now);
+                    let decision = store.call(limit.clone(), actual, LeaseCall::Release(token), now);
                     prop_assert!(decision.admitted);
                     let call = decision.reserved().map(|r| r.call);
                     if settled.get(&token).is_some_and(|&until| until > now) {
@@ -309,13 +317,17 @@ fn a_key_holds_at_most_max_holds_at_once() {
         policy.max_holds = 2;
     }
     let mut store = Store::default();
-    assert!(store.call(limit, 1, LeaseCall::Acquire(1), 0).admitted);
     assert!(
         store
-            .call(limit, 1, LeaseCall::Acquire(2), 5 * SECOND)
+            .call(limit.clone(), 1, LeaseCall::Acquire(1), 0)
             .admitted
     );
-    let third = store.call(limit, 1, LeaseCall::Acquire(3), 10 * SECOND);
+    assert!(
+        store
+            .call(limit.clone(), 1, LeaseCall::Acquire(2), 5 * SECOND)
+            .admitted
+    );
+    let third = store.call(limit.clone(), 1, LeaseCall::Acquire(3), 10 * SECOND);
     assert!(
         !third.admitted,
         "two holds already: 998 remain, but no third"
@@ -324,11 +336,11 @@ fn a_key_holds_at_most_max_holds_at_once() {
     assert_eq!(third.retry_after_us, 20 * SECOND, "when the first lapses");
     assert!(
         store
-            .call(limit, 1, LeaseCall::Acquire(2), 10 * SECOND)
+            .call(limit.clone(), 1, LeaseCall::Acquire(2), 10 * SECOND)
             .admitted,
         "a token that holds already adds to its hold"
     );
-    store.call(limit, 1, LeaseCall::Release(1), 11 * SECOND);
+    store.call(limit.clone(), 1, LeaseCall::Release(1), 11 * SECOND);
     assert!(
         store
             .call(limit, 1, LeaseCall::Acquire(3), 11 * SECOND)
