@@ -279,7 +279,8 @@ fn client_of(entries: &[(String, String)]) -> String {
 }
 
 /// The rule of `config` descriptor `index` of `call` falls under, as the service matches it:
-/// a client's override is `(limit override)`, a lease token is set aside.
+/// a client's override is `(limit override)`, a lease token is set aside; with the class its
+/// limits put the call in, when they do (`edge.tenant (tier batch)`).
 fn rule_of(config: &Config, call: &Call, index: usize) -> Option<String> {
     let descriptor = call.descriptors.get(index)?;
     let domain = config.domain(&call.domain)?;
@@ -292,9 +293,16 @@ fn rule_of(config: &Config, call: &Call, index: usize) -> Option<String> {
         .filter(|(key, _)| counted(key))
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    domain
-        .resolve(entries.into_iter())
-        .map(|m| m.rule.full_key.clone())
+    let matched = domain.resolve_reading(&entries)?;
+    let rule = matched.rule.full_key.clone();
+    // A rule whose limits put traffic in classes (tiers) is reported class by class.
+    let classed = matched.rule.limits.iter().find_map(|named| {
+        let mut limit = named.limit.clone()?;
+        limit.modifiers.take_entries(entries.iter().copied());
+        let class = limit.modifiers.class()?;
+        Some(format!("{rule} ({} {})", class.label, class.name))
+    });
+    Some(classed.unwrap_or(rule))
 }
 
 /// `part` of `whole`, in percent with one decimal.

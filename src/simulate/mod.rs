@@ -352,7 +352,11 @@ fn request_of(
 
 /// The limit the descriptor falls under, in words.
 fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
-    let matched = domain.resolve(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let pairs: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let matched = domain.resolve_reading(&pairs);
     match matched.map(|m| m.rule) {
         None => "no limit matches: every request is admitted".to_string(),
         Some(rule) if rule.is_unlimited() => "unlimited".to_string(),
@@ -361,9 +365,17 @@ fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
                 .limits
                 .iter()
                 .filter_map(|named| named.limit.clone())
-                .map(|limit| match &limit.modifiers.penalty {
-                    Some(policy) => format!("{limit} ({policy})"),
-                    None => limit.to_string(),
+                .map(|mut limit| {
+                    limit.modifiers.take_entries(pairs.iter().copied());
+                    let mut text = match &limit.modifiers.penalty {
+                        Some(policy) => format!("{limit} ({policy})"),
+                        None => limit.to_string(),
+                    };
+                    // The class this traffic is in (its tier), when the limit has classes.
+                    if let Some(class) = limit.modifiers.class() {
+                        text.push_str(&format!(" (this traffic: {} {})", class.label, class.name));
+                    }
+                    text
                 })
                 .collect();
             let limits = limits.join(" and ");

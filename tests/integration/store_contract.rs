@@ -4,6 +4,7 @@
 
 mod admin_read;
 mod leasing;
+mod tiers;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -67,7 +68,7 @@ fn both_requests(
 /// `both_requests` with the key of each limit given: `key_of[i]` is the key (by index) that
 /// limit `i` counts under, so several limits may count one descriptor (its limit changed by
 /// a reload, or overridden by the request).
-fn both_requests_on(
+pub(crate) fn both_requests_on(
     fixture: &Fixture,
     limits: &[Limit],
     key_of: &[usize],
@@ -316,7 +317,7 @@ fn warm_up_agrees_at_random_warm_ups_cold_factors_and_in_debt() {
 
 /// A penalty of short periods, so that a sequence sees blocks impose, grow, end and be
 /// forgotten.
-fn penalty() -> impl Strategy<Value = Policy> {
+pub(crate) fn penalty() -> impl Strategy<Value = Policy> {
     (
         1u32..=3,
         1u64..=30,
@@ -336,7 +337,7 @@ fn penalty() -> impl Strategy<Value = Policy> {
 }
 
 /// A reservation: holds that lapse within 0.1 to 3 s, capped at a fraction of the limit.
-fn reserve() -> impl Strategy<Value = sluice_core::modifier::reserve::Policy> {
+pub(crate) fn reserve() -> impl Strategy<Value = sluice_core::modifier::reserve::Policy> {
     (1u64..=4, 100_000u32..=1_000_000, 1u64..=30, 1u32..=3).prop_map(
         |(amount, ppm, hold, max_holds)| sluice_core::modifier::reserve::Policy {
             amount,

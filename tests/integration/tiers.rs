@@ -263,3 +263,50 @@ fn ceilings_outside_0_to_1_a_tier_named_twice_and_leasing_are_refused_with_their
     );
     assert!(leased.contains("c.yaml:5:"), "names the line: {leased}");
 }
+
+#[test]
+fn check_config_explains_the_tiers_and_simulate_shows_the_tier_of_its_traffic() {
+    let dir = tempfile::tempdir().expect("a directory");
+    std::fs::write(dir.path().join("c.yaml"), CONFIG).expect("written");
+    let report = sluice::check::check(&[dir.path().to_path_buf()], Default::default(), None);
+    assert!(report.passed, "{}", report.err);
+    assert!(
+        report
+            .out
+            .contains("shared by tiers named by the entry 'priority'")
+            && report.out.contains("batch up to 100 (0.5)")
+            && report.out.contains("critical up to 200 (1.0)")
+            && report.out.contains("is default"),
+        "{}",
+        report.out
+    );
+    let simulation = sluice::simulate::Simulation {
+        config_paths: vec![dir.path().to_path_buf()],
+        load_options: Default::default(),
+        domain: "tiers".into(),
+        descriptors: vec![vec![
+            ("tenant".into(), "a".into()),
+            ("priority".into(), "batch".into()),
+        ]],
+        together: false,
+        traffic: sluice::simulate::Traffic {
+            rate: sluice::simulate::traffic::parse_rate("30/s").expect("a rate"),
+            bursts: Vec::new(),
+            duration_us: 10_000_000,
+        },
+        cost: 1,
+        reports: Vec::new(),
+        hold_us: None,
+        actual: None,
+        bucket_us: None,
+    };
+    let report = sluice::simulate::run(&simulation).expect("simulated");
+    let run = &report.runs[0];
+    assert!(
+        run.limit.contains("this traffic: tier batch"),
+        "{}",
+        run.limit
+    );
+    let admitted = run.decisions.iter().filter(|d| d.admitted).count();
+    assert_eq!(admitted, 100, "batch fills half of 200");
+}
