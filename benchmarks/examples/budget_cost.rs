@@ -12,6 +12,9 @@
 // The service on `AnyStore` nests deep futures.
 #![recursion_limit = "256"]
 
+#[path = "support/redis_cost.rs"]
+mod redis_cost;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +26,6 @@ use sluice_server::metrics::Metrics;
 use sluice_server::service::{RateLimiter, ServiceOptions};
 use sluice_store::any::AnyStore;
 use sluice_store::memory::MemoryStore;
-use sluice_store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
 use sluice_store::SystemClock;
 
 const CONFIG: &str = "domain: bench
@@ -109,7 +111,7 @@ async fn redis_cost(
         let batch = 64.min(calls - done);
         let mut tokens = Vec::with_capacity(batch);
         for (kind, sum) in sums.iter_mut().enumerate() {
-            let before = redis_script_cpu(url).await?;
+            let before = redis_cost::script_cpu(url).await?;
             let started = Instant::now();
             for n in 0..batch {
                 match kind {
@@ -130,7 +132,7 @@ async fn redis_cost(
                 }
             }
             sum.0 += started.elapsed();
-            let after = redis_script_cpu(url).await?;
+            let after = redis_cost::script_cpu(url).await?;
             sum.1 += after.0 - before.0;
             sum.2 += after.1 - before.1;
         }
@@ -142,55 +144,6 @@ async fn redis_cost(
             usec as f64 / script_calls.max(1) as f64,
         )
     }))
-}
-
-/// Redis's own CPU in script calls so far: (calls, µs), from `INFO commandstats`.
-async fn redis_script_cpu(url: &str) -> Result<(u64, u64), Box<dyn std::error::Error>> {
-    let client = redis::Client::open(url)?;
-    let mut connection = client.get_multiplexed_async_connection().await?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut connection)
-        .await?;
-    let (mut calls, mut usec) = (0, 0);
-    for line in info.lines() {
-        let script = ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"];
-        if let Some(rest) = script.iter().find_map(|p| line.strip_prefix(p)) {
-            for field in rest.split(',') {
-                match field.split_once('=') {
-                    Some(("calls", n)) => calls += n.parse::<u64>().unwrap_or(0),
-                    Some(("usec", n)) => usec += n.parse::<u64>().unwrap_or(0),
-                    _ => {}
-                }
-            }
-        }
-    }
-    Ok((calls, usec))
-}
-
-async fn redis_limiter(
-    url: &str,
-    config: &Arc<ArcSwap<sluice_config::Config>>,
-) -> Result<RateLimiter<AnyStore>, Box<dyn std::error::Error>> {
-    let target = RedisTarget::single(url, Duration::from_secs(5));
-    let targets = RedisTargets {
-        main: &target,
-        per_second: None,
-    };
-    let store = RedisStore::connect(
-        targets,
-        Duration::from_secs(5),
-        "bench_".into(),
-        TimeSource::Sluice,
-        Arc::new(SystemClock),
-    )
-    .await?;
-    Ok(RateLimiter::new(
-        config.clone(),
-        Arc::new(AnyStore::on_redis(store, 0, Arc::new(SystemClock))),
-        ServiceOptions::default(),
-        Arc::new(Metrics::new(0.8, 10_000)),
-    ))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -234,7 +187,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::var("REDIS_URL"),
         only_store.is_none_or(|s| s == "redis"),
     ) {
-        let limiter = runtime.block_on(redis_limiter(&url, &config))?;
+        let limiter = runtime.block_on(redis_cost::limiter(&url, &config))?;
         runtime.block_on(run(&limiter, 1_000, &["plain", "reserve"]));
         let cost = runtime.block_on(redis_cost(&limiter, &url, calls))?;
         println!(

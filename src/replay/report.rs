@@ -280,7 +280,7 @@ fn client_of(entries: &[(String, String)]) -> String {
 
 /// The rule of `config` descriptor `index` of `call` falls under, as the service matches it:
 /// a client's override is `(limit override)`, a lease token is set aside; with the class its
-/// limits put the call in, when they do (`edge.tenant (tier batch)`).
+/// limits put the call in, when they do (`edge.tenant (<label> <class>)`).
 fn rule_of(config: &Config, call: &Call, index: usize) -> Option<String> {
     let descriptor = call.descriptors.get(index)?;
     let domain = config.domain(&call.domain)?;
@@ -295,7 +295,7 @@ fn rule_of(config: &Config, call: &Call, index: usize) -> Option<String> {
         .collect();
     let matched = domain.resolve_reading(&entries)?;
     let rule = matched.rule.full_key.clone();
-    // A rule whose limits put traffic in classes (tiers) is reported class by class.
+    // A rule whose limits put traffic in classes is reported class by class.
     let classed = matched.rule.limits.iter().find_map(|named| {
         let mut limit = named.limit.clone()?;
         limit.modifiers.take_entries(entries.iter().copied());

@@ -371,7 +371,7 @@ fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
                         Some(policy) => format!("{limit} ({policy})"),
                         None => limit.to_string(),
                     };
-                    // The class this traffic is in (its tier), when the limit has classes.
+                    // The class of traffic this is, when the limit's modifiers name one.
                     if let Some(class) = limit.modifiers.class() {
                         text.push_str(&format!(" (this traffic: {} {})", class.label, class.name));
                     }

@@ -80,6 +80,8 @@ fn assert_shares(store: &str, admitted: &Admitted) {
         .by_tier
         .each_ref()
         .map(|n| n.load(Ordering::Relaxed));
+    // The figures docs/tiers.md gives (`--nocapture`).
+    eprintln!("{store}: critical {critical}, default {default}, batch {batch}");
     assert_eq!(
         admitted.critical_denied.load(Ordering::Relaxed),
         0,

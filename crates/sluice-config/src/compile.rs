@@ -150,7 +150,7 @@ impl<'a> FileCompiler<'a> {
         })
     }
 
-    /// A modifier given beside a node's limits (`key`: `reserve`, `tiers`), given to each of
+    /// A modifier given beside a node's limits (`key`: one of `DescriptorDoc::modifiers_of_every_limit`), given to each of
     /// them (none of which may have its own).
     fn modifier_of_every_limit(
         &mut self,

@@ -231,7 +231,7 @@ impl Domain {
 
     /// Matches `entries` as `resolve` does; when no rule matches them all, matches them less
     /// the entries a modifier of the domain reads, keeping the match only if a limit of the
-    /// rule found reads one of them (a tier's entry is not part of its descriptor).
+    /// rule found reads one of them (such an entry names a class of traffic, not a descriptor).
     pub fn resolve_reading<'a>(&'a self, entries: &[(&'a str, &'a str)]) -> Option<Match<'a>> {
         if let Some(found) = self.resolve(entries.iter().copied()) {
             return Some(found);

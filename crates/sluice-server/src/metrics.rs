@@ -37,7 +37,7 @@ pub struct LimitOutcome<'a> {
     pub cost: u64,
     pub decision: Decision,
     pub shadow_mode: bool,
-    /// The class of traffic a modifier put the hit in (a tier), counted by class.
+    /// The class of traffic a modifier put the hit in, counted by class.
     pub class: Option<Class<'a>>,
 }
 

@@ -292,7 +292,7 @@ impl<S: Store> RateLimiter<S> {
                     .entries
                     .iter()
                     .filter(|e| lease::is_matched(&e.key) && reserve::is_matched(&e.key))
-                    // An entry a modifier reads (a tier) is not part of the descriptor.
+                    // An entry a modifier reads is not part of the descriptor.
                     .filter(|e| !domain.is_some_and(|d| d.reads_entry(&e.key)))
                     .map(|e| (e.key.as_str(), e.value.as_str()));
                 self.overrides.get_entries(&request.domain, entries)

@@ -1,4 +1,4 @@
-//! One limit's decisions by the class of traffic a modifier put each hit in (a tier's):
+//! One limit's decisions by the class of traffic a modifier put each hit in:
 //! admitted and denied per class, registered when a class is first seen. Classes come from
 //! the configuration, never from requests, so their number is bounded by it.
 

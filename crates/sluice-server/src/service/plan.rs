@@ -118,7 +118,7 @@ pub fn plan<'a>(
         .filter(|named| !settles || named.limit.modifiers.reserve.is_some())
         .map(|mut named| Applied {
             limit: {
-                // What the limit's modifiers read of the descriptor (a tier).
+                // What the limit's modifiers read of the descriptor.
                 named.limit.modifiers.take_entries(pairs.iter().copied());
                 named.limit
             },
