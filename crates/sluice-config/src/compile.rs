@@ -509,8 +509,8 @@ fn leasing_refusal(limit: &Limit, every_hit: bool) -> Option<String> {
         Algorithm::WarmUp => "warm_up sets its rate by how busy the key was: unspent chunks would count as traffic and warm it early",
         Algorithm::Concurrency => "concurrency counts requests in flight, each released on its own: there is no budget to take ahead",
         _ if limit.debt => "a limit taking debt charges every cost when it lands: there is nothing to take ahead",
-        _ if limit.modifiers.leasing_refusal().is_some() => {
-            return limit.modifiers.leasing_refusal().map(str::to_string)
+        _ if limit.modifiers.chunk_refusal().is_some() => {
+            return limit.modifiers.chunk_refusal().map(str::to_string)
         }
         _ if every_hit => "with the reference's counting (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false) a counter may be shared with envoyproxy/ratelimit during a migration, which would count chunks not yet spent as requests",
         _ => return None,

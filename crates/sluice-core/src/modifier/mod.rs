@@ -67,8 +67,8 @@ pub trait ModifierPolicy: Sized {
         None
     }
 
-    /// Why a limit carrying it cannot be leased to replicas in chunks, if it cannot.
-    fn leasing_refusal(&self) -> Option<&'static str> {
+    /// Why a limit carrying it cannot be handed to replicas in chunks taken ahead, if it cannot.
+    fn chunk_refusal(&self) -> Option<&'static str> {
         None
     }
 
@@ -282,9 +282,9 @@ macro_rules! registry {
                 false $( || self.$field.as_ref().is_some_and(ModifierPolicy::keeps_state) )+
             }
 
-            /// Why the limit cannot be leased in chunks, when one of them says.
-            pub fn leasing_refusal(&self) -> Option<&'static str> {
-                None $( .or_else(|| self.$field.as_ref().and_then(ModifierPolicy::leasing_refusal)) )+
+            /// Why the limit cannot be handed out in chunks, when one of them says.
+            pub fn chunk_refusal(&self) -> Option<&'static str> {
+                None $( .or_else(|| self.$field.as_ref().and_then(ModifierPolicy::chunk_refusal)) )+
             }
 
             /// What `check-config` says each does to `limit`, in registry order.

@@ -239,7 +239,7 @@ impl ModifierPolicy for Policy {
         false
     }
 
-    fn leasing_refusal(&self) -> Option<&'static str> {
+    fn chunk_refusal(&self) -> Option<&'static str> {
         Some("tiers cap each class of traffic below the limit, which a replica's chunk, taken for every tier at once, cannot keep")
     }
 }

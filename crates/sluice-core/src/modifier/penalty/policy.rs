@@ -193,7 +193,7 @@ fn factor_of(value: &serde_yaml::Value) -> Result<u32, Refusal> {
 }
 
 impl crate::modifier::ModifierPolicy for Policy {
-    fn leasing_refusal(&self) -> Option<&'static str> {
+    fn chunk_refusal(&self) -> Option<&'static str> {
         Some("a penalty counts each denial in the store as a strike: denials answered by a replica would not count")
     }
 

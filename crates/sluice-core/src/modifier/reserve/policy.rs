@@ -144,7 +144,7 @@ impl fmt::Display for Policy {
 }
 
 impl crate::modifier::ModifierPolicy for Policy {
-    fn leasing_refusal(&self) -> Option<&'static str> {
+    fn chunk_refusal(&self) -> Option<&'static str> {
         Some("a reserved budget holds each request's estimate in the store: a replica cannot hold it")
     }
 
