@@ -19,7 +19,7 @@
 //! Below it: `sluice_core` (the rules), `sluice_proto` (Envoy's API), `sluice_config` (the
 //! YAML) and `sluice_store` (memory, Redis). Only `server` knows every part.
 #![forbid(unsafe_code)]
-// The async bodies over `AnyStore` (Redis behind leasing behind the local cache) are deeper
+// The async bodies over `AnyStore` (Redis behind its layers: the local cache in front) are deeper
 // than the compiler's default layout query depth.
 #![recursion_limit = "256"]
 

@@ -24,7 +24,6 @@ use sluice_core::limit::{Algorithm, Decision, LeaseOutcome};
 use sluice_core::modifier::reserve::Reserved;
 use sluice_core::modifier::Class;
 use sluice_store::series::Series;
-use sluice_store::StoreError;
 
 /// The per-limit label value of every series past the request-valued series bound.
 pub const OVERFLOW_LABEL: &str = "_overflow_";
@@ -83,8 +82,6 @@ pub struct Metrics {
     /// Requests global shadow mode turned from OVER_LIMIT to OK.
     global_shadow_mode: Counter,
     store_latency: Histogram,
-    /// By `StoreError::KINDS`.
-    store_errors: [Counter; StoreError::KINDS.len()],
     /// The statsd sink's stats, when on (`USE_STATSD`, `USE_DOG_STATSD`).
     statsd: Option<ServiceStats>,
     /// What the penalty series count block ends from.
@@ -118,9 +115,6 @@ impl Metrics {
                 .histogram("ratelimit_service_response_time_seconds", of_method()),
             global_shadow_mode: series.counter("ratelimit_service_global_shadow_mode", vec![]),
             store_latency: series.histogram("sluice_store_duration_seconds", vec![]),
-            store_errors: StoreError::KINDS.map(|kind| {
-                series.counter("sluice_store_errors_total", vec![Label::new("kind", kind)])
-            }),
             decisions,
             series,
             near_limit_ratio,
@@ -276,13 +270,10 @@ impl Metrics {
         }
     }
 
-    /// One store call's latency and, when it failed, its error (counted by kind).
-    pub fn record_store_call(&self, seconds: f64, failure: Option<&StoreError>) {
+    /// A store call's latency (its failures are counted by the store's failure layer,
+    /// `sluice_store::on_failure`, whatever answers them).
+    pub fn record_store_call(&self, seconds: f64) {
         self.store_latency.record(seconds);
-        let counter = failure.and_then(|e| StoreError::KINDS.iter().position(|k| *k == e.kind()));
-        if let Some(index) = counter {
-            self.store_errors[index].increment(1);
-        }
     }
 
     /// A configuration load (at startup or reload).

@@ -37,6 +37,7 @@ use crate::xds::XdsSource;
 use sluice_config::overrides::OverrideIndex;
 use sluice_config::{self as config, Config, ConfigErrors, ReloadResult, Reloader};
 use sluice_store::any::AnyStore;
+use sluice_store::on_failure::WithFailureAnswer;
 use sluice_store::quota_budget::AnyBudget;
 use sluice_store::{Store, StoreError};
 
@@ -158,7 +159,13 @@ pub async fn run(
         load_files(&settings, &metrics).await?
     };
     let (store, budget) = stores::build(&settings.store, settings.record.is_some()).await?;
-    metrics.series().add_reporter(store.clone());
+    // The requests' store: the one built, its failures answered as `--failure-mode` and each
+    // limit say, a shared store's on this replica's share (and counted, with its series).
+    let served = Arc::new(WithFailureAnswer::over_any(
+        store.clone(),
+        settings.failure_mode,
+    ));
+    metrics.series().add_reporter(served.clone());
     // The overrides in force before the first call is served.
     let overrides = Arc::new(OverrideIndex::default());
     let options = settings.source.load_options;
@@ -189,8 +196,24 @@ pub async fn run(
         shutdown,
         reload,
     };
-    run.serve(config, store, budget, overrides).await
+    let stores = Stores {
+        store,
+        served,
+        budget,
+    };
+    run.serve(config, stores, overrides).await
 }
+
+/// The stores a server runs on: the one built (which the admin API and snapshots use), the
+/// same behind the failure layer (which requests are decided on), and RLQS's budget.
+struct Stores {
+    store: Arc<AnyStore>,
+    served: Arc<Served>,
+    budget: Arc<AnyBudget>,
+}
+
+/// The store requests are decided on (`Stores::served`).
+pub type Served = WithFailureAnswer<Arc<AnyStore>>;
 
 /// Loads the configuration files at startup; with FORCE_START_WITHOUT_INITIAL_CONFIG a
 /// refused load starts with no limits.
@@ -246,10 +269,14 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
     async fn serve(
         self,
         config: Config,
-        store: Arc<AnyStore>,
-        budget: Arc<AnyBudget>,
+        stores: Stores,
         overrides: Arc<OverrideIndex>,
     ) -> Result<(), ServerError> {
+        let Stores {
+            store,
+            served,
+            budget,
+        } = stores;
         let settings = self.settings;
         let readiness = Arc::new(Readiness::new(ready_at_start(settings, &config)));
         let counts = (config.domains().len(), config.rule_count());
@@ -272,7 +299,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         };
         let mut limiter = RateLimiter::new(
             config.clone(),
-            store.clone(),
+            served.clone(),
             settings.service.clone(),
             self.metrics.clone(),
         );
@@ -315,7 +342,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         let endpoints = Arc::new(Endpoints {
             config,
             limiter,
-            store,
+            store: served,
             metrics: self.metrics,
             scrapes: Scrapes::default(),
             readiness: readiness.clone(),
@@ -425,7 +452,7 @@ fn serve_http(
     settings: &Settings,
     listener: TcpListener,
     prometheus_listener: Option<TcpListener>,
-    endpoints: Arc<Endpoints<AnyStore>>,
+    endpoints: Arc<Endpoints<Served>>,
     stopped: watch::Receiver<bool>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let network = settings.ports.network;

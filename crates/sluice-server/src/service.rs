@@ -4,7 +4,6 @@
 
 mod error;
 mod extras;
-mod failure;
 /// The lease token as a request carries it (kept at `crate::lease`, below the service and
 /// the recorder that both read it).
 pub use crate::lease;
@@ -51,7 +50,6 @@ pub struct ServiceOptions {
     pub shadow_mode: bool,
     /// `QUOTA_MODE`: every limit is in quota mode.
     pub quota_mode: bool,
-    pub failure_mode: FailureMode,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`: the header names, or `None` for no headers.
     pub response_headers: Option<HeaderNames>,
     /// `RESPONSE_DYNAMIC_METADATA`.
@@ -61,21 +59,6 @@ pub struct ServiceOptions {
     pub tracing: Option<f64>,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: whether a denied request charges nothing.
     pub charging: Charging,
-}
-
-/// What a call gets when the store cannot decide.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum FailureMode {
-    /// gRPC UNAVAILABLE with the reason: Envoy's `failure_mode_deny` decides.
-    #[default]
-    Unavailable,
-    /// Every charged descriptor is OK (fail open).
-    Allow,
-    /// Every charged descriptor is OVER_LIMIT (fail closed).
-    Deny,
-    /// Each limit is decided in this replica alone, on its share (the limit divided by the
-    /// replica count).
-    LocalShare,
 }
 
 /// The rate limit service over a store `S` and the current config.
@@ -300,7 +283,8 @@ impl<S: Store> RateLimiter<S> {
             .collect()
     }
 
-    /// Charges the store in one call, timed; a failure answers as `--failure-mode` says.
+    /// Charges the store in one call, timed (a failure the store's layers could not answer
+    /// fails the call).
     async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, DecisionError> {
         if hits.is_empty() {
             return Ok(Vec::new());
@@ -314,16 +298,9 @@ impl<S: Store> RateLimiter<S> {
         } else {
             charged.await
         };
-        let seconds = started.elapsed().as_secs_f64();
         self.metrics
-            .record_store_call(seconds, result.as_ref().err());
-        match result {
-            Ok(decisions) => Ok(decisions),
-            Err(error) => {
-                let mode = self.options.failure_mode;
-                failure::answer(&*self.store, mode, self.options.charging, error, hits).await
-            }
-        }
+            .record_store_call(started.elapsed().as_secs_f64());
+        Ok(result?)
     }
 
     /// Counts every charged descriptor's hits under its labels, as its binding limit decided,

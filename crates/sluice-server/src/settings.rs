@@ -22,7 +22,7 @@ mod store;
 mod traces;
 
 use crate::rlqs::RlqsSettings;
-use crate::service::{FailureMode, ServiceOptions};
+use crate::service::ServiceOptions;
 pub use admin::{AdminArgs, AdminSettings};
 pub use observability::{LogFormat, ObservabilityArgs, ObservabilitySettings};
 pub use ports::{
@@ -32,6 +32,7 @@ pub use record::RecordArgs;
 pub use redis::{RedisArgs, RedisSettings};
 pub use requests::RequestArgs;
 use sluice_core::engine::Charging;
+use sluice_core::modifier::on_store_failure::Policy;
 pub use source::{ConfigType, SourceArgs, SourceSettings};
 pub use store::{StoreArgs, StoreKind, StoreSettings};
 pub use traces::TracingArgs;
@@ -64,6 +65,9 @@ pub struct Settings {
     /// `/healthcheck` and the gRPC health follow the store.
     pub healthcheck_store: bool,
     pub service: ServiceOptions,
+    /// `--failure-mode`: what a limit without its own answer for a failed store gets (the
+    /// store is put behind that layer, `sluice_store::on_failure`).
+    pub failure_mode: Policy,
     /// The RLQS service's behaviour.
     pub rlqs: RlqsSettings,
     pub observability: ObservabilitySettings,
@@ -80,12 +84,13 @@ impl ServeArgs {
         let trace_ratio = observability.tracing.as_ref().map(|t| t.sampling_rate);
         let mut source = self.source.into_settings()?;
         let service = self.requests.service_options(trace_ratio)?;
+        let failure_mode: Policy = self.requests.failure_mode.into();
         source.load_options.every_hit = service.charging == Charging::EveryHit;
         let healthcheck_store = self.store.checks_health();
         let mut store = self.store.into_settings()?;
         if let StoreSettings::Redis(redis) = &mut store {
             // A failure mode of local shares needs the replica count, breaker or not.
-            redis.circuit.learn_replicas |= service.failure_mode == FailureMode::LocalShare;
+            redis.circuit.learn_replicas |= failure_mode == Policy::LocalShare;
         }
         let record = self
             .record
@@ -96,6 +101,7 @@ impl ServeArgs {
             healthcheck_store,
             store,
             service,
+            failure_mode,
             rlqs: self.requests.rlqs()?,
             observability,
             record,

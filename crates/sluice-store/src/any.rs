@@ -111,14 +111,6 @@ impl Store for AnyStore {
     fn config_changed(&self) {
         each_store!(self, store => store.config_changed())
     }
-
-    async fn decide_alone(
-        &self,
-        hits: &[Hit],
-        charging: Charging,
-    ) -> Option<Result<Vec<Decision>, StoreError>> {
-        each_store!(self, store => store.decide_alone(hits, charging).await)
-    }
 }
 
 impl AnyStore {

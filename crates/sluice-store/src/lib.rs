@@ -1,9 +1,9 @@
 //! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
 //! the embedded in-memory store (`memory`), the Redis store (`redis`), the local over-limit
 //! cache that can sit in front of a remote store (`local_cache`), budget leasing in front of
-//! it (`leasing`), a replica's share of its limits for when the store fails (`local_share`),
-//! the one store value the server serves with (`any`), and what the admin API asks of them
-//! (`admin`).
+//! it (`leasing`), the answer when it fails (`on_failure`, with a replica's own share of its
+//! limits: `local_share`), the one store value the server serves with
+//! (`any`), and what the admin API asks of them (`admin`).
 
 // The async body of `AnyStore::charge` (Redis Cluster's futures inside) is deeper than the
 // compiler's default layout query depth.
@@ -16,6 +16,7 @@ pub mod leasing;
 pub mod local_cache;
 pub mod local_share;
 pub mod memory;
+pub mod on_failure;
 pub mod quota_budget;
 pub mod redis;
 pub mod series;
@@ -49,17 +50,28 @@ pub trait Store: Reporting + Send + Sync + 'static {
 
     /// The limits changed (a config reload): forget what was derived from the old ones.
     fn config_changed(&self);
+}
 
-    /// Decides `hits` in this replica alone, each limit on the replica's share of it
-    /// (`on_store_failure: local_share`), for when the store could not: `None` for a store
-    /// that keeps no share (the memory store is this replica's own already).
-    fn decide_alone(
+/// A shared store is the store it shares (the server's layers and its admin API hold one).
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    fn charge(
         &self,
         hits: &[Hit],
         charging: Charging,
-    ) -> impl Future<Output = Option<Result<Vec<Decision>, StoreError>>> + Send {
-        let _ = (hits, charging);
-        async { None }
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        (**self).charge(hits, charging)
+    }
+
+    fn healthy(&self) -> impl Future<Output = bool> + Send {
+        (**self).healthy()
+    }
+
+    fn config_changed(&self) {
+        (**self).config_changed();
     }
 }
 

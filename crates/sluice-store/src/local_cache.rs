@@ -152,14 +152,6 @@ impl<S: Store> Store for WithLocalCache<S> {
         self.clear();
         self.inner.config_changed();
     }
-
-    async fn decide_alone(
-        &self,
-        hits: &[Hit],
-        charging: Charging,
-    ) -> Option<Result<Vec<Decision>, StoreError>> {
-        self.inner.decide_alone(hits, charging).await
-    }
 }
 
 /// The hits the cache did not answer, in order; a hit whose descriptor's earlier hit was

@@ -5,10 +5,10 @@
 //! later: an outage's admissions are not replayed into it. The counts stay here, so a second
 //! outage in the same window goes on from them.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::memory::MemoryStore;
+use crate::redis::replicas::ReplicaCount;
 use crate::{Clock, Store, StoreError};
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Decision, Hit, Limit};
@@ -17,28 +17,6 @@ use sluice_core::modifier::on_store_failure::Policy;
 /// The most keys a local share keeps (what an outage of a day of distinct clients needs on
 /// one replica, at about 100 bytes a key).
 const MAX_KEYS: usize = 200_000;
-
-/// The replica count a share divides by: fixed, or kept up to date by whoever learns it (the
-/// Redis store's heartbeats, `redis::replicas`).
-#[derive(Clone)]
-pub struct ReplicaCount(Arc<AtomicU32>);
-
-impl ReplicaCount {
-    /// A count fixed at `replicas` (at least 1).
-    pub fn fixed(replicas: u32) -> ReplicaCount {
-        ReplicaCount(Arc::new(AtomicU32::new(replicas.max(1))))
-    }
-
-    /// The count now (at least 1).
-    pub fn get(&self) -> u32 {
-        self.0.load(Ordering::Relaxed).max(1)
-    }
-
-    /// A handle that updates the count for as long as the count is held.
-    pub fn downgrade(&self) -> Weak<AtomicU32> {
-        Arc::downgrade(&self.0)
-    }
-}
 
 /// Limits decided on a replica's share.
 pub struct LocalShare {

@@ -40,6 +40,12 @@ impl<T: Reporting + ?Sized> Reporting for &T {
     }
 }
 
+impl<T: Reporting + ?Sized> Reporting for Arc<T> {
+    fn report(&self, series: &Series) {
+        (**self).report(series);
+    }
+}
+
 /// The recorder, and the components that report at each scrape.
 pub struct Series {
     recorder: PrometheusRecorder,

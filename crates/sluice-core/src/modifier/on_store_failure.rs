@@ -9,10 +9,12 @@ use std::fmt;
 use crate::algorithm::params::Refusal;
 use crate::modifier::ModifierPolicy;
 
-/// The answer of a limit whose store failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The answer of a limit whose store failed (by default, as the reference answers:
+/// UNAVAILABLE).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Policy {
     /// The call fails with UNAVAILABLE and the reason.
+    #[default]
     Unavailable,
     /// The hit is admitted.
     Allow,

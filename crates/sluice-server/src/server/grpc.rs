@@ -19,7 +19,6 @@ use crate::settings::Settings;
 use sluice_proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use sluice_proto::rate_limit_service_server::{RateLimitServiceServer, SERVICE_NAME};
 use sluice_proto::FILE_DESCRIPTOR_SET;
-use sluice_store::any::AnyStore;
 use sluice_store::quota_budget::AnyBudget;
 
 /// Health service names reported: the server as a whole, the name envoyproxy/ratelimit uses,
@@ -31,7 +30,7 @@ const QUOTA_SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuo
 
 /// What the gRPC port serves.
 pub struct Services {
-    pub limiter: Arc<RateLimiter<AnyStore>>,
+    pub limiter: Arc<RateLimiter<super::Served>>,
     pub quota: QuotaService<AnyBudget>,
     /// The health service follows it.
     pub readiness: Arc<Readiness>,

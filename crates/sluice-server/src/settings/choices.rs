@@ -6,7 +6,8 @@
 use clap::ValueEnum;
 
 use crate::rlqs::DefaultAction;
-use crate::service::{FailureMode, HeaderForm};
+use crate::service::HeaderForm;
+use sluice_core::modifier::on_store_failure::Policy;
 use sluice_store::redis::{RedisKind, TimeSource};
 
 /// A flag's choice of `$domain`: the same variants, with the help clap shows for each.
@@ -30,7 +31,7 @@ macro_rules! choice {
 
 choice! {
     /// `--failure-mode`.
-    FailureModeChoice => FailureMode {
+    FailureModeChoice => Policy {
         /// gRPC UNAVAILABLE with the reason: Envoy's `failure_mode_deny` decides.
         Unavailable,
         /// Every charged descriptor is OK (fail open).

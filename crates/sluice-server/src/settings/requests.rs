@@ -99,7 +99,6 @@ impl RequestArgs {
         Ok(ServiceOptions {
             bounds,
             shadow_mode: self.shadow_mode,
-            failure_mode: self.failure_mode.into(),
             response_headers: self.response_headers.then(|| HeaderNames {
                 limit: self.limit_limit_header.clone(),
                 remaining: self.limit_remaining_header.clone(),

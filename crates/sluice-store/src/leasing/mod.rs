@@ -470,12 +470,4 @@ impl<S: Store + AdminStore> Store for WithLeasing<S> {
         }
         self.shared.inner.config_changed();
     }
-
-    async fn decide_alone(
-        &self,
-        hits: &[Hit],
-        charging: Charging,
-    ) -> Option<Result<Vec<Decision>, StoreError>> {
-        self.shared.inner.decide_alone(hits, charging).await
-    }
 }

@@ -1,7 +1,7 @@
 //! The circuit breaker between sluice and Redis. After `failures` calls in a row fail (an
 //! error or a timeout), the circuit opens: a call fails at once with `StoreError::CircuitOpen`
-//! and waits on nothing, and the service answers it as each limit's `on_store_failure` (or
-//! `--failure-mode`) says, a local share among them (`local_share`). While open, a probe (a
+//! and waits on nothing, and the failure layer in front of the store answers it
+//! (`crate::on_failure`). While open, a probe (a
 //! PING of every backend, within the command timeout) runs every `probe_interval`; the first
 //! that is answered closes the circuit. Each transition is logged once and counted.
 
@@ -102,7 +102,7 @@ impl Breaker {
                 tracing::warn!(
                     %error,
                     failed_in_a_row = failed,
-                    "store circuit open: calls no longer wait on Redis, each limit answers as its on_store_failure says until a probe is answered"
+                    "store circuit open: calls no longer wait on Redis, each limit gets its answer for a failed store until a probe is answered"
                 );
                 true
             }

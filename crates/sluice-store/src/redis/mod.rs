@@ -33,9 +33,9 @@ use call::{HitCall, Mode};
 use condition::Condition;
 pub use connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use pipeline::{PipelineCounts, Pipeliner};
+use replicas::ReplicaCount;
 use scripts::Script;
 
-use crate::local_share::{LocalShare, ReplicaCount};
 use crate::series::{Reporting, Series};
 use crate::{key, Clock, Store, StoreError};
 use sluice_core::algorithm::Mark;
@@ -130,8 +130,9 @@ pub struct RedisStore {
     pipeline_counts: Arc<PipelineCounts>,
     /// Opens after calls fail in a row: calls then fail at once (`with_circuit`).
     breaker: Breaker,
-    /// The limits' local shares, for `on_store_failure: local_share`.
-    local_share: LocalShare,
+    /// How many replicas share this Redis (given, or learnt from their heartbeats): what a
+    /// replica's share of a limit divides it by when Redis cannot decide.
+    replicas: ReplicaCount,
 }
 
 /// The circuit breaker's settings and the replica count the local shares divide by.
@@ -206,7 +207,7 @@ impl RedisStore {
             condition: Condition::new(),
             pipeline_counts,
             breaker: Breaker::new(BreakerSettings::default()),
-            local_share: LocalShare::new(ReplicaCount::fixed(1), clock.clone()),
+            replicas: ReplicaCount::fixed(1),
             clock,
         };
         for backend in &store.backends {
@@ -215,8 +216,8 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// The store with a circuit breaker as `circuit` says, and its local shares divided by
-    /// the replica count given there or learnt from Redis (a heartbeat every second), else 1.
+    /// The store with a circuit breaker as `circuit` says, and the replica count given there
+    /// or learnt from Redis (a heartbeat every second), else 1.
     pub fn with_circuit(mut self, circuit: CircuitSettings) -> RedisStore {
         self.breaker = Breaker::new(circuit.breaker);
         let replicas = match circuit.replicas {
@@ -229,13 +230,23 @@ impl RedisStore {
                 self.command_timeout,
             ),
         };
-        self.local_share = LocalShare::new(replicas, self.clock.clone());
+        self.replicas = replicas;
         self
     }
 
-    /// The replica count the local shares divide by now.
+    /// The replica count now.
     pub fn replicas(&self) -> u32 {
-        self.local_share.replicas()
+        self.replicas.get()
+    }
+
+    /// The clock it decides by.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
+    /// The replica count, kept up to date for as long as it is held.
+    pub fn replica_count(&self) -> ReplicaCount {
+        self.replicas.clone()
     }
 
     /// Whether the circuit is open (calls fail at once).
@@ -452,15 +463,6 @@ impl Store for RedisStore {
 
     /// Redis state is keyed by descriptor and shaped by algorithm; nothing is derived here.
     fn config_changed(&self) {}
-
-    /// On the local shares (`local_share`).
-    async fn decide_alone(
-        &self,
-        hits: &[Hit],
-        charging: Charging,
-    ) -> Option<Result<Vec<Decision>, StoreError>> {
-        Some(self.local_share.decide(hits, charging).await)
-    }
 
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         if hits.is_empty() {

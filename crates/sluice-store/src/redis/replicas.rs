@@ -1,16 +1,37 @@
 //! How many sluice replicas share this Redis, learnt while it answers: each replica writes a
 //! heartbeat every second into one sorted set (`<prefix>{sluice_replicas}`, scored by the
 //! time in milliseconds, expiring by itself), drops the entries older than `STALE`, and counts
-//! the rest. A local share (`local_share`) divides each limit by the count; `--store-replicas`
-//! sets it instead, and then no heartbeat is written.
+//! the rest (`ReplicaCount`). A replica's share of a limit divides it by the count;
+//! `--store-replicas` sets it instead, and then no heartbeat is written.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::connect::Connection;
-use crate::local_share::ReplicaCount;
 use crate::Clock;
+
+/// The replica count a share divides by: fixed, or kept up to date by whoever learns it (the
+/// Redis store's heartbeats, `redis::replicas`).
+#[derive(Clone)]
+pub struct ReplicaCount(Arc<AtomicU32>);
+
+impl ReplicaCount {
+    /// A count fixed at `replicas` (at least 1).
+    pub fn fixed(replicas: u32) -> ReplicaCount {
+        ReplicaCount(Arc::new(AtomicU32::new(replicas.max(1))))
+    }
+
+    /// The count now (at least 1).
+    pub fn get(&self) -> u32 {
+        self.0.load(Ordering::Relaxed).max(1)
+    }
+
+    /// A handle that updates the count for as long as the count is held.
+    pub fn downgrade(&self) -> Weak<AtomicU32> {
+        Arc::downgrade(&self.0)
+    }
+}
 
 /// How often a replica writes its heartbeat.
 const HEARTBEAT: Duration = Duration::from_secs(1);
