@@ -30,7 +30,7 @@
 --   ARGV[+8]  debt  "1" when the limit takes debt (a hit that does not fit is charged), else "0"
 --   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
 --                    charged together or not at all
---   ARGV[+10]  lease  on a concurrency limit: "+<token>" acquires leases, "-<token>" releases
+--   ARGV[+10]  lease  on a lease limit: "+<token>" acquires leases, "-<token>" releases
 --                     what the token holds (always charged, never denying); on a reserved
 --                     budget, opens or settles the token's hold alike; else ""
 --   ARGV[+11]  penalty  the limit's penalty (lua/penalty.lua): the position in KEYS of its
@@ -122,7 +122,7 @@ local function expire_after(key, us)
 end
 
 -- A decision as the script replies it: admitted (1 or 0), remaining, reset_after_us,
--- retry_after_us, released and expired (a concurrency limit's leases; 0 when not given),
+-- retry_after_us, released and expired (a lease limit's leases; 0 when not given),
 -- then what a penalty did (until, offence, imposed: 0 here, lua/penalty.lua sets them) and
 -- a reservation (call, held, estimate, lapsed, lapsed amount: 0 here, lua/reserve.lua sets
 -- them); negative values are 0.

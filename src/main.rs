@@ -127,7 +127,7 @@ struct SimulateArgs {
     /// A cost reported after the response, `TIME:COST` (e.g. `5s:1200`); repeatable.
     #[arg(long)]
     report_at: Vec<String>,
-    /// How long each admitted request runs (e.g. `2s`): its concurrency leases are released
+    /// How long each admitted request runs (e.g. `2s`): its leases are released
     /// then, as Envoy releases them when the stream ends, and its holds on reserved budgets
     /// settled. Without it, none is released or settled.
     #[arg(long)]

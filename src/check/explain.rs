@@ -1,5 +1,5 @@
 //! What `sluice check-config` says of each rule beyond its domain's count of limits: its
-//! several limits, its debt, its concurrency limit, and what each modifier of a limit does,
+//! several limits, its debt, its lease limit, and what each modifier of a limit does,
 //! in its own words (`ModifierPolicy::explained`).
 
 use sluice_config as config;

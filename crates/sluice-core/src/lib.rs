@@ -5,7 +5,7 @@
 //! - `algorithm`: the algorithms as pure functions with their own settings (`params`), and
 //!   the registry that lists them; `penalty`: blocks for clients a limit keeps denying.
 //! - `engine`: the rules of one request (all-or-nothing, debt, veto, groups, charging).
-//! - `lease`: the tokens of concurrency leases; `share`: a limit divided max-min fairly.
+//! - `lease`: the tokens of leases; `share`: a limit divided max-min fairly.
 //! - `labels`: what a limit's metric labels are made of; `duration`: `10s`, `5m`, ...;
 //!   `calendar`: billing periods (day, week, month, year) in an IANA time zone; `keyed_id`: a
 //!   128-bit keyed hash as a map key.

@@ -200,7 +200,7 @@ impl Limit {
         algorithm::credit(&self.counting, state, &self.rate(), cost, now_us)
     }
 
-    /// The same for a hit that acquires or releases a concurrency limit's leases.
+    /// The same for a hit that acquires or releases a lease limit's leases.
     pub fn decide_lease(
         &self,
         state: Option<&State>,
@@ -278,7 +278,7 @@ pub struct Hit {
     /// Another limit of the previous hit's descriptor: the hits of one descriptor are charged
     /// together or not at all.
     pub joins_previous: bool,
-    /// On a concurrency limit: the lease the hit acquires or releases.
+    /// On a lease limit: the lease the hit acquires or releases.
     pub lease: Option<LeaseCall>,
 }
 
@@ -295,7 +295,7 @@ impl Hit {
     }
 }
 
-/// What a descriptor's concurrency limit did: acquired (or was refused) `cost`, or released.
+/// What a descriptor's lease limit did: acquired (or was refused) `cost`, or released.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseOutcome {
     pub decision: Decision,
@@ -306,7 +306,7 @@ pub struct LeaseOutcome {
 }
 
 impl LeaseOutcome {
-    /// Whether the request took its leases: its concurrency limit admitted them, and neither
+    /// Whether the request took its leases: its lease limit admitted them, and neither
     /// its descriptor nor the request (`request_denied`: vetoed, the overall code before
     /// global shadow mode) was denied.
     pub fn taken(&self, request_denied: bool) -> bool {
@@ -317,7 +317,7 @@ impl LeaseOutcome {
             && !request_denied
     }
 
-    /// Whether the concurrency limit itself refused the leases.
+    /// Whether the lease limit itself refused the leases.
     pub fn refused(&self) -> bool {
         !self.releases && self.cost > 0 && !self.decision.admitted
     }

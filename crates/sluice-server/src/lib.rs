@@ -6,7 +6,7 @@
 //!   `server/stores.rs`) and serves once, in named pieces (gRPC, HTTP, drain), on listeners
 //!   its caller may bind (`server::run`).
 //! - `service`: the gRPC RateLimitService: validate, match, charge, respond; `lease`: a
-//!   concurrency lease's token at the request's edges.
+//!   lease's token at the request's edges.
 //! - `rlqs`: Envoy's Rate Limit Quota Service; `xds`: the configuration from a management
 //!   server.
 //! - `http`: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`.

@@ -51,7 +51,7 @@ struct LimitCounters {
     statsd: Option<[Arc<AtomicU64>; 5]>,
     /// The labels they are registered under (the overflow set's past the bound).
     labels: LimitLabels,
-    /// A concurrency limit's lease series, registered when it first takes or frees one.
+    /// A lease limit's series, registered when it first takes or frees one.
     leases: OnceLock<leases::LeaseCounters>,
     /// A penalty's series, registered when it first blocks a client.
     penalties: OnceLock<penalties::PenaltyCounters>,
@@ -198,7 +198,7 @@ impl Metrics {
         }
     }
 
-    /// What a descriptor's concurrency limit did to its leases; `request_denied`: the request
+    /// What a descriptor's lease limit did to its leases; `request_denied`: the request
     /// was denied, so leases its limit admitted were not taken (and are counted nowhere).
     pub fn record_lease(&self, labels: &LimitLabels, lease: &LeaseOutcome, request_denied: bool) {
         let counters = self.counters_of(labels);

@@ -304,7 +304,7 @@ impl<S: Store> RateLimiter<S> {
     }
 
     /// Counts every charged descriptor's hits under its labels, as its binding limit decided,
-    /// and what its concurrency limit did to its leases (a release counts only there; a
+    /// and what its lease limit did to its leases (a release counts only there; a
     /// request that was `denied` took none).
     fn record(&self, bound: &[plan::Bound<'_>], denied: bool) {
         for s in bound {

@@ -97,7 +97,7 @@ impl Shape {
 ///   `prefix` + algorithm + `_` + L + `per` + period in seconds + `s_`, then the algorithm's
 ///   own settings (`Parameters::write_key`: `b` + burst + `_` for the buckets, `w` + warm-up
 ///   in µs + `c` + cold factor + `_` for `warm_up`), then the descriptor key, e.g.
-///   `token_bucket_10per60s_b20_domain_key_value_`; a concurrency limit's leases outlive a
+///   `token_bucket_10per60s_b20_domain_key_value_`; a lease limit's leases outlive a
 ///   change of its numbers: `concurrency_domain_key_value_`;
 /// - a limit with a modifier that keeps keys of its own (`Modifiers::keep_state`): its descriptor key comes first, as a hash
 ///   tag (`slot_tag`) that its modifier's keys share, so that all live in one Cluster slot:

@@ -200,7 +200,7 @@ impl OverLimitCache {
     }
 
     /// Whether `hit`, charged as `charging` says, may be answered here at all: never a limit
-    /// that takes debt (every hit of it must be charged), never a concurrency limit (a release
+    /// that takes debt (every hit of it must be charged), never a lease limit (a release
     /// frees it at any time), and with the reference's counting only a fixed window (the
     /// others take a denied hit as debt).
     fn applies(hit: &Hit, charging: Charging) -> bool {

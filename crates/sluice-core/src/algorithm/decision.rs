@@ -1,5 +1,5 @@
 //! What deciding one hit gives: the common answer every algorithm makes (`Decision`), the
-//! mark the unit that decided leaves on it (`Mark`: a concurrency limit's lease counts, a
+//! mark the unit that decided leaves on it (`Mark`: a lease limit's lease counts, a
 //! penalty's block, a reserved budget's hold), and the state to store with it (`Outcome`). A new algorithm or modifier
 //! that reports something of its own adds a variant to `Mark`, never a field to `Decision`.
 
@@ -34,7 +34,7 @@ pub enum Mark {
     /// Nothing beside the common answer.
     #[default]
     None,
-    /// A concurrency limit's leases this hit released (its token's), and those it found
+    /// A lease limit's leases this hit released (its token's), and those it found
     /// past their life and dropped.
     Leases { released: u32, expired: u32 },
     /// The limit's penalty blocked the hit, or imposed the block.
@@ -44,7 +44,7 @@ pub enum Mark {
 }
 
 impl Mark {
-    /// The mark of a concurrency limit's hit: none when it neither released nor dropped a
+    /// The mark of a lease limit's hit: none when it neither released nor dropped a
     /// lease, so that every store marks the same decision alike.
     pub fn leases(released: u32, expired: u32) -> Mark {
         if released == 0 && expired == 0 {
@@ -77,7 +77,7 @@ impl Decision {
         }
     }
 
-    /// The leases the hit released and found expired: (0, 0) unless a concurrency limit
+    /// The leases the hit released and found expired: (0, 0) unless a lease limit
     /// decided it.
     pub fn leases(&self) -> (u32, u32) {
         match self.mark {

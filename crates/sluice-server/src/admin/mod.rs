@@ -280,8 +280,8 @@ impl Admin {
         })
     }
 
-    /// Clears the counters of a descriptor's limits (or of one by name); a concurrency
-    /// limit's leases in flight and a reserved budget's holds stay.
+    /// Clears the counters of a descriptor's limits (or of one by name); a lease limit's
+    /// leases in flight and a reserved budget's holds stay.
     pub async fn reset(&self, who: &str, reset: Reset) -> Result<ResetOutcome, AdminError> {
         let name = named(reset.name);
         let limits = self.targets(&reset.domain, &reset.descriptor, name.as_deref())?;

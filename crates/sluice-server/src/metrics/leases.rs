@@ -1,4 +1,4 @@
-//! One concurrency limit's lease series: leases taken, refused, released and expired (in
+//! One lease limit's series: leases taken, refused, released and expired (in
 //! leases: a hit's cost), and those held = taken - released - expired, by this replica.
 
 use metrics::{Counter, Gauge, Label};
@@ -6,7 +6,7 @@ use metrics::{Counter, Gauge, Label};
 use sluice_core::limit::LeaseOutcome;
 use sluice_store::series::Series;
 
-/// The series of one concurrency limit.
+/// The series of one lease limit.
 pub(super) struct LeaseCounters {
     acquired: Counter,
     refused: Counter,

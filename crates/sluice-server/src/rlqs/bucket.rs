@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sluice_config::Config;
 use sluice_config::RlqsStrategy;
-use sluice_core::limit::{Algorithm, Limit};
+use sluice_core::limit::Limit;
 use sluice_proto::envoy::r#type::v3::rate_limit_strategy::{
     BlanketRule, RequestsPerTimeUnit, Strategy,
 };
@@ -48,13 +48,13 @@ pub fn resolve(config: &Config, domain: &str, pairs: &[(String, String)]) -> Res
         if let Some(matched) = tree.resolve(entries) {
             let rule = matched.rule.full_key.clone();
             // The quota protocol has no call at a request's end: leases cannot be held there,
-            // so a concurrency limit does not apply to a bucket (its rule's rates do).
+            // so a lease limit does not apply to a bucket (its rule's rates do).
             let Some(limit) = matched
                 .rule
                 .limits
                 .iter()
                 .filter_map(|named| named.limit.clone())
-                .find(|limit| limit.algorithm() != Algorithm::Concurrency)
+                .find(|limit| !limit.algorithm().leases())
             else {
                 return Resolved::Unlimited { rule };
             };

@@ -89,7 +89,7 @@ pub fn headers(
     let requests = limit.requests_per_unit;
     let limit_value = match names.form {
         HeaderForm::Reference => requests.to_string(),
-        // A concurrency limit has no window: its limit is leases in flight, with no policy.
+        // A lease limit has no window: its limit is leases in flight, with no policy.
         HeaderForm::QuotaPolicy => match window_seconds(verdicts, statuses, status) {
             Some(window) => format!("{requests}, {requests};w={window}"),
             None => requests.to_string(),
@@ -106,7 +106,7 @@ pub fn headers(
     headers
 }
 
-/// The period, in seconds, of the limit behind `status`; `None` for a concurrency limit,
+/// The period, in seconds, of the limit behind `status`; `None` for a lease limit,
 /// whose period is a lease's longest life, not a window.
 fn window_seconds(
     verdicts: &[Verdict<'_>],

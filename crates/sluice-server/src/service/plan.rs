@@ -33,7 +33,7 @@ pub struct Planned<'a> {
     replaces: &'a [String],
     /// The metric labels of the limits: the rule's own when fixed.
     labels: Option<Cow<'a, LimitLabels>>,
-    /// The token the descriptor releases (its `sluice.lease` entry): only its concurrency
+    /// The token the descriptor releases (its `sluice.lease` entry): only its lease
     /// limits apply, each freeing what the token holds.
     release: Option<u64>,
     /// The hold the descriptor settles (its `sluice.reserve` entry): only its reserved
@@ -269,7 +269,7 @@ pub struct Tokens {
 /// The hits of the request: one per limit of each descriptor, a descriptor's limits after
 /// its first joining it, each under its own key (a rule with one limit keeps the key
 /// envoyproxy/ratelimit uses, moved out of the plan: nothing reads it after; the limits of a
-/// rule of several add their slot). A concurrency limit's hit releases the descriptor's
+/// rule of several add their slot). A lease limit's hit releases the descriptor's
 /// token, or acquires under the request's, issued by `tokens` when the first is needed; a
 /// reserved budget's hit settles the descriptor's hold at the cost as the actual, or opens
 /// one of its estimate under the descriptor's own name for it or the request's token.
@@ -322,7 +322,7 @@ pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens)
 }
 
 /// What each descriptor got: its verdict, the binding limit's decision, the cost, the
-/// metric labels, its concurrency limit's decision (the first, when it has several), the
+/// metric labels, its lease limit's decision (the first, when it has several), the
 /// decisions of its limits that a penalty's block denied, and what its reserved budgets did
 /// (with the cost each was asked: an estimate, or the actual a settle charged).
 pub struct Bound<'a> {

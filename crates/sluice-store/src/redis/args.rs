@@ -31,7 +31,7 @@ pub struct ScriptArgs {
     pub debt: bool,
     /// The hits of one descriptor share a group (the index of its first hit).
     pub group: usize,
-    /// On a concurrency limit, the lease the hit acquires or releases.
+    /// On a lease limit, the lease the hit acquires or releases.
     pub lease: Option<LeaseCall>,
     /// The limit's penalty, whose record is under a key of the call's own (`penalty_arg`).
     pub penalty: Option<Policy>,

@@ -537,7 +537,7 @@ pub(super) const DECISION_FIELDS: usize = 14;
 
 /// What a hit's reply says beside the common answer: a penalty's block (fields 6 to 8), a
 /// reservation's call (fields 9 to 13: call, held, estimate, lapsed, lapsed amount) or a
-/// concurrency limit's
+/// lease limit's
 /// released and expired leases (fields 4 and 5); a block replaces the limit's own decision,
 /// and no limit both leases and reserves, so a reply carries one at most.
 fn reply_mark(fields: &[i64]) -> Mark {
