@@ -12,8 +12,8 @@ use sluice_config::{load, Config, LoadOptions};
 use sluice_core::algorithm::fixed_window::FixedWindowParameters;
 use sluice_core::calendar::{self, Calendar, CalendarUnit};
 use sluice_core::engine::Charging;
+use sluice_core::identity::descriptor_key;
 use sluice_core::limit::{Algorithm, Counting, Hit, Limit, Role, Unit};
-use sluice_store::key::descriptor_key;
 use sluice_store::memory::MemoryStore;
 use sluice_store::{Store, SystemClock};
 

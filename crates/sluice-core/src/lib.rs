@@ -3,7 +3,8 @@
 //!
 //! - `limit`: the domain types (`Limit`, `Hit`, `Decision`, `Unit`).
 //! - `algorithm`: the algorithms as pure functions with their own settings (`params`), and
-//!   the registry that lists them; `penalty`: blocks for clients a limit keeps denying.
+//!   the registry that lists them; `modifier`: what changes how a limit decides (registry).
+//! - `identity`: what names a descriptor's counter, whatever the store.
 //! - `engine`: the rules of one request (all-or-nothing, debt, veto, groups, charging).
 //! - `lease`: the tokens of leases; `share`: a limit divided max-min fairly.
 //! - `labels`: what a limit's metric labels are made of; `duration`: `10s`, `5m`, ...;
@@ -15,6 +16,7 @@ pub mod algorithm;
 pub mod calendar;
 pub mod duration;
 pub mod engine;
+pub mod identity;
 pub mod keyed_id;
 pub mod labels;
 pub mod lease;

@@ -12,34 +12,6 @@ use std::fmt::Write;
 use sluice_core::algorithm::Algorithm;
 use sluice_core::limit::{Hit, Limit, MICROS_PER_SECOND};
 
-/// The key of a descriptor counted under `entries` (key, value) in `domain`.
-pub fn descriptor_key<'a, I>(domain: &str, entries: I) -> String
-where
-    I: IntoIterator<Item = (&'a str, &'a str)>,
-{
-    let entries = entries.into_iter();
-    let mut key = String::with_capacity(domain.len() + 1 + 32 * entries.size_hint().0);
-    key.push_str(domain);
-    key.push('_');
-    for (name, value) in entries {
-        key.push_str(name);
-        key.push('_');
-        key.push_str(value);
-        key.push('_');
-    }
-    key
-}
-
-/// The key of the limit at `index` among a descriptor's several limits (`rate_limits`): the
-/// descriptor's key and `#<index>_`. A descriptor with one limit keeps its key as it is.
-pub fn limit_key(descriptor_key: &str, index: usize) -> String {
-    let mut key = String::with_capacity(descriptor_key.len() + 4);
-    key.push_str(descriptor_key);
-    // Writing to a String cannot fail.
-    let _ = write!(key, "#{index}_");
-    key
-}
-
 /// What names a hit's state besides its descriptor key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Shape {
@@ -193,19 +165,9 @@ fn push_tag<'k>(key: &mut String, descriptor_key: &'k str) -> Option<&'k str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn matches_the_reference_layout() {
-        let key = descriptor_key("domain", [("key1", "value1"), ("key2", "value2")]);
-        assert_eq!(key, "domain_key1_value1_key2_value2_");
-    }
-}
-
-#[cfg(test)]
 mod redis_key_tests {
     use super::*;
+    use sluice_core::identity::descriptor_key;
     use sluice_core::limit::{Algorithm, Counting, Limit, Role, Unit};
 
     #[test]

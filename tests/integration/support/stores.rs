@@ -175,7 +175,7 @@ pub fn memory_limiter(
         .and_then(|d| d.resolve(entries.iter().copied()))
         .and_then(|m| m.rule.limits[0].limit.clone())
         .expect("the limit");
-    let key = sluice_store::key::descriptor_key(domain, entries.iter().copied());
+    let key = sluice_core::identity::descriptor_key(domain, entries.iter().copied());
     let limiter = Arc::new(RateLimiter::new(
         Arc::new(ArcSwap::from_pointee(config)),
         Arc::new(AnyStore::Memory(MemoryStore::new(

@@ -15,11 +15,11 @@ use crate::service::response::{Applied, Verdict};
 use sluice_config::overrides::DescriptorOverrides;
 use sluice_config::{Domain, NamedLimit, Rule};
 use sluice_core::engine;
+use sluice_core::identity;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Decision, Hit, LeaseCall, LeaseOutcome, Limit, Unit};
 use sluice_core::modifier::reserve::{Call, Reserved};
 use sluice_proto::RateLimitDescriptor;
-use sluice_store::key;
 
 /// One descriptor after matching.
 pub struct Planned<'a> {
@@ -89,7 +89,7 @@ pub fn plan<'a>(
             slot: None,
             beside_passing_quota: false,
         });
-        planned.key = key::descriptor_key(domain_name, entries);
+        planned.key = identity::descriptor_key(domain_name, entries);
         let keys = descriptor.entries.iter().map(|e| e.key.as_str());
         planned.labels = Some(Cow::Owned(LimitLabels::of_override(domain_name, keys)));
         return planned;
@@ -130,7 +130,7 @@ pub fn plan<'a>(
             beside_passing_quota: false,
         })
         .collect();
-    planned.key = key::descriptor_key(domain_name, matched.counted_entries());
+    planned.key = identity::descriptor_key(domain_name, matched.counted_entries());
     planned.labels = Some(match &rule.metric_labels {
         Some(labels) => Cow::Borrowed(labels),
         None => Cow::Owned(LimitLabels::of_match(
@@ -281,7 +281,7 @@ pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens)
     for p in planned {
         for (index, applied) in p.limits.iter().enumerate() {
             let key = match applied.slot {
-                Some(slot) => key::limit_key(&p.key, slot),
+                Some(slot) => identity::limit_key(&p.key, slot),
                 None => std::mem::take(&mut p.key),
             };
             let cost = p.cost_of(&applied.limit);
@@ -492,7 +492,7 @@ pub fn in_force(
         .iter()
         .map(|applied| {
             let key = match applied.slot {
-                Some(slot) => key::limit_key(&planned.key, slot),
+                Some(slot) => identity::limit_key(&planned.key, slot),
                 None => planned.key.clone(),
             };
             let overridden = every.is_some()
