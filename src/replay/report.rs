@@ -383,3 +383,49 @@ fn write_rule(out: &mut String, rule: &Rule) {
         let _ = writeln!(out, "  most affected: {}", clients.join(", "));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_server::record::format::Descriptor;
+
+    fn call_of(entries: &[(&str, &str)]) -> Call {
+        Call {
+            t: 0,
+            domain: "d".into(),
+            hits_addend: 0,
+            descriptors: vec![Descriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                hits_addend: None,
+                limit: None,
+            }],
+            code: None,
+            statuses: None,
+            lease: None,
+            reserve: None,
+        }
+    }
+
+    #[test]
+    fn a_tiered_rule_is_reported_tier_by_tier() {
+        let config = sluice_config::load_str(
+            "c.yaml",
+            "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 10}\n    tiers: {from: priority, ceilings: {gold: 1, bronze: 0.5}, otherwise: bronze}\n  - key: plain\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+            Default::default(),
+        )
+        .expect("config");
+        let rule = |entries: &[(&str, &str)]| rule_of(&config, &call_of(entries), 0);
+        assert_eq!(
+            rule(&[("tenant", "a"), ("priority", "gold")]).as_deref(),
+            Some("d.tenant (tier gold)")
+        );
+        assert_eq!(
+            rule(&[("tenant", "a")]).as_deref(),
+            Some("d.tenant (tier bronze)")
+        );
+        assert_eq!(rule(&[("plain", "x")]).as_deref(), Some("d.plain"));
+    }
+}
