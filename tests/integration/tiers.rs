@@ -312,3 +312,37 @@ fn check_config_explains_the_tiers_and_simulate_shows_the_tier_of_its_traffic() 
     let admitted = run.decisions.iter().filter(|d| d.admitted).count();
     assert_eq!(admitted, 100, "batch fills half of 200");
 }
+
+#[tokio::test]
+async fn a_reload_changes_the_ceilings_and_keeps_the_shared_count() {
+    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(60)).await;
+    let memory = Sluice::start(CONFIG, &[]);
+    let (_redis, on_redis) = Sluice::on_own_redis(&[("config.yaml", CONFIG)], &[], &[]);
+    for (store, sluice) in [("memory", &memory), ("redis", &on_redis)] {
+        let mut client = sluice.client().await;
+        // 60 of 200 used by batch (which may fill 100).
+        for _ in 0..60 {
+            call(&mut client, of_tier("r", Some("batch"))).await;
+        }
+        let lowered = CONFIG.replace("batch: 0.5", "batch: 0.25");
+        let file = sluice.config_dir.path().join("config.yaml");
+        std::fs::write(&file, lowered).expect("rewrite the config");
+        // Batch may now fill 50 of the 200, and 60 are used already: it is denied at once.
+        // Probed at cost 0, which charges nothing.
+        let probe = request(
+            "tiers",
+            vec![descriptor_with_hits(
+                &[("tenant", "r"), ("priority", "batch")],
+                0,
+            )],
+        );
+        eventually(sluice, "the lowered ceiling applies", async || {
+            let response = call(&mut client, probe.clone()).await;
+            overall(&response) == Code::OverLimit
+        })
+        .await;
+        // The count survived the reload: critical is told 140 remain.
+        let critical = call(&mut client, of_tier("r", Some("critical"))).await;
+        assert_eq!(critical.statuses[0].limit_remaining, 139, "{store}");
+    }
+}
