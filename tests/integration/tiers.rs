@@ -346,3 +346,27 @@ async fn a_reload_changes_the_ceilings_and_keeps_the_shared_count() {
         assert_eq!(critical.statuses[0].limit_remaining, 139, "{store}");
     }
 }
+
+#[tokio::test]
+async fn the_headers_give_the_tiers_own_remaining() {
+    clear_of_a_windows_end(Duration::from_secs(3600), Duration::from_secs(60)).await;
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[],
+        &[("LIMIT_RESPONSE_HEADERS_ENABLED", "true")],
+    );
+    let mut client = sluice.client().await;
+    let remaining = |response: &RateLimitResponse| -> Option<u64> {
+        response
+            .response_headers_to_add
+            .iter()
+            .find(|h| h.key.eq_ignore_ascii_case("RateLimit-Remaining"))
+            .and_then(|h| h.value.parse().ok())
+    };
+    let batch = call(&mut client, of_tier("h", Some("batch"))).await;
+    assert_eq!(remaining(&batch), Some(99), "batch fills 100 of 200");
+    let default = call(&mut client, of_tier("h", Some("default"))).await;
+    assert_eq!(remaining(&default), Some(158), "default fills 160 of 200");
+    let critical = call(&mut client, of_tier("h", Some("critical"))).await;
+    assert_eq!(remaining(&critical), Some(197));
+}
