@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sluice_config::{load_str, LoadOptions};
+use sluice_limiter::LimiterOptions;
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice_server::metrics::Metrics;
-use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_server::service::RateLimiter;
 use sluice_store::memory::MemoryStore;
 use sluice_store::SystemClock;
 
@@ -72,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let limiter = RateLimiter::new(
         Arc::new(ArcSwap::from_pointee(config)),
         Arc::new(MemoryStore::new(1 << 20, Arc::new(SystemClock))),
-        ServiceOptions::default(),
+        LimiterOptions::default(),
         Arc::new(Metrics::new(0.8, 10_000)),
     );
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;

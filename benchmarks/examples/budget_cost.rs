@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use sluice_config::{load_str, LoadOptions};
+use sluice_limiter::LimiterOptions;
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice_server::metrics::Metrics;
-use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_server::service::RateLimiter;
 use sluice_store::any::AnyStore;
 use sluice_store::memory::MemoryStore;
 use sluice_store::SystemClock;
@@ -85,7 +86,7 @@ async fn run(limiter: &RateLimiter<AnyStore>, calls: usize, kinds: &[&str]) -> S
             spent.open += started.elapsed();
             let token = opened
                 .ok()
-                .and_then(|r| sluice_server::reserve::token_in(&r));
+                .and_then(|r| sluice_limiter::reserve::token_in(&r));
             let token = token.unwrap_or_default();
             let started = Instant::now();
             let settle = request("budget", n, 3000, Some(("sluice.reserve", &token)));
@@ -122,7 +123,7 @@ async fn redis_cost(
                         let opened = limiter.decide(&request("budget", n, 0, None)).await;
                         let token = opened
                             .ok()
-                            .and_then(|r| sluice_server::reserve::token_in(&r));
+                            .and_then(|r| sluice_limiter::reserve::token_in(&r));
                         tokens.push(token.unwrap_or_default());
                     }
                     _ => {
@@ -170,7 +171,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 1 << 20,
                 Arc::new(SystemClock),
             ))),
-            ServiceOptions::default(),
+            LimiterOptions::default(),
             Arc::new(Metrics::new(0.8, 10_000)),
         );
         // Every key and series seen first: the steady state is measured.

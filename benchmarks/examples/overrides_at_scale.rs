@@ -21,13 +21,14 @@ use hdrhistogram::Histogram;
 
 use sluice_config::overrides::OverrideIndex;
 use sluice_config::{self as config, LoadOptions};
+use sluice_limiter::LimiterOptions;
 use sluice_proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::rate_limit_service_server::RateLimitServiceServer;
 use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice_server::admin::sync;
 use sluice_server::metrics::Metrics;
-use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_server::service::RateLimiter;
 use sluice_store::admin::AdminStore;
 use sluice_store::any::AnyStore;
 use sluice_store::memory::MemoryStore;
@@ -214,13 +215,13 @@ fn main() {
     let none = RateLimiter::new(
         config.clone(),
         store.clone(),
-        ServiceOptions::default(),
+        LimiterOptions::default(),
         metrics(),
     );
     let all = RateLimiter::new(
         config.clone(),
         store.clone(),
-        ServiceOptions::default(),
+        LimiterOptions::default(),
         metrics(),
     )
     .with_overrides(overrides.clone());
@@ -284,7 +285,7 @@ fn main() {
         RateLimiter::new(
             config.clone(),
             store.clone(),
-            ServiceOptions::default(),
+            LimiterOptions::default(),
             Arc::new(Metrics::new(0.8, 0)),
         )
         .with_overrides(shared.overrides().clone())

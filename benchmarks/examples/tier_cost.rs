@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use sluice_config::{load_str, LoadOptions};
+use sluice_limiter::LimiterOptions;
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice_server::metrics::Metrics;
-use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_server::service::RateLimiter;
 use sluice_store::any::AnyStore;
 use sluice_store::memory::MemoryStore;
 use sluice_store::SystemClock;
@@ -135,7 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let limiter = RateLimiter::new(
             config.clone(),
             Arc::new(AnyStore::Memory(store)),
-            ServiceOptions::default(),
+            LimiterOptions::default(),
             Arc::new(Metrics::new(0.8, 10_000)),
         );
         // Every key and series seen first: the steady state is measured.

@@ -17,12 +17,13 @@ use smallvec::SmallVec;
 pub use report::Report;
 use sluice_config::{self as config, Config, ConfigErrors, LoadOptions};
 use sluice_core::engine::Charging;
+use sluice_limiter::lease::{self, LEASE_KEY};
+use sluice_limiter::reserve::{self, HOLD_KEY, SETTLE_KEY};
+use sluice_limiter::LimiterOptions;
 use sluice_proto::rate_limit_response::Code;
-use sluice_server::lease::{self, LEASE_KEY};
 use sluice_server::metrics::Metrics;
 use sluice_server::record::format::{self, Call, FormatError, RecordedOptions};
-use sluice_server::reserve::{self, HOLD_KEY, SETTLE_KEY};
-use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_server::service::RateLimiter;
 use sluice_store::memory::MemoryStore;
 use sluice_store::ManualClock;
 
@@ -220,7 +221,7 @@ async fn decide_all_shared(
 ) -> Vec<Decided> {
     let clock = Arc::new(ManualClock::default());
     let store = Arc::new(MemoryStore::new(usize::MAX / 1024, clock.clone()));
-    let service = ServiceOptions {
+    let service = LimiterOptions {
         shadow_mode: options.shadow_mode,
         quota_mode: options.quota_mode,
         charging: if options.every_hit {
@@ -228,7 +229,7 @@ async fn decide_all_shared(
         } else {
             Charging::AllOrNothing
         },
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     };
     let limiter = RateLimiter::new(
         Arc::new(ArcSwap::new(config.clone())),

@@ -9,9 +9,9 @@ use serde::Serialize;
 
 use super::Decided;
 use sluice_config::Config;
-use sluice_server::lease::LEASE_KEY;
+use sluice_limiter::lease::LEASE_KEY;
+use sluice_limiter::reserve::SETTLE_KEY;
 use sluice_server::record::format::Call;
-use sluice_server::reserve::SETTLE_KEY;
 
 /// Time buckets of each rule's timeline.
 pub const BUCKETS: usize = 60;
@@ -265,7 +265,7 @@ fn releases(call: &Call) -> bool {
 
 /// Whether an entry names a client or a rule: a lease's, a settle's or a hold's token does not.
 fn counted(key: &str) -> bool {
-    key != LEASE_KEY && sluice_server::reserve::is_matched(key)
+    key != LEASE_KEY && sluice_limiter::reserve::is_matched(key)
 }
 
 /// A descriptor's values as a client: `key=value,key2=value2` (a lease token left out).
@@ -321,8 +321,8 @@ impl Report {
         let mut out = String::new();
         let span = format!(
             "{} to {}",
-            sluice_server::service::utc_text(self.first_us / 1_000_000),
-            sluice_server::service::utc_text(self.last_us.div_ceil(1_000_000))
+            sluice_core::modifier::penalty::utc_text(self.first_us / 1_000_000),
+            sluice_core::modifier::penalty::utc_text(self.last_us.div_ceil(1_000_000))
         );
         let _ = writeln!(
             out,

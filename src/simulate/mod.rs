@@ -14,13 +14,15 @@ use arc_swap::ArcSwap;
 
 use sluice_config::{self as config, ConfigErrors, LoadOptions};
 use sluice_core::limit::ceil_seconds;
+use sluice_core::modifier::penalty::METADATA_KEY as PENALTY_KEY;
+use sluice_limiter::lease::{self, LEASE_KEY};
+use sluice_limiter::reserve::{self, SETTLE_KEY};
+use sluice_limiter::{DecisionError, LimiterOptions};
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::rate_limit_response::Code;
 use sluice_proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use sluice_server::lease::{self, LEASE_KEY};
 use sluice_server::metrics::Metrics;
-use sluice_server::reserve::{self, SETTLE_KEY};
-use sluice_server::service::{DecisionError, RateLimiter, ServiceOptions, PENALTY_KEY};
+use sluice_server::service::RateLimiter;
 use sluice_store::memory::MemoryStore;
 use sluice_store::ManualClock;
 pub use traffic::{Traffic, TrafficError};
@@ -231,7 +233,7 @@ async fn replay(
     let clock = Arc::new(ManualClock::default());
     let store = Arc::new(MemoryStore::new(1024, clock.clone()));
     let metrics = Arc::new(Metrics::new(0.8, 0));
-    let limiter = RateLimiter::new(config.clone(), store, ServiceOptions::default(), metrics);
+    let limiter = RateLimiter::new(config.clone(), store, LimiterOptions::default(), metrics);
     let mut decisions = Vec::with_capacity(requests.len());
     // Ends to come: (time, what), earliest first.
     let mut pending: BinaryHeap<Reverse<(u64, End)>> = BinaryHeap::new();

@@ -82,7 +82,7 @@ impl Client {
                 let response = limiter.decide(&request).await.expect("decided");
                 (
                     response.overall_code == 1,
-                    sluice_server::reserve::token_in(&response),
+                    sluice_limiter::reserve::token_in(&response),
                 )
             }
         }

@@ -4,9 +4,9 @@
 //! budgets on one descriptor, all-or-nothing with a request's other limits, and the refusals
 //! at load, on every store in-process.
 
+use sluice_limiter::reserve::token_in;
 use sluice_proto::rate_limit_response::Code as OurCode;
 use sluice_proto::RateLimitResponse as OurResponse;
-use sluice_server::reserve::token_in;
 
 use crate::support::redis::RedisServer;
 use crate::support::stores::{every_store, InProcess};

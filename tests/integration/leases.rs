@@ -15,7 +15,7 @@ use sluice_proto::RateLimitResponse as OurResponse;
 use sluice_core::algorithm::State;
 use sluice_core::engine::Charging;
 use sluice_core::limit::Hit;
-use sluice_server::service::ServiceOptions;
+use sluice_limiter::LimiterOptions;
 use sluice_store::any::AnyStore;
 use sluice_store::memory::MemoryStore;
 
@@ -26,7 +26,7 @@ use crate::support::*;
 const CONFIG: &str = include_str!("../fixtures/cases/leases/config.yaml");
 const SECOND: u64 = 1_000_000;
 
-use sluice_server::lease::token_in;
+use sluice_limiter::lease::token_in;
 
 fn is_ok(response: &OurResponse) -> bool {
     response.overall_code == OurCode::Ok as i32
@@ -180,12 +180,12 @@ async fn leases_and_rates_of_one_request_are_taken_together_or_not_at_all_on_eve
 #[tokio::test]
 async fn a_request_another_limit_denies_takes_no_lease_and_counts_none_in_both_modes() {
     let redis = RedisServer::start(&[]);
-    let every_hit = ServiceOptions {
+    let every_hit = LimiterOptions {
         charging: Charging::EveryHit,
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     };
     for (mode, options) in [
-        ("all or nothing", ServiceOptions::default()),
+        ("all or nothing", LimiterOptions::default()),
         ("every hit", every_hit),
     ] {
         for service in every_store(&redis.url(), CONFIG, &options).await {

@@ -9,8 +9,8 @@
 
 use sluice_core::engine::Charging;
 use sluice_core::limit::Unit;
+use sluice_limiter::{HeaderNames, LimiterOptions};
 use sluice_proto::rate_limit_response::Code;
-use sluice_server::service::{HeaderNames, ServiceOptions};
 
 use crate::support::redis::RedisServer;
 use crate::support::stores::{every_store, InProcess};
@@ -39,7 +39,7 @@ pub(crate) struct Case {
     pub(crate) shows: &'static str,
     pub(crate) config: &'static str,
     pub(crate) domain: &'static str,
-    pub(crate) options: fn() -> ServiceOptions,
+    pub(crate) options: fn() -> LimiterOptions,
     pub(crate) calls: &'static [Call],
     pub(crate) limits: &'static [(usize, usize, Option<u32>)],
     pub(crate) resets: &'static [(usize, usize, i64)],
@@ -53,8 +53,8 @@ pub(crate) struct Case {
     pub(crate) series: &'static [(&'static str, f64)],
 }
 
-fn defaults() -> ServiceOptions {
-    ServiceOptions::default()
+fn defaults() -> LimiterOptions {
+    LimiterOptions::default()
 }
 
 /// What a row does not say: the default options, and nothing checked beyond its calls.
@@ -72,43 +72,43 @@ pub(crate) const CASE: Case = Case {
     series: &[],
 };
 
-fn global_shadow_mode() -> ServiceOptions {
-    ServiceOptions {
+fn global_shadow_mode() -> LimiterOptions {
+    LimiterOptions {
         shadow_mode: true,
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     }
 }
 
-pub(crate) fn global_quota_mode() -> ServiceOptions {
-    ServiceOptions {
+pub(crate) fn global_quota_mode() -> LimiterOptions {
+    LimiterOptions {
         quota_mode: true,
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     }
 }
 
-fn default_headers() -> ServiceOptions {
-    ServiceOptions {
+fn default_headers() -> LimiterOptions {
+    LimiterOptions {
         response_headers: Some(HeaderNames::default()),
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     }
 }
 
-fn custom_headers() -> ServiceOptions {
-    ServiceOptions {
+fn custom_headers() -> LimiterOptions {
+    LimiterOptions {
         response_headers: Some(HeaderNames {
             limit: "A-Ratelimit-Limit".into(),
             remaining: "A-Ratelimit-Remaining".into(),
             reset: "A-Ratelimit-Reset".into(),
             ..HeaderNames::default()
         }),
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     }
 }
 
-pub(crate) fn every_hit() -> ServiceOptions {
-    ServiceOptions {
+pub(crate) fn every_hit() -> LimiterOptions {
+    LimiterOptions {
         charging: Charging::EveryHit,
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     }
 }
 
@@ -906,7 +906,7 @@ fn the_reference_metric_label_cases_on_every_store() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         for case in LABEL_CASES {
-            for on in every_store(&redis.url(), case.config, &ServiceOptions::default()).await {
+            for on in every_store(&redis.url(), case.config, &LimiterOptions::default()).await {
                 run_labels(case, &on).await;
             }
         }
@@ -997,7 +997,7 @@ fn the_reference_matching_cases_on_every_store() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         for case in MATCH_CASES {
-            for on in every_store(&redis.url(), case.config, &ServiceOptions::default()).await {
+            for on in every_store(&redis.url(), case.config, &LimiterOptions::default()).await {
                 for (descriptor, expected) in case.matches {
                     let asked = format!("{descriptor}+0");
                     let response = on.ask(case.domain, &[&asked]).await;

@@ -11,8 +11,8 @@ use crate::support::*;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-const LEASE_KEY: &str = sluice_server::lease::LEASE_KEY;
-const SETTLE_KEY: &str = sluice_server::reserve::SETTLE_KEY;
+const LEASE_KEY: &str = sluice_limiter::lease::LEASE_KEY;
+const SETTLE_KEY: &str = sluice_limiter::reserve::SETTLE_KEY;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

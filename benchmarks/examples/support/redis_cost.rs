@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use sluice_limiter::LimiterOptions;
 use sluice_server::metrics::Metrics;
-use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_server::service::RateLimiter;
 use sluice_store::any::AnyStore;
 use sluice_store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
 use sluice_store::SystemClock;
@@ -55,7 +56,7 @@ pub async fn limiter(
     Ok(RateLimiter::new(
         config.clone(),
         Arc::new(AnyStore::on_redis(store, 0, Arc::new(SystemClock))),
-        ServiceOptions::default(),
+        LimiterOptions::default(),
         Arc::new(Metrics::new(0.8, 10_000)),
     ))
 }

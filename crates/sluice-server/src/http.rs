@@ -15,10 +15,11 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::metrics::Metrics;
-use crate::service::{DecisionError, RateLimiter};
+use crate::service::RateLimiter;
 pub use scrape::Scrapes;
 use sluice_config::{Config, Rule};
 use sluice_core::limit::{Algorithm, Limit};
+use sluice_limiter::DecisionError;
 use sluice_proto::rate_limit_response::Code;
 use sluice_store::Store;
 
@@ -147,20 +148,18 @@ async fn should_rate_limit<S: Store>(
             };
             (status, axum::Json(json::response(&response))).into_response()
         }
-        Err(error) => error.into_response(),
+        Err(error) => error_response(error),
     }
 }
 
-impl IntoResponse for DecisionError {
-    /// 400 naming the field for a bad request, 500 with the reason when the store failed.
-    fn into_response(self) -> Response {
-        match &self {
-            DecisionError::InvalidRequest { .. } => {
-                (StatusCode::BAD_REQUEST, format!("bad request: {self}\n")).into_response()
-            }
-            DecisionError::Store(_) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, format!("{self}\n")).into_response()
-            }
+/// 400 naming the field for a bad request, 500 with the reason when the store failed.
+fn error_response(error: DecisionError) -> Response {
+    match &error {
+        DecisionError::InvalidRequest { .. } => {
+            (StatusCode::BAD_REQUEST, format!("bad request: {error}\n")).into_response()
+        }
+        DecisionError::Store(_) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response()
         }
     }
 }

@@ -26,11 +26,9 @@
 pub mod admin;
 pub mod client_tls;
 pub mod http;
-pub mod lease;
 pub mod metrics;
 pub mod otel;
 pub mod record;
-pub mod reserve;
 pub mod rlqs;
 pub mod server;
 pub mod service;

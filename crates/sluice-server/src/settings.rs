@@ -22,7 +22,6 @@ mod store;
 mod traces;
 
 use crate::rlqs::RlqsSettings;
-use crate::service::ServiceOptions;
 pub use admin::{AdminArgs, AdminSettings};
 pub use observability::{LogFormat, ObservabilityArgs, ObservabilitySettings};
 pub use ports::{
@@ -33,6 +32,7 @@ pub use redis::{RedisArgs, RedisSettings};
 pub use requests::RequestArgs;
 use sluice_core::engine::Charging;
 use sluice_core::modifier::on_store_failure::Policy;
+use sluice_limiter::LimiterOptions;
 pub use source::{ConfigType, SourceArgs, SourceSettings};
 pub use store::{StoreArgs, StoreKind, StoreSettings};
 pub use traces::TracingArgs;
@@ -64,7 +64,7 @@ pub struct Settings {
     pub store: StoreSettings,
     /// `/healthcheck` and the gRPC health follow the store.
     pub healthcheck_store: bool,
-    pub service: ServiceOptions,
+    pub service: LimiterOptions,
     /// `--failure-mode`: what a limit without its own answer for a failed store gets (the
     /// store is put behind that layer, `sluice_store::on_failure`).
     pub failure_mode: Policy,

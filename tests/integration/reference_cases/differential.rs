@@ -5,7 +5,7 @@
 //! answer. The harness reports a kept difference under the row name given in `shows`.
 
 use prost_types::value::Kind;
-use sluice_server::service::ServiceOptions;
+use sluice_limiter::LimiterOptions;
 
 use crate::rules::{every_hit, global_quota_mode, run_all, Case, CASE, OK, OVER};
 use crate::support::redis::RedisServer;
@@ -166,9 +166,9 @@ fn the_differences_sluice_keeps_on_every_store() {
 /// The `limit` text of each descriptor in the dynamic metadata of a request of `descriptors`.
 async fn override_texts(descriptors: &[&str]) -> Vec<Vec<Option<String>>> {
     let redis = RedisServer::start(&[]);
-    let options = ServiceOptions {
+    let options = LimiterOptions {
         response_dynamic_metadata: true,
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     };
     let mut out = Vec::new();
     for service in every_store(&redis.url(), LIMITS, &options).await {
@@ -223,9 +223,9 @@ async fn week_override_in_metadata_is_named_where_the_reference_writes_its_numbe
 #[tokio::test]
 async fn metadata_kept_with_metric_flags_where_the_reference_drops_it() {
     let redis = RedisServer::start(&[]);
-    let options = ServiceOptions {
+    let options = LimiterOptions {
         response_dynamic_metadata: true,
-        ..ServiceOptions::default()
+        ..LimiterOptions::default()
     };
     for service in every_store(&redis.url(), LIMITS, &options).await {
         let response = service.ask("diff", &["flagged=f"]).await;

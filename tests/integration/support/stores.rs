@@ -11,10 +11,11 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use sluice_config::{self as config, LoadOptions};
 use sluice_core::limit::Unit;
+use sluice_limiter::LimiterOptions;
 use sluice_proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use sluice_proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use sluice_server::metrics::Metrics;
-use sluice_server::service::{RateLimiter, ServiceOptions};
+use sluice_server::service::RateLimiter;
 use sluice_store::any::AnyStore;
 use sluice_store::memory::MemoryStore;
 use sluice_store::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
@@ -120,7 +121,7 @@ fn limit_override(text: &str) -> RateLimitOverride {
 pub async fn every_store(
     redis_url: &str,
     config: &str,
-    options: &ServiceOptions,
+    options: &LimiterOptions,
 ) -> Vec<InProcess> {
     let config = config::load_str("case.yaml", config, LoadOptions::default())
         .unwrap_or_else(|e| panic!("the case's config: {e}"));
@@ -182,7 +183,7 @@ pub fn memory_limiter(
             1000,
             Arc::new(sluice_store::SystemClock),
         ))),
-        ServiceOptions::default(),
+        LimiterOptions::default(),
         Arc::new(Metrics::new(0.8, 100)),
     ));
     let hit = sluice_core::limit::Hit {

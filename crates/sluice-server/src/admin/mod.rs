@@ -20,7 +20,6 @@ use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
 use crate::metrics::Metrics;
-use crate::service::plan::{self, DescriptorInForce, InForce, LimitInForce};
 pub use error::AdminError;
 use model::{Credit, DescriptorRef, DescriptorState, LimitState, PutOverride, Reset, ResetOutcome};
 use sluice_config::overrides::{
@@ -28,6 +27,7 @@ use sluice_config::overrides::{
 };
 use sluice_config::{Config, LoadOptions};
 use sluice_core::limit::Hit;
+use sluice_limiter::plan::{self, DescriptorInForce, InForce, LimitInForce};
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::RateLimitDescriptor;
 use sluice_store::admin::{AdminStore, Reading};

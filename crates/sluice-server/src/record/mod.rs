@@ -162,8 +162,8 @@ impl Recorder {
             code,
             request: request.clone(),
             statuses,
-            lease: crate::lease::token_in(response),
-            reserve: crate::reserve::token_in(response),
+            lease: sluice_limiter::lease::token_in(response),
+            reserve: sluice_limiter::reserve::token_in(response),
             config: self.hashes.then(|| config.clone()),
         };
         match self.queue.try_send(Message::Call(Box::new(pending))) {

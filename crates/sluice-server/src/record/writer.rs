@@ -21,9 +21,9 @@ use serde::Serialize;
 
 use super::format::{Code, Header, Override, Status};
 use super::{Message, Pending, RecordCounts, RecordError, RecordSettings};
-use crate::lease::LEASE_KEY;
-use crate::reserve::{HOLD_KEY, SETTLE_KEY};
 use sluice_config::Config;
+use sluice_limiter::lease::LEASE_KEY;
+use sluice_limiter::reserve::{HOLD_KEY, SETTLE_KEY};
 
 /// How long the writer sleeps when the queue is empty (after flushing what it wrote).
 const IDLE_SLEEP: Duration = Duration::from_millis(10);

@@ -6,8 +6,8 @@
 use clap::ValueEnum;
 
 use crate::rlqs::DefaultAction;
-use crate::service::HeaderForm;
 use sluice_core::modifier::on_store_failure::Policy;
+use sluice_limiter::HeaderForm;
 use sluice_store::redis::{RedisKind, TimeSource};
 
 /// A flag's choice of `$domain`: the same variants, with the help clap shows for each.

@@ -9,8 +9,8 @@ use clap::{ArgAction, Args};
 use super::SettingsError;
 use crate::record::format::RecordedOptions;
 use crate::record::RecordSettings;
-use crate::service::ServiceOptions;
 use sluice_core::engine::Charging;
+use sluice_limiter::LimiterOptions;
 
 /// The flags of recording.
 #[derive(Debug, Clone, Args)]
@@ -45,7 +45,7 @@ impl RecordArgs {
     /// default (`debt`); `None` without `--record`.
     pub fn into_settings(
         self,
-        service: &ServiceOptions,
+        service: &LimiterOptions,
         debt: bool,
     ) -> Result<Option<RecordSettings>, SettingsError> {
         if self.record_hash_key.is_some() && !self.record_hash_values {

@@ -10,9 +10,9 @@ use clap::{ArgAction, Args};
 use super::choices::{DefaultActionChoice, FailureModeChoice, HeaderFormChoice};
 use super::{at_least_one, SettingsError};
 use crate::rlqs::RlqsSettings;
-use crate::service::{HeaderNames, RequestBounds, ServiceOptions};
 use sluice_core::duration;
 use sluice_core::engine::Charging;
+use sluice_limiter::{HeaderNames, LimiterOptions, RequestBounds};
 
 /// The flags of how requests are answered.
 #[derive(Debug, Clone, Args)]
@@ -89,14 +89,14 @@ impl RequestArgs {
     pub fn service_options(
         &self,
         trace_ratio: Option<f64>,
-    ) -> Result<ServiceOptions, SettingsError> {
+    ) -> Result<LimiterOptions, SettingsError> {
         let bounds = RequestBounds {
             max_descriptors: at_least_one("--max-descriptors", self.max_descriptors)?,
             max_entries: at_least_one("--max-entries", self.max_entries)?,
             max_key_bytes: at_least_one("--max-key-bytes", self.max_key_bytes)?,
             max_value_bytes: at_least_one("--max-value-bytes", self.max_value_bytes)?,
         };
-        Ok(ServiceOptions {
+        Ok(LimiterOptions {
             bounds,
             shadow_mode: self.shadow_mode,
             response_headers: self.response_headers.then(|| HeaderNames {

@@ -3,7 +3,7 @@
 //! unit in a limit override, a release whose lease token sluice cannot have issued, and sizes
 //! beyond the bounds.
 
-use crate::service::DecisionError;
+use crate::DecisionError;
 use crate::{lease, reserve};
 use sluice_core::limit::Unit;
 use sluice_proto::RateLimitRequest;

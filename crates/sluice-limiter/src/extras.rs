@@ -7,8 +7,8 @@
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
-use crate::service::plan::Bound;
-use crate::service::response::Verdict;
+use crate::plan::Bound;
+use crate::response::Verdict;
 use sluice_core::limit::Unit;
 use sluice_core::modifier::penalty;
 use sluice_core::modifier::MetaValue;

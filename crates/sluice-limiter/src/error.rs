@@ -1,8 +1,6 @@
 //! Why a decision failed, kept typed from the request checks and the store up to the edges,
-//! where it is mapped once to a gRPC status (here), once to an HTTP response (`http`) and
-//! once to a metric label (here).
-
-use tonic::Status;
+//! where each service maps it once (the server: to a gRPC status and an HTTP response), and
+//! to a metric label (here).
 
 use sluice_store::StoreError;
 
@@ -34,17 +32,6 @@ impl DecisionError {
             DecisionError::InvalidRequest { .. } => "service_error",
             DecisionError::Store(StoreError::Full { .. }) => "store_full",
             DecisionError::Store(_) => "redis_error",
-        }
-    }
-}
-
-impl From<DecisionError> for Status {
-    /// INVALID_ARGUMENT naming the field, or UNAVAILABLE with the store's reason, so that
-    /// Envoy's `failure_mode_deny` decides.
-    fn from(error: DecisionError) -> Status {
-        match &error {
-            DecisionError::InvalidRequest { .. } => Status::invalid_argument(error.to_string()),
-            DecisionError::Store(_) => Status::unavailable(error.to_string()),
         }
     }
 }

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use crate::lease::{self, LeaseTokens};
 use crate::reserve;
-use crate::service::response::{Applied, Verdict};
+use crate::response::{Applied, Verdict};
 use sluice_config::overrides::DescriptorOverrides;
 use sluice_config::{Domain, NamedLimit, Rule};
 use sluice_core::engine;
