@@ -1,5 +1,5 @@
 //! `sluice simulate`: replays synthetic traffic against a config on a virtual clock, through
-//! the same service and memory store the server runs, so users see what each algorithm does
+//! the same request path (`sluice_limiter`) and memory store the server runs, so users see what each algorithm does
 //! to their traffic before they deploy it. Runs instantly and always gives the same result.
 
 pub mod chart;
@@ -10,19 +10,15 @@ use std::collections::BinaryHeap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use sluice_config::{self as config, ConfigErrors, LoadOptions};
 use sluice_core::limit::ceil_seconds;
 use sluice_core::modifier::penalty::METADATA_KEY as PENALTY_KEY;
 use sluice_limiter::lease::{self, LEASE_KEY};
 use sluice_limiter::reserve::{self, SETTLE_KEY};
-use sluice_limiter::{DecisionError, LimiterOptions};
+use sluice_limiter::{DecisionError, Limiter, LimiterOptions};
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::rate_limit_response::Code;
 use sluice_proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use sluice_server::metrics::Metrics;
-use sluice_server::service::RateLimiter;
 use sluice_store::memory::MemoryStore;
 use sluice_store::ManualClock;
 pub use traffic::{Traffic, TrafficError};
@@ -122,7 +118,6 @@ pub fn run(simulation: &Simulation) -> Result<Report, SimulateError> {
         .iter()
         .map(|entries| describe(domain, entries))
         .collect();
-    let config = Arc::new(ArcSwap::from_pointee(config));
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let requests = requests(simulation);
     let groups: Vec<Vec<usize>> = if simulation.together {
@@ -224,7 +219,7 @@ enum End {
 /// ends), its holds settled at the actual cost, or, with an actual cost and no hold, the
 /// actual charged.
 async fn replay(
-    config: &Arc<ArcSwap<config::Config>>,
+    config: &config::Config,
     domain: &str,
     descriptors: &[&[(String, String)]],
     requests: &[(u64, u64)],
@@ -232,8 +227,11 @@ async fn replay(
 ) -> Result<Vec<Vec<SimulatedDecision>>, SimulateError> {
     let clock = Arc::new(ManualClock::default());
     let store = Arc::new(MemoryStore::new(1024, clock.clone()));
-    let metrics = Arc::new(Metrics::new(0.8, 0));
-    let limiter = RateLimiter::new(config.clone(), store, LimiterOptions::default(), metrics);
+    let limiter = Limiter::new(store, LimiterOptions::default());
+    let decide = async |request: &RateLimitRequest| {
+        let decided = limiter.decide(config, request, |_, _| {}).await;
+        decided.map(|decided| decided.response)
+    };
     let mut decisions = Vec::with_capacity(requests.len());
     // Ends to come: (time, what), earliest first.
     let mut pending: BinaryHeap<Reverse<(u64, End)>> = BinaryHeap::new();
@@ -251,14 +249,10 @@ async fn replay(
                 }
                 End::Charge(actual) => request_of(domain, descriptors, *actual, None),
             };
-            limiter
-                .decide(&call)
-                .await
-                .map_err(SimulateError::Refused)?;
+            decide(&call).await.map_err(SimulateError::Refused)?;
         }
         clock.set(time_us);
-        let response = limiter
-            .decide(&request_of(domain, descriptors, cost, None))
+        let response = decide(&request_of(domain, descriptors, cost, None))
             .await
             .map_err(SimulateError::Refused)?;
         if let Some(hold_us) = ends.hold_us {
