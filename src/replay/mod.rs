@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
 pub use report::Report;
@@ -19,11 +18,9 @@ use sluice_config::{self as config, Config, ConfigErrors, LoadOptions};
 use sluice_core::engine::Charging;
 use sluice_limiter::lease::{self, LEASE_KEY};
 use sluice_limiter::reserve::{self, HOLD_KEY, SETTLE_KEY};
-use sluice_limiter::LimiterOptions;
+use sluice_limiter::{Limiter, LimiterOptions};
 use sluice_proto::rate_limit_response::Code;
-use sluice_server::metrics::Metrics;
 use sluice_server::record::format::{self, Call, FormatError, RecordedOptions};
-use sluice_server::service::RateLimiter;
 use sluice_store::memory::MemoryStore;
 use sluice_store::ManualClock;
 
@@ -231,13 +228,7 @@ async fn decide_all_shared(
         },
         ..LimiterOptions::default()
     };
-    let limiter = RateLimiter::new(
-        Arc::new(ArcSwap::new(config.clone())),
-        store.clone(),
-        service,
-        Arc::new(Metrics::new(0.8, 0)),
-    )
-    .with_overrides(overrides);
+    let limiter = Limiter::new(store.clone(), service).with_overrides(overrides);
     // Recorded lease and hold tokens, to the tokens this replay's acquires and openings got.
     let mut tokens: HashMap<String, String> = HashMap::new();
     let mut holds: HashMap<String, String> = HashMap::new();
@@ -267,29 +258,34 @@ async fn decide_all_shared(
             }
         }
         let unknown_domain = config.domain(&call.domain).is_none();
-        decided.push(match limiter.decide_with_limits(&request).await {
-            Ok((response, limits)) => {
-                if let (Some(recorded), Some(token)) = (&call.lease, lease::token_in(&response)) {
-                    tokens.insert(recorded.clone(), token);
+        let answer = limiter.decide(&config, &request, |_, _| {}).await;
+        decided.push(
+            match answer.map(|decided| (decided.response, decided.limits)) {
+                Ok((response, limits)) => {
+                    if let (Some(recorded), Some(token)) = (&call.lease, lease::token_in(&response))
+                    {
+                        tokens.insert(recorded.clone(), token);
+                    }
+                    if let (Some(recorded), Some(token)) =
+                        (&call.reserve, reserve::token_in(&response))
+                    {
+                        holds.insert(recorded.clone(), token);
+                    }
+                    Decided {
+                        admitted: response.overall_code != Code::OverLimit as i32,
+                        descriptors: limits.into_iter().collect(),
+                        unknown_domain,
+                        refused: false,
+                    }
                 }
-                if let (Some(recorded), Some(token)) = (&call.reserve, reserve::token_in(&response))
-                {
-                    holds.insert(recorded.clone(), token);
-                }
-                Decided {
-                    admitted: response.overall_code != Code::OverLimit as i32,
-                    descriptors: limits.into_iter().collect(),
+                Err(_) => Decided {
+                    admitted: true,
+                    descriptors: call.descriptors.iter().map(|_| None).collect(),
                     unknown_domain,
-                    refused: false,
-                }
-            }
-            Err(_) => Decided {
-                admitted: true,
-                descriptors: call.descriptors.iter().map(|_| None).collect(),
-                unknown_domain,
-                refused: true,
+                    refused: true,
+                },
             },
-        });
+        );
     }
     decided
 }
