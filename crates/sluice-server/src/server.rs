@@ -10,6 +10,7 @@ pub use accept::ConnectionLimits;
 mod http_serve;
 mod status_codes;
 mod stores;
+use stores::{Served, Stores};
 mod tls;
 pub use tls::{TlsConfig, TlsError, TlsSettings};
 
@@ -37,8 +38,6 @@ use crate::xds::XdsSource;
 use sluice_config::overrides::OverrideIndex;
 use sluice_config::{self as config, Config, ConfigErrors, ReloadResult, Reloader};
 use sluice_store::any::AnyStore;
-use sluice_store::on_failure::WithFailureAnswer;
-use sluice_store::quota_budget::AnyBudget;
 use sluice_store::{Store, StoreError};
 
 /// Why the server could not start or stopped with an error.
@@ -158,14 +157,9 @@ pub async fn run(
     } else {
         load_files(&settings, &metrics).await?
     };
-    let (store, budget) = stores::build(&settings.store, settings.record.is_some()).await?;
-    // The requests' store: the one built, its failures answered as `--failure-mode` and each
-    // limit say, a shared store's on this replica's share (and counted, with its series).
-    let served = Arc::new(WithFailureAnswer::over_any(
-        store.clone(),
-        settings.failure_mode,
-    ));
-    metrics.series().add_reporter(served.clone());
+    let stores = Stores::build(&settings, settings.record.is_some()).await?;
+    metrics.series().add_reporter(stores.served.clone());
+    let store = stores.store.clone();
     // The overrides in force before the first call is served.
     let overrides = Arc::new(OverrideIndex::default());
     let options = settings.source.load_options;
@@ -196,24 +190,8 @@ pub async fn run(
         shutdown,
         reload,
     };
-    let stores = Stores {
-        store,
-        served,
-        budget,
-    };
     run.serve(config, stores, overrides).await
 }
-
-/// The stores a server runs on: the one built (which the admin API and snapshots use), the
-/// same behind the failure layer (which requests are decided on), and RLQS's budget.
-struct Stores {
-    store: Arc<AnyStore>,
-    served: Arc<Served>,
-    budget: Arc<AnyBudget>,
-}
-
-/// The store requests are decided on (`Stores::served`).
-pub type Served = WithFailureAnswer<Arc<AnyStore>>;
 
 /// Loads the configuration files at startup; with FORCE_START_WITHOUT_INITIAL_CONFIG a
 /// refused load starts with no limits.

@@ -30,7 +30,7 @@ const QUOTA_SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuo
 
 /// What the gRPC port serves.
 pub struct Services {
-    pub limiter: Arc<RateLimiter<super::Served>>,
+    pub limiter: Arc<RateLimiter<super::stores::Served>>,
     pub quota: QuotaService<AnyBudget>,
     /// The health service follows it.
     pub readiness: Arc<Readiness>,

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::server::ServerError;
-use crate::settings::{RedisSettings, StoreSettings};
+use crate::settings::{RedisSettings, Settings, StoreSettings};
 use sluice_store::any::AnyStore;
 use sluice_store::memory::journal;
 use sluice_store::memory::snapshot::{self, Snapshotting, Written};
 use sluice_store::memory::MemoryStore;
+use sluice_store::on_failure::WithFailureAnswer;
 use sluice_store::quota_budget::AnyBudget;
 use sluice_store::redis::{RedisStore, RedisTargets};
 use sluice_store::{Clock, StoreError, StrictClock, SystemClock};
@@ -24,10 +25,39 @@ use sluice_store::{Clock, StoreError, StrictClock, SystemClock};
 /// unless its shard needs the room, which a write makes by dropping expired state first.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The stores a server runs on: the one built (which the admin API and snapshots use), the
+/// same behind the failure layer (which requests are decided on), and RLQS's budget.
+pub struct Stores {
+    pub store: Arc<AnyStore>,
+    pub served: Arc<Served>,
+    pub budget: Arc<AnyBudget>,
+}
+
+/// The store requests are decided on (`Stores::served`): its failures answered as
+/// `--failure-mode` and each limit say, a shared store's on this replica's share.
+pub type Served = WithFailureAnswer<Arc<AnyStore>>;
+
+impl Stores {
+    /// The stores `settings` names, with the failure layer in front for the requests;
+    /// `ordered` as `build` takes it.
+    pub async fn build(settings: &Settings, ordered: bool) -> Result<Stores, ServerError> {
+        let (store, budget) = build(&settings.store, ordered).await?;
+        let served = Arc::new(WithFailureAnswer::over_any(
+            store.clone(),
+            settings.failure_mode,
+        ));
+        Ok(Stores {
+            store,
+            served,
+            budget,
+        })
+    }
+}
+
 /// Builds the store `settings` names (connecting to Redis and loading its scripts when it is
 /// Redis) and the RLQS budget beside it. `ordered`: the memory store's decisions are on a
 /// `StrictClock` (a recording replays them in the order they were made).
-pub async fn build(
+async fn build(
     settings: &StoreSettings,
     ordered: bool,
 ) -> Result<(Arc<AnyStore>, Arc<AnyBudget>), ServerError> {
