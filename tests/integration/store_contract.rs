@@ -348,21 +348,10 @@ pub(crate) fn reserve() -> impl Strategy<Value = sluice_core::modifier::reserve:
     )
 }
 
-/// Requests of one to three hits on three keys of random algorithms and limits (some taking
-/// debt, half with a penalty, some reserving: their hits open and settle holds), with random roles and costs (some beyond every limit), some
-/// hits joining the previous one's descriptor (a key may appear twice in a request), charged
-/// both ways.
-pub(crate) fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
-    let limit_of = (
-        0..Algorithm::ALL.len(),
-        0u32..=5,
-        1u32..=2,
-        1u32..=5,
-        prop::bool::weighted(0.3),
-        prop::option::weighted(0.5, penalty()),
-        prop::option::weighted(0.4, reserve()),
-    );
-    let limits = prop::collection::vec(limit_of, 3);
+/// One to 29 requests of one to three hits on the limits 0 to 2, with random roles and costs
+/// (some beyond every limit), some hits joining the previous one's descriptor, each after a
+/// random step of the clock (often none).
+pub(crate) fn requests() -> impl Strategy<Value = Vec<RequestSpec>> {
     let role = prop_oneof![
         4 => Just(Role::Enforced),
         1 => Just(Role::Shadow),
@@ -378,28 +367,44 @@ pub(crate) fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<Req
         prop_oneof![Just(0), 0u64..1_500_000],
         prop::collection::vec(hit, 1..=3),
     );
-    (limits, prop::collection::vec(request, 1..30), any::<bool>()).prop_map(
-        |(limits, requests, all_or_nothing)| {
-            let limits = limits
-                .into_iter()
-                .map(|(a, l, m, b, debt, penalty, reserve)| {
-                    let algorithm = Algorithm::ALL[a];
-                    // A concurrency limit takes no reserve (refused at load).
-                    let reserve = reserve.filter(|_| !algorithm.leases());
-                    Limit {
-                        debt,
-                        modifiers: Modifiers {
-                            penalty,
-                            reserve,
-                            ..Modifiers::default()
-                        },
-                        ..limit(algorithm, l, m, Some(b))
-                    }
-                })
-                .collect();
-            (limits, requests, all_or_nothing)
-        },
-    )
+    prop::collection::vec(request, 1..30)
+}
+
+/// Requests of one to three hits on three keys of random algorithms and limits (some taking
+/// debt, half with a penalty, some reserving: their hits open and settle holds), with random roles and costs (some beyond every limit), some
+/// hits joining the previous one's descriptor (a key may appear twice in a request), charged
+/// both ways.
+pub(crate) fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
+    let limit_of = (
+        0..Algorithm::ALL.len(),
+        0u32..=5,
+        1u32..=2,
+        1u32..=5,
+        prop::bool::weighted(0.3),
+        prop::option::weighted(0.5, penalty()),
+        prop::option::weighted(0.4, reserve()),
+    );
+    let limits = prop::collection::vec(limit_of, 3);
+    (limits, requests(), any::<bool>()).prop_map(|(limits, requests, all_or_nothing)| {
+        let limits = limits
+            .into_iter()
+            .map(|(a, l, m, b, debt, penalty, reserve)| {
+                let algorithm = Algorithm::ALL[a];
+                // A concurrency limit takes no reserve (refused at load).
+                let reserve = reserve.filter(|_| !algorithm.leases());
+                Limit {
+                    debt,
+                    modifiers: Modifiers {
+                        penalty,
+                        reserve,
+                        ..Modifiers::default()
+                    },
+                    ..limit(algorithm, l, m, Some(b))
+                }
+            })
+            .collect();
+        (limits, requests, all_or_nothing)
+    })
 }
 
 #[test]

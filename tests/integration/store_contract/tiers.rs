@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
 use sluice_core::engine::Charging;
-use sluice_core::limit::{Algorithm, Limit, Role};
+use sluice_core::limit::{Algorithm, Limit};
 use sluice_core::modifier::{ModifierPolicy, Modifiers};
 
-use super::{both_requests_on, check_cases, penalty, reserve, Fixture, RequestSpec};
+use super::{both_requests_on, check_cases, penalty, requests, reserve, Fixture, RequestSpec};
 use crate::support::scenario::limit;
 
 /// The tiers, by hit index: 0 may fill the whole limit, 1 six tenths, 2 three tenths.
@@ -43,19 +43,7 @@ fn hits_of_three_tiers_on_one_key_agree_for_every_algorithm() {
         prop::option::weighted(0.3, penalty()),
         prop::option::weighted(0.3, reserve()),
     );
-    let role =
-        prop_oneof![4 => Just(Role::Enforced), 1 => Just(Role::Shadow), 1 => Just(Role::Quota)];
-    let hit = (
-        0usize..3,
-        prop_oneof![4 => 0u64..=3, 1 => 4u64..=12],
-        role,
-        any::<bool>(),
-    );
-    let request = (
-        prop_oneof![Just(0), 0u64..1_500_000],
-        prop::collection::vec(hit, 1..=3),
-    );
-    let scenario = (base, prop::collection::vec(request, 1..30), any::<bool>());
+    let scenario = (base, requests(), any::<bool>());
     let (low_denied, top_admitted) = (AtomicUsize::new(0), AtomicUsize::new(0));
     check_cases(
         64,
