@@ -3,7 +3,7 @@
 -- a request (on a Cluster, every hit of one slot).
 --
 -- The call takes:
---   KEYS[i]  the key of hit i; after the hits' keys, those of their penalties' records
+--   KEYS[i]  the key of hit i; after the hits' keys, those of their modifiers' parts
 --   ARGV[1]  the mode: "all" (a request is charged only if no hit vetoes it), "every" (every
 --            hit is charged, denied or not: envoyproxy/ratelimit's counting; a lease only by
 --            a request that is not vetoed), "any" (every admitted hit is charged: one Cluster
@@ -12,7 +12,8 @@
 --            charged by an "any" or "every_part" call and are taken back), or "credit" (each
 --            hit's state is given its cost back now: the admin API's credit), or "read" (each
 --            hit's state read, nothing written: the admin API's read)
--- then, for each hit i in turn, 14 common arguments, then the algorithm's own (as many as the
+-- then, for each hit i in turn, 12 common arguments, the modifiers' (one each), then the
+-- algorithm's own (as many as the
 -- names its script lists in `params`, in that order: warm_up's warmup_us and cold_factor),
 -- read into the hit's fields of those names (crates/sluice-store/src/redis/args.rs builds them, in this
 -- order):
@@ -31,26 +32,32 @@
 --   ARGV[+9]  group  the hits of one descriptor (its several limits) share a group, and are
 --                    charged together or not at all
 --   ARGV[+10]  lease  on a lease limit: "+<token>" acquires leases, "-<token>" releases
---                     what the token holds (always charged, never denying); on a reserved
---                     budget, opens or settles the token's hold alike; else ""
---   ARGV[+11]  penalty  the limit's penalty (lua/penalty.lua): the position in KEYS of its
---                       record's key, after, within_us, block_ms, factor_milli,
---                       max_block_ms, forget_us, space-separated; else ""
---   ARGV[+12]  reserve  the limit's reservation (lua/reserve.lua): the positions in KEYS of its
---                       holds' key and of the settled token's key (0 for an opening), max_hold_us,
---                       the end of the hit's window (0: no window) and max_holds,
---                       space-separated; else ""
---                       (its `lease` carries the token: "+" opens a hold, "-" settles it)
---   ARGV[+13]  headroom  what the hit must leave unused of the capacity (a modifier's share
+--                     what the token holds (always charged, never denying); a modifier
+--                     may read it too (a token's hold opened or settled); else ""
+--   ARGV[+11]  headroom  what the hit must leave unused of the capacity (a modifier's share
 --                        kept for other traffic: crates/sluice-core/src/modifier/): it is
 --                        admitted only if a hit of cost + headroom would be, and told what
 --                        remains above it; 0 for most
+--   ARGV[+12...]  one argument per modifier with a script, in the order they register (the
+--                 registry's, crates/sluice-core/src/modifier/mod.rs): the positions in KEYS
+--                 of the keys of its parts (0 for a part the hit does not read), then its own
+--                 numbers, space-separated; "" when the limit has no such modifier
 -- and replies, for each hit, admitted (1 or 0), remaining, reset_after_us, retry_after_us,
--- released, expired, penalty_until_us, penalty_offence, penalty_imposed, reserve_call,
--- reserve_held, reserve_estimate, reserve_lapsed, reserve_lapsed_amount (the fields of
--- sluice's Decision, which crates/sluice-core/src/algorithm/ and modifier/ specify), and, for "any",
--- "every_part", "refund" and "credit", the time it was decided at; for "read", what the state
--- holds against the limit (`used`, past the capacity included), then that time.
+-- released, expired, then the modifier that noted the decision (its place among the
+-- modifiers, from 1; 0: none) and the 5 numbers it noted (the fields of sluice's Decision,
+-- which crates/sluice-core/src/algorithm/ specifies), and, for "any", "every_part", "refund"
+-- and "credit", the time it was decided at; for "read", what the state holds against the
+-- limit (`used`, past the capacity included) and what the limit's modifiers hold of it
+-- (`held`: what they set aside), then that time.
+--
+-- A modifier's script registers {name, parse(arg, KEYS), around(hit, own, ctx, inner)} in
+-- `modifiers`, and where it needs them refund(hit, own) (true: it took the charge back
+-- itself) and held(hit, own): parse reads its argument (nil: the hit has none); around
+-- decides the hit around `inner()` (the limit's decision, with the modifiers after it), with
+-- ctx.state (the limit's state), ctx.decide_as(hit, cost, charges, state),
+-- ctx.kept(key, read) (a key's state as the call left it so far, else `read(key, now)`) and
+-- ctx.leave(key, value, write, always) (a state to write with `write(key, value, now)`:
+-- always, or only as the limit's charge stands).
 --
 -- An algorithm script registers {read, decide, force, write, refund} under its name:
 --   read(hit) the key's state at hit.now (never nil); decide(hit, state) the decision and the state after
@@ -66,6 +73,8 @@
 -- are formatted with %d, never tostring (which would write 1e+15).
 
 local algorithms = {}
+-- The modifiers with a script, in registry order.
+local modifiers = {}
 -- The names of each algorithm's own arguments, by algorithm (none when absent).
 local params = {}
 
@@ -123,9 +132,8 @@ end
 
 -- A decision as the script replies it: admitted (1 or 0), remaining, reset_after_us,
 -- retry_after_us, released and expired (a lease limit's leases; 0 when not given),
--- then what a penalty did (until, offence, imposed: 0 here, lua/penalty.lua sets them) and
--- a reservation (call, held, estimate, lapsed, lapsed amount: 0 here, lua/reserve.lua sets
--- them); negative values are 0.
+-- then the modifier that noted it and its 5 numbers (0 here: `noted` sets them); negative
+-- values are 0.
 local function decision(admitted, remaining, reset_after_us, retry_after_us, released, expired)
   if remaining < 0 then
     remaining = 0
@@ -137,7 +145,41 @@ local function decision(admitted, remaining, reset_after_us, retry_after_us, rel
     retry_after_us = 0
   end
   return {admitted and 1 or 0, remaining, reset_after_us, retry_after_us, released or 0, expired or 0, 0, 0, 0,
-    0, 0, 0, 0, 0}
+    0, 0, 0}
+end
+
+-- The fields of a decision in a reply.
+local DECISION_FIELDS = 12
+
+-- Notes on `d` what modifier `index` did (`values`: up to 5 numbers); returns `d`.
+local function noted(d, index, values)
+  d[7] = index
+  for i = 1, 5 do
+    d[7 + i] = values[i] or 0
+  end
+  return d
+end
+
+-- The whole numbers of `text`, in order.
+local function numbers_of(text)
+  local n = {}
+  for field in string.gmatch(text, '%d+') do
+    n[#n + 1] = tonumber(field)
+  end
+  return n
+end
+
+-- A modifier's argument (its first part's position in KEYS first) as numbers; nil when the
+-- hit has none, or does not read its first part.
+local function modifier_numbers(arg)
+  if arg == '' then
+    return nil
+  end
+  local n = numbers_of(arg)
+  if n[1] == 0 then
+    return nil
+  end
+  return n
 end
 
 -- requests_per_unit 0 blocks everything, whatever the burst (crates/sluice-core/src/algorithm/mod.rs).

@@ -1,33 +1,14 @@
 -- Penalties (crates/sluice-core/src/modifier/penalty/mod.rs, whose rules this copies): a client its limit keeps denying is
 -- blocked, for longer at each repeat offence. Appended after the algorithms, before the driver.
 --
--- Record: one string under the penalty's key (crates/sluice-store/src/key.rs, `penalty_key`), with a TTL to
+-- Record: one string under the key of the penalty's part (crates/sluice-store/src/key.rs, `kept_key`), with a TTL to
 -- when the client is forgotten: "<offences> <last_block_ms> <blocked_until_us>
 -- <remembered_until_us> <strike_us>...", the strikes since the last offence, oldest first.
 
--- The whole numbers of `text`, in order.
-local function numbers_of(text)
-  local n = {}
-  for field in string.gmatch(text, '%d+') do
-    n[#n + 1] = tonumber(field)
-  end
-  return n
-end
+-- This modifier's place among the modifiers with a script.
+local PENALTY = #modifiers + 1
 
--- A modifier's argument (its record's position in KEYS first) as numbers; nil when the hit
--- has none.
-local function modifier_numbers(arg)
-  if arg == '' then
-    return nil
-  end
-  local n = numbers_of(arg)
-  if n[1] == 0 then
-    return nil
-  end
-  return n
-end
-
--- The hit's penalty, from its argument (common.lua, ARGV[+11]); nil without one.
+-- The hit's penalty, from its argument (common.lua, ARGV[+12...]); nil without one.
 local function penalty_of(arg, KEYS)
   local n = modifier_numbers(arg)
   if not n then
@@ -37,7 +18,7 @@ local function penalty_of(arg, KEYS)
     max = n[6], forget = n[7]}
 end
 
--- The record under `key` as it reads at `now`: nil once forgotten.
+-- The record under `key` as it reads at `now`: nil once forgotten (or never written).
 local function penalty_read(key, now)
   local value = redis.call('GET', key)
   if not value then
@@ -65,9 +46,8 @@ end
 -- The denial of a block: nothing remains, a retry waits for its end.
 local function penalty_denial(record, now, imposed, remaining)
   local wait = record.blocked - now
-  local d = decision(false, remaining, wait, wait)
-  d[7], d[8], d[9] = record.blocked, record.offences, imposed and 1 or 0
-  return d
+  return noted(decision(false, remaining, wait, wait), PENALTY,
+    {record.blocked, record.offences, imposed and 1 or 0})
 end
 
 -- A strike is a denial, unless the hit was charged while something remained (a report
@@ -111,3 +91,30 @@ local function penalty_strike(p, record, now)
   end
   return next, false
 end
+
+-- Decides `hit` around the limit's decision (`inner`): blocked, or the limit's decision with
+-- a strike counted when it is one (the record left to be written whatever the request's
+-- fate). A release of leases is never blocked.
+local function penalty_around(hit, p, ctx, inner)
+  if hit.releases then
+    return inner()
+  end
+  local record = ctx.kept(p.key, penalty_read)
+  if record and record.remembered <= hit.now then
+    record = nil
+  end
+  if record and record.blocked > hit.now then
+    return penalty_denial(record, hit.now, false, 0), nil
+  end
+  local d, changed = inner()
+  if penalty_strikes(d, changed) then
+    local next, imposed = penalty_strike(p, record, hit.now)
+    ctx.leave(p.key, next, penalty_write, true)
+    if imposed then
+      d = penalty_denial(next, hit.now, true, d[2])
+    end
+  end
+  return d, changed
+end
+
+modifiers[PENALTY] = {name = 'penalty', parse = penalty_of, around = penalty_around}

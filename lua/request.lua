@@ -9,10 +9,9 @@
 -- request that is not vetoed, in both modes. With "all", a request that its hits veto
 -- (an enforced hit denied, or every quota hit denied: crates/sluice-core/src/engine.rs, `vetoed`) charges
 -- nothing but its debt. An admitted hit left uncharged reports what remains without it.
--- A hit of a limit with a penalty is denied while its client is blocked, its limit left
--- alone; a strike (lua/penalty.lua) is recorded whatever the request's fate. A hit of a
--- reserved budget (lua/reserve.lua) opens a hold, which stands as a lease's acquire does, or
--- settles one, which always stands.
+-- A hit's modifiers (common.lua, `modifiers`) decide around its limit's decision, in
+-- registry order; what they leave is written with the hit's charge, or, when they say so,
+-- whatever the request's fate.
 --
 -- Read-only (`request(KEYS, ARGV, true)`, the `_ro` function, for a Redis that refuses
 -- writes: out of memory, a read-only replica): the hits are decided alike, nothing is
@@ -20,8 +19,8 @@
 -- The charge of a denied hit by the reference's counting ("every", not debt) is not such a
 -- need: Redis could not keep it, and it changes only how far over its limit the key is.
 
--- The common arguments of a hit; the algorithm's own follow them.
-local COMMON = 14
+-- The common arguments of a hit (one per modifier among them); the algorithm's own follow.
+local COMMON = 12 + #modifiers
 -- Each algorithm, made when a call first uses it: once per call for EVAL, once per load for
 -- a function library, whose top level runs only when it is loaded.
 local made = {}
@@ -102,8 +101,10 @@ local function append(replies, d, now)
   replies[#replies + 1] = now
 end
 
--- A call's hits from KEYS and ARGV (see common.lua): their keys come first in KEYS, their
--- modifiers' keys (penalties' records, reservations' holds and settled tokens) after them. `now_of` reads a hit's time (Redis TIME when not given).
+-- A call's hits from KEYS and ARGV (see common.lua): their keys come first in KEYS, the keys
+-- of their modifiers' parts after them. `now_of` reads a hit's time (Redis TIME when not
+-- given). `hit.mods` holds each modifier's parsed argument by its place (`hit.modified`:
+-- there is one).
 local function parse_hits(KEYS, ARGV, read_only, every, now_of)
   local hits = {}
   local at = 2
@@ -126,11 +127,21 @@ local function parse_hits(KEYS, ARGV, read_only, every, now_of)
       lease = ARGV[at + 10],
       releases = string.sub(ARGV[at + 10], 1, 1) == '-',
       acquires = string.sub(ARGV[at + 10], 1, 1) == '+',
-      penalty = penalty_of(ARGV[at + 11], KEYS),
-      reserve = reserve_of(ARGV[at + 12], KEYS),
-      headroom = tonumber(ARGV[at + 13]),
+      headroom = tonumber(ARGV[at + 11]),
       read_only = read_only,
+      mods = {},
+      modified = false,
     }
+    for m, modifier in ipairs(modifiers) do
+      local arg = ARGV[at + 11 + m]
+      if arg ~= '' then
+        local own = modifier.parse(arg, KEYS)
+        if own then
+          hits[i].mods[m] = own
+          hits[i].modified = true
+        end
+      end
+    end
     local own = params[hits[i].algorithm] or {}
     for j, field in ipairs(own) do
       hits[i][field] = tonumber(ARGV[at + COMMON + j - 1])
@@ -146,10 +157,15 @@ local function refund(hits)
   local replies = {}
   for _, hit in ipairs(hits) do
     local rules = algorithm(hit.algorithm)
-    if hit.reserve then
-      -- An opening charged nothing but its hold.
-      reserve_refund(hit)
-    else
+    -- A modifier may have charged something else in the limit's place (its own state).
+    local taken = false
+    for m, own in pairs(hit.mods) do
+      local refund_own = modifiers[m].refund
+      if refund_own and refund_own(hit, own) then
+        taken = true
+      end
+    end
+    if not taken then
       rules.refund(hit)
     end
     append(replies, (decide(with_cost(hit, 0), rules.read(hit))), hit.now)
@@ -172,8 +188,8 @@ local function credit(hits)
 end
 
 -- "read": each hit's state as a hit of cost 0 finds it, with neither its modifiers nor a
--- write, and what the state holds against the limit (the algorithm's `used`, else the
--- capacity less what remains).
+-- write, what the state holds against the limit (the algorithm's `used`, else the capacity
+-- less what remains), and what its modifiers hold of it (`held`).
 local function read(hits)
   local replies = {}
   for _, hit in ipairs(hits) do
@@ -187,7 +203,14 @@ local function read(hits)
     else
       used = math.max(0, hit.capacity - d[2])
     end
+    local held = 0
+    for m, own in pairs(hit.mods) do
+      if modifiers[m].held then
+        held = held + modifiers[m].held(hit, own)
+      end
+    end
     append(replies, d, used)
+    replies[#replies + 1] = held
     replies[#replies + 1] = hit.now
   end
   return replies
@@ -226,12 +249,19 @@ local function state_at(s, overlay, at)
   return found
 end
 
--- `state_at`, else what `read(at, now)` reads there (kept as read, once per call).
+-- `state_at`, else what `read(at, now)` reads there (kept as read, once per call; nothing
+-- read is kept as false and returned as nil).
 local function state_or_read(s, overlay, at, read, now)
   local found = state_at(s, overlay, at)
   if found == nil then
     found = read(at, now)
+    if found == nil then
+      found = false
+    end
     s.original[at] = found
+  end
+  if found == false then
+    return nil
   end
   return found
 end
@@ -246,43 +276,11 @@ local function decide_as(hit, cost, charges, state)
   return d, changed
 end
 
--- The limit's own decision for `hit` on `state`: its algorithm's, or, on a reserved budget,
--- the opening or the settle (lua/reserve.lua), with the states it leaves beside the limit's
--- (`extra`: {key, state} pairs).
-local function limit_decision(hit, state, s, overlay)
-  local r = hit.reserve
-  if not r then
-    return decide(hit, state)
-  end
-  local holds = state_or_read(s, overlay, r.key, reserve_read, hit.now)
-  if hit.acquires then
-    local d, after = reserve_open(hit, holds, state, decide_as)
-    if after then
-      return d, nil, {{r.key, after}}
-    end
-    return d, nil, nil
-  end
-  local settled = state_or_read(s, overlay, r.settled_key, settled_read, hit.now)
-  local d, after, mark, changed = reserve_settle(hit, holds, settled, state, decide_as)
-  local extra = {}
-  if after then
-    extra[#extra + 1] = {r.key, after}
-  end
-  if mark then
-    extra[#extra + 1] = {r.settled_key, mark}
-  end
-  return d, changed, extra
-end
-
--- Writes the states a hit of a reserved budget leaves beside its limit's (`extras`: its holds,
--- the settled token's mark).
+-- Writes the states a hit's modifiers left to stand with its charge (`extras`: {key, value,
+-- write}).
 local function write_extras(hit, extras)
   for _, e in ipairs(extras or {}) do
-    if e[1] == hit.reserve.key then
-      reserve_write(e[1], e[2], hit.now)
-    else
-      settled_write(e[1], e[2], hit.now)
-    end
+    e[3](e[1], e[2], hit.now)
   end
 end
 
@@ -290,7 +288,7 @@ end
 -- calls, and, read only, whether it needed a write.
 local function one_reply(d, hit, needed, read_only, with_time, fields)
   if with_time then
-    d[15] = hit.now
+    d[DECISION_FIELDS + 1] = hit.now
   end
   if read_only then
     d[fields + 1] = needed
@@ -298,7 +296,7 @@ local function one_reply(d, hit, needed, read_only, with_time, fields)
   return d
 end
 
--- One hit without a penalty (most requests): every mode charges it alike. It is charged when
+-- One hit without modifiers (most requests): every mode charges it alike. It is charged when
 -- its decision changed the state, which a denial does only in debt or with "every".
 local function one_hit(hit, read_only, with_time, fields)
   local d, changed = decide(hit, algorithm(hit.algorithm).read(hit))
@@ -313,67 +311,60 @@ local function one_hit(hit, read_only, with_time, fields)
   return one_reply(d, hit, needed, read_only, with_time, fields)
 end
 
--- A budget's opening or settle alone in its call: what it decided stands whole (an opening
--- changes the holds only when admitted; a settle always stands).
-local function one_budget_call(hit, read_only, with_time, fields)
-  local state = algorithm(hit.algorithm).read(hit)
-  local d, changed, extras = limit_decision(hit, state, {latest = {}, original = {}}, nil)
-  local needed = 0
-  if changed ~= nil or extras ~= nil then
-    if not read_only then
-      if changed ~= nil then
-        algorithm(hit.algorithm).write(hit, changed)
-      end
-      write_extras(hit, extras)
-    else
-      needed = 1
+-- Decides `hit` through its modifiers from place `from` on (each around those after it),
+-- the limit's own decision innermost.
+local function through(hit, from, ctx)
+  for m = from, #modifiers do
+    local own = hit.mods[m]
+    if own then
+      return modifiers[m].around(hit, own, ctx, function()
+        return through(hit, m + 1, ctx)
+      end)
     end
   end
-  return one_reply(d, hit, needed, read_only, with_time, fields)
+  return decide(hit, ctx.state)
 end
 
--- Decides `hit` on `state` as its penalty says: blocked, or the limit's decision with a
--- strike counted when it is one. `records` holds the penalties' records by key as the hits
--- so far left them (false: none); `struck` those to write, with the time of the hit that
--- changed them last.
-local function penalized(hit, state, records, s, overlay)
-  local p = hit.penalty
-  if not p or hit.releases then
-    return limit_decision(hit, state, s, overlay)
+-- Decides `hit` on `state` through its modifiers: the decision, the limit's state after it
+-- (nil when unchanged), and the states its modifiers left to stand with its charge
+-- ({key, value, write}; nil: none). Those left whatever the request's fate go to
+-- `s.always` (by key: {value, write, time}), which later hits read first.
+local function modified(hit, state, s, overlay)
+  if not hit.modified then
+    local d, changed = decide(hit, state)
+    return d, changed, nil
   end
-  local record = records[p.key]
-  if record == nil then
-    record = penalty_read(p.key, hit.now) or false
-    records[p.key] = record
+  local extras = nil
+  local ctx = {state = state, decide_as = decide_as}
+  function ctx.kept(key, read)
+    local always = s.always[key]
+    if always ~= nil then
+      return always[1]
+    end
+    return state_or_read(s, overlay, key, read, hit.now)
   end
-  if record and record.remembered <= hit.now then
-    record = false
-  end
-  if record and record.blocked > hit.now then
-    return penalty_denial(record, hit.now, false, 0), nil, nil
-  end
-  local d, changed, extra = limit_decision(hit, state, s, overlay)
-  if penalty_strikes(d, changed) then
-    local next, imposed = penalty_strike(p, record or nil, hit.now)
-    records[p.key] = next
-    s.struck[p.key] = {next, hit.now}
-    if imposed then
-      d = penalty_denial(next, hit.now, true, d[2])
+  function ctx.leave(key, value, write, always)
+    if always then
+      s.always[key] = {value, write, hit.now}
+    else
+      extras = extras or {}
+      extras[#extras + 1] = {key, value, write}
     end
   end
-  return d, changed, extra
+  local d, changed = through(hit, 1, ctx)
+  return d, changed, extras
 end
 
 -- Decides the hits group by group, each on the state the hits before it left. A group stands
 -- whole or not at all; a hit that `always_stands` stands alone; `leaves_groups` ("any" and
 -- "every_part": one Cluster slot's share of a request) leaves the groups to sluice. Returns
 -- the call's `s`: decisions, changes and stands by hit, the states read (`original`), the
--- states the standing charges left (`latest`), and the penalties' records `struck`.
+-- states the standing charges left (`latest`), and those the modifiers left to stand
+-- whatever the request's fate (`always`).
 local function decide_groups(hits, always_stands, leaves_groups)
   local fetched = fetch_plain(hits)
   local s = {decisions = {}, changes = {}, extras = {}, stands = {}, original = {}, latest = {},
-    struck = {}}
-  local records = {}
+    always = {}}
   local n = #hits
   local i = 1
   while i <= n do
@@ -389,7 +380,7 @@ local function decide_groups(hits, always_stands, leaves_groups)
         state = algorithm(hit.algorithm).read(hit, fetched[key])
         s.original[key] = state
       end
-      local d, changed, extra = penalized(hit, state, records, s, overlay)
+      local d, changed, extra = modified(hit, state, s, overlay)
       s.decisions[i] = d
       s.extras[i] = extra
       if changed ~= nil then
@@ -444,7 +435,8 @@ local function vetoed(hits, decisions)
   return enforced_denied or (quota_hits > 0 and quota_denied == quota_hits)
 end
 
--- Writes the charges that stand, each key's last, and the penalties' records struck; read
+-- Writes the charges that stand, each key's last, and what the modifiers left to stand
+-- whatever the request's fate; read
 -- only, writes nothing and says whether the answer needed a write (1) or not (0). Returns
 -- each key's last standing hit (none when nothing was written) and that need.
 local function write_standing(hits, s, read_only)
@@ -461,7 +453,7 @@ local function write_standing(hits, s, read_only)
         needed = 1
       end
     end
-    if next(s.struck) ~= nil then
+    if next(s.always) ~= nil then
       needed = 1
     end
     for j = 1, #hits do
@@ -478,8 +470,8 @@ local function write_standing(hits, s, read_only)
       algorithm(hit.algorithm).write(hit, s.changes[j])
     end
   end
-  for key, written in pairs(s.struck) do
-    penalty_write(key, written[1], written[2])
+  for key, left in pairs(s.always) do
+    left[2](key, left[1], left[3])
   end
   for j = 1, #hits do
     if s.stands[j] then
@@ -507,11 +499,11 @@ local function replies_of(hits, s, last, fields, with_time)
       d = decide(with_cost(hit, 0), state)
     end
     local at = fields * (j - 1)
-    for k = 1, 14 do
+    for k = 1, DECISION_FIELDS do
       replies[at + k] = d[k]
     end
     if with_time then
-      replies[at + 15] = hit.now
+      replies[at + DECISION_FIELDS + 1] = hit.now
     end
   end
   return replies
@@ -531,7 +523,7 @@ local function request(KEYS, ARGV, read_only)
   -- The calls of a Cluster ("any", "every_part", "refund") and a credit also reply the time
   -- each hit was decided at.
   local with_time = mode == 'any' or mode == 'every_part' or mode == 'refund' or mode == 'credit'
-  local fields = with_time and 15 or 14
+  local fields = with_time and DECISION_FIELDS + 1 or DECISION_FIELDS
 
   -- Redis TIME, read once per call when some hit needs it.
   local redis_now = nil
@@ -560,10 +552,7 @@ local function request(KEYS, ARGV, read_only)
   if mode == 'credit' then
     return credit(hits)
   end
-  if #hits == 1 and not hits[1].penalty then
-    if hits[1].reserve then
-      return one_budget_call(hits[1], read_only, with_time, fields)
-    end
+  if #hits == 1 and not hits[1].modified then
     return one_hit(hits[1], read_only, with_time, fields)
   end
   local s = decide_groups(hits, always_stands, mode == 'any' or mode == 'every_part')

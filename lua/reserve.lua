@@ -2,14 +2,17 @@
 -- request holds an estimate against its limit while it runs and settles the actual cost when
 -- it ends. Appended after the algorithms, before the driver.
 --
--- Holds: one string under the reservation's key (crates/sluice-store/src/key.rs, `holds_key`):
+-- Holds: one string under the key of the part `holds` (crates/sluice-store/src/key.rs, `kept_key`):
 -- "<until_us> <token>:<estimate>:<lapses_at_us> ...", the live holds after `until_us`, when
 -- the last of them lapses: from then on it reads as empty whatever the key's TTL (which a
 -- clock given by sluice may outrun); the key expires then. One GET reads it and one SET
--- writes it. A settled token: a string under `settled_key`, "<actual it charged>:
+-- writes it. A settled token: a string under the part `settled`'s key, "<actual it charged>:
 -- <forgotten_at_us>", read alike.
 
--- The hit's reservation, from its argument (common.lua, ARGV[+12]); nil without one.
+-- This modifier's place among the modifiers with a script.
+local RESERVE = #modifiers + 1
+
+-- The hit's reservation, from its argument (common.lua, ARGV[+12...]); nil without one.
 local function reserve_of(arg, KEYS)
   local n = modifier_numbers(arg)
   if not n then
@@ -101,15 +104,14 @@ end
 -- The reservation's part of a reply: call (1 opened, 2 settled, 3 duplicate, 4 unknown),
 -- held, estimate, and the holds found lapsed (how many, holding how much) in `holds`.
 local function reserve_mark(d, call, held, estimate, holds)
-  d[10], d[11], d[12], d[13], d[14] = call, held, estimate, holds.lapsed, holds.lapsed_amount
-  return d
+  return noted(d, RESERVE, {call, held, estimate, holds.lapsed, holds.lapsed_amount})
 end
 
 -- Takes back an opening (`hit`, decided at hit.now) of a request that turned out vetoed (one
 -- Cluster slot's share of it): its estimate leaves its token's hold, and the hold goes when
 -- nothing is left of it.
-local function reserve_refund(hit)
-  local holds = reserve_read(hit.reserve.key, hit.now)
+local function reserve_refund(hit, r)
+  local holds = reserve_read(r.key, hit.now)
   local token = string.sub(hit.lease, 2)
   local live = {}
   for _, hold in ipairs(holds.live) do
@@ -119,13 +121,14 @@ local function reserve_refund(hit)
       live[#live + 1] = {token = token, amount = hold.amount - hit.cost, lapses = hold.lapses}
     end
   end
-  reserve_write(hit.reserve.key, {live = live}, hit.now)
+  reserve_write(r.key, {live = live}, hit.now)
+  return true
 end
 
 -- An opening: admitted when the limit admits the holds plus the estimate (hit.cost) on its
 -- `state`; returns the decision, and the holds after it when admitted. `decide_as(hit, cost,
 -- charges, state)` is the driver's decision of the limit at another cost.
-local function reserve_open(hit, holds, state, decide_as)
+local function reserve_open(hit, r, holds, state, decide_as)
   local held = reserve_total(holds.live)
   local token = string.sub(hit.lease, 2)
   local holding, first_lapse = false, nil
@@ -135,7 +138,7 @@ local function reserve_open(hit, holds, state, decide_as)
       first_lapse = hold.lapses
     end
   end
-  if not holding and #holds.live >= hit.reserve.max_holds then
+  if not holding and #holds.live >= r.max_holds then
     -- As many holds as a key may have: denied until the first lapses (or one settles).
     local d = decide_as(hit, 0, hit.debt, state)
     d[1], d[2], d[4] = 0, net(d[2], held), math.max(0, (first_lapse or hit.now) - hit.now)
@@ -146,9 +149,9 @@ local function reserve_open(hit, holds, state, decide_as)
     d[2] = net(d[2], held)
     return d, nil
   end
-  local lapses = hit.now + hit.reserve.max_hold
-  if hit.reserve.window_end > 0 then
-    lapses = math.min(lapses, hit.reserve.window_end)
+  local lapses = hit.now + r.max_hold
+  if r.window_end > 0 then
+    lapses = math.min(lapses, r.window_end)
   end
   local live, added = {}, false
   for i, hold in ipairs(holds.live) do
@@ -170,7 +173,7 @@ end
 -- `state`: returns the decision, the holds after it (nil when unchanged), the settled mark
 -- ({value, until}) to write (nil for a duplicate), and the limit's state after the charge
 -- (nil when unchanged). `settled`: the token's mark as read (false: none).
-local function reserve_settle(hit, holds, settled, state, decide_as)
+local function reserve_settle(hit, r, holds, settled, state, decide_as)
   local held = reserve_total(holds.live)
   if settled then
     local d = settled_answer(decide_as(hit, 0, hit.debt, state), held)
@@ -188,7 +191,7 @@ local function reserve_settle(hit, holds, settled, state, decide_as)
   local _, changed = decide_as(hit, hit.cost, true, state)
   local left = reserve_total(live)
   local d = settled_answer(decide_as(hit, 0, hit.debt, changed or state), left)
-  local remembered = hit.now + hit.reserve.max_hold
+  local remembered = hit.now + r.max_hold
   local call, estimate = 4, 0
   if found then
     call, estimate = 2, found.amount
@@ -200,3 +203,37 @@ local function reserve_settle(hit, holds, settled, state, decide_as)
   end
   return reserve_mark(d, call, left, estimate, holds), after, {hit.cost, remembered}, changed
 end
+
+-- Decides `hit`: an opening ("+" lease) or a settle ("-") of its token, in place of the
+-- limit's own decision (`inner`, for a hit of neither); what it leaves stands as the limit's
+-- charge does.
+local function reserve_around(hit, r, ctx, inner)
+  if not (hit.acquires or hit.releases) then
+    return inner()
+  end
+  local holds = ctx.kept(r.key, reserve_read)
+  if hit.acquires then
+    local d, after = reserve_open(hit, r, holds, ctx.state, ctx.decide_as)
+    if after then
+      ctx.leave(r.key, after, reserve_write, false)
+    end
+    return d, nil
+  end
+  local settled = ctx.kept(r.settled_key, settled_read)
+  local d, after, mark, changed = reserve_settle(hit, r, holds, settled, ctx.state, ctx.decide_as)
+  if after then
+    ctx.leave(r.key, after, reserve_write, false)
+  end
+  if mark then
+    ctx.leave(r.settled_key, mark, settled_write, false)
+  end
+  return d, changed
+end
+
+-- What the budget's live holds hold now (the admin API's read).
+local function reserve_held(hit, r)
+  return reserve_total(reserve_read(r.key, hit.now).live)
+end
+
+modifiers[RESERVE] = {name = 'reserve', parse = reserve_of, around = reserve_around,
+  refund = reserve_refund, held = reserve_held}

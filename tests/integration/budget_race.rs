@@ -259,7 +259,7 @@ fn in_process(
             Some(State::FixedWindow(window)) => window.count,
             _ => 0,
         };
-        (used, store.holds_of(&hit))
+        (used, store.held_of(&hit))
     };
     (limiter, state)
 }

@@ -19,7 +19,8 @@ use sluice_core::algorithm::State;
 use sluice_core::calendar::{self, Calendar, CalendarUnit};
 use sluice_core::engine::{self, Charging};
 use sluice_core::limit::{Algorithm, Counting, Decision, Hit, LeaseCall, Limit, Role, Unit};
-use sluice_core::modifier::penalty::Policy;
+use sluice_core::modifier::penalty::{Penalized, Policy};
+use sluice_core::modifier::reserve::Reserved;
 use sluice_core::modifier::Modifiers;
 use sluice_store::key::Shape;
 use sluice_store::memory::MemoryStore;
@@ -423,13 +424,13 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
         };
         let (memory, redis) = both_requests(&fixture, &limits, &requests, charging);
         for decision in &memory {
-            let penalty = decision.penalty();
+            let penalty = Penalized::of(decision);
             imposed.fetch_add(usize::from(penalty.imposed), Ordering::Relaxed);
             blocked.fetch_add(
                 usize::from(penalty.until_us > 0 && !penalty.imposed),
                 Ordering::Relaxed,
             );
-            if let Some(reserved) = decision.reserved() {
+            if let Some(reserved) = Reserved::of(decision) {
                 calls[reserved.call.number() as usize - 1].fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -1,18 +1,18 @@
 //! The rules of one request, pure: given its hits and a view of their state, which hits are
 //! admitted, which charges stand, what each key holds afterwards, and which limit of a
 //! descriptor binds. All-or-nothing, debt, the veto of enforced and quota hits, descriptor
-//! groups, the binding limit, the state each hit is decided on, and a penalty around its
-//! limit's decision (`penalty::decide`: a blocked client, a strike that always stands) are
-//! written here once; the memory store calls `decide` under its locks (and keeps what is its
+//! groups, the binding limit, the state each hit is decided on, and the modifiers run around
+//! its limit's decision (`ModifierPolicy::around`, in registry order, with the states they
+//! keep beside the limit's) are written here once; the memory store calls `decide` under its locks (and keeps what is its
 //! own: locking, room, bytes), the Redis Cluster path calls `standing` to know which charges
 //! to take back. `lua/request.lua` is the one other copy (atomic on one Redis), held to this
 //! one by the contract test.
 
 use smallvec::SmallVec;
 
-use crate::algorithm::{self, Outcome, State};
-use crate::limit::{Decision, Hit, LeaseCall, Role};
-use crate::modifier::{penalty, reserve};
+use crate::algorithm::{self, Kept, Outcome, State};
+use crate::limit::{Decision, Hit, Role};
+use crate::modifier::{Layer, Left, Turn};
 
 /// How a store charges the hits of one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -156,17 +156,30 @@ pub fn binding(decisions: &[Decision]) -> Option<usize> {
         .map(|(index, _)| index)
 }
 
-/// Which state of a hit a key holds: its limit's, or one a modifier keeps beside it.
+/// Which state of a hit a key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Of {
     /// The limit's own state.
     Limit,
-    /// The record the limit's penalty keeps of the client.
-    Penalty,
-    /// The estimates a reserved budget holds for requests in flight.
-    Holds,
-    /// A reserved budget's mark of the token the hit settles.
-    Settled,
+    /// A part of what a modifier of the limit keeps beside it: the modifier's registry row,
+    /// and the part's index among its parts (`ModifierPolicy::PARTS`).
+    Kept { row: u8, part: u8 },
+}
+
+impl Of {
+    /// For a modifier's part of `hit`'s state: the part's name, and the token it is kept
+    /// under when it is kept per token (the hit's lease's); `None` for the limit's own.
+    pub fn kept_part(self, hit: &Hit) -> Option<(&'static str, Option<u64>)> {
+        let Of::Kept { row, part } = self else {
+            return None;
+        };
+        let part = hit.limit.modifiers.part(row, part)?;
+        let token = hit
+            .lease
+            .filter(|_| part.per_token)
+            .map(|call| call.token());
+        Some((part.name, token))
+    }
 }
 
 /// Which state of a request's hit a key holds.
@@ -182,31 +195,15 @@ impl Part {
         Part { hit, of: Of::Limit }
     }
 
-    /// The record hit `hit`'s penalty keeps.
-    pub fn penalty(hit: usize) -> Part {
-        Part {
-            hit,
-            of: Of::Penalty,
-        }
-    }
-
     /// The parts every hit of `hits` has state under: its limit's, then its modifiers'.
     pub fn of_request(hits: &[Hit]) -> SmallVec<[Part; 4]> {
         let mut parts: SmallVec<[Part; 4]> = (0..hits.len()).map(Part::limit).collect();
         for (hit, h) in hits.iter().enumerate() {
-            let modifiers = &h.limit.modifiers;
-            if modifiers.penalty.is_some() && !h.releases() {
-                parts.push(Part {
-                    hit,
-                    of: Of::Penalty,
-                });
-            }
-            if modifiers.reserve.is_some() {
-                parts.push(Part { hit, of: Of::Holds });
-                if h.releases() {
+            for (row, layer) in h.limit.modifiers.layers() {
+                for part in layer.parts_read(h.lease) {
                     parts.push(Part {
                         hit,
-                        of: Of::Settled,
+                        of: Of::Kept { row, part },
                     });
                 }
             }
@@ -237,7 +234,8 @@ impl<K> Write<K> {
 }
 
 /// What a request decided: each hit's decision, and the last state of every key its
-/// standing charges and its penalties touched (to be written together, or not at all).
+/// standing charges and its modifiers' lasting writes touched (to be written together, or
+/// not at all).
 #[derive(Debug)]
 pub struct Decided<K> {
     pub decisions: Vec<Decision>,
@@ -246,7 +244,8 @@ pub struct Decided<K> {
 }
 
 /// The state under `key` as this request left it so far: its descriptor's changes, then the
-/// standing charges of earlier descriptors, then the penalties' records.
+/// standing charges of earlier descriptors, then what modifiers left to stand whatever the
+/// request's fate.
 fn left<K: Copy + Eq>(key: K, lists: [&[Write<K>]; 3]) -> Option<&State> {
     lists
         .into_iter()
@@ -254,65 +253,33 @@ fn left<K: Copy + Eq>(key: K, lists: [&[Write<K>]; 3]) -> Option<&State> {
         .map(|w| &w.state)
 }
 
-/// The states a hit leaves beside its limit's: a reservation's holds and settled token.
-type Beside = SmallVec<[(Of, State, u64); 2]>;
-
-/// What a reserved budget's hit is decided on: the limit's state, the key's holds, and the
-/// mark of the token it settles.
-struct Reserved<'s> {
-    state: Option<&'s State>,
-    holds: Option<&'s reserve::Holds>,
-    settled: Option<&'s reserve::Settled>,
-}
-
-/// Decides a reserved budget's hit: an opening (`LeaseCall::Acquire`) or a settle
-/// (`LeaseCall::Release`) of its token, with what it leaves beside the limit's state.
-fn decide_reserved(
-    hit: &Hit,
-    policy: &reserve::Policy,
-    call: LeaseCall,
-    stored: Reserved<'_>,
-    now_us: u64,
-) -> (Outcome, Beside) {
-    let budget = reserve::Budget {
-        counting: &hit.limit.counting,
-        rate: hit.limit.rate(),
-        window_end_us: hit.limit.window_end_us(now_us),
-        cost: hit.cost,
-        headroom: headroom(hit),
+/// Decides hit `i` of `hits` through its modifiers (`layers[0]` outermost) around its
+/// limit's decision, on the states `current` finds; `leave` takes what each modifier writes.
+fn decide_through(
+    turn: &Turn<'_>,
+    layers: &[(u8, &dyn Layer)],
+    current: &dyn Fn(Of) -> Option<Kept>,
+    limit: &mut dyn FnMut() -> Outcome,
+    leave: &mut dyn FnMut(u8, Left),
+) -> Outcome {
+    let Some(((row, layer), inside)) = layers.split_first() else {
+        return limit();
     };
-    let reservation = match call {
-        LeaseCall::Release(token) => reserve::settle(
-            policy,
-            &budget,
-            token,
-            stored.state,
-            stored.holds,
-            stored.settled,
-            now_us,
-        ),
-        LeaseCall::Acquire(token) => {
-            reserve::open(policy, &budget, token, stored.state, stored.holds, now_us)
-        }
+    let row = *row;
+    let kept = |part| current(Of::Kept { row, part });
+    let leave = std::cell::RefCell::new(leave);
+    let mut inner = || {
+        let mut leave_inside = |row, left| (leave.borrow_mut())(row, left);
+        decide_through(turn, inside, current, limit, &mut leave_inside)
     };
-    let mut beside = Beside::new();
-    if let Some((holds, expires)) = reservation.holds {
-        beside.push((Of::Holds, State::Holds(holds), expires));
-    }
-    if let Some((settled, expires)) = reservation.settled {
-        beside.push((Of::Settled, State::Settled(settled), expires));
-    }
-    let outcome = Outcome {
-        decision: reservation.decision,
-        new_state: reservation.limit,
-    };
-    (outcome, beside)
+    let mut own = |left| (leave.borrow_mut())(row, left);
+    layer.around(turn, &kept, &mut inner, &mut own)
 }
 
 /// Decides `hits` in order, each on the state the hits before it left: its descriptor's
 /// earlier hits, the charges of earlier descriptors that stand, else what the store holds
 /// (`stored(part)`, for the state under `key_of(part)`). Only the charges that stand are
-/// planned; a penalty's record always is (a strike stands whatever the request's fate).
+/// planned, and what a modifier leaves `always` (`Left::always`), whatever the request's fate.
 pub fn decide<'s, K: Copy + Eq>(
     hits: &[Hit],
     key_of: impl Fn(Part) -> K,
@@ -330,71 +297,52 @@ pub fn decide<'s, K: Copy + Eq>(
                 left(key_of(part), [&changes, &charged, &records]).or_else(|| stored(part))
             };
             let state = current(Part::limit(i));
-            let decide_limit = || match (hits[i].limit.modifiers.reserve, hits[i].lease) {
-                (Some(policy), Some(call)) => {
-                    let holds = match current(Part {
-                        hit: i,
-                        of: Of::Holds,
-                    }) {
-                        Some(State::Holds(holds)) => Some(holds),
-                        _ => None,
-                    };
-                    // Only a settle has a settled token's mark (a part of its own).
-                    let settled = match call {
-                        LeaseCall::Release(_) => match current(Part {
-                            hit: i,
-                            of: Of::Settled,
-                        }) {
-                            Some(State::Settled(settled)) => Some(settled),
-                            _ => None,
-                        },
-                        LeaseCall::Acquire(_) => None,
-                    };
-                    let stored = Reserved {
-                        state,
-                        holds,
-                        settled,
-                    };
-                    decide_reserved(&hits[i], &policy, call, stored, now_us)
-                }
-                _ => (decide_hit(&hits[i], charging, state, now_us), Beside::new()),
+            let hit = &hits[i];
+            let turn = Turn {
+                counting: &hit.limit.counting,
+                rate: hit.limit.rate(),
+                window_end_us: hit.limit.window_end_us(now_us),
+                cost: hit.cost,
+                headroom: headroom(hit),
+                lease: hit.lease,
+                now_us,
+                state,
             };
-            let (outcome, extra) = match hits[i].limit.modifiers.penalty {
-                Some(policy) if !hits[i].releases() => {
-                    let record = match current(Part::penalty(i)) {
-                        Some(State::Penalty(held)) => Some(&*held.0),
-                        _ => None,
-                    };
-                    let mut extra = Beside::new();
-                    let (outcome, next) = penalty::decide(&policy, record, now_us, || {
-                        let (outcome, own) = decide_limit();
-                        extra = own;
-                        outcome
-                    });
-                    if let Some(next) = next {
-                        records.push(Write {
-                            hit: i,
-                            of: Of::Penalty,
-                            key: key_of(Part::penalty(i)),
-                            expires_at_us: next.remembered_until_us,
-                            state: State::Penalty(next.into()),
-                        });
-                    }
-                    (outcome, extra)
-                }
-                _ => decide_limit(),
+            let kept = |of| match current(Part { hit: i, of }) {
+                Some(State::Kept(kept)) => Some(kept.clone()),
+                _ => None,
             };
-            let limit = outcome
-                .new_state
-                .map(|(state, expires)| (Of::Limit, state, expires));
-            for (of, state, expires_at_us) in limit.into_iter().chain(extra) {
+            let mut left: SmallVec<[(u8, Left); 2]> = SmallVec::new();
+            let outcome = decide_through(
+                &turn,
+                &hit.limit.modifiers.layers(),
+                &kept,
+                &mut || decide_hit(hit, charging, state, now_us),
+                &mut |row, l| left.push((row, l)),
+            );
+            if let Some((state, expires_at_us)) = outcome.new_state {
                 changes.push(Write {
                     hit: i,
-                    of,
-                    key: key_of(Part { hit: i, of }),
+                    of: Of::Limit,
+                    key: key_of(Part::limit(i)),
                     state,
                     expires_at_us,
                 });
+            }
+            for (row, l) in left {
+                let of = Of::Kept { row, part: l.part };
+                let write = Write {
+                    hit: i,
+                    of,
+                    key: key_of(Part { hit: i, of }),
+                    state: State::Kept(l.kept),
+                    expires_at_us: l.expires_at_us,
+                };
+                if l.always {
+                    records.push(write);
+                } else {
+                    changes.push(write);
+                }
             }
             decisions.push(outcome.decision);
         }

@@ -116,8 +116,8 @@ pub struct Limit {
     /// A hit that does not fit is charged all the same: the limit goes into debt (costs
     /// reported after the response must land).
     pub debt: bool,
-    /// What changes how its decision is taken (a penalty: clients it keeps denying are
-    /// blocked, longer at each repeat): the modifier registry's.
+    /// What changes how its decision is taken, or what it keeps beside its count: the
+    /// modifier registry's (`crate::modifier`).
     pub modifiers: Modifiers,
 }
 

@@ -206,7 +206,7 @@ pub fn latest_block(bound: &[Bound<'_>]) -> Option<penalty::Block> {
         .iter()
         .enumerate()
         .flat_map(|(i, s)| s.blocks.iter().map(move |d| (i, s, *d)))
-        .max_by_key(|(i, _, d)| (d.penalty().until_us, std::cmp::Reverse(*i)))?;
+        .max_by_key(|(i, _, d)| (penalty::Penalized::of(d).until_us, std::cmp::Reverse(*i)))?;
     let (limit_name, shadow_mode) = match &s.verdict {
         Verdict::Limited(applied) => (applied.name.to_string(), applied.shadow_mode),
         _ => (String::new(), false),

@@ -18,6 +18,7 @@ use sluice_core::engine;
 use sluice_core::identity;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Decision, Hit, LeaseCall, LeaseOutcome, Limit, Unit};
+use sluice_core::modifier::penalty::Penalized;
 use sluice_core::modifier::reserve::{Call, Reserved};
 use sluice_proto::RateLimitDescriptor;
 
@@ -372,10 +373,10 @@ pub fn bind<'a>(
                 });
             let blocks = taken
                 .iter()
-                .filter(|d| d.penalty().until_us > 0)
+                .filter(|d| Penalized::of(d).until_us > 0)
                 .copied()
                 .collect();
-            let reserved = taken.iter().filter_map(Decision::reserved).collect();
+            let reserved = taken.iter().filter_map(Reserved::of).collect();
             let costs: SmallVec<[u64; 1]> = p.limits.iter().map(|a| p.cost_of(&a.limit)).collect();
             let bound = engine::binding(&taken).and_then(|index| {
                 let applied = p.limits.into_iter().nth(index)?;

@@ -21,6 +21,7 @@ use metrics::{Counter, Histogram, Label};
 use crate::statsd::ServiceStats;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Algorithm, Decision, LeaseOutcome};
+use sluice_core::modifier::penalty::Penalized;
 use sluice_core::modifier::reserve::Reserved;
 use sluice_core::modifier::Class;
 use sluice_store::series::Series;
@@ -156,14 +157,15 @@ impl Metrics {
 
     /// What a limit's penalty did to a hit (`decision`): imposed a block, or denied it for one.
     pub fn record_penalty(&self, labels: &LimitLabels, decision: &Decision) {
-        if decision.penalty().until_us == 0 {
+        let penalized = Penalized::of(decision);
+        if penalized.until_us == 0 {
             return;
         }
         let counters = self.counters_of(labels);
         let penalties = counters.penalties.get_or_init(|| {
             penalties::PenaltyCounters::new(&self.series, &limit_labels(&counters.labels))
         });
-        penalties.record(&decision.penalty(), decision.retry_after_us, self.epoch);
+        penalties.record(&penalized, decision.retry_after_us, self.epoch);
     }
 
     /// The counters of the limit under `labels`, registered when first seen.

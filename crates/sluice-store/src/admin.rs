@@ -1,5 +1,5 @@
 //! What the admin API (docs/admin.md) asks of a store: clear a limit's counting state, credit
-//! it, read what a reserved budget holds, and keep the override records with a feed of their
+//! it, read it (with what its modifiers set aside), and keep the override records with a feed of their
 //! changes that every replica follows. The store knows a record only as an id and a JSON
 //! text; what they mean is sluice-config's (`overrides`).
 
@@ -44,29 +44,29 @@ pub struct Reading {
     /// What the state holds against the limit, in requests: past the capacity when it is
     /// over it (debt, a settle past the limit, the reference's counting).
     pub used: u64,
+    /// What the limit's modifiers set aside of it now (`ModifierPolicy::held`: the estimates
+    /// held for requests in flight); 0 for most.
+    pub held: u64,
 }
 
 /// The admin operations of a store.
 pub trait AdminStore: Send + Sync + 'static {
     /// `hit`'s limit now, read from the state its limit (modifiers included) names, without a
-    /// write and without setting off a modifier (a penalty, a reservation).
+    /// write and without setting off a modifier.
     fn read(&self, hit: &Hit) -> impl Future<Output = Result<Reading, StoreError>> + Send;
 
-    /// Clears the counting state of each hit's limit as of now (with `penalties`, the
-    /// records its penalty keeps too); never a reserved budget's holds. How many states
-    /// there were.
+    /// Clears the counting state of each hit's limit as of now (with `records`, the parts its
+    /// modifiers keep that a reset clears too, `Modifiers::reset_parts`; never what they set
+    /// aside for requests in flight). How many states there were.
     fn reset(
         &self,
         hits: &[Hit],
-        penalties: bool,
+        records: bool,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Gives `hit.cost` back to its limit's state now (`Limit::credit`; the caller sends
     /// only limits whose algorithm takes credit); the decision of cost 0 after.
     fn credit(&self, hit: &Hit) -> impl Future<Output = Result<Decision, StoreError>> + Send;
-
-    /// What `hit`'s reserved budget holds now.
-    fn held(&self, hit: &Hit) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Puts the record `id`; its previous JSON.
     fn put_override(

@@ -132,8 +132,8 @@ impl AnyStore {
 /// The records and the counters of whichever store; a reset or a credit also forgets what
 /// this replica holds of them (`forget_local`).
 impl AdminStore for AnyStore {
-    async fn reset(&self, hits: &[Hit], penalties: bool) -> Result<u64, StoreError> {
-        let reset = each_admin_store!(self, store => store.reset(hits, penalties).await);
+    async fn reset(&self, hits: &[Hit], records: bool) -> Result<u64, StoreError> {
+        let reset = each_admin_store!(self, store => store.reset(hits, records).await);
         self.forget_local(hits);
         reset
     }
@@ -146,10 +146,6 @@ impl AdminStore for AnyStore {
 
     async fn read(&self, hit: &Hit) -> Result<Reading, StoreError> {
         each_admin_store!(self, store => store.read(hit).await)
-    }
-
-    async fn held(&self, hit: &Hit) -> Result<u64, StoreError> {
-        each_admin_store!(self, store => store.held(hit).await)
     }
 
     async fn put_override(&self, id: &str, json: &str) -> Result<Option<String>, StoreError> {

@@ -106,28 +106,22 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     key
 }
 
-/// The Redis key of the record `hit`'s penalty keeps of its client: `prefix`, the tag its
-/// limit's key has, then `penalty` (`prefix{domain_key_value_}penalty`). Named by neither the
-/// limit's numbers nor its window: a reload that changes the limit keeps its blocks.
-pub fn penalty_key(prefix: &str, hit: &Hit) -> String {
-    modifier_key(prefix, hit, "penalty")
-}
-
 /// The Redis key of the replicas' heartbeats (`redis::replicas`): `prefix{sluice_replicas}`,
 /// one slot on a Cluster.
 pub fn replicas_key(prefix: &str) -> String {
     format!("{prefix}{{sluice_replicas}}")
 }
 
-/// The Redis key of the holds `hit`'s reservation keeps: `prefix{domain_key_value_}holds`.
-pub fn holds_key(prefix: &str, hit: &Hit) -> String {
-    modifier_key(prefix, hit, "holds")
-}
-
-/// The Redis key of the mark of a token `hit` settles:
-/// `prefix{domain_key_value_}settled_<token>`.
-pub fn settled_key(prefix: &str, hit: &Hit, token: u64) -> String {
-    modifier_key(prefix, hit, &format!("settled_{token:016x}"))
+/// The Redis key of a part of what `hit`'s modifiers keep beside its limit (`KeptPart`):
+/// `prefix`, the tag its limit's key has, then the part's name, and for a part kept per
+/// token `_` and the token's 16 hex digits (`prefix{domain_key_value_}holds`,
+/// `prefix{domain_key_value_}settled_<token>`). Named by neither the limit's numbers nor its
+/// window: a reload that changes the limit keeps them.
+pub fn kept_key(prefix: &str, hit: &Hit, name: &str, token: Option<u64>) -> String {
+    match token {
+        Some(token) => modifier_key(prefix, hit, &format!("{name}_{token:016x}")),
+        None => modifier_key(prefix, hit, name),
+    }
 }
 
 /// `prefix`, the tag `hit`'s limit's key has, then `name` (and the descriptor key, when the
@@ -318,7 +312,7 @@ mod penalty_key_tests {
         ] {
             let hit = penalized(descriptor);
             let limit = redis_key(prefix, &hit, 1_234_567_000_000);
-            let record = penalty_key(prefix, &hit);
+            let record = kept_key(prefix, &hit, "penalty", None);
             assert_eq!(hashed(&limit), hashed(&record), "{limit} and {record}");
             assert_ne!(limit, record);
         }
@@ -327,8 +321,11 @@ mod penalty_key_tests {
             redis_key("", &hit, 1_234_567_000_000),
             "{login_user_bob_}1234560"
         );
-        assert_eq!(penalty_key("", &hit), "{login_user_bob_}penalty");
-        let braced = penalty_key("", &penalized("a_{b}_"));
+        assert_eq!(
+            kept_key("", &hit, "penalty", None),
+            "{login_user_bob_}penalty"
+        );
+        let braced = kept_key("", &penalized("a_{b}_"), "penalty", None);
         assert!(braced.ends_with("}penalty_a_{b}_"), "{braced}");
     }
 }

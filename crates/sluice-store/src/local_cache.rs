@@ -9,9 +9,10 @@
 //! its window ends whatever else is charged, so a denial of any cost holds until then. The
 //! other algorithms would take the hit as debt, which only the store can do.
 //!
-//! A limit with a penalty is answered here only while its client is blocked (a block never
-//! ends early, whatever any replica charges), for every cost; its other denials must reach
-//! the store, which counts them as strikes.
+//! A limit with a modifier that rules the cache (`ModifierPolicy::rules_cache`: one whose
+//! blocks never end early, whatever any replica charges) is answered here only with the
+//! denials the modifier names as lasting, for every cost; its other denials must reach the
+//! store.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -24,7 +25,6 @@ use crate::{Clock, Store, StoreError};
 use sluice_core::algorithm::Mark;
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Decision, Hit, Limit};
-use sluice_core::modifier::penalty::Penalized;
 
 /// What one entry costs beside its key: the limit, two times, and the map's own overhead.
 const ENTRY_OVERHEAD_BYTES: usize = 96;
@@ -49,12 +49,12 @@ struct OverLimitCache {
 }
 
 /// A key over its limit until `until_us`; fully replenished at `reset_at_us` at the earliest;
-/// the block that holds it, when a penalty does.
+/// the mark of the denial that holds it, when a modifier's does.
 #[derive(Clone, Copy)]
 struct Over {
     until_us: u64,
     reset_at_us: u64,
-    penalty: Penalized,
+    mark: Mark,
 }
 
 impl<S: Store> WithLocalCache<S> {
@@ -207,8 +207,8 @@ impl OverLimitCache {
         if hit.lease.is_some() || hit.limit.algorithm().leases() {
             return false;
         }
-        if hit.limit.modifiers.penalty.is_some() {
-            // Only its blocks are remembered (`remember`).
+        if hit.limit.modifiers.rules_cache() {
+            // Only its lasting denials are remembered (`remember`).
             return true;
         }
         match charging {
@@ -219,9 +219,9 @@ impl OverLimitCache {
 
     /// The local answer for `hit`, when its key is known to be over at `now_us`.
     fn answer(&self, hit: &Hit, charging: Charging, now_us: u64) -> Option<Decision> {
-        // A block denies every cost; an over-limit key, only costs above 0, but with the
-        // reference's counting a check too (its window's count is past L: a check is denied).
-        let blocks = hit.limit.modifiers.penalty.is_some();
+        // A modifier's lasting denial denies every cost; an over-limit key, only costs above 0,
+        // but with the reference's counting a check too (its window's count is past L).
+        let blocks = hit.limit.modifiers.rules_cache();
         let check_fits = hit.cost == 0 && charging == Charging::AllOrNothing;
         if (check_fits && !blocks) || !Self::applies(hit, charging) {
             return None;
@@ -235,10 +235,7 @@ impl OverLimitCache {
             remaining: 0,
             reset_after_us: over.reset_at_us.max(over.until_us) - now_us,
             retry_after_us: over.until_us - now_us,
-            mark: Mark::penalty(Penalized {
-                imposed: false,
-                ..over.penalty
-            }),
+            mark: over.mark,
             decided_at_us: now_us,
         })
     }
@@ -247,9 +244,11 @@ impl OverLimitCache {
     /// or, with the reference's counting, one of any cost, a check's included (its window's
     /// count is past L), as the reference's cache does.
     fn remember(&self, hit: &Hit, decision: &Decision, charging: Charging, now_us: u64) {
-        if hit.limit.modifiers.penalty.is_some() {
-            if decision.penalty().until_us > 0 && decision.retry_after_us > 0 {
-                self.insert(hit, now_us, decision);
+        if hit.limit.modifiers.rules_cache() {
+            if let Some(mark) = hit.limit.modifiers.lasting(decision) {
+                if decision.retry_after_us > 0 {
+                    self.insert(hit, now_us, decision, mark);
+                }
             }
             return;
         }
@@ -261,11 +260,12 @@ impl OverLimitCache {
         {
             return;
         }
-        self.insert(hit, now_us, decision);
+        self.insert(hit, now_us, decision, Mark::None);
     }
 
-    /// Holds `hit`'s key as over until `decision`'s wait is over, within the byte bound.
-    fn insert(&self, hit: &Hit, now_us: u64, decision: &Decision) {
+    /// Holds `hit`'s key as over until `decision`'s wait is over, within the byte bound, a
+    /// local answer marked `mark`.
+    fn insert(&self, hit: &Hit, now_us: u64, decision: &Decision, mark: Mark) {
         let index = self.shard_of(hit);
         let size = hit.key.len() + ENTRY_OVERHEAD_BYTES;
         let mut shard = self.lock(index);
@@ -296,7 +296,7 @@ impl OverLimitCache {
         let over = Over {
             until_us: now_us + decision.retry_after_us,
             reset_at_us: now_us + decision.reset_after_us,
-            penalty: decision.penalty(),
+            mark,
         };
         if shard
             .insert((hit.key.clone(), hit.limit.clone()), over)

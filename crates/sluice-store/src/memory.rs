@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use sluice_core::algorithm::State;
+use sluice_core::algorithm::{Kept, State};
 /// A store key's 128-bit keyed hash.
 use sluice_core::keyed_id::{KeyedId as KeyId, KeyedMap};
 
@@ -292,13 +292,13 @@ impl MemoryStore {
         readable(entry, hit.limit.key_holds_window(), now_us).then(|| entry.state.clone())
     }
 
-    /// What `hit`'s penalty remembers of its client now, for tools and tests.
-    pub fn record_of(&self, hit: &Hit) -> Option<sluice_core::modifier::penalty::Record> {
+    /// What `hit`'s modifiers keep now as part `of` (`Of::Kept`), for tools and tests.
+    pub fn kept_of(&self, hit: &Hit, of: Of) -> Option<Kept> {
         let now_us = self.clock.now_us();
-        let (id, index) = self.locate_record(hit);
+        let (id, index) = self.hashed_part(std::slice::from_ref(hit), Part { hit: 0, of });
         let shard = self.lock(index);
         match live(&shard, &id, false, now_us) {
-            Some(State::Penalty(held)) => Some((*held.0).clone()),
+            Some(State::Kept(kept)) => Some(kept.clone()),
             _ => None,
         }
     }
@@ -340,13 +340,17 @@ impl MemoryStore {
         self.placed(KeyId(hash.h1, hash.h2))
     }
 
-    /// The id of the record `hit`'s penalty keeps of its client (its key, whatever the
-    /// limit's shape or window), and its shard.
-    fn locate_record(&self, hit: &Hit) -> (KeyId, usize) {
+    /// The id of the part `name` of what `hit`'s modifiers keep (for a part kept per token,
+    /// `token`'s), whatever the limit's shape or window, and its shard.
+    fn locate_kept(&self, hit: &Hit, name: &str, token: Option<u64>) -> (KeyId, usize) {
         let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
         hasher.write(hit.key.as_bytes());
         // No descriptor key holds a NUL, so no limit's state hashes this.
-        hasher.write(b"\0penalty");
+        hasher.write(b"\0");
+        hasher.write(name.as_bytes());
+        if let Some(token) = token {
+            hasher.write_u64(token);
+        }
         let hash = hasher.finish128();
         self.placed(KeyId(hash.h1, hash.h2))
     }
@@ -356,40 +360,12 @@ impl MemoryStore {
         (id, (id.1 as usize) & (self.shards.len() - 1))
     }
 
-    /// The id of what a limit's reservation keeps beside it: its holds (`token` 0), or the
-    /// mark of a settled token, and its shard.
-    fn locate_reserved(&self, hit: &Hit, of: Of) -> (KeyId, usize) {
-        let mut hasher = SipHasher13::new_with_keys(self.hash_keys.0, self.hash_keys.1);
-        hasher.write(hit.key.as_bytes());
-        match (of, hit.lease) {
-            (Of::Settled, Some(call)) => {
-                hasher.write(b"\0settled");
-                hasher.write_u64(call.token());
-            }
-            _ => hasher.write(b"\0holds"),
-        }
-        let hash = hasher.finish128();
-        self.placed(KeyId(hash.h1, hash.h2))
-    }
-
     /// Where `part` of `hits` lives, before the time is known (`hashed`).
     fn hashed_part(&self, hits: &[Hit], part: Part) -> (KeyId, usize) {
         let hit = &hits[part.hit];
-        match part.of {
-            Of::Limit => self.hashed(hit),
-            Of::Penalty => self.locate_record(hit),
-            Of::Holds | Of::Settled => self.locate_reserved(hit, part.of),
-        }
-    }
-
-    /// What `hit`'s reservation holds now (live holds only), for tools and tests.
-    pub fn holds_of(&self, hit: &Hit) -> u64 {
-        let now_us = self.clock.now_us();
-        let (id, index) = self.locate_reserved(hit, Of::Holds);
-        let shard = self.lock(index);
-        match live(&shard, &id, false, now_us) {
-            Some(State::Holds(holds)) => holds.live(now_us).0.total(),
-            _ => 0,
+        match part.of.kept_part(hit) {
+            None => self.hashed(hit),
+            Some((name, token)) => self.locate_kept(hit, name, token),
         }
     }
 

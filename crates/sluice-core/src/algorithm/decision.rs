@@ -1,10 +1,10 @@
 //! What deciding one hit gives: the common answer every algorithm makes (`Decision`), the
-//! mark the unit that decided leaves on it (`Mark`: a lease limit's lease counts, a
-//! penalty's block, a reserved budget's hold), and the state to store with it (`Outcome`). A new algorithm or modifier
-//! that reports something of its own adds a variant to `Mark`, never a field to `Decision`.
+//! mark the unit that decided leaves on it (`Mark`: a lease limit's lease counts, or a
+//! modifier's note), and the state to store with it (`Outcome`). A new algorithm that reports
+//! something of its own adds a variant to `Mark`, never a field to `Decision`; a modifier
+//! notes numbers of its own (`Noted`).
 
-use super::penalty_state::Penalized;
-use super::reserve_state::Reserved;
+use super::kept::Noted;
 use super::State;
 
 /// What an algorithm decided for one hit.
@@ -18,8 +18,8 @@ pub struct Decision {
     pub reset_after_us: u64,
     /// Time until this same request would be admitted; 0 when admitted.
     pub retry_after_us: u64,
-    /// What the unit that decided adds: at most one (a penalty's block replaces the limit's
-    /// own decision whole).
+    /// What the unit that decided adds: at most one (a modifier that answers in place of the
+    /// limit replaces its decision whole).
     pub mark: Mark,
     /// When the store decided it (its clock, µs since the epoch); 0 when no store did. The
     /// memory store reads it under the locks the decision holds, so that two decisions on
@@ -37,10 +37,8 @@ pub enum Mark {
     /// A lease limit's leases this hit released (its token's), and those it found
     /// past their life and dropped.
     Leases { released: u32, expired: u32 },
-    /// The limit's penalty blocked the hit, or imposed the block.
-    Penalty(Penalized),
-    /// A reserved budget held an estimate, or settled a hold.
-    Reserve(Reserved),
+    /// A modifier of the limit noted what it did (`crate::modifier`).
+    Noted(Noted),
 }
 
 impl Mark {
@@ -51,17 +49,6 @@ impl Mark {
             Mark::None
         } else {
             Mark::Leases { released, expired }
-        }
-    }
-}
-
-impl Mark {
-    /// The mark of a penalty's block: none when no block denied the hit.
-    pub fn penalty(penalized: Penalized) -> Mark {
-        if penalized.until_us == 0 {
-            Mark::None
-        } else {
-            Mark::Penalty(penalized)
         }
     }
 }
@@ -86,25 +73,12 @@ impl Decision {
         }
     }
 
-    /// What the limit's penalty did; `until_us` 0 when it did nothing.
-    pub fn penalty(&self) -> Penalized {
+    /// What the modifier whose YAML key is `by` noted on the decision, if it did.
+    pub fn noted(&self, by: &str) -> Option<Noted> {
         match self.mark {
-            Mark::Penalty(penalized) => penalized,
-            _ => Penalized::default(),
-        }
-    }
-
-    /// What the limit's reservation did, if it did something.
-    pub fn reserved(&self) -> Option<Reserved> {
-        match self.mark {
-            Mark::Reserve(reserved) => Some(reserved),
+            Mark::Noted(noted) if noted.by == by => Some(noted),
             _ => None,
         }
-    }
-
-    /// Whether a penalty's block denied the hit.
-    pub fn blocked(&self) -> bool {
-        self.penalty().until_us > 0
     }
 }
 

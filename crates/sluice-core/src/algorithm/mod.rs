@@ -18,12 +18,11 @@ pub mod concurrency;
 mod credit_tests;
 mod decision;
 pub mod fixed_window;
+pub mod kept;
 pub mod leaky_bucket;
 pub mod params;
-pub mod penalty_state;
 pub mod persist;
 mod rate;
-pub mod reserve_state;
 pub mod sliding_window_counter;
 pub mod sliding_window_log;
 pub mod token_bucket;
@@ -33,6 +32,7 @@ use std::borrow::Borrow;
 use std::fmt;
 
 pub use decision::{Decision, Mark, Outcome};
+pub use kept::{Kept, Noted};
 use params::{Given, Parameters, Refusal};
 use persist::Persist;
 pub use rate::Rate;
@@ -159,20 +159,11 @@ pub trait HeapSize {
     }
 }
 
-impl HeapSize for penalty_state::Held {
+impl HeapSize for Kept {
     fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<penalty_state::Record>()
-            + self.0.strikes.capacity() * std::mem::size_of::<u64>()
+        std::mem::size_of::<Vec<u8>>() + self.bytes.capacity()
     }
 }
-
-impl HeapSize for reserve_state::Holds {
-    fn heap_bytes(&self) -> usize {
-        self.0.capacity() * std::mem::size_of::<reserve_state::Hold>()
-    }
-}
-
-impl HeapSize for reserve_state::Settled {}
 
 impl HeapSize for Vec<u64> {
     fn heap_bytes(&self) -> usize {
@@ -352,12 +343,8 @@ macro_rules! registry {
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub enum State {
             $( $variant($held), )+
-            /// What a limit's penalty remembers of a client (under a key of its own).
-            Penalty(penalty_state::Held),
-            /// A reserved budget's holds (under a key of their own).
-            Holds(reserve_state::Holds),
-            /// A reserved budget's settled token (under a key of its own).
-            Settled(reserve_state::Settled),
+            /// What a modifier keeps beside a limit (under a key of its own).
+            Kept(Kept),
         }
 
         impl State {
@@ -365,53 +352,45 @@ macro_rules! registry {
             pub fn heap_bytes(&self) -> usize {
                 match self {
                     $(State::$variant(held) => HeapSize::heap_bytes(held),)+
-                    State::Penalty(held) => HeapSize::heap_bytes(held),
-                    State::Holds(held) => HeapSize::heap_bytes(held),
-                    State::Settled(held) => HeapSize::heap_bytes(held),
+                    State::Kept(kept) => HeapSize::heap_bytes(kept),
                 }
             }
 
-            /// What names each kind of state in a snapshot, by its tag: the algorithms in
-            /// registry order, then a penalty's record, a reserved budget's holds and settled
-            /// tokens.
-            pub const PERSISTED_NAMES: &'static [&'static str] =
-                &[$($name,)+ "penalty", "holds", "settled"];
+            /// What names each algorithm's kind of state in a snapshot, in registry order;
+            /// the parts modifiers keep (`Kept::part`) follow them (`kept` below: their names).
+            pub const PERSISTED_NAMES: &'static [&'static str] = &[$($name,)+];
 
-            /// The state's tag in a snapshot: its kind's index in `PERSISTED_NAMES`.
-            pub fn persisted_tag(&self) -> u8 {
+            /// The state's tag in a snapshot: its kind's index in `PERSISTED_NAMES` followed
+            /// by `kept`; `None` for a kept part not in `kept`.
+            pub fn persisted_tag(&self, kept: &[&str]) -> Option<u8> {
                 let mut tag = 0;
                 $(
                     if matches!(self, State::$variant(_)) {
-                        return tag;
+                        return Some(tag);
                     }
                     tag += 1;
                 )+
-                match self {
-                    State::Holds(_) => tag + 1,
-                    State::Settled(_) => tag + 2,
-                    _ => tag,
-                }
+                let State::Kept(held) = self else { return None };
+                let at = kept.iter().position(|part| *part == held.part)?;
+                u8::try_from(usize::from(tag) + at).ok()
             }
 
             /// Appends the state's bytes (without its tag) to `out`.
             pub fn persist(&self, out: &mut Vec<u8>) {
                 match self {
                     $(State::$variant(held) => Persist::put(held, out),)+
-                    State::Penalty(held) => Persist::put(held, out),
-                    State::Holds(held) => Persist::put(held, out),
-                    State::Settled(held) => Persist::put(held, out),
+                    State::Kept(held) => out.extend_from_slice(&held.bytes),
                 }
             }
 
-            /// A state of the kind `name` read from all of `bytes`; `None` for an unknown
-            /// kind or bytes of another layout.
-            pub fn restore(name: &str, bytes: &[u8]) -> Option<State> {
+            /// A state of the kind `name` read from all of `bytes`, a part of `kept` kept as
+            /// it is; `None` for an unknown kind or bytes of another layout.
+            pub fn restore(name: &str, bytes: &[u8], kept: &[&'static str]) -> Option<State> {
                 match name {
                     $($name => persist::read_whole::<$held>(bytes).map(State::$variant),)+
-                    "penalty" => persist::read_whole(bytes).map(State::Penalty),
-                    "holds" => persist::read_whole(bytes).map(State::Holds),
-                    "settled" => persist::read_whole(bytes).map(State::Settled),
-                    _ => None,
+                    _ => kept.iter().find(|part| **part == name).map(|part| {
+                        State::Kept(Kept { part, bytes: Box::new(bytes.to_vec()) })
+                    }),
                 }
             }
         }

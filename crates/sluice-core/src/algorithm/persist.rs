@@ -83,7 +83,7 @@ pub fn put_count(out: &mut Vec<u8>, count: usize) {
     out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_le_bytes());
 }
 
-/// A list of times, counts or ids: the sliding log, a penalty's strikes.
+/// A list of times, counts or ids: the sliding log, a modifier's record of times.
 impl Persist for Vec<u64> {
     fn put(&self, out: &mut Vec<u8>) {
         put_count(out, self.len());

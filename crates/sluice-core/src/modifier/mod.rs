@@ -16,7 +16,10 @@ pub mod penalty;
 pub mod reserve;
 pub mod tiers;
 
+use smallvec::SmallVec;
+
 use crate::algorithm::params::Refusal;
+use crate::algorithm::{Counting, Decision, Kept, LeaseCall, Mark, Outcome, Rate, State};
 use crate::duration;
 
 /// A plain value a unit adds to a response's dynamic metadata (the server writes it as
@@ -77,6 +80,136 @@ pub trait ModifierPolicy: Sized {
     /// keys it keeps share the limit's Cluster slot. False leaves the key as it was.
     fn keeps_state(&self) -> bool {
         true
+    }
+
+    /// Whether it rules what a replica's cache of denials may remember of its limit: then
+    /// only the denials `lasting` names are remembered (its other denials must reach the
+    /// store).
+    fn rules_cache(&self) -> bool {
+        false
+    }
+
+    /// For a modifier that `rules_cache`: the mark a remembered copy of `decision` carries,
+    /// when `decision` is one of its denials that holds for every cost until its wait ends.
+    fn lasting(&self, _decision: &Decision) -> Option<Mark> {
+        None
+    }
+
+    /// The parts of state it may keep beside the limit's, each under a key of its own.
+    const PARTS: &'static [KeptPart] = &[];
+
+    /// Which of its `parts` a hit making `lease` reads and may write.
+    fn parts_read(&self, _lease: Option<LeaseCall>) -> SmallVec<[u8; 2]> {
+        SmallVec::new()
+    }
+
+    /// Its own numbers in its script's argument (`lua/<name>.lua` reads them after the
+    /// positions of its parts' keys), for a hit whose window ends at `window_end_us` (0: its
+    /// algorithm has no windows).
+    fn script_numbers(&self, _window_end_us: u64) -> String {
+        String::new()
+    }
+
+    /// What it sets aside of its limit now, as the admin API reads it (`kept(part)`: its
+    /// part's state); 0 for most.
+    fn held(&self, _kept: &dyn Fn(u8) -> Option<Kept>, _now_us: u64) -> u64 {
+        0
+    }
+
+    /// Decides a hit around `inner` (the limit's decision, with the modifiers after this one
+    /// in the registry): `kept(part)` is its part's state as the request left it so far, and
+    /// `leave` takes each state it writes. Passes the hit through to `inner` unless it acts.
+    fn around(
+        &self,
+        _turn: &Turn<'_>,
+        _kept: &dyn Fn(u8) -> Option<Kept>,
+        inner: &mut dyn FnMut() -> Outcome,
+        _leave: &mut dyn FnMut(Left),
+    ) -> Outcome {
+        inner()
+    }
+}
+
+/// A part of state a modifier keeps: its name (its key's suffix, its tag in a snapshot),
+/// whether it is kept per lease token (a key for each), and whether a reset clears it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptPart {
+    pub name: &'static str,
+    pub per_token: bool,
+    /// An admin reset that asks for the modifiers' records clears it too.
+    pub reset: bool,
+}
+
+/// A modifier's argument in a Redis script call: its parts in order (`Some` for those the
+/// hit reads, whose keys the call carries) and its own numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptArg {
+    pub parts: SmallVec<[Option<KeptPart>; 2]>,
+    pub numbers: String,
+}
+
+/// A hit as a modifier deciding around its limit sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Turn<'a> {
+    pub counting: &'a Counting,
+    pub rate: Rate,
+    /// The end of the window the hit is in, for an algorithm that has windows.
+    pub window_end_us: Option<u64>,
+    pub cost: u64,
+    /// What the hit must leave unused of the limit (`ModifierPolicy::headroom`).
+    pub headroom: u64,
+    pub lease: Option<LeaseCall>,
+    pub now_us: u64,
+    /// The limit's state as the request left it so far.
+    pub state: Option<&'a State>,
+}
+
+/// A state a modifier leaves beside its limit's: which of its parts, the state, until when it
+/// matters, and whether it stands whatever the request's fate (`always`: a penalty's strike)
+/// or only as the limit's charge does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Left {
+    pub part: u8,
+    pub kept: Kept,
+    pub expires_at_us: u64,
+    pub always: bool,
+}
+
+/// A modifier as the engine runs it: its policy's hooks behind one object.
+pub trait Layer {
+    fn parts(&self) -> &'static [KeptPart];
+    fn parts_read(&self, lease: Option<LeaseCall>) -> SmallVec<[u8; 2]>;
+    fn held(&self, kept: &dyn Fn(u8) -> Option<Kept>, now_us: u64) -> u64;
+    fn around(
+        &self,
+        turn: &Turn<'_>,
+        kept: &dyn Fn(u8) -> Option<Kept>,
+        inner: &mut dyn FnMut() -> Outcome,
+        leave: &mut dyn FnMut(Left),
+    ) -> Outcome;
+}
+
+impl<P: ModifierPolicy> Layer for P {
+    fn parts(&self) -> &'static [KeptPart] {
+        P::PARTS
+    }
+
+    fn parts_read(&self, lease: Option<LeaseCall>) -> SmallVec<[u8; 2]> {
+        ModifierPolicy::parts_read(self, lease)
+    }
+
+    fn held(&self, kept: &dyn Fn(u8) -> Option<Kept>, now_us: u64) -> u64 {
+        ModifierPolicy::held(self, kept, now_us)
+    }
+
+    fn around(
+        &self,
+        turn: &Turn<'_>,
+        kept: &dyn Fn(u8) -> Option<Kept>,
+        inner: &mut dyn FnMut() -> Outcome,
+        leave: &mut dyn FnMut(Left),
+    ) -> Outcome {
+        ModifierPolicy::around(self, turn, kept, inner, leave)
     }
 }
 
@@ -185,6 +318,13 @@ pub(crate) fn fixed_point(value: &serde_yaml::Value, places: usize) -> Option<u6
     whole.checked_mul(scale)?.checked_add(fraction)
 }
 
+/// A row's YAML key, for a row with a script.
+macro_rules! with_script {
+    ($field:ident, $lua:literal) => {
+        stringify!($field)
+    };
+}
+
 macro_rules! registry {
     ($( $field:ident: $policy:ty $(, lua $lua:literal)?; )+) => {
         /// The modifiers one limit carries, parsed and validated: one field per row.
@@ -196,6 +336,11 @@ macro_rules! registry {
         impl Modifiers {
             /// Every modifier's YAML key inside `rate_limit`.
             pub const KEYS: &'static [&'static str] = &[$(stringify!($field),)+];
+
+            /// The YAML keys of the modifiers with a script, in registry order: the script's
+            /// replies name a modifier by its place here (from 1).
+            pub const SCRIPTED: &'static [&'static str] =
+                &[$($(with_script!($field, $lua),)?)+];
 
             /// Every modifier's Lua source, in registry order (the Redis script loads them
             /// after the algorithms'); a modifier the store layer applies has none.
@@ -282,9 +427,87 @@ macro_rules! registry {
                 false $( || self.$field.as_ref().is_some_and(ModifierPolicy::keeps_state) )+
             }
 
+            /// Whether one of them rules what a replica's cache of denials remembers.
+            pub fn rules_cache(&self) -> bool {
+                false $( || self.$field.as_ref().is_some_and(ModifierPolicy::rules_cache) )+
+            }
+
+            /// The mark a remembered copy of `decision` carries, when one of them says it
+            /// holds for every cost until its wait ends.
+            pub fn lasting(&self, decision: &Decision) -> Option<Mark> {
+                None $( .or_else(|| self.$field.as_ref().and_then(|p| ModifierPolicy::lasting(p, decision))) )+
+            }
+
             /// Why the limit cannot be handed out in chunks, when one of them says.
             pub fn chunk_refusal(&self) -> Option<&'static str> {
                 None $( .or_else(|| self.$field.as_ref().and_then(ModifierPolicy::chunk_refusal)) )+
+            }
+
+            /// The modifiers set, each with its registry row, in registry order: the first
+            /// decides outermost.
+            pub fn layers(&self) -> SmallVec<[(u8, &dyn Layer); 4]> {
+                let mut layers: SmallVec<[(u8, &dyn Layer); 4]> = SmallVec::new();
+                let mut row = 0u8;
+                $(
+                    if let Some(policy) = &self.$field {
+                        layers.push((row, policy as &dyn Layer));
+                    }
+                    row += 1;
+                )+
+                let _ = row;
+                layers
+            }
+
+            /// The argument of each modifier with a script (`SCRIPTED`), for a hit making
+            /// `lease` whose window ends at `window_end_us` (0: none); `None` for one the
+            /// limit does not carry.
+            pub fn script_args(
+                &self,
+                lease: Option<LeaseCall>,
+                window_end_us: u64,
+            ) -> SmallVec<[Option<ScriptArg>; 2]> {
+                let mut args = SmallVec::new();
+                $($(
+                    let _ = $lua;
+                    args.push(self.$field.as_ref().map(|policy| {
+                        let read = ModifierPolicy::parts_read(policy, lease);
+                        let parts = <$policy as ModifierPolicy>::PARTS
+                            .iter()
+                            .enumerate()
+                            .map(|(i, part)| read.iter().any(|r| usize::from(*r) == i).then_some(*part))
+                            .collect();
+                        ScriptArg {
+                            parts,
+                            numbers: ModifierPolicy::script_numbers(policy, window_end_us),
+                        }
+                    }));
+                )?)+
+                args
+            }
+
+            /// The part `part` of the modifier of registry row `row`.
+            pub fn part(&self, row: u8, part: u8) -> Option<KeptPart> {
+                let (_, layer) = self.layers().into_iter().find(|(r, _)| *r == row)?;
+                layer.parts().get(usize::from(part)).copied()
+            }
+
+            /// The parts an admin reset that asks for the modifiers' records clears (none is
+            /// kept per token).
+            pub fn reset_parts(&self) -> SmallVec<[KeptPart; 2]> {
+                self.layers()
+                    .into_iter()
+                    .flat_map(|(_, layer)| layer.parts().iter().copied())
+                    .filter(|part| part.reset && !part.per_token)
+                    .collect()
+            }
+
+            /// The names of every part of state any modifier may keep (a snapshot's tags).
+            pub fn kept_names() -> Vec<&'static str> {
+                let mut names = Vec::new();
+                $( names.extend(
+                    <$policy as ModifierPolicy>::PARTS.iter().map(|part| part.name)
+                ); )+
+                names
             }
 
             /// What `check-config` says each does to `limit`, in registry order.

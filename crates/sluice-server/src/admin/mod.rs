@@ -254,8 +254,11 @@ impl Admin {
         limit: &LimitInForce,
         expires_at_us: u64,
     ) -> Result<LimitState, AdminError> {
-        let held = self.store.held(&limit.hit).await?;
-        let Reading { decision, used } = self.store.read(&limit.hit).await?;
+        let Reading {
+            decision,
+            used,
+            held,
+        } = self.store.read(&limit.hit).await?;
         let remaining = u64::from(decision.remaining);
         let now = now_us();
         Ok(LimitState {

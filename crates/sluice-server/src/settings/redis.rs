@@ -411,7 +411,8 @@ fn with_credentials(url: &str, auth: &str) -> String {
     )
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters, for a URL's userinfo.
+/// Percent-encodes everything but letters, digits and `-._~` (what RFC 3986 never escapes),
+/// for a URL's userinfo.
 fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::{footprint, live, MemoryStore};
 use crate::admin::{AdminStore, Feed, Loaded, Page, Reading};
 use crate::StoreError;
+use sluice_core::engine::Of;
 use sluice_core::limit::{Decision, Hit};
 
 /// The override records, by id; shared with the blocking task that journals a change.
@@ -37,12 +38,28 @@ impl Records {
 }
 
 impl MemoryStore {
-    /// Removes `hit`'s limit state as of `now_us` (and its penalty record with
-    /// `penalties`); how many there were.
-    fn clear_hit(&self, hit: &Hit, penalties: bool, now_us: u64) -> u64 {
+    /// What `hit`'s modifiers set aside of its limit now (`ModifierPolicy::held`).
+    pub fn held_of(&self, hit: &Hit) -> u64 {
+        let now_us = self.clock.now_us();
+        hit.limit
+            .modifiers
+            .layers()
+            .into_iter()
+            .map(|(row, layer)| {
+                let kept = |part| self.kept_of(hit, Of::Kept { row, part });
+                layer.held(&kept, now_us)
+            })
+            .sum()
+    }
+
+    /// Removes `hit`'s limit state as of `now_us` (and with `records` the parts its
+    /// modifiers keep that a reset clears); how many there were.
+    fn clear_hit(&self, hit: &Hit, records: bool, now_us: u64) -> u64 {
         let mut ids = vec![self.locate(hit, now_us)];
-        if penalties && hit.limit.modifiers.penalty.is_some() {
-            ids.push(self.locate_record(hit));
+        if records {
+            for part in hit.limit.modifiers.reset_parts() {
+                ids.push(self.locate_kept(hit, part.name, None));
+            }
         }
         let mut removed = 0;
         for (id, index) in ids {
@@ -77,11 +94,11 @@ impl MemoryStore {
 }
 
 impl AdminStore for MemoryStore {
-    async fn reset(&self, hits: &[Hit], penalties: bool) -> Result<u64, StoreError> {
+    async fn reset(&self, hits: &[Hit], records: bool) -> Result<u64, StoreError> {
         let now_us = self.clock.now_us();
         Ok(hits
             .iter()
-            .map(|hit| self.clear_hit(hit, penalties, now_us))
+            .map(|hit| self.clear_hit(hit, records, now_us))
             .sum())
     }
 
@@ -112,6 +129,8 @@ impl AdminStore for MemoryStore {
 
     async fn read(&self, hit: &Hit) -> Result<Reading, StoreError> {
         let now_us = self.clock.now_us();
+        // Read before the limit's shard is locked: a kept part may live in that shard.
+        let held = self.held_of(hit);
         let (id, index) = self.locate(hit, now_us);
         let shard = self.lock(index);
         let stored = live(&shard, &id, hit.limit.key_holds_window(), now_us);
@@ -122,11 +141,8 @@ impl AdminStore for MemoryStore {
                 ..decision
             },
             used: hit.limit.used(stored, now_us),
+            held,
         })
-    }
-
-    async fn held(&self, hit: &Hit) -> Result<u64, StoreError> {
-        Ok(self.holds_of(hit))
     }
 
     async fn put_override(&self, id: &str, json: &str) -> Result<Option<String>, StoreError> {

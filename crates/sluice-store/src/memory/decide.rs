@@ -111,7 +111,7 @@ impl MemoryStore {
     }
 
     /// Decides a request's hits under the locks of every shard they touch (their limits'
-    /// states and their modifiers': penalties' records, reservations' holds), taken in shard order (so two requests never
+    /// states and the parts their modifiers keep), taken in shard order (so two requests never
     /// wait on each other in a cycle), by the request's rules (`engine::decide`), at the
     /// time read once they are all held; the writes are made only if there is room for all.
     pub(super) fn charge_request(

@@ -34,6 +34,7 @@ use siphasher::sip::SipHasher13;
 use super::{KeyId, MemoryStore};
 use sluice_core::algorithm::persist::Input;
 use sluice_core::algorithm::State;
+use sluice_core::modifier::Modifiers;
 
 /// The first bytes of every snapshot.
 const MAGIC: &[u8; 16] = b"sluice-memstore\n";
@@ -220,8 +221,14 @@ impl MemoryStore {
         out.extend_from_slice(&self.hash_keys.0.to_le_bytes());
         out.extend_from_slice(&self.hash_keys.1.to_le_bytes());
         out.extend_from_slice(&[0; 16]);
-        out.push(State::PERSISTED_NAMES.len() as u8);
-        for name in State::PERSISTED_NAMES {
+        let kept = Modifiers::kept_names();
+        let names: Vec<&str> = State::PERSISTED_NAMES
+            .iter()
+            .chain(&kept)
+            .copied()
+            .collect();
+        out.push(names.len() as u8);
+        for name in &names {
             out.push(name.len() as u8);
             out.extend_from_slice(name.as_bytes());
         }
@@ -232,10 +239,13 @@ impl MemoryStore {
                 if entry.expires_at_us <= now_us {
                     continue;
                 }
+                let Some(tag) = entry.state.persisted_tag(&kept) else {
+                    continue;
+                };
                 out.extend_from_slice(&id.0.to_le_bytes());
                 out.extend_from_slice(&id.1.to_le_bytes());
                 out.extend_from_slice(&entry.expires_at_us.to_le_bytes());
-                out.push(entry.state.persisted_tag());
+                out.push(tag);
                 let length_at = out.len();
                 out.extend_from_slice(&[0; 4]);
                 entry.state.persist(&mut out);
@@ -289,6 +299,7 @@ impl MemoryStore {
         let hash_keys = (read(input.u64())?, read(input.u64())?);
         let (_length, count) = (read(input.u64())?, read(input.u64())?);
         let names = kinds(&mut input).ok_or("the kinds of state are cut short")?;
+        let kept = Modifiers::kept_names();
         let mut loaded = Loaded {
             age_us: now_us.saturating_sub(written_at_us),
             ..Loaded::default()
@@ -303,7 +314,7 @@ impl MemoryStore {
                 continue;
             }
             let name = names.get(usize::from(tag)).map_or("", String::as_str);
-            let Some(state) = State::restore(name, state) else {
+            let Some(state) = State::restore(name, state, &kept) else {
                 loaded.unknown += 1;
                 continue;
             };
@@ -461,7 +472,7 @@ mod tests {
     use super::*;
     use crate::{Clock, ManualClock, Store};
     use sluice_core::algorithm::{Algorithm, LeaseCall};
-    use sluice_core::engine::Charging;
+    use sluice_core::engine::{Charging, Of};
     use sluice_core::limit::{Counting, Hit, Limit, Role, Unit};
     use sluice_core::modifier::penalty::Policy;
     use std::sync::Arc;
@@ -540,7 +551,8 @@ mod tests {
             assert!(before.state_of(hit).is_some(), "{}", hit.key);
             assert_eq!(after.state_of(hit), before.state_of(hit), "{}", hit.key);
         }
-        assert!(after.record_of(&hits[hits.len() - 1]).is_some());
+        let record = Of::Kept { row: 0, part: 0 };
+        assert!(after.kept_of(&hits[hits.len() - 1], record).is_some());
         assert_eq!(after.key_count(), before.key_count());
         // And they decide the same from there.
         for hit in &hits {

@@ -1,5 +1,5 @@
 //! The admin operations on Redis: a limit's keys deleted or credited (the request script's
-//! "credit" mode), a reserved budget's holds read, and the override records kept by
+//! "credit" mode) and its reads ("read" mode), and the override records kept by
 //! `lua/overrides.lua` (a put or a delete, and its entry in the stream of changes, in one
 //! script call) in a hash beside the counters; every replica reads the stream from where it
 //! left off with plain commands.
@@ -154,33 +154,17 @@ fn glob_prefix(prefix: &str) -> String {
     pattern
 }
 
-/// The live holds' total in a holds string (`lua/reserve.lua`: "<until> <token>:<amount>:
-/// <lapses> ...") at `now_us`.
-fn live_holds(value: &str, now_us: u64) -> u64 {
-    let mut parts = value.split(' ');
-    let until_us: u64 = parts.next().and_then(|u| u.parse().ok()).unwrap_or(0);
-    if until_us <= now_us {
-        return 0;
-    }
-    parts
-        .filter_map(|hold| {
-            let mut fields = hold.split(':').skip(1);
-            let amount: u64 = fields.next()?.parse().ok()?;
-            let lapses: u64 = fields.next()?.parse().ok()?;
-            (lapses > now_us).then_some(amount)
-        })
-        .sum()
-}
-
 impl AdminStore for RedisStore {
-    async fn reset(&self, hits: &[Hit], penalties: bool) -> Result<u64, StoreError> {
+    async fn reset(&self, hits: &[Hit], records: bool) -> Result<u64, StoreError> {
         let now_us = self.clock.now_us();
         let mut removed = 0;
         for hit in hits {
             let connection = &self.backends[self.backend_of(hit)].connection;
             let mut keys = vec![key::redis_key(&self.key_prefix, hit, now_us)];
-            if penalties && hit.limit.modifiers.penalty.is_some() {
-                keys.push(key::penalty_key(&self.key_prefix, hit));
+            if records {
+                for part in hit.limit.modifiers.reset_parts() {
+                    keys.push(key::kept_key(&self.key_prefix, hit, part.name, None));
+                }
             }
             for key in keys {
                 let deleted: u64 = self
@@ -209,7 +193,8 @@ impl AdminStore for RedisStore {
     }
 
     /// The request script's "read" mode: the state under the limit's own key (a limit with a
-    /// modifier has a tagged one), decided at cost 0 without its modifiers, nothing written.
+    /// modifier has a tagged one), decided at cost 0 without its modifiers, and what they set
+    /// aside, nothing written.
     async fn read(&self, hit: &Hit) -> Result<Reading, StoreError> {
         let now_us = self.clock.now_us();
         let read = Hit {
@@ -222,10 +207,10 @@ impl AdminStore for RedisStore {
         let reply = self
             .in_time(self.call(backend, std::slice::from_ref(&call), Mode::Read))
             .await?;
-        let [.., used, at] = reply[..] else {
+        let [.., used, held, at] = reply[..] else {
             return Err(protocol("no state in a read's reply"));
         };
-        if reply.len() != DECISION_FIELDS + 2 {
+        if reply.len() != DECISION_FIELDS + 3 {
             return Err(protocol(&format!(
                 "{} numbers in a read's reply",
                 reply.len()
@@ -240,19 +225,8 @@ impl AdminStore for RedisStore {
                 ..decision
             },
             used: u64::try_from(used).unwrap_or(0),
+            held: u64::try_from(held).unwrap_or(0),
         })
-    }
-
-    async fn held(&self, hit: &Hit) -> Result<u64, StoreError> {
-        if hit.limit.modifiers.reserve.is_none() {
-            return Ok(0);
-        }
-        let connection = &self.backends[self.backend_of(hit)].connection;
-        let holds = key::holds_key(&self.key_prefix, hit);
-        let value: Option<String> = self
-            .in_time(connection.command(redis::cmd("GET").arg(holds)))
-            .await?;
-        Ok(value.map_or(0, |v| live_holds(&v, self.clock.now_us())))
     }
 
     async fn put_override(&self, id: &str, json: &str) -> Result<Option<String>, StoreError> {
@@ -381,14 +355,6 @@ impl AdminStore for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_live_holds_count() {
-        assert_eq!(live_holds("200 00ab:5:150 00cd:7:250", 100), 12);
-        assert_eq!(live_holds("200 00ab:5:150 00cd:7:250", 160), 7);
-        assert_eq!(live_holds("200 00ab:5:150", 200), 0);
-        assert_eq!(live_holds("garbage", 0), 0);
-    }
 
     #[test]
     fn entry_ids_compare_by_time_then_sequence() {

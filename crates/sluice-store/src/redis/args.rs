@@ -1,12 +1,13 @@
 //! The arguments of every algorithm script, built in one place: the common ones in the order
-//! `lua/common.lua` lists them, then the algorithm's own (`Parameters::SCRIPT_ARGS`, which
-//! its script lists as `params`). Tests check both against the Lua sources.
+//! `lua/common.lua` lists them, then one per modifier with a script (`Modifiers::SCRIPTED`),
+//! then the algorithm's own (`Parameters::SCRIPT_ARGS`, which its script lists as `params`).
+//! Tests check them against the Lua sources.
 
 use redis::Cmd;
+use smallvec::SmallVec;
 
 use sluice_core::limit::{LeaseCall, Role};
-use sluice_core::modifier::penalty::Policy;
-use sluice_core::modifier::reserve;
+use sluice_core::modifier::ScriptArg;
 
 /// The arguments of one hit in a script call, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,12 +34,11 @@ pub struct ScriptArgs {
     pub group: usize,
     /// On a lease limit, the lease the hit acquires or releases.
     pub lease: Option<LeaseCall>,
-    /// The limit's penalty, whose record is under a key of the call's own (`penalty_arg`).
-    pub penalty: Option<Policy>,
-    /// The limit's reservation, and the end of the window the hit is in (0: no window).
-    pub reserve: Option<(reserve::Policy, u64)>,
     /// What the hit must leave unused of the capacity (`Modifiers::headroom`; 0 for most).
     pub headroom: u64,
+    /// The argument of each modifier with a script (`Modifiers::script_args`), whose parts'
+    /// keys are in the call's KEYS.
+    pub modifiers: SmallVec<[Option<ScriptArg>; 2]>,
     /// The algorithm's own arguments (`Counting::script_args`), of which it takes `own_count`.
     pub own: [u64; 2],
     pub own_count: usize,
@@ -53,46 +53,33 @@ pub fn lease_arg(lease: Option<LeaseCall>) -> String {
     }
 }
 
-/// A penalty as a script argument: the position of its record's key in KEYS (from 1), then
-/// after, within_us, block_ms, factor_milli, max_block_ms and forget_us, space-separated;
-/// empty without one.
-pub fn penalty_arg(penalty: Option<&Policy>, key_index: usize) -> String {
-    match penalty {
-        Some(p) => format!(
-            "{key_index} {} {} {} {} {} {}",
-            p.after, p.within_us, p.block_ms, p.factor_milli, p.max_block_ms, p.forget_us
-        ),
-        None => String::new(),
-    }
-}
-
-/// A reservation as a script argument: the positions of its holds' key and of the settled
-/// token's key in KEYS (from 1; 0 for an opening, which has none), then max_hold_us, the end
-/// of the hit's window in µs (0 when its algorithm has no windows) and max_holds,
+/// A modifier as a script argument: the positions of its parts' keys in KEYS (from 1, taken
+/// in turn from `next_key`; 0 for a part the hit does not read), then its own numbers,
 /// space-separated; empty without one.
-pub fn reserve_arg(reserve: Option<&(reserve::Policy, u64)>, keys: (usize, usize)) -> String {
-    match reserve {
-        Some((policy, window_end_us)) => {
-            format!(
-                "{} {} {} {window_end_us} {}",
-                keys.0, keys.1, policy.max_hold_us, policy.max_holds
-            )
-        }
-        None => String::new(),
+pub fn modifier_arg(arg: Option<&ScriptArg>, next_key: &mut usize) -> String {
+    let Some(arg) = arg else {
+        return String::new();
+    };
+    let mut text = String::new();
+    for part in &arg.parts {
+        let position = match part {
+            Some(_) => {
+                *next_key += 1;
+                *next_key
+            }
+            None => 0,
+        };
+        text.push_str(&position.to_string());
+        text.push(' ');
     }
-}
-
-/// Where a hit's modifiers' keys are in a call's KEYS (from 1; 0: none).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KeyPositions {
-    pub record: usize,
-    pub holds: usize,
-    pub settled: usize,
+    text.push_str(&arg.numbers);
+    text
 }
 
 impl ScriptArgs {
-    /// The names of a hit's common arguments, in the order `lua/common.lua` lists them.
-    pub const NAMES: [&'static str; 14] = [
+    /// The names of a hit's common arguments, in the order `lua/common.lua` lists them; one
+    /// argument per modifier with a script follows them.
+    pub const NAMES: [&'static str; 12] = [
         "algorithm",
         "requests_per_unit",
         "period_us",
@@ -104,14 +91,13 @@ impl ScriptArgs {
         "debt",
         "group",
         "lease",
-        "penalty",
-        "reserve",
         "headroom",
     ];
 
-    /// Appends the arguments, in `NAMES` order, then the algorithm's own; absent values are
-    /// sent empty. `keys`: where the modifiers' keys are in the call's KEYS.
-    pub fn append_to(&self, call: &mut Cmd, keys: KeyPositions) {
+    /// Appends the arguments, in `NAMES` order, then the modifiers', then the algorithm's
+    /// own; absent values are sent empty. `next_key`: the last position in the call's KEYS
+    /// taken so far (the modifiers' keys take the next ones, in order).
+    pub fn append_to(&self, call: &mut Cmd, next_key: &mut usize) {
         call.arg(self.algorithm)
             .arg(self.requests_per_unit)
             .arg(self.period_us)
@@ -126,15 +112,10 @@ impl ScriptArgs {
             .arg(if self.debt { "1" } else { "0" })
             .arg(self.group)
             .arg(lease_arg(self.lease))
-            .arg(penalty_arg(
-                self.penalty.as_ref().filter(|_| keys.record > 0),
-                keys.record,
-            ))
-            .arg(reserve_arg(
-                self.reserve.as_ref().filter(|_| keys.holds > 0),
-                (keys.holds, keys.settled),
-            ))
             .arg(self.headroom);
+        for modifier in &self.modifiers {
+            call.arg(modifier_arg(modifier.as_ref(), next_key));
+        }
         for own in &self.own[..self.own_count.min(self.own.len())] {
             call.arg(*own);
         }
@@ -145,6 +126,8 @@ impl ScriptArgs {
 mod tests {
     use super::*;
     use sluice_core::limit::Algorithm;
+    use sluice_core::modifier::{KeptPart, Modifiers};
+    use smallvec::smallvec;
 
     const COMMON: &str = include_str!("../../../../lua/common.lua");
     const REQUEST: &str = include_str!("../../../../lua/request.lua");
@@ -162,36 +145,27 @@ mod tests {
             debt: true,
             group: 3,
             lease: Some(LeaseCall::Release(0xab)),
-            penalty: Some(Policy {
-                after: 3,
-                within_us: 60_000_000,
-                block_ms: 60_000,
-                factor_milli: 1_500,
-                max_block_ms: 3_600_000,
-                forget_us: 86_400_000_000,
-            }),
-            reserve: Some((
-                reserve::Policy {
-                    amount: 4000,
-                    max_fraction_ppm: 500_000,
-                    max_hold_us: 120_000_000,
-                    max_holds: 1_000,
-                },
-                60_000_000,
-            )),
             headroom: 2,
+            modifiers: smallvec![
+                Some(ScriptArg {
+                    parts: smallvec![Some(PART)],
+                    numbers: "3 60000000".into(),
+                }),
+                Some(ScriptArg {
+                    parts: smallvec![Some(PART), None],
+                    numbers: "120000000 60000000 1000".into(),
+                }),
+            ],
             own: [60_000_000, 3],
             own_count: 2,
         }
     }
 
-    fn positions() -> KeyPositions {
-        KeyPositions {
-            record: 2,
-            holds: 3,
-            settled: 4,
-        }
-    }
+    const PART: KeptPart = KeptPart {
+        name: "part",
+        per_token: false,
+        reset: false,
+    };
 
     fn sent(call: &Cmd) -> Vec<String> {
         call.args_iter()
@@ -212,8 +186,9 @@ mod tests {
             own_count: 0,
             ..args()
         }
-        .append_to(&mut call, positions());
-        assert_eq!(call.args_iter().count(), ScriptArgs::NAMES.len());
+        .append_to(&mut call, &mut 1);
+        let scripted = Modifiers::SCRIPTED.len();
+        assert_eq!(call.args_iter().count(), ScriptArgs::NAMES.len() + scripted);
         for (index, name) in ScriptArgs::NAMES.iter().enumerate() {
             let line = format!("--   ARGV[+{index}]  {name}  ");
             assert!(COMMON.contains(&line), "lua/common.lua lacks `{line}`");
@@ -221,9 +196,19 @@ mod tests {
         let count = ScriptArgs::NAMES.len();
         assert!(!COMMON.contains(&format!("ARGV[+{count}]")));
         assert!(COMMON.contains(&format!("{count} common arguments")));
-        assert!(REQUEST.contains(&format!("local COMMON = {count}\n")));
+        assert!(COMMON.contains(&format!("ARGV[+{count}...]")));
+        assert!(REQUEST.contains(&format!("local COMMON = {count} + #modifiers\n")));
         assert!(REQUEST.contains(&format!("ARGV[at + {}]", count - 1)));
-        assert!(!REQUEST.contains(&format!("ARGV[at + {count}]")));
+        assert!(REQUEST.contains(&format!("ARGV[at + {} + m]", count - 1)));
+        // Each modifier with a script registers itself in the registry's order.
+        let sources = Modifiers::LUA_SOURCES;
+        assert_eq!(sources.len(), scripted);
+        for (source, name) in sources.iter().zip(Modifiers::SCRIPTED) {
+            assert!(
+                source.contains(&format!("{{name = '{name}', parse = ")),
+                "lua/{name}.lua does not register itself"
+            );
+        }
         for &algorithm in Algorithm::ALL {
             let own = algorithm.own_script_args();
             let source = algorithm.lua_source();
@@ -245,13 +230,13 @@ mod tests {
     fn the_arguments_are_sent_in_order_absent_ones_empty() {
         let sent_of = |args: ScriptArgs| {
             let mut call = Cmd::new();
-            args.append_to(&mut call, positions());
+            args.append_to(&mut call, &mut 1);
             sent(&call).join(" ")
         };
         assert_eq!(
             sent_of(args()),
-            "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 -00000000000000ab \
-             2 3 60000000 60000 1500 3600000 86400000000 3 4 120000000 60000000 1000 2 60000000 3"
+            "token_bucket 10 60000000 1 10 5 n-1 quota 1 3 -00000000000000ab 2 \
+             2 3 60000000 3 0 120000000 60000000 1000 60000000 3"
         );
         let plain = ScriptArgs {
             now_us: None,
@@ -260,16 +245,15 @@ mod tests {
             debt: false,
             group: 0,
             lease: None,
-            penalty: None,
-            reserve: None,
             headroom: 0,
+            modifiers: smallvec![None, None],
             own_count: 0,
             ..args()
         };
-        // The empty now_us, nonce, lease, penalty and reserve are two spaces each.
+        // The empty now_us, nonce, lease and modifiers are two spaces each.
         assert_eq!(
             sent_of(plain),
-            "token_bucket 10 60000000 1 10   enforced 0 0    0"
+            "token_bucket 10 60000000 1 10   enforced 0 0  0  "
         );
     }
 }

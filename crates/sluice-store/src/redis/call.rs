@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 use redis::{Cmd, RedisError, RedisResult};
 use tracing::Instrument;
 
-use super::args::{KeyPositions, ScriptArgs};
+use smallvec::SmallVec;
+
+use super::args::ScriptArgs;
 use super::condition::refuses_writes;
 use super::span as spans;
 use super::{Backend, RedisStore};
@@ -116,15 +118,12 @@ impl RedisStore {
     }
 }
 
-/// One hit as a script call sees it: its key (and its modifiers' keys, which share its slot:
-/// a penalty's record, a reservation's holds and the mark of the token a settle names), its
-/// arguments and its backend.
+/// One hit as a script call sees it: its key (and the keys of its modifiers' parts, which
+/// share its slot, in the order of their arguments), its arguments and its backend.
 #[derive(Debug, Clone)]
 pub(super) struct HitCall {
     pub(super) key: String,
-    pub(super) record_key: Option<String>,
-    pub(super) holds_key: Option<String>,
-    pub(super) settled_key: Option<String>,
+    pub(super) modifier_keys: SmallVec<[String; 2]>,
     pub(super) args: ScriptArgs,
     pub(super) backend: usize,
 }
@@ -138,47 +137,22 @@ fn script_call(command: &str, script: &str, calls: &[HitCall], mode: Mode) -> Cm
         command.len() + script.len() + keys_len + 64 * calls.len() + 16,
     );
     // KEYS: every hit's key, then each hit's modifiers' keys, hit by hit.
-    let extra = calls
-        .iter()
-        .map(|c| c.modifier_keys().count())
-        .sum::<usize>();
+    let extra = calls.iter().map(|c| c.modifier_keys.len()).sum::<usize>();
     cmd.arg(command).arg(script).arg(calls.len() + extra);
     for call in calls {
         cmd.arg(&call.key);
     }
     for call in calls {
-        for key in call.modifier_keys() {
+        for key in &call.modifier_keys {
             cmd.arg(key);
         }
     }
     cmd.arg(mode.as_str());
-    let mut index = calls.len();
-    let mut next = |present: bool| {
-        if present {
-            index += 1;
-            index
-        } else {
-            0
-        }
-    };
+    let mut next_key = calls.len();
     for call in calls {
-        let positions = KeyPositions {
-            record: next(call.record_key.is_some()),
-            holds: next(call.holds_key.is_some()),
-            settled: next(call.settled_key.is_some()),
-        };
-        call.args.append_to(&mut cmd, positions);
+        call.args.append_to(&mut cmd, &mut next_key);
     }
     cmd
-}
-
-impl HitCall {
-    /// The hit's modifiers' keys, in the order KEYS holds them.
-    fn modifier_keys(&self) -> impl Iterator<Item = &String> {
-        [&self.record_key, &self.holds_key, &self.settled_key]
-            .into_iter()
-            .flatten()
-    }
 }
 
 /// What the script does with a call's hits (`ARGV[1]`, see `lua/common.lua`).

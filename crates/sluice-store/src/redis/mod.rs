@@ -38,11 +38,10 @@ use scripts::Script;
 
 use crate::series::{Reporting, Series};
 use crate::{key, Clock, Store, StoreError};
-use sluice_core::algorithm::Mark;
+use sluice_core::algorithm::{Mark, Noted};
 use sluice_core::engine::{descriptor_groups, Charging};
 use sluice_core::limit::{Decision, Hit, LeaseCall, Unit};
-use sluice_core::modifier::penalty::Penalized;
-use sluice_core::modifier::reserve::{Call, Reserved};
+use sluice_core::modifier::Modifiers;
 
 /// Which clock the scripts read (`--redis-time`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,13 +324,11 @@ impl RedisStore {
             debt: hit.limit.debt,
             group,
             lease: hit.lease,
-            penalty: hit.limit.modifiers.penalty,
-            reserve: hit
+            headroom: hit.limit.modifiers.headroom(hit.limit.capacity()),
+            modifiers: hit
                 .limit
                 .modifiers
-                .reserve
-                .map(|policy| (policy, hit.limit.window_end_us(now_us).unwrap_or(0))),
-            headroom: hit.limit.modifiers.headroom(hit.limit.capacity()),
+                .script_args(hit.lease, hit.limit.window_end_us(now_us).unwrap_or(0)),
             own: hit.limit.counting.script_args(&rate, now_us),
             own_count: algorithm.own_script_args().len(),
         }
@@ -339,22 +336,22 @@ impl RedisStore {
 
     /// The script call of `hit`, of the descriptor group starting at `group_start`, at `now_us`.
     fn hit_call(&self, hit: &Hit, group_start: usize, now_us: u64) -> HitCall {
+        let args = self.script_args(hit, group_start, now_us);
+        let token = hit.lease.map(LeaseCall::token);
+        let modifier_keys = args
+            .modifiers
+            .iter()
+            .flatten()
+            .flat_map(|arg| arg.parts.iter().flatten())
+            .map(|part| {
+                let token = token.filter(|_| part.per_token);
+                key::kept_key(&self.key_prefix, hit, part.name, token)
+            })
+            .collect();
         HitCall {
             key: key::redis_key(&self.key_prefix, hit, now_us),
-            record_key: (hit.limit.modifiers.penalty.is_some() && !hit.releases())
-                .then(|| key::penalty_key(&self.key_prefix, hit)),
-            holds_key: hit
-                .limit
-                .modifiers
-                .reserve
-                .map(|_| key::holds_key(&self.key_prefix, hit)),
-            settled_key: match (hit.limit.modifiers.reserve, hit.lease) {
-                (Some(_), Some(LeaseCall::Release(token))) => {
-                    Some(key::settled_key(&self.key_prefix, hit, token))
-                }
-                _ => None,
-            },
-            args: self.script_args(hit, group_start, now_us),
+            modifier_keys,
+            args,
             backend: self.backend_of(hit),
         }
     }
@@ -533,32 +530,23 @@ fn decisions(reply: &[i64], count: usize, mode: Mode) -> Result<Vec<(Decision, u
 }
 
 /// The fields of a decision in a script's reply (`decision` in `lua/common.lua`).
-pub(super) const DECISION_FIELDS: usize = 14;
+pub(super) const DECISION_FIELDS: usize = 12;
 
-/// What a hit's reply says beside the common answer: a penalty's block (fields 6 to 8), a
-/// reservation's call (fields 9 to 13: call, held, estimate, lapsed, lapsed amount) or a
-/// lease limit's
-/// released and expired leases (fields 4 and 5); a block replaces the limit's own decision,
-/// and no limit both leases and reserves, so a reply carries one at most.
+/// What a hit's reply says beside the common answer: a modifier's note (field 6 its place
+/// among `Modifiers::SCRIPTED`, from 1; fields 7 to 11 its numbers), else a lease limit's
+/// released and expired leases (fields 4 and 5).
 fn reply_mark(fields: &[i64]) -> Mark {
     let number = |v: i64| u64::try_from(v).unwrap_or(0);
     let count = |v: i64| u32::try_from(number(v)).unwrap_or(u32::MAX);
-    let block = Mark::penalty(Penalized {
-        until_us: number(fields[6]),
-        offence: count(fields[7]),
-        imposed: fields[8] == 1,
-    });
-    if block != Mark::None {
-        return block;
-    }
-    if let Some(call) = Call::of_number(fields[9]) {
-        return Mark::Reserve(Reserved {
-            call,
-            held: number(fields[10]),
-            estimate: number(fields[11]),
-            lapsed: count(fields[12]),
-            lapsed_amount: number(fields[13]),
-        });
+    let by = usize::try_from(fields[6])
+        .ok()
+        .and_then(|place| place.checked_sub(1));
+    if let Some(by) = by.and_then(|at| Modifiers::SCRIPTED.get(at)) {
+        let mut values = [0; Noted::VALUES];
+        for (value, field) in values.iter_mut().zip(&fields[7..]) {
+            *value = number(*field);
+        }
+        return Mark::Noted(Noted { by, values });
     }
     Mark::leases(count(fields[4]), count(fields[5]))
 }

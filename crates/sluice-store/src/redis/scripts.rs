@@ -1,6 +1,6 @@
 //! The one script of the Redis store: `lua/common.lua`, then every algorithm's script of `lua/`
-//! (the registry in `algorithm` names them), then every modifier's (`lua/penalty.lua`: the
-//! registry in `modifier`), then the request driver `lua/request.lua`, which defines `request(KEYS, ARGV)`. Built twice from the same code, at build time:
+//! (the registry in `algorithm` names them), then every modifier's that has one
+//! (`Modifiers::LUA_SOURCES`, in registry order), then the request driver `lua/request.lua`, which defines `request(KEYS, ARGV)`. Built twice from the same code, at build time:
 //! - a function library (Redis 7+): loaded with FUNCTION LOAD and called with FCALL. Its top
 //!   level (every helper and algorithm) runs once, when it is loaded, so a call runs only
 //!   `request`: one hit costs 6.7 µs of Redis CPU where the script below costs 9.2 µs

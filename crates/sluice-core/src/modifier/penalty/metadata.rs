@@ -22,7 +22,7 @@ pub struct Block {
 
 /// The fields of `sluice.penalty` for `block`.
 pub fn fields(block: &Block) -> Vec<(&'static str, MetaValue)> {
-    let penalty = block.decision.penalty();
+    let penalty = super::Penalized::of(&block.decision);
     #[allow(clippy::cast_precision_loss)]
     let mut fields = vec![
         (

@@ -15,11 +15,75 @@
 
 mod metadata;
 pub mod policy;
+mod state;
 
-pub use crate::algorithm::penalty_state::{Held, Penalized, Record};
-use crate::algorithm::{Decision, Mark, Outcome};
+use smallvec::{smallvec, SmallVec};
+
+use crate::algorithm::{Decision, Kept, LeaseCall, Mark, Outcome};
+use crate::modifier::{KeptPart, Left, Turn};
 pub use metadata::{fields as metadata_fields, utc_text, Block, METADATA_KEY};
 pub use policy::Policy;
+pub use state::{Penalized, Record, PART};
+
+/// The penalty's YAML key, which names its notes on decisions.
+pub const KEY: &str = "penalty";
+
+/// The one part of state a penalty keeps: its record of the client.
+const PARTS: &[KeptPart] = &[KeptPart {
+    name: PART,
+    per_token: false,
+    reset: true,
+}];
+
+/// The parts a hit making `lease` reads: the record, unless it releases leases (never
+/// blocked).
+fn parts_read(lease: Option<LeaseCall>) -> SmallVec<[u8; 2]> {
+    match lease {
+        Some(LeaseCall::Release(_)) => SmallVec::new(),
+        _ => smallvec![0],
+    }
+}
+
+/// The mark a remembered copy of `decision` carries when it is a block (which denies every
+/// cost until it ends): the block, not imposed by the copy.
+fn lasting(decision: &Decision) -> Option<Mark> {
+    let penalized = Penalized::of(decision);
+    (penalized.until_us > 0).then(|| {
+        Mark::Noted(
+            Penalized {
+                imposed: false,
+                ..penalized
+            }
+            .noted(),
+        )
+    })
+}
+
+/// Decides `turn` around its limit's decision (`inner`): the engine's hook
+/// (`ModifierPolicy::around`). The record struck is left to stand whatever the request's
+/// fate.
+fn around(
+    policy: &Policy,
+    turn: &Turn<'_>,
+    kept: &dyn Fn(u8) -> Option<Kept>,
+    inner: &mut dyn FnMut() -> Outcome,
+    leave: &mut dyn FnMut(Left),
+) -> Outcome {
+    if matches!(turn.lease, Some(LeaseCall::Release(_))) {
+        return inner();
+    }
+    let record = kept(0).and_then(|kept| Record::of_kept(&kept));
+    let (outcome, next) = decide(policy, record.as_ref(), turn.now_us, inner);
+    if let Some(next) = next {
+        leave(Left {
+            part: 0,
+            expires_at_us: next.remembered_until_us,
+            kept: next.kept(),
+            always: true,
+        });
+    }
+    outcome
+}
 
 /// The record as it reads at `now_us`: absent once forgotten.
 fn live(record: Option<&Record>, now_us: u64) -> Option<&Record> {
@@ -40,11 +104,14 @@ fn block_decision(record: &Record, now_us: u64, imposed: bool) -> Decision {
         remaining: 0,
         reset_after_us: wait,
         retry_after_us: wait,
-        mark: Mark::Penalty(Penalized {
-            until_us: record.blocked_until_us,
-            offence: record.offences,
-            imposed,
-        }),
+        mark: Mark::Noted(
+            Penalized {
+                until_us: record.blocked_until_us,
+                offence: record.offences,
+                imposed,
+            }
+            .noted(),
+        ),
         ..Decision::default()
     }
 }

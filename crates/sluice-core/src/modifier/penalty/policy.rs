@@ -193,6 +193,47 @@ fn factor_of(value: &serde_yaml::Value) -> Result<u32, Refusal> {
 }
 
 impl crate::modifier::ModifierPolicy for Policy {
+    /// after, within_us, block_ms, factor_milli, max_block_ms and forget_us.
+    fn script_numbers(&self, _window_end_us: u64) -> String {
+        format!(
+            "{} {} {} {} {} {}",
+            self.after,
+            self.within_us,
+            self.block_ms,
+            self.factor_milli,
+            self.max_block_ms,
+            self.forget_us
+        )
+    }
+
+    fn rules_cache(&self) -> bool {
+        // A block never ends early, whatever any replica charges; other denials are strikes.
+        true
+    }
+
+    fn lasting(&self, decision: &crate::algorithm::Decision) -> Option<crate::algorithm::Mark> {
+        super::lasting(decision)
+    }
+
+    const PARTS: &'static [crate::modifier::KeptPart] = super::PARTS;
+
+    fn parts_read(
+        &self,
+        lease: Option<crate::algorithm::LeaseCall>,
+    ) -> smallvec::SmallVec<[u8; 2]> {
+        super::parts_read(lease)
+    }
+
+    fn around(
+        &self,
+        turn: &crate::modifier::Turn<'_>,
+        kept: &dyn Fn(u8) -> Option<crate::algorithm::Kept>,
+        inner: &mut dyn FnMut() -> crate::algorithm::Outcome,
+        leave: &mut dyn FnMut(crate::modifier::Left),
+    ) -> crate::algorithm::Outcome {
+        super::around(self, turn, kept, inner, leave)
+    }
+
     fn chunk_refusal(&self) -> Option<&'static str> {
         Some("a penalty counts each denial in the store as a strike: denials answered by a replica would not count")
     }

@@ -57,15 +57,15 @@ fn after_denials_within_the_period_block_and_the_block_grows() {
     let (decisions, record) = denials(&policy, &[0, 1, 2, 3, 12, 13, 14, 40, 41, 42]);
     let until: Vec<u64> = decisions
         .iter()
-        .map(|d| d.penalty().until_us / SECOND)
+        .map(|d| Penalized::of(d).until_us / SECOND)
         .collect();
     // The third denial imposes 2 + 10; a request at 3 s is blocked; from 12 s the limit
     // decides again and the third denial after the block imposes 14 + 20.
     assert_eq!(until, [0, 0, 12, 12, 0, 0, 34, 0, 0, 82]);
-    assert!(decisions[2].penalty().imposed && !decisions[3].penalty().imposed);
+    assert!(Penalized::of(&decisions[2]).imposed && !Penalized::of(&decisions[3]).imposed);
     assert_eq!(decisions[3].retry_after_us, 9 * SECOND);
     assert_eq!(decisions[3].remaining, 0);
-    assert_eq!(decisions[9].penalty().offence, 3);
+    assert_eq!(Penalized::of(&decisions[9]).offence, 3);
     let record = record.expect("remembered");
     assert_eq!(record.last_block_ms, 40_000);
     assert_eq!(record.remembered_until_us, 82 * SECOND + policy.forget_us);
@@ -76,7 +76,7 @@ fn strikes_outside_the_period_do_not_count() {
     let policy = policy(3, 10, 10, 2_000, 50);
     let (decisions, _) = denials(&policy, &[0, 5, 11, 16, 18]);
     // 0 and 5, then 11 (0 is out: 5, 11), 16 (5 is out: 11, 16), 18 (11, 16, 18): blocked.
-    let imposed: Vec<bool> = decisions.iter().map(|d| d.penalty().imposed).collect();
+    let imposed: Vec<bool> = decisions.iter().map(|d| Penalized::of(d).imposed).collect();
     assert_eq!(imposed, [false, false, false, false, true]);
 }
 
@@ -98,10 +98,10 @@ fn a_report_landing_in_debt_with_room_left_is_no_strike() {
     let policy = policy(1, 60, 10, 2_000, 50);
     let (outcome, record) = decide(&policy, None, 0, || limit(false, true, 5));
     assert!(record.is_none());
-    assert_eq!(outcome.decision.penalty(), Penalized::default());
+    assert_eq!(Penalized::of(&outcome.decision), Penalized::default());
     // In debt already (nothing remained), a charged denial is one.
     let (outcome, record) = decide(&policy, None, 0, || limit(false, true, 0));
-    assert!(record.is_some() && outcome.decision.penalty().imposed);
+    assert!(record.is_some() && Penalized::of(&outcome.decision).imposed);
 }
 
 #[test]
@@ -118,7 +118,7 @@ fn a_blocked_client_never_reaches_its_limit() {
         limit(true, true, 3)
     });
     assert!(outcome.decision.admitted && changed.is_none());
-    assert_eq!(outcome.decision.penalty(), Penalized::default());
+    assert_eq!(Penalized::of(&outcome.decision), Penalized::default());
 }
 
 /// One step of a client: seconds since the last, and whether its limit denies it.
@@ -155,7 +155,7 @@ proptest! {
             let decision = outcome.decision;
             if now < block_end {
                 prop_assert!(!decision.admitted);
-                prop_assert_eq!(decision.penalty().until_us, block_end);
+                prop_assert_eq!(Penalized::of(&decision).until_us, block_end);
                 prop_assert!(next.is_none());
                 continue;
             }
@@ -166,14 +166,14 @@ proptest! {
             }
             if !denies {
                 prop_assert!(decision.admitted);
-                prop_assert_eq!(decision.penalty(), Penalized::default());
+                prop_assert_eq!(Penalized::of(&decision), Penalized::default());
                 continue;
             }
             strikes.retain(|&at| now - at < policy.within_us);
             strikes.push(now);
-            if decision.penalty().imposed {
+            if Penalized::of(&decision).imposed {
                 prop_assert!(strikes.len() >= after as usize);
-                let length = decision.penalty().until_us - now;
+                let length = Penalized::of(&decision).until_us - now;
                 let expected_ms = if last_block == 0 {
                     policy.block_ms
                 } else {
@@ -182,13 +182,13 @@ proptest! {
                 prop_assert_eq!(length, expected_ms * 1000);
                 prop_assert!(length <= policy.max_block_ms * 1000);
                 prop_assert!(length >= policy.block_ms * 1000);
-                block_end = decision.penalty().until_us;
+                block_end = Penalized::of(&decision).until_us;
                 last_block = length;
                 strikes.clear();
                 remembered_until = block_end + policy.forget_us;
             } else {
                 prop_assert!(strikes.len() < after as usize);
-                prop_assert_eq!(decision.penalty(), Penalized::default());
+                prop_assert_eq!(Penalized::of(&decision), Penalized::default());
                 let kept = if last_block > 0 { policy.forget_us } else { policy.within_us };
                 remembered_until = now + kept;
             }

@@ -14,10 +14,97 @@
 //! that lapses charges nothing.
 
 pub mod policy;
+mod state;
 
-pub use crate::algorithm::reserve_state::{Call, Hold, Holds, Reserved, Settled};
-use crate::algorithm::{self, Counting, Decision, Mark, Rate, State};
+use smallvec::{smallvec, SmallVec};
+
+use crate::algorithm::{self, Counting, Decision, Kept, LeaseCall, Mark, Outcome, Rate, State};
+use crate::modifier::{KeptPart, Left, Turn};
 pub use policy::Policy;
+pub use state::{Call, Hold, Holds, Reserved, Settled, HOLDS, SETTLED};
+
+/// The reservation's YAML key, which names its notes on decisions.
+pub const KEY: &str = "reserve";
+
+/// The parts of state a budget keeps: its holds, and a mark per settled token.
+const PARTS: &[KeptPart] = &[
+    KeptPart {
+        name: HOLDS,
+        per_token: false,
+        reset: false,
+    },
+    KeptPart {
+        name: SETTLED,
+        per_token: true,
+        reset: false,
+    },
+];
+
+/// The parts a hit making `lease` reads: the holds, and for a settle its token's mark.
+fn parts_read(lease: Option<LeaseCall>) -> SmallVec<[u8; 2]> {
+    match lease {
+        Some(LeaseCall::Release(_)) => smallvec![0, 1],
+        _ => smallvec![0],
+    }
+}
+
+/// Decides `turn`: an opening (`LeaseCall::Acquire`) or a settle (`LeaseCall::Release`) of
+/// its token, in place of the limit's own decision (`inner`, for a hit of neither): the
+/// engine's hook (`ModifierPolicy::around`). What it leaves stands as the limit's charge.
+fn around(
+    policy: &Policy,
+    turn: &Turn<'_>,
+    kept: &dyn Fn(u8) -> Option<Kept>,
+    inner: &mut dyn FnMut() -> Outcome,
+    leave: &mut dyn FnMut(Left),
+) -> Outcome {
+    let Some(call) = turn.lease else {
+        return inner();
+    };
+    let budget = Budget {
+        counting: turn.counting,
+        rate: turn.rate,
+        window_end_us: turn.window_end_us,
+        cost: turn.cost,
+        headroom: turn.headroom,
+    };
+    let holds = kept(0).and_then(|kept| Holds::of_kept(&kept));
+    let reservation = match call {
+        LeaseCall::Release(token) => {
+            let settled = kept(1).and_then(|kept| Settled::of_kept(&kept));
+            let stored = (turn.state, holds.as_ref(), settled.as_ref());
+            settle(policy, &budget, token, stored, turn.now_us)
+        }
+        LeaseCall::Acquire(token) => open(
+            policy,
+            &budget,
+            token,
+            turn.state,
+            holds.as_ref(),
+            turn.now_us,
+        ),
+    };
+    if let Some((holds, expires_at_us)) = reservation.holds {
+        leave(Left {
+            part: 0,
+            kept: Kept::of(HOLDS, &holds),
+            expires_at_us,
+            always: false,
+        });
+    }
+    if let Some((settled, expires_at_us)) = reservation.settled {
+        leave(Left {
+            part: 1,
+            kept: Kept::of(SETTLED, &settled),
+            expires_at_us,
+            always: false,
+        });
+    }
+    Outcome {
+        decision: reservation.decision,
+        new_state: reservation.limit,
+    }
+}
 
 /// The descriptor entry key of a settle (the token, or the value the request named its hold
 /// by), and the dynamic metadata field of the token.
@@ -150,13 +237,16 @@ pub fn open(
     }
     let expires = live.expires_at_us();
     let decision = Decision {
-        mark: Mark::Reserve(Reserved {
-            call: Call::Opened,
-            held: live.total(),
-            estimate,
-            lapsed,
-            lapsed_amount,
-        }),
+        mark: Mark::Noted(
+            Reserved {
+                call: Call::Opened,
+                held: live.total(),
+                estimate,
+                lapsed,
+                lapsed_amount,
+            }
+            .noted(),
+        ),
         ..decision
     };
     Reservation {
@@ -173,9 +263,7 @@ pub fn settle(
     policy: &Policy,
     budget: &Budget<'_>,
     token: u64,
-    state: Option<&State>,
-    holds: Option<&Holds>,
-    settled: Option<&Settled>,
+    (state, holds, settled): (Option<&State>, Option<&Holds>, Option<&Settled>),
     now_us: u64,
 ) -> Reservation {
     let (mut live, lapsed, lapsed_amount) = holds.map(|h| h.live(now_us)).unwrap_or_default();
@@ -190,7 +278,7 @@ pub fn settle(
         };
         return Reservation {
             decision: Decision {
-                mark: Mark::Reserve(mark),
+                mark: Mark::Noted(mark.noted()),
                 ..decision
             },
             limit: None,
@@ -225,7 +313,7 @@ pub fn settle(
     });
     Reservation {
         decision: Decision {
-            mark: Mark::Reserve(mark),
+            mark: Mark::Noted(mark.noted()),
             ..decision
         },
         limit,

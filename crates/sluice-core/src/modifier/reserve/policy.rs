@@ -144,6 +144,36 @@ impl fmt::Display for Policy {
 }
 
 impl crate::modifier::ModifierPolicy for Policy {
+    fn held(&self, kept: &dyn Fn(u8) -> Option<crate::algorithm::Kept>, now_us: u64) -> u64 {
+        kept(0)
+            .and_then(|kept| super::Holds::of_kept(&kept))
+            .map_or(0, |holds| holds.live(now_us).0.total())
+    }
+
+    /// max_hold_us, the end of the hit's window (0: none) and max_holds.
+    fn script_numbers(&self, window_end_us: u64) -> String {
+        format!("{} {window_end_us} {}", self.max_hold_us, self.max_holds)
+    }
+
+    const PARTS: &'static [crate::modifier::KeptPart] = super::PARTS;
+
+    fn parts_read(
+        &self,
+        lease: Option<crate::algorithm::LeaseCall>,
+    ) -> smallvec::SmallVec<[u8; 2]> {
+        super::parts_read(lease)
+    }
+
+    fn around(
+        &self,
+        turn: &crate::modifier::Turn<'_>,
+        kept: &dyn Fn(u8) -> Option<crate::algorithm::Kept>,
+        inner: &mut dyn FnMut() -> crate::algorithm::Outcome,
+        leave: &mut dyn FnMut(crate::modifier::Left),
+    ) -> crate::algorithm::Outcome {
+        super::around(self, turn, kept, inner, leave)
+    }
+
     fn chunk_refusal(&self) -> Option<&'static str> {
         Some("a reserved budget holds each request's estimate in the store: a replica cannot hold it")
     }

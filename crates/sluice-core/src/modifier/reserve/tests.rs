@@ -27,16 +27,13 @@ struct Store(HashMap<u64, (State, u64)>);
 impl Store {
     /// The name of `part` of `hit`: a settled mark is one per token.
     fn name(hit: &Hit, of: Of) -> u64 {
-        let token = match (of, hit.lease) {
-            (Of::Settled, Some(call)) => call.token(),
-            _ => 0,
-        };
-        Store::named(&hit.key, of, token)
+        let (part, token) = of.kept_part(hit).unwrap_or(("limit", None));
+        Store::named(&hit.key, part, token.unwrap_or(0))
     }
 
-    fn named(key: &str, of: Of, token: u64) -> u64 {
+    fn named(key: &str, part: &str, token: u64) -> u64 {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-        BuildHasherDefault::<DefaultHasher>::default().hash_one((key, of, token))
+        BuildHasherDefault::<DefaultHasher>::default().hash_one((key, part, token))
     }
 
     /// Decides one call of `cost` on `limit` at `now_s`, as a request of one descriptor.
@@ -74,7 +71,7 @@ impl Store {
     fn used(&self, limit: &Limit, now_us: u64) -> u64 {
         let state = self
             .0
-            .get(&Store::named("k", Of::Limit, 0))
+            .get(&Store::named("k", "limit", 0))
             .filter(|(_, expires)| *expires > now_us)
             .map(|(state, _)| state);
         if let Some(State::FixedWindow(window)) = state {
@@ -87,8 +84,10 @@ impl Store {
     }
 
     fn held(&self, now_us: u64) -> u64 {
-        match self.0.get(&Store::named("k", Of::Holds, 0)) {
-            Some((State::Holds(holds), _)) => holds.live(now_us).0.total(),
+        match self.0.get(&Store::named("k", HOLDS, 0)) {
+            Some((State::Kept(kept), _)) => {
+                Holds::of_kept(kept).map_or(0, |h| h.live(now_us).0.total())
+            }
             _ => 0,
         }
     }
@@ -112,7 +111,7 @@ fn an_opening_is_admitted_only_while_used_held_and_estimate_fit() {
     let settle = store.call(limit.clone(), 1_000, LeaseCall::Release(1), 2 * SECOND);
     assert!(settle.admitted);
     assert_eq!(settle.remaining, 5_000);
-    let reserved = settle.reserved().expect("a settle's mark");
+    let reserved = Reserved::of(&settle).expect("a settle's mark");
     assert_eq!(reserved.call, Call::Settled);
     assert_eq!((reserved.estimate, reserved.held), (4_000, 4_000));
     assert!(
@@ -152,10 +151,10 @@ fn a_second_settle_charges_nothing_and_an_unknown_token_charges_once() {
     );
     store.call(limit.clone(), 300, LeaseCall::Release(1), SECOND);
     let again = store.call(limit.clone(), 300, LeaseCall::Release(1), 2 * SECOND);
-    assert_eq!(again.reserved().map(|r| r.call), Some(Call::Duplicate));
+    assert_eq!(Reserved::of(&again).map(|r| r.call), Some(Call::Duplicate));
     assert_eq!(store.used(&limit, 2 * SECOND), 300);
     let unknown = store.call(limit.clone(), 50, LeaseCall::Release(99), 3 * SECOND);
-    assert_eq!(unknown.reserved().map(|r| r.call), Some(Call::Unknown));
+    assert_eq!(Reserved::of(&unknown).map(|r| r.call), Some(Call::Unknown));
     assert_eq!(store.used(&limit, 3 * SECOND), 350, "its cost was real");
     store.call(limit.clone(), 50, LeaseCall::Release(99), 4 * SECOND);
     assert_eq!(store.used(&limit, 4 * SECOND), 350, "once");
@@ -182,7 +181,7 @@ fn a_hold_lapses_at_max_hold_or_its_windows_end_and_charges_nothing() {
     );
     let after = store.call(limit.clone(), 600, LeaseCall::Acquire(3), 40 * SECOND);
     assert!(after.admitted, "the first hold lapsed at 10 s + 30 s");
-    assert_eq!(after.reserved().map(|r| r.lapsed), Some(1));
+    assert_eq!(Reserved::of(&after).map(|r| r.lapsed), Some(1));
     assert_eq!(after.remaining, 100);
     assert_eq!(store.used(&limit, 40 * SECOND), 0);
     // Taken at 40 s, it lapses with its window at 60 s, before its 30 s.
@@ -287,7 +286,7 @@ proptest! {
                         .unwrap_or((10_000 + index as u64, 0));
                     let decision = store.call(limit.clone(), actual, LeaseCall::Release(token), now);
                     prop_assert!(decision.admitted);
-                    let call = decision.reserved().map(|r| r.call);
+                    let call = Reserved::of(&decision).map(|r| r.call);
                     if settled.get(&token).is_some_and(|&until| until > now) {
                         prop_assert_eq!(call, Some(Call::Duplicate));
                     } else {

@@ -1,10 +1,15 @@
 //! What a reserved budget keeps beside its limit (`Holds`: the estimates held for requests in
-//! flight) and what a decision says of it (`Reserved`): plain state, kept beside the
-//! algorithms' states because a store's `State` and every `Decision` carry it. The rules that
-//! read and write it are the reservation's (`crate::modifier::reserve`, which re-exports these
-//! types); nothing here knows them.
+//! flight, the part `holds`; `Settled`: a settled token's mark, the part `settled`, one key
+//! per token) and what a decision notes of it (`Reserved`), with their encodings in a store's
+//! `Kept` state and a decision's `Noted` numbers.
 
-use super::persist::{put_count, Input, Persist};
+use crate::algorithm::persist::{put_count, Input, Persist};
+use crate::algorithm::{Decision, Kept, Noted};
+
+/// The part of state that holds a budget's holds.
+pub const HOLDS: &str = "holds";
+/// The part of state that marks a settled token (one key per token).
+pub const SETTLED: &str = "settled";
 
 /// One estimate held for a request in flight, under its token, until it is settled or lapses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +98,20 @@ impl Persist for Settled {
     }
 }
 
+impl Holds {
+    /// The holds kept in `kept`, when it holds them.
+    pub fn of_kept(kept: &Kept) -> Option<Holds> {
+        kept.read()
+    }
+}
+
+impl Settled {
+    /// The mark kept in `kept`, when it holds one.
+    pub fn of_kept(kept: &Kept) -> Option<Settled> {
+        kept.read()
+    }
+}
+
 /// What a call on a reserved budget was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
@@ -148,4 +167,38 @@ pub struct Reserved {
     /// Holds found lapsed and dropped by this call, and what they held.
     pub lapsed: u32,
     pub lapsed_amount: u64,
+}
+
+impl Reserved {
+    /// What a reservation noted, as a decision carries it; the note's `by` is the
+    /// reservation's YAML key.
+    pub fn noted(self) -> Noted {
+        Noted {
+            by: super::KEY,
+            values: [
+                u64::try_from(self.call.number()).unwrap_or(0),
+                self.held,
+                self.estimate,
+                u64::from(self.lapsed),
+                self.lapsed_amount,
+            ],
+        }
+    }
+
+    /// What the reservation did on `decision`, if it did something.
+    pub fn of(decision: &Decision) -> Option<Reserved> {
+        Reserved::of_noted(&decision.noted(super::KEY)?)
+    }
+
+    /// What a reservation noted in `noted`, if it holds a call.
+    pub fn of_noted(noted: &Noted) -> Option<Reserved> {
+        let [call, held, estimate, lapsed, lapsed_amount] = noted.values;
+        Some(Reserved {
+            call: Call::of_number(i64::try_from(call).ok()?)?,
+            held,
+            estimate,
+            lapsed: u32::try_from(lapsed).unwrap_or(u32::MAX),
+            lapsed_amount,
+        })
+    }
 }
