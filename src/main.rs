@@ -201,7 +201,7 @@ fn run_replay(args: &ReplayArgs) -> ExitCode {
         baseline: (!args.baseline.is_empty()).then(|| args.baseline.clone()),
         recordings: args.recordings.clone(),
         merge_domain_config: args.merge_domain_config,
-        without_reserve: args.without_reserve,
+        without_tickets: args.without_reserve,
         overrides: args.overrides.clone(),
     };
     let report = match replay::run(&replay) {
@@ -282,7 +282,7 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
         load_options: LoadOptions {
             merge_domain_config: args.merge_domain_config,
             debt: args.debt,
-            without_reserve: args.without_reserve,
+            without_tickets: args.without_reserve,
             every_hit: false,
         },
         domain: args.domain.clone(),

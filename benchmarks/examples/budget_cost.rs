@@ -84,9 +84,9 @@ async fn run(limiter: &RateLimiter<AnyStore>, calls: usize, kinds: &[&str]) -> S
             let started = Instant::now();
             let opened = limiter.decide(&request("budget", n, 0, None)).await;
             spent.open += started.elapsed();
-            let token = opened
-                .ok()
-                .and_then(|r| sluice_limiter::reserve::token_in(&r));
+            let token = opened.ok().and_then(|r| {
+                sluice_limiter::ticket::token_in(&r, sluice_core::modifier::reserve::SETTLE_KEY)
+            });
             let token = token.unwrap_or_default();
             let started = Instant::now();
             let settle = request("budget", n, 3000, Some(("sluice.reserve", &token)));
@@ -121,9 +121,12 @@ async fn redis_cost(
                     }
                     1 => {
                         let opened = limiter.decide(&request("budget", n, 0, None)).await;
-                        let token = opened
-                            .ok()
-                            .and_then(|r| sluice_limiter::reserve::token_in(&r));
+                        let token = opened.ok().and_then(|r| {
+                            sluice_limiter::ticket::token_in(
+                                &r,
+                                sluice_core::modifier::reserve::SETTLE_KEY,
+                            )
+                        });
                         tokens.push(token.unwrap_or_default());
                     }
                     _ => {

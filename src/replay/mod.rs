@@ -16,8 +16,9 @@ use smallvec::SmallVec;
 pub use report::Report;
 use sluice_config::{self as config, Config, ConfigErrors, LoadOptions};
 use sluice_core::engine::Charging;
+use sluice_core::modifier::Modifiers;
 use sluice_limiter::lease::{self, LEASE_KEY};
-use sluice_limiter::reserve::{self, HOLD_KEY, SETTLE_KEY};
+use sluice_limiter::ticket;
 use sluice_limiter::{Limiter, LimiterOptions};
 use sluice_proto::rate_limit_response::Code;
 use sluice_server::record::format::{self, Call, FormatError, RecordedOptions};
@@ -33,10 +34,11 @@ pub struct Replay {
     pub baseline: Option<Vec<PathBuf>>,
     pub recordings: Vec<PathBuf>,
     pub merge_domain_config: bool,
-    /// Compare with the config under test without its reservations (`reserve` left out),
+    /// Compare with the config under test without its modifiers that keep something per
+    /// request (their tickets: a reserved budget's holds),
     /// the calls replayed as a gateway without them sends them: a settle is a plain charge
     /// of the actual cost (instead of `baseline`).
-    pub without_reserve: bool,
+    pub without_tickets: bool,
     /// A file of admin overrides in force under the config under test (docs/admin.md).
     pub overrides: Option<PathBuf>,
 }
@@ -79,12 +81,12 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
     let load_options = LoadOptions {
         merge_domain_config: replay.merge_domain_config,
         debt: options.debt,
-        without_reserve: false,
+        without_tickets: false,
         every_hit: false,
     };
-    let load = |paths: &[PathBuf], which, without_reserve| {
+    let load = |paths: &[PathBuf], which, without_tickets| {
         let options = LoadOptions {
-            without_reserve,
+            without_tickets,
             ..load_options
         };
         config::load(paths, options).map_err(|errors| ReplayError::Config { which, errors })
@@ -102,10 +104,10 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
     };
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     let before = match &replay.baseline {
-        _ if replay.without_reserve => {
+        _ if replay.without_tickets => {
             let baseline = load(&replay.config, "--config", true)?;
-            let unreserved: Vec<Call> = calls.iter().map(without_reserve).collect();
-            runtime.block_on(decide_all(baseline, options, &unreserved))
+            let plain: Vec<Call> = calls.iter().map(without_tickets).collect();
+            runtime.block_on(decide_all(baseline, options, &plain))
         }
         Some(paths) => {
             let baseline = load(paths, "--baseline", false)?;
@@ -121,7 +123,7 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
         &calls,
     ));
     let baseline = match &replay.baseline {
-        _ if replay.without_reserve => {
+        _ if replay.without_tickets => {
             format!("{} without its reservations replayed", list(&replay.config))
         }
         Some(paths) => format!("{} replayed", list(paths)),
@@ -130,16 +132,16 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
     Ok(report::build(&config, &calls, &before, &after, baseline))
 }
 
-/// `call` as a gateway without reservations sends it: a settle's token and a hold's name
-/// left out (a settle is then a charge of its actual cost).
-fn without_reserve(call: &Call) -> Call {
+/// `call` as a gateway without tickets sends it: a return's token and an opening's name
+/// left out (a return is then a charge of its actual cost).
+fn without_tickets(call: &Call) -> Call {
     let mut call = call.clone();
     for descriptor in &mut call.descriptors {
         descriptor
             .entries
-            .retain(|(key, _)| key != SETTLE_KEY && key != HOLD_KEY);
+            .retain(|(key, _)| ticket::is_matched(key));
     }
-    call.reserve = None;
+    call.ticket = None;
     call
 }
 
@@ -251,7 +253,7 @@ async fn decide_all_shared(
                     entry.value = token;
                 }
             }
-            if entry.key == SETTLE_KEY {
+            if Modifiers::tickets().iter().any(|(_, t)| t.key == entry.key) {
                 if let Some(token) = holds.get(&entry.value) {
                     entry.value = token.clone();
                 }
@@ -266,9 +268,10 @@ async fn decide_all_shared(
                     {
                         tokens.insert(recorded.clone(), token);
                     }
-                    if let (Some(recorded), Some(token)) =
-                        (&call.reserve, reserve::token_in(&response))
-                    {
+                    let given = Modifiers::tickets()
+                        .iter()
+                        .find_map(|(_, t)| ticket::token_in(&response, t.key));
+                    if let (Some(recorded), Some(token)) = (&call.ticket, given) {
                         holds.insert(recorded.clone(), token);
                     }
                     Decided {

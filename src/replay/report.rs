@@ -9,8 +9,9 @@ use serde::Serialize;
 
 use super::Decided;
 use sluice_config::Config;
+use sluice_core::modifier::Modifiers;
 use sluice_limiter::lease::LEASE_KEY;
-use sluice_limiter::reserve::SETTLE_KEY;
+use sluice_limiter::ticket;
 use sluice_server::record::format::Call;
 
 /// Time buckets of each rule's timeline.
@@ -114,8 +115,9 @@ pub struct Report {
     pub unknown_domain: u64,
     /// Calls the service refused (INVALID_ARGUMENT) on either side.
     pub refused: u64,
-    /// Calls that release leases or settle holds (a descriptor carries `sluice.lease` or
-    /// `sluice.reserve`): never denied, they are left out of every comparison and share.
+    /// Calls that release leases or return a ticket's token (a descriptor carries
+    /// `sluice.lease` or a ticket's entry, as a settle does): never denied, they are left out
+    /// of every comparison and share.
     pub releases: u64,
     pub rules: Vec<Rule>,
     /// Rules of the new config no recorded call matched.
@@ -254,18 +256,20 @@ fn rule_report(rule: String, tally: Tally) -> Rule {
     }
 }
 
-/// Whether `call` releases leases or settles holds: one of its descriptors carries a token.
+/// Whether `call` releases leases or returns a ticket's token (settles holds): one of its
+/// descriptors carries a token.
 fn releases(call: &Call) -> bool {
+    let tickets = Modifiers::tickets();
     call.descriptors.iter().any(|d| {
         d.entries
             .iter()
-            .any(|(key, _)| key == LEASE_KEY || key == SETTLE_KEY)
+            .any(|(key, _)| key == LEASE_KEY || tickets.iter().any(|(_, t)| t.key == key))
     })
 }
 
-/// Whether an entry names a client or a rule: a lease's, a settle's or a hold's token does not.
+/// Whether an entry names a client or a rule: a lease's token and a ticket's do not.
 fn counted(key: &str) -> bool {
-    key != LEASE_KEY && sluice_limiter::reserve::is_matched(key)
+    key != LEASE_KEY && ticket::is_matched(key)
 }
 
 /// A descriptor's values as a client: `key=value,key2=value2` (a lease token left out).
@@ -321,8 +325,8 @@ impl Report {
         let mut out = String::new();
         let span = format!(
             "{} to {}",
-            sluice_core::modifier::penalty::utc_text(self.first_us / 1_000_000),
-            sluice_core::modifier::penalty::utc_text(self.last_us.div_ceil(1_000_000))
+            sluice_core::duration::utc_text(self.first_us / 1_000_000),
+            sluice_core::duration::utc_text(self.last_us.div_ceil(1_000_000))
         );
         let _ = writeln!(
             out,
@@ -405,7 +409,7 @@ mod tests {
             code: None,
             statuses: None,
             lease: None,
-            reserve: None,
+            ticket: None,
         }
     }
 

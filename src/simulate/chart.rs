@@ -34,7 +34,7 @@ pub fn text(report: &Report) -> String {
             total - admitted,
             left
         );
-        write_blocks(&mut out, run);
+        write_events(&mut out, run);
         let _ = writeln!(out, "  {:>8}  {:>8}  {:>8}", "time", "admitted", "rejected");
         let rows = buckets(run, report.bucket_us, report.duration_us);
         let most = rows.iter().map(|(a, r)| a + r).max().unwrap_or(0).max(1);
@@ -55,15 +55,16 @@ pub fn text(report: &Report) -> String {
     out
 }
 
-/// The blocks a penalty imposed, one line each: when, which offence, how long.
-fn write_blocks(out: &mut String, run: &DescriptorRun) {
+/// What the modifiers marked on requests, one line each: what, when, and the detail.
+fn write_events(out: &mut String, run: &DescriptorRun) {
     for d in &run.decisions {
-        if let Some((offence, block_s)) = d.imposed {
+        if let Some(event) = &d.event {
             let _ = writeln!(
                 out,
-                "  blocked at {}: offence {offence}, for {}",
+                "  {} at {}: {}",
+                event.verb,
                 seconds(d.time_us),
-                sluice_core::duration::human(block_s * MICROS_PER_SECOND)
+                event.detail
             );
         }
     }

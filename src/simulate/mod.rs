@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 use sluice_config::{self as config, ConfigErrors, LoadOptions};
 use sluice_core::limit::ceil_seconds;
-use sluice_core::modifier::penalty::METADATA_KEY as PENALTY_KEY;
+use sluice_core::modifier::{Event, Modifiers};
 use sluice_limiter::lease::{self, LEASE_KEY};
-use sluice_limiter::reserve::{self, SETTLE_KEY};
+use sluice_limiter::ticket;
 use sluice_limiter::{DecisionError, Limiter, LimiterOptions};
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::rate_limit_response::Code;
-use sluice_proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
 use sluice_store::memory::MemoryStore;
 use sluice_store::ManualClock;
 pub use traffic::{Traffic, TrafficError};
@@ -40,8 +40,8 @@ pub struct Simulation {
     /// Costs reported after the response (Envoy's `apply_on_stream_done`): one request of
     /// cost `count` at `at_us` each.
     pub reports: Vec<traffic::Burst>,
-    /// How long each admitted request runs: its leases are released then, and its holds on
-    /// reserved budgets settled (`None`: never).
+    /// How long each admitted request runs: its leases are released then, and the tokens its
+    /// limits' modifiers gave returned (`None`: never).
     pub hold_us: Option<u64>,
     /// The actual cost each admitted request reports when it ends (with `hold_us`): a settle
     /// of its holds, or, where no hold was opened, a plain charge (a gateway that checks
@@ -72,14 +72,14 @@ pub struct DescriptorRun {
 }
 
 /// What one request got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimulatedDecision {
     pub time_us: u64,
     pub admitted: bool,
     pub remaining: u32,
     pub reset_s: i64,
-    /// The block a penalty imposed on this request: its offence and its length in seconds.
-    pub imposed: Option<(u32, u64)>,
+    /// What a modifier marked on this request (`Event`: a block imposed).
+    pub event: Option<Event>,
 }
 
 /// Why a simulation cannot run.
@@ -151,7 +151,10 @@ pub fn run(simulation: &Simulation) -> Result<Report, SimulateError> {
                     .collect::<Vec<_>>()
                     .join(","),
                 limit: limits[index].clone(),
-                decisions: replayed.iter().map(|statuses| statuses[position]).collect(),
+                decisions: replayed
+                    .iter()
+                    .map(|statuses| statuses[position].clone())
+                    .collect(),
             });
         }
     }
@@ -207,8 +210,8 @@ struct Ends {
 enum End {
     /// Releases the leases of the token.
     Release(String),
-    /// Settles the holds of the token at the actual cost.
-    Settle(String, u64),
+    /// Returns the token under a ticket's entry at the actual cost.
+    Return(&'static str, String, u64),
     /// Charges the actual cost (no hold was opened).
     Charge(u64),
 }
@@ -230,7 +233,7 @@ async fn replay(
     let limiter = Limiter::new(store, LimiterOptions::default());
     let decide = async |request: &RateLimitRequest| {
         let decided = limiter.decide(config, request, |_, _| {}).await;
-        decided.map(|decided| decided.response)
+        decided.map(|decided| (decided.response, Modifiers::events(&decided.said)))
     };
     let mut decisions = Vec::with_capacity(requests.len());
     // Ends to come: (time, what), earliest first.
@@ -244,15 +247,15 @@ async fn replay(
             clock.set(at_us);
             let call = match &end {
                 End::Release(token) => request_of(domain, descriptors, 0, Some((LEASE_KEY, token))),
-                End::Settle(token, actual) => {
-                    request_of(domain, descriptors, *actual, Some((SETTLE_KEY, token)))
+                End::Return(key, token, actual) => {
+                    request_of(domain, descriptors, *actual, Some((key, token)))
                 }
                 End::Charge(actual) => request_of(domain, descriptors, *actual, None),
             };
             decide(&call).await.map_err(SimulateError::Refused)?;
         }
         clock.set(time_us);
-        let response = decide(&request_of(domain, descriptors, cost, None))
+        let (response, events) = decide(&request_of(domain, descriptors, cost, None))
             .await
             .map_err(SimulateError::Refused)?;
         if let Some(hold_us) = ends.hold_us {
@@ -262,15 +265,19 @@ async fn replay(
             }
             let actual = ends.actual.unwrap_or(cost);
             let admitted = response.overall_code != Code::OverLimit as i32;
-            match reserve::token_in(&response) {
-                Some(token) => pending.push(Reverse((at_us, End::Settle(token, actual)))),
+            let returned = Modifiers::tickets()
+                .into_iter()
+                .find_map(|(_, t)| ticket::token_in(&response, t.key).map(|token| (t.key, token)));
+            match returned {
+                Some((key, token)) => {
+                    pending.push(Reverse((at_us, End::Return(key, token, actual))));
+                }
                 None if admitted && ends.actual.is_some() => {
                     pending.push(Reverse((at_us, End::Charge(actual))));
                 }
                 None => {}
             }
         }
-        let imposed = imposed_block(&response);
         let statuses = response
             .statuses
             .iter()
@@ -280,40 +287,12 @@ async fn replay(
                 admitted: status.code != Code::OverLimit as i32,
                 remaining: status.limit_remaining,
                 reset_s: status.duration_until_reset.map_or(0, |d| d.seconds),
-                imposed: imposed
-                    .filter(|(descriptor, _)| *descriptor == index)
-                    .map(|(_, block)| block),
+                event: events.iter().find(|e| e.descriptor == index).cloned(),
             })
             .collect();
         decisions.push(statuses);
     }
     Ok(decisions)
-}
-
-/// The block a penalty imposed on the request, from its `sluice.penalty` metadata: the
-/// descriptor's index, the offence and the block's length in seconds.
-fn imposed_block(response: &RateLimitResponse) -> Option<(usize, (u32, u64))> {
-    use prost_types::value::Kind;
-    let metadata = response.dynamic_metadata.as_ref()?;
-    let Some(Kind::StructValue(block)) = &metadata.fields.get(PENALTY_KEY)?.kind else {
-        return None;
-    };
-    let field = |name: &str| match block.fields.get(name).and_then(|v| v.kind.as_ref()) {
-        Some(Kind::NumberValue(n)) => Some(*n),
-        Some(Kind::BoolValue(b)) => Some(f64::from(u8::from(*b))),
-        _ => None,
-    };
-    if field("imposed")? < 1.0 {
-        return None;
-    }
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    Some((
-        field("descriptor")? as usize,
-        (
-            field("offence")? as u32,
-            field("retry_after_seconds")? as u64,
-        ),
-    ))
 }
 
 /// A request of `descriptors` at `cost`; with `token`, each carries that entry (a lease's
@@ -363,10 +342,10 @@ fn describe(domain: &config::Domain, entries: &[(String, String)]) -> String {
                 .filter_map(|named| named.limit.clone())
                 .map(|mut limit| {
                     limit.modifiers.take_entries(pairs.iter().copied());
-                    let mut text = match &limit.modifiers.penalty {
-                        Some(policy) => format!("{limit} ({policy})"),
-                        None => limit.to_string(),
-                    };
+                    let mut text = limit.to_string();
+                    for said in limit.modifiers.beside() {
+                        text.push_str(&format!(" ({said})"));
+                    }
                     // The class of traffic this is, when the limit's modifiers name one.
                     if let Some(class) = limit.modifiers.class() {
                         text.push_str(&format!(" (this traffic: {} {})", class.label, class.name));

@@ -82,7 +82,10 @@ impl Client {
                 let response = limiter.decide(&request).await.expect("decided");
                 (
                     response.overall_code == 1,
-                    sluice_limiter::reserve::token_in(&response),
+                    sluice_limiter::ticket::token_in(
+                        &response,
+                        sluice_core::modifier::reserve::SETTLE_KEY,
+                    ),
                 )
             }
         }

@@ -4,7 +4,12 @@
 //! budgets on one descriptor, all-or-nothing with a request's other limits, and the refusals
 //! at load, on every store in-process.
 
-use sluice_limiter::reserve::token_in;
+use sluice_core::modifier::reserve::SETTLE_KEY;
+
+/// The token of the holds a response opened.
+fn token_in(response: &sluice_proto::RateLimitResponse) -> Option<String> {
+    sluice_limiter::ticket::token_in(response, SETTLE_KEY)
+}
 use sluice_proto::rate_limit_response::Code as OurCode;
 use sluice_proto::RateLimitResponse as OurResponse;
 

@@ -22,13 +22,13 @@ pub fn invalid(name: &str) -> PathBuf {
 const NO_MERGE: LoadOptions = LoadOptions {
     merge_domain_config: false,
     debt: false,
-    without_reserve: false,
+    without_tickets: false,
     every_hit: false,
 };
 const MERGE: LoadOptions = LoadOptions {
     merge_domain_config: true,
     debt: false,
-    without_reserve: false,
+    without_tickets: false,
     every_hit: false,
 };
 

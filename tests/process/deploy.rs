@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 const LEASE_KEY: &str = sluice_limiter::lease::LEASE_KEY;
-const SETTLE_KEY: &str = sluice_limiter::reserve::SETTLE_KEY;
+const SETTLE_KEY: &str = sluice_core::modifier::reserve::SETTLE_KEY;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

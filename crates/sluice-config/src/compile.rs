@@ -12,6 +12,7 @@ use crate::position::Positions;
 use crate::tree::{Level, NamedLimit, Node, RlqsStrategy, Rule};
 use crate::LoadOptions;
 use sluice_core::limit::{Algorithm, Counting, Limit, Unit, MICROS_PER_SECOND};
+use sluice_core::modifier::Carrier;
 use sluice_core::modifier::Modifiers;
 
 /// The longest period a limit may have: 100 years (in microseconds, still exact in a double).
@@ -175,44 +176,38 @@ impl<'a> FileCompiler<'a> {
                 self.error(&format!("{node_path}.{}", refusal.key), refusal.reason);
                 return None;
             }
-            self.check_reserve(limit, &path)?;
+            self.check_modifiers(limit, node_path)?;
             self.check_leasing(limit, &path)?;
-            *limit = self.reserving(limit.clone());
+            *limit = self.as_kept(limit.clone());
         }
         Some(limits)
     }
 
-    /// `limit` as the options keep it: its `reserve` left out with `without_reserve`.
-    fn reserving(&self, mut limit: Limit) -> Limit {
-        if self.options.without_reserve {
-            limit.modifiers.reserve = None;
+    /// `limit` as the options keep it: its modifiers with a ticket left out with
+    /// `without_tickets`.
+    fn as_kept(&self, mut limit: Limit) -> Limit {
+        if self.options.without_tickets {
+            limit.modifiers.without_tickets();
         }
         limit
     }
 
-    /// Refuses a reservation on a limit where it has no meaning: a concurrency limit (its
-    /// leases are held until released already), or a bucket whose capacity an estimate could
-    /// not fit.
-    fn check_reserve(&mut self, limit: &Limit, path: &str) -> Option<()> {
-        let Some(policy) = limit.modifiers.reserve else {
-            return Some(());
+    /// Refuses a modifier on a limit it cannot be carried by (`ModifierPolicy::refused_on`),
+    /// at its key under `base` (the limit's path, or the node's for a modifier of every limit).
+    fn check_modifiers(&mut self, limit: &Limit, base: &str) -> Option<()> {
+        let carrier = Carrier {
+            algorithm: limit.algorithm().as_str(),
+            leases: limit.algorithm().leases(),
+            requests_per_unit: limit.requests_per_unit,
+            capacity: limit.capacity(),
         };
-        let algorithm = limit.algorithm();
-        if algorithm.leases() {
-            let reason = "concurrency holds each request's leases until it releases them: there is no budget to reserve (reserve applies to the rate algorithms)";
-            self.error(path, reason);
-            return None;
+        match limit.modifiers.refused_on(&carrier) {
+            Ok(()) => Some(()),
+            Err(refusal) => {
+                self.error(&format!("{base}.{}", refusal.key), refusal.reason);
+                None
+            }
         }
-        let largest = policy.amount.min(policy.cap(limit.requests_per_unit));
-        if largest > limit.capacity() {
-            let reason = format!(
-                "an estimate of {largest} could never be held by {algorithm}, which holds at most {} at once (its burst): raise burst or lower amount",
-                limit.capacity()
-            );
-            self.error(&format!("{path}.amount"), reason);
-            return None;
-        }
-        Some(())
     }
 
     /// Refuses budget leasing where its bound cannot be kept (`leasing_refusal`).
@@ -421,9 +416,9 @@ impl<'a> FileCompiler<'a> {
             debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes() && !calendar,
             modifiers,
         };
-        self.check_reserve(&limit, &format!("{path}.reserve"))?;
+        self.check_modifiers(&limit, path)?;
         self.check_leasing(&limit, &format!("{path}.budget_leasing"))?;
-        Some(self.reserving(limit))
+        Some(self.as_kept(limit))
     }
 
     /// The algorithm with its own settings: a key of another algorithm is refused, and the

@@ -87,6 +87,28 @@ pub fn ceil_seconds(us: u64) -> u64 {
     us.div_ceil(1_000_000)
 }
 
+/// `seconds` since the epoch as RFC 3339 UTC (`2026-12-01T20:15:00Z`), by the civil calendar
+/// (days to year, month, day as in Howard Hinnant's `civil_from_days`).
+pub fn utc_text(seconds: u64) -> String {
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +153,13 @@ mod tests {
         for (us, text) in cases {
             assert_eq!(human(us), text, "{us}");
         }
+    }
+
+    #[test]
+    fn utc_text_is_the_civil_calendar() {
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_text(1_796_156_100), "2026-12-01T20:15:00Z");
+        assert_eq!(utc_text(4_102_444_799), "2099-12-31T23:59:59Z");
     }
 }

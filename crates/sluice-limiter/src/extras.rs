@@ -1,16 +1,14 @@
 //! What a response carries beside the statuses, each behind a setting as in
 //! envoyproxy/ratelimit: `RateLimit-*` headers (and `Retry-After`) of one descriptor, and
 //! dynamic metadata describing the request and the limits it passed; and sluice's own
-//! metadata, always: the token of the leases a request took (and of the holds it opened),
-//! the block a penalty put on it, the reserved budget that denied it.
+//! metadata, always: the tokens of what a request took, what its limits' modifiers say of
+//! it, the limit that denied it.
 
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
-use crate::plan::Bound;
 use crate::response::Verdict;
 use sluice_core::limit::Unit;
-use sluice_core::modifier::penalty;
 use sluice_core::modifier::MetaValue;
 use sluice_proto::envoy::config::core::v3::HeaderValue;
 use sluice_proto::rate_limit_response::{Code, DescriptorStatus};
@@ -200,34 +198,15 @@ fn override_text(limit: &sluice_proto::rate_limit_descriptor::RateLimitOverride)
     fields.join(" ")
 }
 
-/// Of the blocks on a request's descriptors, the one ending last.
-pub fn latest_block(bound: &[Bound<'_>]) -> Option<penalty::Block> {
-    let (descriptor, s, decision) = bound
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| s.blocks.iter().map(move |d| (i, s, *d)))
-        .max_by_key(|(i, _, d)| (penalty::Penalized::of(d).until_us, std::cmp::Reverse(*i)))?;
-    let (limit_name, shadow_mode) = match &s.verdict {
-        Verdict::Limited(applied) => (applied.name.to_string(), applied.shadow_mode),
-        _ => (String::new(), false),
-    };
-    Some(penalty::Block {
-        descriptor,
-        decision,
-        limit_name,
-        shadow_mode,
-    })
-}
-
 /// Adds a unit's field `key` to the dynamic metadata: a map of the plain values it gives.
-pub fn add_unit_fields(metadata: &mut Struct, key: &str, given: Vec<(&'static str, MetaValue)>) {
+pub fn add_unit_fields(metadata: &mut Struct, key: &str, given: &[(&'static str, MetaValue)]) {
     let fields = given
-        .into_iter()
+        .iter()
         .map(|(name, value)| {
             let value = match value {
-                MetaValue::Text(text) => string(text),
-                MetaValue::Number(n) => number(n),
-                MetaValue::Flag(b) => boolean(b),
+                MetaValue::Text(text) => string(text.clone()),
+                MetaValue::Number(n) => number(*n),
+                MetaValue::Flag(b) => boolean(*b),
             };
             (name.to_string(), value)
         })

@@ -3,7 +3,8 @@
 //! request through validation (`validate`), matching each descriptor to its limits and
 //! overrides (`plan`), one store call for every hit of the request (`Store::charge`), the
 //! binding limit of each descriptor, the statuses and the overall code (`response`), and the
-//! headers and dynamic metadata (`extras`, with the tokens of `lease` and `reserve`). It
+//! headers and dynamic metadata (`extras`, with the tokens of `lease` and `ticket`, and what
+//! each modifier says). It
 //! knows the `Store` trait, never which store; services translate protocols, record metrics
 //! and write logs around it.
 
@@ -11,8 +12,8 @@ pub mod error;
 pub mod extras;
 pub mod lease;
 pub mod plan;
-pub mod reserve;
 pub mod response;
+pub mod ticket;
 pub mod validate;
 
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use sluice_config::overrides::{DescriptorOverrides, OverrideIndex};
 use sluice_config::Config;
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Decision, Hit};
-use sluice_core::modifier::penalty;
+use sluice_core::modifier::{MetaField, Modifiers, Said};
 use sluice_proto::rate_limit_response::Code;
 use sluice_proto::{RateLimitRequest, RateLimitResponse};
 use sluice_store::{Clock, Store, SystemClock};
@@ -67,6 +68,8 @@ pub struct Decided {
     pub decided_at_us: Option<u64>,
     /// How long the store call took, in seconds (0 when the request charged nothing).
     pub store_seconds: f64,
+    /// What the limits' modifiers said of the request (in the dynamic metadata too).
+    pub said: SmallVec<[MetaField; 1]>,
 }
 
 /// The request path over a store `S`.
@@ -164,13 +167,15 @@ impl<S: Store> Limiter<S> {
         // The store's veto: a denied request took no lease.
         let denied = overall == Code::OverLimit;
         observe(&bound, denied);
-        let block = extras::latest_block(&bound);
+        let said = said(&bound);
         let acquired = bound
             .iter()
             .filter_map(|s| s.lease)
             .any(|lease| lease.taken(denied));
         // A denied request holds nothing (its openings were taken back).
-        let held = !denied && plan::opened_a_hold(&bound);
+        let opened = tokens
+            .ticket
+            .filter(|(ticket, _)| !denied && plan::opened(&bound, ticket));
         let denied_by = bound
             .iter()
             .find_map(|s| s.denied_by.clone())
@@ -193,20 +198,24 @@ impl<S: Store> Limiter<S> {
         if let (Some(token), true) = (tokens.lease, acquired) {
             lease::add_token(dynamic_metadata.get_or_insert_with(Default::default), token);
         }
-        // The token of the holds opened, for the settle to send back.
-        if let (Some(token), true) = (tokens.hold, held) {
-            reserve::add_token(dynamic_metadata.get_or_insert_with(Default::default), token);
+        // The token of what a modifier opened, for the return to send back.
+        if let Some((ticket, token)) = opened {
+            ticket::add_token(
+                dynamic_metadata.get_or_insert_with(Default::default),
+                &ticket,
+                token,
+            );
         }
         // The limit that denied the request, by name.
         if let Some(name) = denied_by {
             extras::add_denied_by(dynamic_metadata.get_or_insert_with(Default::default), name);
         }
-        // The block that denies the request (or would, in shadow mode).
-        if let Some(block) = block {
+        // What each modifier says of the request (a penalty's block).
+        for (key, fields) in &said {
             extras::add_unit_fields(
                 dynamic_metadata.get_or_insert_with(Default::default),
-                penalty::METADATA_KEY,
-                penalty::metadata_fields(&block),
+                key,
+                fields,
             );
         }
         let response = RateLimitResponse {
@@ -222,6 +231,7 @@ impl<S: Store> Limiter<S> {
             shadowed,
             decided_at_us,
             store_seconds,
+            said,
         })
     }
 
@@ -247,7 +257,7 @@ impl<S: Store> Limiter<S> {
                 let entries = descriptor
                     .entries
                     .iter()
-                    .filter(|e| lease::is_matched(&e.key) && reserve::is_matched(&e.key))
+                    .filter(|e| lease::is_matched(&e.key) && ticket::is_matched(&e.key))
                     // An entry a modifier reads is not part of the descriptor.
                     .filter(|e| !domain.is_some_and(|d| d.reads_entry(&e.key)))
                     .map(|e| (e.key.as_str(), e.value.as_str()));
@@ -286,4 +296,26 @@ fn store_span(store: &'static str, hits: usize) -> Span {
         sluice.store = store,
         sluice.store.hits = hits,
     )
+}
+
+/// What the modifiers say of a request, from every decision of its limits (each with its
+/// descriptor's binding limit's name and shadow mode).
+fn said(bound: &[plan::Bound<'_>]) -> SmallVec<[MetaField; 1]> {
+    let decisions: SmallVec<[Said<'_>; 4]> = bound
+        .iter()
+        .enumerate()
+        .flat_map(|(descriptor, s)| {
+            let (limit_name, shadow_mode) = match &s.verdict {
+                Verdict::Limited(applied) => (applied.name, applied.shadow_mode),
+                _ => ("", false),
+            };
+            s.taken.iter().map(move |(decision, _)| Said {
+                descriptor,
+                decision: *decision,
+                limit_name,
+                shadow_mode,
+            })
+        })
+        .collect();
+    Modifiers::said(&decisions)
 }

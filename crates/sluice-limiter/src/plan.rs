@@ -10,16 +10,15 @@ use std::collections::HashSet;
 use smallvec::SmallVec;
 
 use crate::lease::{self, LeaseTokens};
-use crate::reserve;
 use crate::response::{Applied, Verdict};
+use crate::ticket;
 use sluice_config::overrides::DescriptorOverrides;
 use sluice_config::{Domain, NamedLimit, Rule};
 use sluice_core::engine;
 use sluice_core::identity;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Decision, Hit, LeaseCall, LeaseOutcome, Limit, Unit};
-use sluice_core::modifier::penalty::Penalized;
-use sluice_core::modifier::reserve::{Call, Reserved};
+use sluice_core::modifier::Ticket;
 use sluice_proto::RateLimitDescriptor;
 
 /// One descriptor after matching.
@@ -37,12 +36,13 @@ pub struct Planned<'a> {
     /// The token the descriptor releases (its `sluice.lease` entry): only its lease
     /// limits apply, each freeing what the token holds.
     release: Option<u64>,
-    /// The hold the descriptor settles (its `sluice.reserve` entry): only its reserved
-    /// budgets apply, each charging the cost as the actual.
-    settle: Option<u64>,
-    /// The hold the descriptor opens under a name of its own (its `sluice.hold` entry).
-    hold: Option<u64>,
-    /// The descriptor's own `hits_addend`: a reserved budget's estimate when above 0.
+    /// The token the descriptor returns to a modifier's ticket (with the modifier's registry
+    /// row): only the limits carrying that modifier apply, each closing what the token holds
+    /// at the cost.
+    returned: Option<(u8, u64)>,
+    /// The token the descriptor names for what it opens (with the modifier's row).
+    named: Option<(u8, u64)>,
+    /// The descriptor's own `hits_addend` (a modifier may make it the cost of an opening).
     own_cost: Option<u64>,
 }
 
@@ -63,8 +63,8 @@ pub fn plan<'a>(
         replaces: &[],
         labels: None,
         release: lease::released_token(descriptor),
-        settle: reserve::settled_hold(descriptor),
-        hold: reserve::named_hold(descriptor),
+        returned: ticket::returned(descriptor),
+        named: ticket::named(descriptor),
         own_cost: descriptor.hits_addend,
     };
     let Some(domain) = domain else {
@@ -75,8 +75,8 @@ pub fn plan<'a>(
         .iter()
         .map(|e| (e.key.as_str(), e.value.as_str()));
     if let Some(limit) = descriptor.limit {
-        if planned.release.is_some() || planned.settle.is_some() {
-            // An override is a plain rate: a release or a settle frees nothing there.
+        if planned.release.is_some() || planned.returned.is_some() {
+            // An override is a plain rate: a release or a return frees nothing there.
             return planned;
         }
         // Validated: the unit is a known one.
@@ -95,10 +95,11 @@ pub fn plan<'a>(
         planned.labels = Some(Cow::Owned(LimitLabels::of_override(domain_name, keys)));
         return planned;
     }
-    let set_aside = planned.release.is_some() || planned.settle.is_some() || planned.hold.is_some();
-    // A release, a settle or a named hold matches without its token.
+    let set_aside =
+        planned.release.is_some() || planned.returned.is_some() || planned.named.is_some();
+    // A release, a return or a named opening matches without its token.
     let pairs: SmallVec<[(&str, &str); 8]> = entries
-        .filter(|(key, _)| !set_aside || (lease::is_matched(key) && reserve::is_matched(key)))
+        .filter(|(key, _)| !set_aside || (lease::is_matched(key) && ticket::is_matched(key)))
         .collect();
     let matched = domain.resolve_reading(&pairs);
     let Some(matched) = matched else {
@@ -108,7 +109,7 @@ pub fn plan<'a>(
     // An unlimited rule's `replaces` still applies, as in the reference.
     planned.replaces = &rule.replaces;
     let releases = planned.release.is_some();
-    let settles = planned.settle.is_some();
+    let returns_to = planned.returned.map(|(row, _)| row);
     let Some(limits) = limits_in_force(rule, overrides) else {
         planned.unlimited = true;
         return planned;
@@ -116,7 +117,9 @@ pub fn plan<'a>(
     planned.limits = limits
         .into_iter()
         .filter(|named| !releases || named.limit.algorithm().leases())
-        .filter(|named| !settles || named.limit.modifiers.reserve.is_some())
+        .filter(|named| {
+            returns_to.is_none() || named.limit.modifiers.ticket().map(|(row, _)| row) == returns_to
+        })
         .map(|mut named| Applied {
             limit: {
                 // What the limit's modifiers read of the descriptor.
@@ -211,15 +214,16 @@ fn limits_in_force<'a>(
 }
 
 impl Planned<'_> {
-    /// The cost a hit of `limit` carries: a reserved budget's estimate for an opening, else
-    /// the descriptor's cost.
+    /// The cost a hit of `limit` carries: what its modifiers make an opening cost, else the
+    /// descriptor's cost.
     fn cost_of(&self, limit: &Limit) -> u64 {
-        match limit.modifiers.reserve {
-            Some(policy) if self.settle.is_none() => {
-                policy.estimate(self.own_cost, limit.requests_per_unit)
-            }
-            _ => self.cost,
+        if self.returned.is_some() {
+            return self.cost;
         }
+        limit
+            .modifiers
+            .opening_cost(self.own_cost, limit.requests_per_unit)
+            .unwrap_or(self.cost)
     }
 
     /// Whether no limit applies to the descriptor (no match, or every limit replaced); an
@@ -260,20 +264,20 @@ pub fn apply_replaces(planned: &mut [Planned<'_>]) {
 pub type Hits = SmallVec<[Hit; 4]>;
 
 /// The tokens a request's hits were given: the one its leases are taken under, and the one
-/// its holds are opened under (issued, or the request's own name for them).
+/// a modifier's ticket opens under (issued, or the request's own name for it).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Tokens {
     pub lease: Option<u64>,
-    pub hold: Option<u64>,
+    pub ticket: Option<(Ticket, u64)>,
 }
 
 /// The hits of the request: one per limit of each descriptor, a descriptor's limits after
 /// its first joining it, each under its own key (a rule with one limit keeps the key
 /// envoyproxy/ratelimit uses, moved out of the plan: nothing reads it after; the limits of a
 /// rule of several add their slot). A lease limit's hit releases the descriptor's
-/// token, or acquires under the request's, issued by `tokens` when the first is needed; a
-/// reserved budget's hit settles the descriptor's hold at the cost as the actual, or opens
-/// one of its estimate under the descriptor's own name for it or the request's token.
+/// token, or acquires under the request's, issued by `tokens` when the first is needed; the
+/// hit of a limit whose modifier has a ticket returns the descriptor's token at the cost, or
+/// opens under the descriptor's own name for it or the request's token.
 /// Returns the tokens given too.
 pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens) {
     let mut hits = Hits::with_capacity(planned.len());
@@ -295,14 +299,14 @@ pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens)
                         LeaseCall::Acquire(token)
                     }
                 })
-            } else if applied.limit.modifiers.reserve.is_some() {
-                Some(match p.settle {
-                    Some(hold) => LeaseCall::Release(hold),
+            } else if let Some((row, ticket)) = applied.limit.modifiers.ticket() {
+                let own = |of: Option<(u8, u64)>| of.filter(|(r, _)| *r == row).map(|(_, t)| t);
+                Some(match own(p.returned) {
+                    Some(token) => LeaseCall::Release(token),
                     None => {
-                        let token = p
-                            .hold
+                        let token = own(p.named)
                             .unwrap_or_else(|| *issued.get_or_insert_with(|| tokens.issue()));
-                        given.hold.get_or_insert(token);
+                        given.ticket.get_or_insert((ticket, token));
                         LeaseCall::Acquire(token)
                     }
                 })
@@ -323,29 +327,28 @@ pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens)
 }
 
 /// What each descriptor got: its verdict, the binding limit's decision, the cost, the
-/// metric labels, its lease limit's decision (the first, when it has several), the
-/// decisions of its limits that a penalty's block denied, and what its reserved budgets did
-/// (with the cost each was asked: an estimate, or the actual a settle charged).
+/// metric labels, its lease limit's decision (the first, when it has several), and the
+/// decision of each of its limits with the cost each was asked (what its modifiers noted,
+/// for the metrics and the response).
 pub struct Bound<'a> {
     pub verdict: Verdict<'a>,
     pub decision: Option<Decision>,
     pub cost: u64,
     pub labels: Option<Cow<'a, LimitLabels>>,
     pub lease: Option<LeaseOutcome>,
-    pub blocks: SmallVec<[Decision; 1]>,
-    pub reserved: SmallVec<[Reserved; 1]>,
-    /// The name the reserved budget that denied the descriptor goes by (`name`, else its
-    /// stats key).
+    pub taken: SmallVec<[(Decision, u64); 1]>,
+    /// The name the binding limit that denied the descriptor goes by (`name`, else its
+    /// stats key), when its modifiers name their denials.
     pub denied_by: Option<String>,
 }
 
-/// Whether a descriptor's reserved budgets opened a hold (a request that was vetoed opened
-/// none: its decisions carry no mark).
-pub fn opened_a_hold(bound: &[Bound<'_>]) -> bool {
+/// Whether a decision of the request opened what `ticket` gives a token for (a request that
+/// was vetoed opened nothing: its decisions carry no mark).
+pub fn opened(bound: &[Bound<'_>], ticket: &Ticket) -> bool {
     bound
         .iter()
-        .flat_map(|s| &s.reserved)
-        .any(|r| r.call == Call::Opened)
+        .flat_map(|s| &s.taken)
+        .any(|(decision, _)| (ticket.opened)(decision))
 }
 
 /// Pairs each descriptor with its binding limit and that limit's decision, given the store's
@@ -371,13 +374,8 @@ pub fn bind<'a>(
                     releases: p.release.is_some(),
                     descriptor_denied: taken.iter().any(|d| !d.admitted),
                 });
-            let blocks = taken
-                .iter()
-                .filter(|d| Penalized::of(d).until_us > 0)
-                .copied()
-                .collect();
-            let reserved = taken.iter().filter_map(Reserved::of).collect();
             let costs: SmallVec<[u64; 1]> = p.limits.iter().map(|a| p.cost_of(&a.limit)).collect();
+            let with_costs = taken.iter().copied().zip(costs.iter().copied()).collect();
             let bound = engine::binding(&taken).and_then(|index| {
                 let applied = p.limits.into_iter().nth(index)?;
                 Some((applied, *taken.get(index)?, *costs.get(index)?))
@@ -390,8 +388,7 @@ pub fn bind<'a>(
                     decision: Some(decision),
                     labels: p.labels,
                     lease,
-                    blocks,
-                    reserved,
+                    taken: with_costs,
                 },
                 None => Bound {
                     verdict: if p.unlimited {
@@ -403,8 +400,7 @@ pub fn bind<'a>(
                     cost: p.cost,
                     labels: None,
                     lease: None,
-                    blocks,
-                    reserved,
+                    taken: with_costs,
                     denied_by: None,
                 },
             }
@@ -414,8 +410,8 @@ pub fn bind<'a>(
 
 /// What `sluice.denied_by` says of the binding limit that denied a descriptor: its `name`,
 /// else its stats key, with the class its modifiers put the request in (`name/batch`).
-/// Named for a reserved budget and a limit shared by classes; other denials answer as the
-/// reference's.
+/// Named where a modifier names its denials and for a limit shared by classes; other
+/// denials answer as the reference's.
 fn denied_by(
     applied: &Applied<'_>,
     decision: &Decision,
@@ -423,7 +419,7 @@ fn denied_by(
 ) -> Option<String> {
     let modifiers = &applied.limit.modifiers;
     let class = modifiers.class();
-    if decision.admitted || (modifiers.reserve.is_none() && class.is_none()) {
+    if decision.admitted || (!modifiers.names_denial() && class.is_none()) {
         return None;
     }
     let mut name = match applied.name {

@@ -4,7 +4,7 @@
 //! beyond the bounds.
 
 use crate::DecisionError;
-use crate::{lease, reserve};
+use crate::{lease, ticket};
 use sluice_core::limit::Unit;
 use sluice_proto::RateLimitRequest;
 
@@ -80,13 +80,13 @@ pub fn validate_request(
                 "bytes",
             )?;
             let refused = lease::refused_entry(&entry.key, &entry.value)
-                .or_else(|| reserve::refused_entry(&entry.key, &entry.value));
+                .or_else(|| ticket::refused_entry(&entry.key, &entry.value));
             if let Some(reason) = refused {
                 return invalid(&field("value"), reason);
             }
         }
         let names = |key: &str| descriptor.entries.iter().any(|e| e.key == key);
-        if names(lease::LEASE_KEY) && names(reserve::SETTLE_KEY) {
+        if names(lease::LEASE_KEY) && ticket::returns_any(descriptor) {
             let reason = "a descriptor releases leases or settles a hold, not both: send each its own descriptor";
             return invalid(&entries(), reason);
         }

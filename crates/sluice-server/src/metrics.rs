@@ -6,8 +6,7 @@
 
 mod classes;
 mod leases;
-mod penalties;
-mod reserve;
+mod modifiers;
 pub mod runtime;
 
 use std::collections::HashMap;
@@ -19,10 +18,9 @@ use arc_swap::ArcSwap;
 use metrics::{Counter, Histogram, Label};
 
 use crate::statsd::ServiceStats;
+use sluice_core::algorithm::Mark;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Algorithm, Decision, LeaseOutcome};
-use sluice_core::modifier::penalty::Penalized;
-use sluice_core::modifier::reserve::Reserved;
 use sluice_core::modifier::Class;
 use sluice_store::series::Series;
 
@@ -54,10 +52,8 @@ struct LimitCounters {
     labels: LimitLabels,
     /// A lease limit's series, registered when it first takes or frees one.
     leases: OnceLock<leases::LeaseCounters>,
-    /// A penalty's series, registered when it first blocks a client.
-    penalties: OnceLock<penalties::PenaltyCounters>,
-    /// A reserved budget's series, registered at its first call.
-    reserve: OnceLock<reserve::ReserveCounters>,
+    /// Its modifiers' series, each registered at the modifier's first note on it.
+    modifiers: modifiers::LimitModifiers,
     /// The decisions by class of traffic, for a limit whose modifiers put hits in classes.
     classes: classes::ClassCounters,
 }
@@ -85,7 +81,7 @@ pub struct Metrics {
     store_latency: Histogram,
     /// The statsd sink's stats, when on (`USE_STATSD`, `USE_DOG_STATSD`).
     statsd: Option<ServiceStats>,
-    /// What the penalty series count block ends from.
+    /// The clock of what ages in the modifiers' series (blocks in force).
     epoch: std::time::Instant,
 }
 
@@ -144,28 +140,32 @@ impl Metrics {
         self.series.upkeep();
     }
 
-    /// The Prometheus text exposition, every component's series included (the clients a
-    /// penalty blocks counted as of now).
+    /// The Prometheus text exposition, every component's series included (what ages in the
+    /// modifiers' series, as of now).
     pub fn render(&self) -> String {
+        let now_us = self.now_us();
         for counters in self.limits.load().values() {
-            if let Some(penalties) = counters.penalties.get() {
-                penalties.refresh(self.epoch);
-            }
+            counters.modifiers.refresh(now_us);
         }
         self.series.render()
     }
 
-    /// What a limit's penalty did to a hit (`decision`): imposed a block, or denied it for one.
-    pub fn record_penalty(&self, labels: &LimitLabels, decision: &Decision) {
-        let penalized = Penalized::of(decision);
-        if penalized.until_us == 0 {
+    /// What a limit's modifier noted on a hit (`decision`, of `cost`: an opening's estimate,
+    /// a settle's actual), in that modifier's series; nothing when none noted anything.
+    pub fn record_modifiers(&self, labels: &LimitLabels, decision: &Decision, cost: u64) {
+        if !matches!(decision.mark, Mark::Noted(_)) {
             return;
         }
         let counters = self.counters_of(labels);
-        let penalties = counters.penalties.get_or_init(|| {
-            penalties::PenaltyCounters::new(&self.series, &limit_labels(&counters.labels))
-        });
-        penalties.record(&penalized, decision.retry_after_us, self.epoch);
+        let labels = || limit_labels(&counters.labels);
+        counters
+            .modifiers
+            .record(&self.series, labels, decision, cost, self.now_us());
+    }
+
+    /// Microseconds on the metrics' clock.
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     /// The counters of the limit under `labels`, registered when first seen.
@@ -174,18 +174,6 @@ impl Metrics {
             Some(counters) => counters.clone(),
             None => self.register_limit(labels),
         }
-    }
-
-    /// What a reserved budget did at one call (`cost`: the estimate an opening held, the
-    /// actual a settle charged).
-    pub fn record_reserve(&self, labels: &LimitLabels, reserved: &Reserved, cost: u64) {
-        let counters = self.counters_of(labels);
-        counters
-            .reserve
-            .get_or_init(|| {
-                reserve::ReserveCounters::new(&self.series, &limit_labels(&counters.labels))
-            })
-            .record(reserved, cost);
     }
 
     /// Counts one limited descriptor's hits, split as envoyproxy/ratelimit's base limiter
@@ -333,8 +321,7 @@ impl Metrics {
                 .as_ref()
                 .map(|statsd| statsd.limit_counters(&labels.stats_key)),
             leases: OnceLock::new(),
-            penalties: OnceLock::new(),
-            reserve: OnceLock::new(),
+            modifiers: modifiers::LimitModifiers::default(),
             classes: classes::ClassCounters::default(),
             labels: labels.clone(),
         });

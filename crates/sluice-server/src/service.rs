@@ -116,11 +116,8 @@ impl<S: Store> RateLimiter<S> {
     fn record(&self, bound: &[Bound<'_>], denied: bool) {
         for s in bound {
             if let Some(labels) = s.labels.as_deref() {
-                for block in &s.blocks {
-                    self.metrics.record_penalty(labels, block);
-                }
-                for reserved in &s.reserved {
-                    self.metrics.record_reserve(labels, reserved, s.cost);
+                for (decision, cost) in &s.taken {
+                    self.metrics.record_modifiers(labels, decision, *cost);
                 }
             }
             if let (Some(lease), Some(labels)) = (s.lease, s.labels.as_deref()) {

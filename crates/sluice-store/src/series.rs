@@ -11,21 +11,13 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 
+use sluice_core::modifier::{Modifiers, SeriesKind};
+
 static METADATA: Metadata<'static> = Metadata::new("sluice", metrics::Level::INFO, Some("sluice"));
 
 /// Histogram buckets for latencies, in seconds: 50 µs to 1 s.
 const LATENCY_BUCKETS: [f64; 14] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-];
-
-/// The histogram of a reserved budget's estimate error.
-pub const ESTIMATE_ERROR: &str = "sluice_reserve_estimate_error";
-
-/// Histogram buckets for a reserved budget's estimate error (the actual less the estimate,
-/// `sluice_reserve_estimate_error`): from 100,000 under to 100,000 over.
-const ESTIMATE_ERROR_BUCKETS: [f64; 13] = [
-    -100_000.0, -10_000.0, -1_000.0, -100.0, -10.0, -1.0, 0.0, 1.0, 10.0, 100.0, 1_000.0, 10_000.0,
-    100_000.0,
 ];
 
 /// What a component that keeps its own numbers writes when `/metrics` is scraped.
@@ -60,15 +52,17 @@ impl Default for Series {
 }
 
 impl Series {
-    /// A recorder with latency buckets (and the estimate error's own).
+    /// A recorder with latency buckets, and the buckets each modifier's histograms give.
     pub fn new() -> Series {
         let builder = PrometheusBuilder::new()
             .set_buckets(&LATENCY_BUCKETS)
             .and_then(|builder| {
-                builder.set_buckets_for_metric(
-                    Matcher::Full(ESTIMATE_ERROR.into()),
-                    &ESTIMATE_ERROR_BUCKETS,
-                )
+                Modifiers::series().try_fold(builder, |builder, series| match series.kind {
+                    SeriesKind::Histogram(buckets) => {
+                        builder.set_buckets_for_metric(Matcher::Full(series.name.into()), buckets)
+                    }
+                    SeriesKind::Counter | SeriesKind::Gauge => Ok(builder),
+                })
             });
         let recorder = match builder {
             Ok(builder) => builder.build_recorder(),

@@ -10,6 +10,7 @@
 //! act between a replica and its store: budget leasing (`leasing`) and the answer when the
 //! store fails (`on_store_failure`).
 
+pub mod edges;
 pub mod leasing;
 pub mod on_store_failure;
 pub mod penalty;
@@ -21,15 +22,7 @@ use smallvec::SmallVec;
 use crate::algorithm::params::Refusal;
 use crate::algorithm::{Counting, Decision, Kept, LeaseCall, Mark, Outcome, Rate, State};
 use crate::duration;
-
-/// A plain value a unit adds to a response's dynamic metadata (the server writes it as
-/// protobuf).
-#[derive(Debug, Clone, PartialEq)]
-pub enum MetaValue {
-    Text(String),
-    Number(f64),
-    Flag(bool),
-}
+pub use edges::{Event, MetaField, MetaValue, Meter, Said, SeriesDef, SeriesKind, Tally, Ticket};
 
 /// A modifier's policy, as one YAML value inside `rate_limit` gives it.
 pub trait ModifierPolicy: Sized {
@@ -62,6 +55,51 @@ pub trait ModifierPolicy: Sized {
     /// fits with that much to spare, and told what remains above it.
     fn headroom(&self, _capacity: u64) -> u64 {
         0
+    }
+
+    /// Why it cannot be carried by `limit`, if it cannot (a refusal's key is under its own,
+    /// `reserve.amount`).
+    fn refused_on(&self, _limit: &Carrier<'_>) -> Result<(), Refusal> {
+        Ok(())
+    }
+
+    /// The entries by which a request opens and returns what it keeps per request in flight,
+    /// for a modifier that keeps something (`edges::Ticket`).
+    const TICKET: Option<Ticket> = None;
+
+    /// The cost a hit opening its ticket carries in place of the descriptor's
+    /// (`own_cost`: the descriptor's own `hits_addend`), for a limit of `requests_per_unit`.
+    fn opening_cost(&self, _own_cost: Option<u64>, _requests_per_unit: u32) -> Option<u64> {
+        None
+    }
+
+    /// Whether a denial of its limit is named in `sluice.denied_by`.
+    fn names_denial(&self) -> bool {
+        false
+    }
+
+    /// What it adds to a response's dynamic metadata, from the decisions of the request's
+    /// limits (all of them, its own notes among them).
+    fn said(_decisions: &[Said<'_>]) -> Option<MetaField> {
+        None
+    }
+
+    /// What `simulate` says of it in parentheses after its limit's description, if anything.
+    fn beside(&self) -> Option<String> {
+        None
+    }
+
+    /// What `simulate` marks on a request's line from a field it `said`, if anything.
+    fn event(_said: &MetaField) -> Option<Event> {
+        None
+    }
+
+    /// The series it records for each limit that carries it, written by its `meter`.
+    const SERIES: &'static [SeriesDef] = &[];
+
+    /// What records its notes in `SERIES`, one for each limit.
+    fn meter() -> Option<Box<dyn Meter>> {
+        None
     }
 
     /// The class of traffic it puts the hit in, named in `sluice.denied_by` and counted in
@@ -146,6 +184,18 @@ pub struct KeptPart {
 pub struct ScriptArg {
     pub parts: SmallVec<[Option<KeptPart>; 2]>,
     pub numbers: String,
+}
+
+/// The limit a modifier is given to, as it may refuse it (`ModifierPolicy::refused_on`).
+#[derive(Debug, Clone, Copy)]
+pub struct Carrier<'a> {
+    /// The algorithm's name (`token_bucket`).
+    pub algorithm: &'a str,
+    /// The algorithm keeps leases per request in flight (concurrency).
+    pub leases: bool,
+    pub requests_per_unit: u32,
+    /// The most the limit holds at once (a bucket's burst).
+    pub capacity: u64,
 }
 
 /// A hit as a modifier deciding around its limit sees it.
@@ -436,6 +486,98 @@ macro_rules! registry {
             /// holds for every cost until its wait ends.
             pub fn lasting(&self, decision: &Decision) -> Option<Mark> {
                 None $( .or_else(|| self.$field.as_ref().and_then(|p| ModifierPolicy::lasting(p, decision))) )+
+            }
+
+            /// The ticket of the first of them that keeps something per request, with its
+            /// registry row.
+            pub fn ticket(&self) -> Option<(u8, Ticket)> {
+                let mut row = 0u8;
+                $(
+                    if let (Some(_), Some(ticket)) = (&self.$field, <$policy as ModifierPolicy>::TICKET) {
+                        return Some((row, ticket));
+                    }
+                    row += 1;
+                )+
+                let _ = row;
+                None
+            }
+
+            /// The first refusal of the limit by one of them (`ModifierPolicy::refused_on`).
+            pub fn refused_on(&self, limit: &Carrier<'_>) -> Result<(), Refusal> {
+                $( if let Some(policy) = &self.$field {
+                    ModifierPolicy::refused_on(policy, limit)?;
+                } )+
+                Ok(())
+            }
+
+            /// The limit without the modifiers that keep something per request in flight
+            /// (those with a ticket), as a gateway without them would count it.
+            pub fn without_tickets(&mut self) {
+                $( if <$policy as ModifierPolicy>::TICKET.is_some() {
+                    self.$field = None;
+                } )+
+            }
+
+            /// Every row's ticket, with its row: the entries a request may speak to them by.
+            pub fn tickets() -> SmallVec<[(u8, Ticket); 1]> {
+                let mut tickets = SmallVec::new();
+                let mut row = 0u8;
+                $(
+                    if let Some(ticket) = <$policy as ModifierPolicy>::TICKET {
+                        tickets.push((row, ticket));
+                    }
+                    row += 1;
+                )+
+                let _ = row;
+                tickets
+            }
+
+            /// The cost of a hit opening a ticket, when one of them sets it.
+            pub fn opening_cost(&self, own_cost: Option<u64>, requests_per_unit: u32) -> Option<u64> {
+                None $( .or_else(|| self.$field.as_ref().and_then(|p| ModifierPolicy::opening_cost(p, own_cost, requests_per_unit))) )+
+            }
+
+            /// Whether a denial of the limit is named in `sluice.denied_by`.
+            pub fn names_denial(&self) -> bool {
+                false $( || self.$field.as_ref().is_some_and(ModifierPolicy::names_denial) )+
+            }
+
+            /// What every row adds to a response's dynamic metadata, from the decisions of
+            /// the request's limits.
+            pub fn said(decisions: &[Said<'_>]) -> SmallVec<[MetaField; 1]> {
+                let mut fields = SmallVec::new();
+                $( fields.extend(<$policy as ModifierPolicy>::said(decisions)); )+
+                fields
+            }
+
+            /// What `simulate` says of them after their limit's description, in registry order.
+            pub fn beside(&self) -> Vec<String> {
+                let mut said = Vec::new();
+                $( said.extend(self.$field.as_ref().and_then(ModifierPolicy::beside)); )+
+                said
+            }
+
+            /// What `simulate` marks on a request's line from the fields the rows `said`.
+            pub fn events(said: &[MetaField]) -> Vec<Event> {
+                let mut events = Vec::new();
+                for field in said {
+                    $( events.extend(<$policy as ModifierPolicy>::event(field)); )+
+                }
+                events
+            }
+
+            /// The series of the row whose notes go `by` this name, and a new meter for them.
+            pub fn meter_of(by: &str) -> Option<(&'static [SeriesDef], Box<dyn Meter>)> {
+                $( if by == stringify!($field) {
+                    return <$policy as ModifierPolicy>::meter()
+                        .map(|meter| (<$policy as ModifierPolicy>::SERIES, meter));
+                } )+
+                None
+            }
+
+            /// Every row's series, for a recorder to configure (histograms' buckets).
+            pub fn series() -> impl Iterator<Item = &'static SeriesDef> {
+                [$( <$policy as ModifierPolicy>::SERIES, )+].into_iter().flatten()
             }
 
             /// Why the limit cannot be handed out in chunks, when one of them says.

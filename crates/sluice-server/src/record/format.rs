@@ -6,6 +6,8 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use sluice_proto::rate_limit_descriptor::{Entry, RateLimitOverride};
@@ -68,9 +70,10 @@ pub struct Call {
     /// in the releases that carry this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
-    /// The token of the holds the answer opened (`sluice.reserve`), for the same reason.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reserve: Option<String>,
+    /// The token of what a modifier's ticket opened (a reserved budget's holds,
+    /// `sluice.reserve`), for the same reason.
+    #[serde(rename = "reserve", default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
 }
 
 /// One descriptor of a call.
@@ -220,4 +223,29 @@ pub fn read(path: &Path) -> Result<Recording, FormatError> {
         calls.push(call);
     }
     Ok(Recording { header, calls })
+}
+
+/// A call's line as `format::Call` writes it, borrowing what it can from the request.
+#[derive(Serialize)]
+pub(crate) struct Line<'a> {
+    pub(crate) t: u64,
+    pub(crate) domain: &'a str,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub(crate) hits_addend: u32,
+    pub(crate) descriptors: Vec<LineDescriptor<'a>>,
+    pub(crate) code: Code,
+    pub(crate) statuses: &'a [Status],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) lease: Option<&'a str>,
+    #[serde(rename = "reserve", skip_serializing_if = "Option::is_none")]
+    pub(crate) ticket: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct LineDescriptor<'a> {
+    pub(crate) entries: Vec<(&'a str, Cow<'a, str>)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) hits_addend: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) limit: Option<Override>,
 }

@@ -71,7 +71,8 @@ pub(crate) struct Pending {
     pub request: RateLimitRequest,
     pub statuses: Vec<Status>,
     pub lease: Option<String>,
-    pub reserve: Option<String>,
+    /// The token a modifier's ticket gave (`format::Call::ticket`).
+    pub ticket: Option<String>,
     /// The config it was decided under, when values are hashed (those it names stay).
     pub config: Option<Arc<Config>>,
 }
@@ -163,7 +164,9 @@ impl Recorder {
             request: request.clone(),
             statuses,
             lease: sluice_limiter::lease::token_in(response),
-            reserve: sluice_limiter::reserve::token_in(response),
+            ticket: sluice_core::modifier::Modifiers::tickets()
+                .iter()
+                .find_map(|(_, ticket)| sluice_limiter::ticket::token_in(response, ticket.key)),
             config: self.hashes.then(|| config.clone()),
         };
         match self.queue.try_send(Message::Call(Box::new(pending))) {

@@ -17,13 +17,10 @@ use std::time::{Duration, Instant};
 
 use siphasher::sip::SipHasher13;
 
-use serde::Serialize;
-
-use super::format::{Code, Header, Override, Status};
+use super::format::{Header, Line, LineDescriptor, Override};
 use super::{Message, Pending, RecordCounts, RecordError, RecordSettings};
 use sluice_config::Config;
-use sluice_limiter::lease::LEASE_KEY;
-use sluice_limiter::reserve::{HOLD_KEY, SETTLE_KEY};
+use sluice_limiter::{lease, ticket};
 
 /// How long the writer sleeps when the queue is empty (after flushing what it wrote).
 const IDLE_SLEEP: Duration = Duration::from_millis(10);
@@ -168,11 +165,10 @@ impl Hashing {
         Hashing { keys, named: None }
     }
 
-    /// `value` of `key` as recorded: kept when `config` names it (or it is a lease token, or
-    /// names a hold: a replay pairs a settle with its opening by it), else `#` and 16 hex
-    /// digits.
+    /// `value` of `key` as recorded: kept when `config` names it (or it is a token: a replay
+    /// pairs a release or a return with its opening by it), else `#` and 16 hex digits.
     fn value(&mut self, config: &Arc<Config>, key: &str, value: &str) -> String {
-        let token = key == LEASE_KEY || key == SETTLE_KEY || key == HOLD_KEY;
+        let token = !(lease::is_matched(key) && ticket::is_matched(key));
         if token || self.names(config, key, value) {
             return value.to_string();
         }
@@ -197,35 +193,6 @@ impl Hashing {
             .as_ref()
             .is_some_and(|(_, named)| named.contains(&(key.to_string(), value.to_string())))
     }
-}
-
-/// A call's line as `format::Call` writes it, borrowing what it can from the request.
-#[derive(Serialize)]
-struct Line<'a> {
-    t: u64,
-    domain: &'a str,
-    #[serde(skip_serializing_if = "is_zero")]
-    hits_addend: u32,
-    descriptors: Vec<LineDescriptor<'a>>,
-    code: Code,
-    statuses: &'a [Status],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    lease: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reserve: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct LineDescriptor<'a> {
-    entries: Vec<(&'a str, Cow<'a, str>)>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hits_addend: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    limit: Option<Override>,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// Appends the line of `pending` to `out`.
@@ -263,7 +230,7 @@ fn line(pending: &Pending, hashing: &mut Option<Hashing>, out: &mut Vec<u8>) {
         code: pending.code,
         statuses: &pending.statuses,
         lease: pending.lease.as_deref(),
-        reserve: pending.reserve.as_deref(),
+        ticket: pending.ticket.as_deref(),
     };
     if serde_json::to_writer(&mut *out, &line).is_ok() {
         out.push(b'\n');

@@ -128,7 +128,7 @@ impl SourceArgs {
             load_options: LoadOptions {
                 merge_domain_config: self.merge_domain_config,
                 debt: self.debt,
-                without_reserve: false,
+                without_tickets: false,
                 every_hit: false,
             },
             xds,

@@ -13,16 +13,16 @@
 //! past its last strike or block end (only `within` while it has no offence): after that its
 //! next offence is a first one again.
 
-mod metadata;
 pub mod policy;
+mod said;
 mod state;
 
 use smallvec::{smallvec, SmallVec};
 
 use crate::algorithm::{Decision, Kept, LeaseCall, Mark, Outcome};
 use crate::modifier::{KeptPart, Left, Turn};
-pub use metadata::{fields as metadata_fields, utc_text, Block, METADATA_KEY};
 pub use policy::Policy;
+pub use said::{PenaltyMeter, METADATA_KEY};
 pub use state::{Penalized, Record, PART};
 
 /// The penalty's YAML key, which names its notes on decisions.

@@ -234,6 +234,24 @@ impl crate::modifier::ModifierPolicy for Policy {
         super::around(self, turn, kept, inner, leave)
     }
 
+    fn said(decisions: &[crate::modifier::Said<'_>]) -> Option<crate::modifier::MetaField> {
+        super::said::said(decisions)
+    }
+
+    fn beside(&self) -> Option<String> {
+        Some(self.to_string())
+    }
+
+    fn event(said: &crate::modifier::MetaField) -> Option<crate::modifier::Event> {
+        super::said::event(said)
+    }
+
+    const SERIES: &'static [crate::modifier::SeriesDef] = super::said::SERIES;
+
+    fn meter() -> Option<Box<dyn crate::modifier::Meter>> {
+        Some(Box::<super::PenaltyMeter>::default())
+    }
+
     fn chunk_refusal(&self) -> Option<&'static str> {
         Some("a penalty counts each denial in the store as a strike: denials answered by a replica would not count")
     }

@@ -14,6 +14,7 @@
 //! that lapses charges nothing.
 
 pub mod policy;
+mod said;
 mod state;
 
 use smallvec::{smallvec, SmallVec};
@@ -21,6 +22,7 @@ use smallvec::{smallvec, SmallVec};
 use crate::algorithm::{self, Counting, Decision, Kept, LeaseCall, Mark, Outcome, Rate, State};
 use crate::modifier::{KeptPart, Left, Turn};
 pub use policy::Policy;
+pub use said::{ReserveMeter, ESTIMATE_ERROR, HOLD_KEY, SETTLE_KEY, TICKET};
 pub use state::{Call, Hold, Holds, Reserved, Settled, HOLDS, SETTLED};
 
 /// The reservation's YAML key, which names its notes on decisions.
@@ -105,13 +107,6 @@ fn around(
         new_state: reservation.limit,
     }
 }
-
-/// The descriptor entry key of a settle (the token, or the value the request named its hold
-/// by), and the dynamic metadata field of the token.
-pub const SETTLE_KEY: &str = "sluice.reserve";
-/// The descriptor entry key by which a request names its hold itself (a client that cannot
-/// carry metadata: the value of its `x-request-id`, sent again under `SETTLE_KEY` at the end).
-pub const HOLD_KEY: &str = "sluice.hold";
 
 /// What a call on a reserved budget decided, and the states to write.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -174,6 +174,39 @@ impl crate::modifier::ModifierPolicy for Policy {
         super::around(self, turn, kept, inner, leave)
     }
 
+    /// A concurrency limit holds each request's leases until released already; a bucket
+    /// must be able to hold the largest estimate.
+    fn refused_on(&self, limit: &crate::modifier::Carrier<'_>) -> Result<(), Refusal> {
+        if limit.leases {
+            return Err(Refusal::new("reserve", "concurrency holds each request's leases until it releases them: there is no budget to reserve (reserve applies to the rate algorithms)"));
+        }
+        let largest = self.amount.min(self.cap(limit.requests_per_unit));
+        if largest > limit.capacity {
+            let reason = format!(
+                "an estimate of {largest} could never be held by {}, which holds at most {} at once (its burst): raise burst or lower amount",
+                limit.algorithm, limit.capacity
+            );
+            return Err(Refusal::new("reserve.amount", reason));
+        }
+        Ok(())
+    }
+
+    const TICKET: Option<crate::modifier::Ticket> = Some(super::TICKET);
+
+    fn opening_cost(&self, own_cost: Option<u64>, requests_per_unit: u32) -> Option<u64> {
+        Some(self.estimate(own_cost, requests_per_unit))
+    }
+
+    fn names_denial(&self) -> bool {
+        true
+    }
+
+    const SERIES: &'static [crate::modifier::SeriesDef] = super::said::SERIES;
+
+    fn meter() -> Option<Box<dyn crate::modifier::Meter>> {
+        Some(Box::new(super::ReserveMeter))
+    }
+
     fn chunk_refusal(&self) -> Option<&'static str> {
         Some("a reserved budget holds each request's estimate in the store: a replica cannot hold it")
     }

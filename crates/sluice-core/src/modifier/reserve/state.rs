@@ -145,7 +145,7 @@ impl Call {
     }
 
     /// The name in metrics and metadata.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Call::Opened => "opened",
             Call::Settled => "settled",

@@ -1,0 +1,78 @@
+//! The tickets of the modifiers that keep something for a request in flight (a reserved
+//! budget's holds), at the request's edges, on Envoy's protos: the descriptor entries that
+//! return a token or name one (left out of matching), the token written into a response's
+//! dynamic metadata and read back from it. Which entries, and what a token is, are each
+//! modifier's own (`sluice_core::modifier::Ticket`); nothing here names one.
+
+use prost_types::value::Kind;
+use prost_types::{Struct, Value};
+use sluice_core::modifier::{Modifiers, Ticket};
+use sluice_proto::{RateLimitDescriptor, RateLimitResponse};
+
+/// Why a descriptor entry cannot return or name a token, when its key says it does.
+pub fn refused_entry(key: &str, value: &str) -> Option<&'static str> {
+    Modifiers::tickets()
+        .into_iter()
+        .find(|(_, ticket)| ticket.reads(key))
+        .filter(|(_, ticket)| (ticket.id)(value).is_none())
+        .map(|(_, ticket)| ticket.refusal)
+}
+
+/// The token under `key` in `descriptor`, as `ticket` reads it.
+fn entry_token(descriptor: &RateLimitDescriptor, ticket: &Ticket, key: &str) -> Option<u64> {
+    descriptor
+        .entries
+        .iter()
+        .find(|entry| entry.key == key)
+        .and_then(|entry| (ticket.id)(&entry.value))
+}
+
+/// The token a descriptor returns, with the registry row of the modifier it returns it to.
+pub fn returned(descriptor: &RateLimitDescriptor) -> Option<(u8, u64)> {
+    Modifiers::tickets().into_iter().find_map(|(row, ticket)| {
+        entry_token(descriptor, &ticket, ticket.key).map(|token| (row, token))
+    })
+}
+
+/// The token a descriptor names for what it opens, with the modifier's registry row.
+pub fn named(descriptor: &RateLimitDescriptor) -> Option<(u8, u64)> {
+    Modifiers::tickets().into_iter().find_map(|(row, ticket)| {
+        let key = ticket.named_key?;
+        entry_token(descriptor, &ticket, key).map(|token| (row, token))
+    })
+}
+
+/// Whether a descriptor returns a token to any modifier.
+pub fn returns_any(descriptor: &RateLimitDescriptor) -> bool {
+    let tickets = Modifiers::tickets();
+    descriptor
+        .entries
+        .iter()
+        .any(|entry| tickets.iter().any(|(_, ticket)| entry.key == ticket.key))
+}
+
+/// Whether an entry takes part in matching: every one but a ticket's.
+pub fn is_matched(key: &str) -> bool {
+    !Modifiers::tickets()
+        .iter()
+        .any(|(_, ticket)| ticket.reads(key))
+}
+
+/// Adds the token of what a request opened under `ticket`'s field, whether or not the
+/// reference's metadata is on.
+pub fn add_token(metadata: &mut Struct, ticket: &Ticket, token: u64) {
+    let value = Value {
+        kind: Some(Kind::StringValue(sluice_core::lease::format_token(token))),
+    };
+    metadata.fields.insert(ticket.key.into(), value);
+}
+
+/// The token a response carries under `key` (for clients of the library: `simulate`,
+/// `replay`, tests).
+pub fn token_in(response: &RateLimitResponse, key: &str) -> Option<String> {
+    let value = response.dynamic_metadata.as_ref()?.fields.get(key)?;
+    match &value.kind {
+        Some(Kind::StringValue(token)) => Some(token.clone()),
+        _ => None,
+    }
+}
