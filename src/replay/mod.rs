@@ -35,7 +35,7 @@ pub struct Replay {
     pub recordings: Vec<PathBuf>,
     pub merge_domain_config: bool,
     /// Compare with the config under test without its modifiers that keep something per
-    /// request (their tickets: a reserved budget's holds),
+    /// request (those with a ticket),
     /// the calls replayed as a gateway without them sends them: a settle is a plain charge
     /// of the actual cost (instead of `baseline`).
     pub without_tickets: bool,
@@ -124,7 +124,12 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
     ));
     let baseline = match &replay.baseline {
         _ if replay.without_tickets => {
-            format!("{} without its reservations replayed", list(&replay.config))
+            let held: Vec<&str> = Modifiers::tickets().iter().map(|(_, t)| t.noun).collect();
+            format!(
+                "{} without its {} replayed",
+                list(&replay.config),
+                held.join(" and ")
+            )
         }
         Some(paths) => format!("{} replayed", list(paths)),
         None => "the recorded decisions".to_string(),

@@ -91,7 +91,7 @@ pub struct RateLimitDoc {
     /// Charge hits that do not fit (costs reported after the response); default: the
     /// `--debt` setting.
     pub debt: Option<bool>,
-    /// The modifiers' keys (`penalty`, ...: `Modifiers::KEYS`), kept as YAML values for each
+    /// The modifiers' keys (`Modifiers::KEYS`), kept as YAML values for each
     /// modifier to read, in file order.
     pub modifiers: Vec<(String, serde_yaml::Value)>,
     pub parameters: Given,

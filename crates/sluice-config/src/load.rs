@@ -22,9 +22,9 @@ pub struct LoadOptions {
     pub merge_domain_config: bool,
     /// Limits that do not say `debt` take debt (`--debt`).
     pub debt: bool,
-    /// Every modifier that keeps something per request in flight (one with a ticket: a
-    /// reserved budget) is checked, then left out: its limits count as plain limits (the
-    /// tools' `--without-reserve`, to show a budget with and without its holds).
+    /// Every modifier that keeps something per request in flight (one with a ticket) is
+    /// checked, then left out: its limits count as plain limits (the tools' flag that shows
+    /// a limit with and without what it holds).
     pub without_tickets: bool,
     /// The reference's counting (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`), which a
     /// migration sharing counters with envoyproxy/ratelimit keeps: leased limits are refused.

@@ -269,7 +269,7 @@ fn structure(fields: Struct) -> Value {
 /// The dynamic metadata field naming the limit that denied a request.
 pub const DENIED_BY_KEY: &str = "sluice.denied_by";
 
-/// Names the reserved budget that denied the request (`sluice.denied_by`: its `name`, else
+/// Names the limit that denied the request (`sluice.denied_by`: its `name`, else
 /// its stats key), whether or not the reference's metadata is on.
 pub fn add_denied_by(metadata: &mut Struct, name: String) {
     metadata.fields.insert(DENIED_BY_KEY.into(), string(name));

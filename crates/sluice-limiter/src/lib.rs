@@ -210,7 +210,7 @@ impl<S: Store> Limiter<S> {
         if let Some(name) = denied_by {
             extras::add_denied_by(dynamic_metadata.get_or_insert_with(Default::default), name);
         }
-        // What each modifier says of the request (a penalty's block).
+        // What each modifier says of the request.
         for (key, fields) in &said {
             extras::add_unit_fields(
                 dynamic_metadata.get_or_insert_with(Default::default),

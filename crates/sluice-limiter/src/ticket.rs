@@ -1,5 +1,5 @@
-//! The tickets of the modifiers that keep something for a request in flight (a reserved
-//! budget's holds), at the request's edges, on Envoy's protos: the descriptor entries that
+//! The tickets of the modifiers that keep something for a request in flight (holds on a
+//! budget), at the request's edges, on Envoy's protos: the descriptor entries that
 //! return a token or name one (left out of matching), the token written into a response's
 //! dynamic metadata and read back from it. Which entries, and what a token is, are each
 //! modifier's own (`sluice_core::modifier::Ticket`); nothing here names one.

@@ -16,8 +16,8 @@ pub enum MetaValue {
 }
 
 /// The descriptor entries by which a request speaks to a modifier that keeps something for
-/// it while it is in flight (a reserved budget's hold), and the token the response carries
-/// back. Such entries are left out of matching, of overrides and of the key.
+/// it while it is in flight (a hold on a budget), and the token the response carries back.
+/// Such entries are left out of matching, of overrides and of the key.
 #[derive(Debug, Clone, Copy)]
 pub struct Ticket {
     /// The entry a descriptor returns its token under (a settle), and the field of the
@@ -31,6 +31,9 @@ pub struct Ticket {
     pub refusal: &'static str,
     /// Whether `decision` opened something the token must come back for.
     pub opened: fn(&Decision) -> bool,
+    /// What the tools call what it opens, in the plural (`replay` compares a config with
+    /// and without them).
+    pub noun: &'static str,
 }
 
 impl Ticket {

@@ -191,7 +191,7 @@ pub struct ScriptArg {
 pub struct Carrier<'a> {
     /// The algorithm's name (`token_bucket`).
     pub algorithm: &'a str,
-    /// The algorithm keeps leases per request in flight (concurrency).
+    /// The algorithm keeps a lease per request in flight.
     pub leases: bool,
     pub requests_per_unit: u32,
     /// The most the limit holds at once (a bucket's burst).

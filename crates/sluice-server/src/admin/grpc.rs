@@ -219,13 +219,9 @@ impl AdminService for AdminGrpc {
         request: Request<pb::ResetRequest>,
     ) -> Result<Response<pb::ResetResponse>, Status> {
         let who = caller(&request)?;
-        let request = request.into_inner();
-        let reset = model::Reset {
-            domain: request.domain,
-            descriptor: entries(request.descriptor),
-            name: Some(request.name),
-            penalties: request.penalties,
-        };
+        let mut request = request.into_inner();
+        let descriptor = entries(std::mem::take(&mut request.descriptor));
+        let reset = model::Reset::of_grpc(request, descriptor);
         let outcome = self.0.reset(&who, reset).await?;
         Ok(Response::new(pb::ResetResponse {
             cleared: outcome.cleared,

@@ -284,7 +284,7 @@ impl Admin {
     }
 
     /// Clears the counters of a descriptor's limits (or of one by name); a lease limit's
-    /// leases in flight and a reserved budget's holds stay.
+    /// leases in flight and what modifiers hold for requests in flight stay.
     pub async fn reset(&self, who: &str, reset: Reset) -> Result<ResetOutcome, AdminError> {
         let name = named(reset.name);
         let limits = self.targets(&reset.domain, &reset.descriptor, name.as_deref())?;
@@ -309,7 +309,7 @@ impl Admin {
             name,
         };
         let before = self.get(target.clone()).await?;
-        let cleared = self.store.reset(&hits, reset.penalties).await?;
+        let cleared = self.store.reset(&hits, reset.records).await?;
         let state = self.get(target.clone()).await?;
         let what = describe(&target.domain, &target.descriptor, target.name.as_deref());
         self.changed(who, "reset", &what, &used_of(&before), &used_of(&state));

@@ -40,8 +40,25 @@ pub struct Reset {
     pub descriptor: Vec<EntryDoc>,
     #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
-    pub penalties: bool,
+    /// Clear the records the limits' modifiers keep of a client too (their parts that a
+    /// reset may clear); the field is named for the first of them, the penalty's.
+    #[serde(default, rename = "penalties")]
+    pub records: bool,
+}
+
+impl Reset {
+    /// The reset a gRPC call asks for, its descriptor already read.
+    pub fn of_grpc(
+        request: sluice_proto::sluice::admin::v1::ResetRequest,
+        descriptor: Vec<EntryDoc>,
+    ) -> Reset {
+        Reset {
+            domain: request.domain,
+            descriptor,
+            name: Some(request.name),
+            records: request.penalties,
+        }
+    }
 }
 
 /// `POST /v1/descriptors/credit`.

@@ -14,7 +14,6 @@
 //! that lapses charges nothing.
 
 pub mod policy;
-mod said;
 mod state;
 
 use smallvec::{smallvec, SmallVec};
@@ -22,8 +21,10 @@ use smallvec::{smallvec, SmallVec};
 use crate::algorithm::{self, Counting, Decision, Kept, LeaseCall, Mark, Outcome, Rate, State};
 use crate::modifier::{KeptPart, Left, Turn};
 pub use policy::Policy;
-pub use said::{ReserveMeter, ESTIMATE_ERROR, HOLD_KEY, SETTLE_KEY, TICKET};
-pub use state::{Call, Hold, Holds, Reserved, Settled, HOLDS, SETTLED};
+pub use state::{
+    Call, Hold, Holds, ReserveMeter, Reserved, Settled, ESTIMATE_ERROR, HOLDS, HOLD_KEY, SETTLED,
+    SETTLE_KEY, TICKET,
+};
 
 /// The reservation's YAML key, which names its notes on decisions.
 pub const KEY: &str = "reserve";

@@ -201,7 +201,7 @@ impl crate::modifier::ModifierPolicy for Policy {
         true
     }
 
-    const SERIES: &'static [crate::modifier::SeriesDef] = super::said::SERIES;
+    const SERIES: &'static [crate::modifier::SeriesDef] = super::state::SERIES;
 
     fn meter() -> Option<Box<dyn crate::modifier::Meter>> {
         Some(Box::new(super::ReserveMeter))
