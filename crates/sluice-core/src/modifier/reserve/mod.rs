@@ -22,8 +22,8 @@ use crate::algorithm::{self, Counting, Decision, Kept, LeaseCall, Mark, Outcome,
 use crate::modifier::{KeptPart, Left, Turn};
 pub use policy::Policy;
 pub use state::{
-    Call, Hold, Holds, ReserveMeter, Reserved, Settled, ESTIMATE_ERROR, HOLDS, HOLD_KEY, SETTLED,
-    SETTLE_KEY, TICKET,
+    Call, Hold, Holds, ReserveMeter, Reserved, SettleMark, ESTIMATE_ERROR, HOLDS, HOLD_KEY,
+    SETTLED, SETTLE_KEY, TICKET,
 };
 
 /// The reservation's YAML key, which names its notes on decisions.
@@ -74,7 +74,7 @@ fn around(
     let holds = kept(0).and_then(|kept| Holds::of_kept(&kept));
     let reservation = match call {
         LeaseCall::Release(token) => {
-            let settled = kept(1).and_then(|kept| Settled::of_kept(&kept));
+            let settled = kept(1).and_then(|kept| SettleMark::of_kept(&kept));
             let stored = (turn.state, holds.as_ref(), settled.as_ref());
             settle(policy, &budget, token, stored, turn.now_us)
         }
@@ -118,7 +118,7 @@ pub struct Reservation {
     /// The holds after the call (with the time the last one lapses).
     pub holds: Option<(Holds, u64)>,
     /// The token's settled mark (with the time it is forgotten).
-    pub settled: Option<(Settled, u64)>,
+    pub settled: Option<(SettleMark, u64)>,
 }
 
 /// The hold id of a value a request named its hold by, or a settle sent back: a token sluice
@@ -259,7 +259,7 @@ pub fn settle(
     policy: &Policy,
     budget: &Budget<'_>,
     token: u64,
-    (state, holds, settled): (Option<&State>, Option<&Holds>, Option<&Settled>),
+    (state, holds, settled): (Option<&State>, Option<&Holds>, Option<&SettleMark>),
     now_us: u64,
 ) -> Reservation {
     let (mut live, lapsed, lapsed_amount) = holds.map(|h| h.live(now_us)).unwrap_or_default();
@@ -314,7 +314,7 @@ pub fn settle(
         },
         limit,
         holds,
-        settled: Some((Settled(budget.cost), remembered_until)),
+        settled: Some((SettleMark(budget.cost), remembered_until)),
     }
 }
 

@@ -1,5 +1,5 @@
 //! What a reserved budget keeps beside its limit (`Holds`: the estimates held for requests in
-//! flight, the part `holds`; `Settled`: a settled token's mark, the part `settled`, one key
+//! flight, the part `holds`; `SettleMark`: a settled token's mark, the part `settled`, one key
 //! per token) and what a decision notes of it (`Reserved`), with their encodings in a store's
 //! `Kept` state and a decision's `Noted` numbers; and what it says outside the store: the
 //! token of the holds a request opened, given back in the response and returned by the
@@ -92,15 +92,15 @@ impl Persist for Holds {
 /// A token that was settled, remembered so that a second settle charges nothing more: what the
 /// first one charged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settled(pub u64);
+pub struct SettleMark(pub u64);
 
-impl Persist for Settled {
+impl Persist for SettleMark {
     fn put(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.0.to_le_bytes());
     }
 
     fn take(input: &mut Input<'_>) -> Option<Self> {
-        input.u64().map(Settled)
+        input.u64().map(SettleMark)
     }
 }
 
@@ -111,9 +111,9 @@ impl Holds {
     }
 }
 
-impl Settled {
+impl SettleMark {
     /// The mark kept in `kept`, when it holds one.
-    pub fn of_kept(kept: &Kept) -> Option<Settled> {
+    pub fn of_kept(kept: &Kept) -> Option<SettleMark> {
         kept.read()
     }
 }
