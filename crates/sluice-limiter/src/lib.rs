@@ -26,6 +26,7 @@ pub use extras::{HeaderForm, HeaderNames};
 pub use response::{Applied, Verdict};
 use sluice_config::overrides::{DescriptorOverrides, OverrideIndex};
 use sluice_config::Config;
+use sluice_core::algorithm::Mark;
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Decision, Hit};
 use sluice_core::modifier::{MetaField, Modifiers, Said};
@@ -298,9 +299,14 @@ fn store_span(store: &'static str, hits: usize) -> Span {
     )
 }
 
-/// What the modifiers say of a request, from every decision of its limits (each with its
-/// descriptor's binding limit's name and shadow mode).
+/// What the modifiers say of a request, from the decisions of its limits that a modifier
+/// noted (each with its descriptor's binding limit's name and shadow mode).
 fn said(bound: &[plan::Bound<'_>]) -> SmallVec<[MetaField; 1]> {
+    let noted = |decision: &Decision| matches!(decision.mark, Mark::Noted(_));
+    // Most requests carry no note: nothing to gather, nothing said.
+    if !bound.iter().flat_map(|s| &s.taken).any(|(d, _)| noted(d)) {
+        return SmallVec::new();
+    }
     let decisions: SmallVec<[Said<'_>; 4]> = bound
         .iter()
         .enumerate()
@@ -309,12 +315,15 @@ fn said(bound: &[plan::Bound<'_>]) -> SmallVec<[MetaField; 1]> {
                 Verdict::Limited(applied) => (applied.name, applied.shadow_mode),
                 _ => ("", false),
             };
-            s.taken.iter().map(move |(decision, _)| Said {
-                descriptor,
-                decision: *decision,
-                limit_name,
-                shadow_mode,
-            })
+            s.taken
+                .iter()
+                .filter(|(d, _)| noted(d))
+                .map(move |(decision, _)| Said {
+                    descriptor,
+                    decision: *decision,
+                    limit_name,
+                    shadow_mode,
+                })
         })
         .collect();
     Modifiers::said(&decisions)

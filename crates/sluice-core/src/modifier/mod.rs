@@ -81,7 +81,7 @@ pub trait ModifierPolicy: Sized {
     }
 
     /// What it adds to a response's dynamic metadata, from the decisions of the request's
-    /// limits (all of them, its own notes among them).
+    /// limits that a modifier noted (its own notes among them).
     fn said(_decisions: &[Said<'_>]) -> Option<MetaField> {
         None
     }
