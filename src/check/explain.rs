@@ -37,7 +37,7 @@ pub fn explain(rule: &config::Rule) -> Vec<String> {
              holds its cost in leases until its release (a descriptor carrying the token, \
              {}) or until its lease's life ends",
             rule.full_key,
-            sluice_limiter::lease::LEASE_KEY,
+            sluice_core::lease::LEASE_KEY,
         ));
     }
     for limit in &limits {

@@ -16,8 +16,8 @@ use smallvec::SmallVec;
 pub use report::Report;
 use sluice_config::{self as config, Config, ConfigErrors, LoadOptions};
 use sluice_core::engine::Charging;
+use sluice_core::lease::LEASE_KEY;
 use sluice_core::modifier::Modifiers;
-use sluice_limiter::lease::{self, LEASE_KEY};
 use sluice_limiter::ticket;
 use sluice_limiter::{Limiter, LimiterOptions};
 use sluice_proto::rate_limit_response::Code;
@@ -269,7 +269,8 @@ async fn decide_all_shared(
         decided.push(
             match answer.map(|decided| (decided.response, decided.limits)) {
                 Ok((response, limits)) => {
-                    if let (Some(recorded), Some(token)) = (&call.lease, lease::token_in(&response))
+                    if let (Some(recorded), Some(token)) =
+                        (&call.lease, ticket::token_in(&response, LEASE_KEY))
                     {
                         tokens.insert(recorded.clone(), token);
                     }

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::Decided;
 use sluice_config::Config;
+use sluice_core::lease::LEASE_KEY;
 use sluice_core::modifier::Modifiers;
-use sluice_limiter::lease::LEASE_KEY;
 use sluice_limiter::ticket;
 use sluice_server::record::format::Call;
 

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sluice_config::{self as config, ConfigErrors, LoadOptions};
+use sluice_core::lease::LEASE_KEY;
 use sluice_core::limit::ceil_seconds;
 use sluice_core::modifier::{Event, Modifiers};
-use sluice_limiter::lease::{self, LEASE_KEY};
 use sluice_limiter::ticket;
 use sluice_limiter::{DecisionError, Limiter, LimiterOptions};
 use sluice_proto::rate_limit_descriptor::Entry;
@@ -260,7 +260,7 @@ async fn replay(
             .map_err(SimulateError::Refused)?;
         if let Some(hold_us) = ends.hold_us {
             let at_us = time_us.saturating_add(hold_us);
-            if let Some(token) = lease::token_in(&response) {
+            if let Some(token) = ticket::token_in(&response, LEASE_KEY) {
                 pending.push(Reverse((at_us, End::Release(token))));
             }
             let actual = ends.actual.unwrap_or(cost);

@@ -14,6 +14,7 @@ use sluice_proto::RateLimitResponse as OurResponse;
 
 use sluice_core::algorithm::State;
 use sluice_core::engine::Charging;
+use sluice_core::lease::LEASE_KEY;
 use sluice_core::limit::Hit;
 use sluice_limiter::LimiterOptions;
 use sluice_store::any::AnyStore;
@@ -26,7 +27,10 @@ use crate::support::*;
 const CONFIG: &str = include_str!("../fixtures/cases/leases/config.yaml");
 const SECOND: u64 = 1_000_000;
 
-use sluice_limiter::lease::token_in;
+/// The lease token a response carries, if any.
+fn token_in(response: &OurResponse) -> Option<String> {
+    sluice_limiter::ticket::token_in(response, LEASE_KEY)
+}
 
 fn is_ok(response: &OurResponse) -> bool {
     response.overall_code == OurCode::Ok as i32

@@ -11,7 +11,7 @@ use crate::support::*;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-const LEASE_KEY: &str = sluice_limiter::lease::LEASE_KEY;
+const LEASE_KEY: &str = sluice_core::lease::LEASE_KEY;
 const SETTLE_KEY: &str = sluice_core::modifier::reserve::SETTLE_KEY;
 
 fn root() -> PathBuf {

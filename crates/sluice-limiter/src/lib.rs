@@ -3,14 +3,13 @@
 //! request through validation (`validate`), matching each descriptor to its limits and
 //! overrides (`plan`), one store call for every hit of the request (`Store::charge`), the
 //! binding limit of each descriptor, the statuses and the overall code (`response`), and the
-//! headers and dynamic metadata (`extras`, with the tokens of `lease` and `ticket`, and what
-//! each modifier says). It
+//! headers and dynamic metadata (`extras`, with the tokens of `ticket`, and what each
+//! modifier says). It
 //! knows the `Store` trait, never which store; services translate protocols, record metrics
 //! and write logs around it.
 
 pub mod error;
 pub mod extras;
-pub mod lease;
 pub mod plan;
 pub mod response;
 pub mod ticket;
@@ -28,6 +27,7 @@ use sluice_config::overrides::{DescriptorOverrides, OverrideIndex};
 use sluice_config::Config;
 use sluice_core::algorithm::Mark;
 use sluice_core::engine::Charging;
+use sluice_core::lease::{LeaseTokens, LEASE_KEY};
 use sluice_core::limit::{Decision, Hit};
 use sluice_core::modifier::{MetaField, Modifiers, Said};
 use sluice_proto::rate_limit_response::Code;
@@ -77,7 +77,7 @@ pub struct Decided {
 pub struct Limiter<S> {
     store: Arc<S>,
     options: LimiterOptions,
-    tokens: lease::LeaseTokens,
+    tokens: LeaseTokens,
     /// The admin overrides in force (docs/admin.md).
     overrides: Arc<OverrideIndex>,
 }
@@ -87,7 +87,7 @@ impl<S: Store> Limiter<S> {
         Limiter {
             store,
             options,
-            tokens: lease::LeaseTokens::new(),
+            tokens: LeaseTokens::new(),
             overrides: Arc::default(),
         }
     }
@@ -197,13 +197,17 @@ impl<S: Store> Limiter<S> {
             .then(|| extras::dynamic_metadata(request, &verdicts, &statuses));
         // The token of the leases taken, for the release to send back.
         if let (Some(token), true) = (tokens.lease, acquired) {
-            lease::add_token(dynamic_metadata.get_or_insert_with(Default::default), token);
+            ticket::add_token(
+                dynamic_metadata.get_or_insert_with(Default::default),
+                LEASE_KEY,
+                token,
+            );
         }
         // The token of what a modifier opened, for the return to send back.
         if let Some((ticket, token)) = opened {
             ticket::add_token(
                 dynamic_metadata.get_or_insert_with(Default::default),
-                &ticket,
+                ticket.key,
                 token,
             );
         }
@@ -258,7 +262,7 @@ impl<S: Store> Limiter<S> {
                 let entries = descriptor
                     .entries
                     .iter()
-                    .filter(|e| lease::is_matched(&e.key) && ticket::is_matched(&e.key))
+                    .filter(|e| ticket::is_matched(&e.key))
                     // An entry a modifier reads is not part of the descriptor.
                     .filter(|e| !domain.is_some_and(|d| d.reads_entry(&e.key)))
                     .map(|e| (e.key.as_str(), e.value.as_str()));

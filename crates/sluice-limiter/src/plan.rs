@@ -9,7 +9,6 @@ use std::collections::HashSet;
 
 use smallvec::SmallVec;
 
-use crate::lease::{self, LeaseTokens};
 use crate::response::{Applied, Verdict};
 use crate::ticket;
 use sluice_config::overrides::DescriptorOverrides;
@@ -17,6 +16,7 @@ use sluice_config::{Domain, NamedLimit, Rule};
 use sluice_core::engine;
 use sluice_core::identity;
 use sluice_core::labels::LimitLabels;
+use sluice_core::lease::LeaseTokens;
 use sluice_core::limit::{Decision, Hit, LeaseCall, LeaseOutcome, Limit, Unit};
 use sluice_core::modifier::Ticket;
 use sluice_proto::RateLimitDescriptor;
@@ -62,7 +62,7 @@ pub fn plan<'a>(
         cost: descriptor.hits_addend.unwrap_or(default_cost),
         replaces: &[],
         labels: None,
-        release: lease::released_token(descriptor),
+        release: ticket::released_lease(descriptor),
         returned: ticket::returned(descriptor),
         named: ticket::named(descriptor),
         own_cost: descriptor.hits_addend,
@@ -99,7 +99,7 @@ pub fn plan<'a>(
         planned.release.is_some() || planned.returned.is_some() || planned.named.is_some();
     // A release, a return or a named opening matches without its token.
     let pairs: SmallVec<[(&str, &str); 8]> = entries
-        .filter(|(key, _)| !set_aside || (lease::is_matched(key) && ticket::is_matched(key)))
+        .filter(|(key, _)| !set_aside || ticket::is_matched(key))
         .collect();
     let matched = domain.resolve_reading(&pairs);
     let Some(matched) = matched else {

@@ -1,16 +1,24 @@
-//! The tickets of the modifiers that keep something for a request in flight (holds on a
-//! budget), at the request's edges, on Envoy's protos: the descriptor entries that
-//! return a token or name one (left out of matching), the token written into a response's
-//! dynamic metadata and read back from it. Which entries, and what a token is, are each
-//! modifier's own (`sluice_core::modifier::Ticket`); nothing here names one.
+//! The tokens a request carries at its edges, on Envoy's protos: a concurrency limit's lease
+//! (`sluice.lease`, whose token and format are the core's `sluice_core::lease`) and the
+//! tickets of the modifiers that keep something for a request in flight (holds on a budget).
+//! Here are the descriptor entries that return a token or name one (left out of matching),
+//! and the token written into a response's dynamic metadata and read back from it. Which
+//! entries a ticket reads, and what its token is, are each modifier's own
+//! (`sluice_core::modifier::Ticket`); nothing here names a modifier.
 
 use prost_types::value::Kind;
 use prost_types::{Struct, Value};
+use sluice_core::lease::{self, LEASE_KEY};
 use sluice_core::modifier::{Modifiers, Ticket};
 use sluice_proto::{RateLimitDescriptor, RateLimitResponse};
 
 /// Why a descriptor entry cannot return or name a token, when its key says it does.
 pub fn refused_entry(key: &str, value: &str) -> Option<&'static str> {
+    if key == LEASE_KEY {
+        return lease::parse_token(value)
+            .is_none()
+            .then_some("is not a lease token sluice issued (16 hex digits)");
+    }
     Modifiers::tickets()
         .into_iter()
         .find(|(_, ticket)| ticket.reads(key))
@@ -51,20 +59,31 @@ pub fn returns_any(descriptor: &RateLimitDescriptor) -> bool {
         .any(|entry| tickets.iter().any(|(_, ticket)| entry.key == ticket.key))
 }
 
-/// Whether an entry takes part in matching: every one but a ticket's.
-pub fn is_matched(key: &str) -> bool {
-    !Modifiers::tickets()
+/// The lease token a descriptor releases: its `sluice.lease` entry's (validated before).
+pub fn released_lease(descriptor: &RateLimitDescriptor) -> Option<u64> {
+    descriptor
+        .entries
         .iter()
-        .any(|(_, ticket)| ticket.reads(key))
+        .find(|entry| entry.key == LEASE_KEY)
+        .and_then(|entry| lease::parse_token(&entry.value))
 }
 
-/// Adds the token of what a request opened under `ticket`'s field, whether or not the
+/// Whether an entry takes part in matching: every one but a lease's or a ticket's.
+pub fn is_matched(key: &str) -> bool {
+    lease::is_matched(key)
+        && !Modifiers::tickets()
+            .iter()
+            .any(|(_, ticket)| ticket.reads(key))
+}
+
+/// Adds the token of what a request opened (its leases under `sluice.lease`, docs/concurrency.md,
+/// or a ticket's holds under the ticket's key) to its dynamic metadata, whether or not the
 /// reference's metadata is on.
-pub fn add_token(metadata: &mut Struct, ticket: &Ticket, token: u64) {
+pub fn add_token(metadata: &mut Struct, key: &str, token: u64) {
     let value = Value {
-        kind: Some(Kind::StringValue(sluice_core::lease::format_token(token))),
+        kind: Some(Kind::StringValue(lease::format_token(token))),
     };
-    metadata.fields.insert(ticket.key.into(), value);
+    metadata.fields.insert(key.into(), value);
 }
 
 /// The token a response carries under `key` (for clients of the library: `simulate`,

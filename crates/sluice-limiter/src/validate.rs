@@ -3,8 +3,9 @@
 //! unit in a limit override, a release whose lease token sluice cannot have issued, and sizes
 //! beyond the bounds.
 
+use crate::ticket;
 use crate::DecisionError;
-use crate::{lease, ticket};
+use sluice_core::lease::LEASE_KEY;
 use sluice_core::limit::Unit;
 use sluice_proto::RateLimitRequest;
 
@@ -79,14 +80,13 @@ pub fn validate_request(
                 bounds.max_value_bytes,
                 "bytes",
             )?;
-            let refused = lease::refused_entry(&entry.key, &entry.value)
-                .or_else(|| ticket::refused_entry(&entry.key, &entry.value));
+            let refused = ticket::refused_entry(&entry.key, &entry.value);
             if let Some(reason) = refused {
                 return invalid(&field("value"), reason);
             }
         }
         let names = |key: &str| descriptor.entries.iter().any(|e| e.key == key);
-        if names(lease::LEASE_KEY) && ticket::returns_any(descriptor) {
+        if names(LEASE_KEY) && ticket::returns_any(descriptor) {
             let reason = "a descriptor releases leases or settles a hold, not both: send each its own descriptor";
             return invalid(&entries(), reason);
         }

@@ -163,7 +163,7 @@ impl Recorder {
             code,
             request: request.clone(),
             statuses,
-            lease: sluice_limiter::lease::token_in(response),
+            lease: sluice_limiter::ticket::token_in(response, sluice_core::lease::LEASE_KEY),
             ticket: sluice_core::modifier::Modifiers::tickets()
                 .iter()
                 .find_map(|(_, ticket)| sluice_limiter::ticket::token_in(response, ticket.key)),

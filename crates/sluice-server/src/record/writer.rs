@@ -20,7 +20,7 @@ use siphasher::sip::SipHasher13;
 use super::format::{Header, Line, LineDescriptor, Override};
 use super::{Message, Pending, RecordCounts, RecordError, RecordSettings};
 use sluice_config::Config;
-use sluice_limiter::{lease, ticket};
+use sluice_limiter::ticket;
 
 /// How long the writer sleeps when the queue is empty (after flushing what it wrote).
 const IDLE_SLEEP: Duration = Duration::from_millis(10);
@@ -168,7 +168,7 @@ impl Hashing {
     /// `value` of `key` as recorded: kept when `config` names it (or it is a token: a replay
     /// pairs a release or a return with its opening by it), else `#` and 16 hex digits.
     fn value(&mut self, config: &Arc<Config>, key: &str, value: &str) -> String {
-        let token = !(lease::is_matched(key) && ticket::is_matched(key));
+        let token = !ticket::is_matched(key);
         if token || self.names(config, key, value) {
             return value.to_string();
         }
