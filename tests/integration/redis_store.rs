@@ -534,3 +534,136 @@ async fn a_read_only_replica_is_named_as_one() {
         "{metrics}"
     );
 }
+
+/// The names of the functions Redis ran, newest first, from its slow log (which a test's Redis
+/// keeps for every command: `SLOW_LOG_ALL`).
+fn functions_called(redis: &RedisServer) -> Vec<String> {
+    redis
+        .cli(&["SLOWLOG", "GET", "10000"])
+        .lines()
+        .map(str::trim)
+        .filter(|word| word.starts_with("sluice_") && !word.contains(':'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A test Redis whose slow log keeps every command.
+const SLOW_LOG_ALL: [&str; 4] = [
+    "--slowlog-log-slower-than",
+    "0",
+    "--slowlog-max-len",
+    "10000",
+];
+
+#[tokio::test]
+async fn a_plain_counter_alone_in_its_request_is_one_counter_call_on_the_reference_key() {
+    let redis = RedisServer::start(&SLOW_LOG_ALL);
+    let sluice = sluice_on(&redis, &["--cache-key-prefix", "ratelimit_"]);
+    assert!(sluice.wait_for_log("calls are FCALL"), "{}", sluice.log());
+    let mut client = sluice.client().await;
+    redis.cli(&["SLOWLOG", "RESET"]);
+    // 5 a minute: five admitted, each told what remains, then two denied and not charged.
+    for remaining in (0..5).rev() {
+        let response = call_one(&mut client, "r", &[("envoy", "counted")]).await;
+        assert_eq!(overall(&response), Code::Ok);
+        assert_eq!(response.statuses[0].limit_remaining, remaining);
+    }
+    for _ in 0..2 {
+        let response = call_one(&mut client, "r", &[("envoy", "counted")]).await;
+        assert_eq!(overall(&response), Code::OverLimit);
+        assert_eq!(response.statuses[0].limit_remaining, 0);
+        let reset = response.statuses[0]
+            .duration_until_reset
+            .as_ref()
+            .expect("a reset");
+        assert!((0..=60).contains(&reset.seconds), "{reset:?}");
+    }
+    let called = functions_called(&redis);
+    assert_eq!(called.len(), 7, "{called:?}");
+    assert!(
+        called.iter().all(|name| name.ends_with("_counter")),
+        "{called:?}"
+    );
+    let keys = redis.cli(&["--scan", "--pattern", "ratelimit_r_envoy_counted_*"]);
+    let key = keys.trim();
+    assert_eq!(
+        redis.cli(&["GET", key]).trim(),
+        "5",
+        "denials are not charged"
+    );
+    let ttl: i64 = redis.cli(&["PTTL", key]).trim().parse().expect("a ttl");
+    assert!(
+        (1..=60_001).contains(&ttl),
+        "expires with its window: {ttl}"
+    );
+
+    // Two descriptors, or a limit the counter cannot hold, take the general call.
+    redis.cli(&["SLOWLOG", "RESET"]);
+    let both = request(
+        "r",
+        vec![
+            descriptor(&[("envoy", "general")]),
+            descriptor(&[("token_bucket", "general")]),
+        ],
+    );
+    call(&mut client, both).await;
+    call_one(&mut client, "r", &[("token_bucket", "general")]).await;
+    let called = functions_called(&redis);
+    assert_eq!(called.len(), 2, "{called:?}");
+    assert!(
+        called.iter().all(|name| !name.ends_with("_counter")),
+        "{called:?}"
+    );
+
+    // A flushed library: the call that finds it gone is answered, and the library is back.
+    redis.cli(&["FUNCTION", "FLUSH"]);
+    redis.cli(&["SLOWLOG", "RESET"]);
+    let response = call_one(&mut client, "r", &[("envoy", "healed")]).await;
+    assert_eq!(response.statuses[0].limit_remaining, 4);
+    let response = call_one(&mut client, "r", &[("envoy", "healed")]).await;
+    assert_eq!(response.statuses[0].limit_remaining, 3);
+    let called = functions_called(&redis);
+    assert!(
+        called
+            .first()
+            .is_some_and(|name| name.ends_with("_counter")),
+        "the counter is called again after the flush: {called:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_plain_counter_charges_denials_by_the_reference_counting() {
+    let redis = RedisServer::start(&SLOW_LOG_ALL);
+    let sluice = sluice_on(
+        &redis,
+        &[
+            "--cache-key-prefix",
+            "ratelimit_",
+            "--stop-cache-key-increment-when-overlimit",
+            "false",
+        ],
+    );
+    assert!(sluice.wait_for_log("calls are FCALL"), "{}", sluice.log());
+    let mut client = sluice.client().await;
+    redis.cli(&["SLOWLOG", "RESET"]);
+    let mut admitted = 0;
+    for _ in 0..7 {
+        let response = call_one(&mut client, "r", &[("flood", "every")]).await;
+        admitted += usize::from(overall(&response) == Code::Ok);
+    }
+    assert_eq!(admitted, 5);
+    let keys = redis.cli(&["--scan", "--pattern", "ratelimit_r_flood_every_*"]);
+    let key = keys.trim();
+    assert_eq!(redis.cli(&["GET", key]).trim(), "7", "every hit is charged");
+    let ttl: i64 = redis.cli(&["PTTL", key]).trim().parse().expect("a ttl");
+    assert!(
+        (1..=3_600_001).contains(&ttl),
+        "expires with its window: {ttl}"
+    );
+    let called = functions_called(&redis);
+    assert_eq!(called.len(), 7, "{called:?}");
+    assert!(
+        called.iter().all(|name| name.ends_with("_counter")),
+        "{called:?}"
+    );
+}

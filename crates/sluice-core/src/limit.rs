@@ -171,6 +171,22 @@ impl Limit {
         self.algorithm().key_holds_window() && !self.debt
     }
 
+    /// The state of a limit whose key names its window (`key_holds_window`) when that key
+    /// holds `count` at `now_us`: the count of the window holding `now_us`. `None` for any
+    /// other limit.
+    pub fn window_count(&self, now_us: u64, count: u64) -> Option<State> {
+        match &self.counting {
+            Counting::FixedWindow(own) if self.key_holds_window() => {
+                let (start_us, _) = algorithm::fixed_window::window_us(&self.rate(), own, now_us);
+                Some(State::FixedWindow(algorithm::fixed_window::Window {
+                    start_us,
+                    count,
+                }))
+            }
+            _ => None,
+        }
+    }
+
     /// What the algorithm needs of the limit besides its own settings.
     pub fn rate(&self) -> Rate {
         Rate::new(self.requests_per_unit, self.period_us(), self.capacity()).with_debt(self.debt)

@@ -95,9 +95,6 @@ impl RedisStore {
             .send(first)
             .instrument(spans::redis_span(command, calls.len(), mode.as_str()))
             .await;
-        let lost = |e: &RedisError| {
-            e.code() == Some("NOSCRIPT") || e.to_string().contains("Function not found")
-        };
         if !matches!(&result, Err(e) if lost(e)) {
             return result;
         }
@@ -116,6 +113,12 @@ impl RedisStore {
             .instrument(spans::redis_span("EVAL", calls.len(), mode.as_str()))
             .await
     }
+}
+
+/// Whether Redis lost the scripts (a flush, a restart, a failover: NOSCRIPT, "Function not
+/// found").
+pub(super) fn lost(error: &RedisError) -> bool {
+    error.code() == Some("NOSCRIPT") || error.to_string().contains("Function not found")
 }
 
 /// One hit as a script call sees it: its key (and the keys of its modifiers' parts, which

@@ -14,6 +14,7 @@ pub mod breaker;
 mod call;
 mod condition;
 mod connect;
+mod counter;
 mod pipeline;
 pub mod replicas;
 mod scripts;
@@ -369,6 +370,15 @@ impl RedisStore {
         for group in descriptor_groups(hits) {
             for hit in &hits[group.clone()] {
                 calls.push(self.hit_call(hit, group.start, now_us));
+            }
+        }
+        if let ([hit], [call]) = (hits, calls.as_slice()) {
+            let backend = &self.backends[call.backend];
+            if let Some(decided) = self
+                .decide_counted(backend, hit, call, charging, now_us)
+                .await
+            {
+                return decided.map(|decision| vec![decision]);
             }
         }
         let backend = calls.first().map_or(0, |call| call.backend);

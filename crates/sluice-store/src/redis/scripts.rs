@@ -8,6 +8,10 @@
 //! - a script: loaded with SCRIPT LOAD, called with EVALSHA; for Redis before 7, and the
 //!   retry that sends the code itself after the server lost it.
 //!
+//! The library also holds the plain counter (`lua/counter.lua`, `<function>_counter`), which
+//! `counter.rs` calls for a request of one fixed-window hit; the library's name is the SHA1
+//! of both, the script's of the script alone.
+//!
 //! Both are named by the script's SHA1, so replicas of different versions never call each
 //! other's code. Each has a read-only twin, for a Redis that refuses writes (out of memory, a
 //! read-only replica): the library's `<function>_ro`, flagged `no-writes` (called with
@@ -18,6 +22,7 @@ use sluice_core::modifier::Modifiers;
 
 const COMMON: &str = include_str!("../../../../lua/common.lua");
 const REQUEST: &str = include_str!("../../../../lua/request.lua");
+const COUNTER: &str = include_str!("../../../../lua/counter.lua");
 
 /// The script and the function library, and their names.
 pub struct Script {
@@ -27,6 +32,7 @@ pub struct Script {
     library: String,
     function: String,
     read_only_function: String,
+    counter_function: String,
 }
 
 impl Script {
@@ -46,13 +52,21 @@ impl Script {
         let code = format!("{body}\nreturn request(KEYS, ARGV)\n");
         let read_only_code = format!("{body}\nreturn request(KEYS, ARGV, true)\n");
         let sha1 = redis::Script::new(&code).get_hash().to_string();
-        let function = format!("sluice_{}", &sha1[..16]);
+        // The library's name covers the counter too: replicas of different versions never
+        // call each other's functions.
+        let library_hash = redis::Script::new(&format!("{code}{COUNTER}"))
+            .get_hash()
+            .to_string();
+        let function = format!("sluice_{}", &library_hash[..16]);
         let read_only_function = format!("{function}_ro");
+        let counter_function = format!("{function}_counter");
         let library = format!(
-            "#!lua name={function}\n{body}\nredis.register_function('{function}', request)\n\
+            "#!lua name={function}\n{body}\n{COUNTER}\n\
+             redis.register_function('{function}', request)\n\
              redis.register_function{{function_name = '{read_only_function}', \
              callback = function(KEYS, ARGV) return request(KEYS, ARGV, true) end, \
-             flags = {{'no-writes'}}}}\n"
+             flags = {{'no-writes'}}}}\n\
+             redis.register_function('{counter_function}', counter)\n"
         );
         Script {
             code,
@@ -61,7 +75,13 @@ impl Script {
             library,
             function,
             read_only_function,
+            counter_function,
         }
+    }
+
+    /// The library's plain counter function (`lua/counter.lua`).
+    pub fn counter_function(&self) -> &str {
+        &self.counter_function
     }
 
     /// The Lua code of the script.
