@@ -100,8 +100,15 @@ impl Store for AnyStore {
         each_store!(self, store => store.name())
     }
 
+    /// The Redis store's call is a future of several kilobytes (its shards, its pipelining):
+    /// it is boxed, so that a request on the memory store, whose call is a few bytes, does
+    /// not carry (and copy) that size in every future that holds it.
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
-        each_store!(self, store => store.charge(hits, charging).await)
+        match self {
+            AnyStore::Memory(store) => store.charge(hits, charging).await,
+            AnyStore::Redis(store) => Box::pin(store.charge(hits, charging)).await,
+            AnyStore::CachedRedis(store) => Box::pin(store.charge(hits, charging)).await,
+        }
     }
 
     async fn healthy(&self) -> bool {

@@ -114,7 +114,8 @@ impl<S: Store> Store for WithFailureAnswer<S> {
                 if let Some(kind) = StoreError::KINDS.iter().position(|k| *k == error.kind()) {
                     self.errors[kind].fetch_add(1, Ordering::Relaxed);
                 }
-                self.answer(hits, charging, error).await
+                // Boxed: a failure's answer is rare, and its future must not grow every call's.
+                Box::pin(self.answer(hits, charging, error)).await
             }
         }
     }
