@@ -36,7 +36,8 @@ impl RedisStore {
             result => return result,
         };
         self.condition.note_refusal(&refused);
-        match self.call_read_only(backend, calls, mode).await {
+        // Boxed, as the healing below: rare paths must not grow every call's future.
+        match Box::pin(self.call_read_only(backend, calls, mode)).await {
             // The last field: whether the answer needed a write.
             Ok(mut reply) if reply.last() == Some(&0) => {
                 reply.pop();
@@ -103,7 +104,7 @@ impl RedisStore {
             redis = backend.role,
             "Redis lost the scripts: loading them again"
         );
-        if let Err(error) = self.load_scripts_in_time(backend).await {
+        if let Err(error) = Box::pin(self.load_scripts_in_time(backend)).await {
             // The retry below sends the code itself; the next calls will try again.
             tracing::warn!(%error, "cannot load the scripts into Redis");
         }

@@ -75,13 +75,23 @@ pub enum Connection {
 
 impl Connection {
     /// Sends `command` to the node that serves its keys.
+    ///
+    /// The Cluster's and Sentinel's calls are boxed: their futures are kilobytes, and a
+    /// single node's calls would otherwise carry (and copy) that size in every future that
+    /// holds one.
     pub async fn command<T: FromRedisValue>(&self, command: &Cmd) -> RedisResult<T> {
         let result = match self {
             Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
-            Connection::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
-            Connection::Sentinel(sentinel) => command.query_async(&mut sentinel.primary()).await,
+            Connection::Cluster(cluster) => {
+                Box::pin(command.query_async(&mut cluster.clone())).await
+            }
+            Connection::Sentinel(sentinel) => {
+                Box::pin(command.query_async(&mut sentinel.primary())).await
+            }
         };
-        self.after_failure(&result).await;
+        if matches!(self, Connection::Sentinel(_)) {
+            Box::pin(self.after_failure(&result)).await;
+        }
         result
     }
 
@@ -89,10 +99,16 @@ impl Connection {
     pub async fn pipeline<T: FromRedisValue>(&self, pipeline: &Pipeline) -> RedisResult<T> {
         let result = match self {
             Connection::Single(manager) => pipeline.query_async(&mut manager.clone()).await,
-            Connection::Cluster(cluster) => pipeline.query_async(&mut cluster.clone()).await,
-            Connection::Sentinel(sentinel) => pipeline.query_async(&mut sentinel.primary()).await,
+            Connection::Cluster(cluster) => {
+                Box::pin(pipeline.query_async(&mut cluster.clone())).await
+            }
+            Connection::Sentinel(sentinel) => {
+                Box::pin(pipeline.query_async(&mut sentinel.primary())).await
+            }
         };
-        self.after_failure(&result).await;
+        if matches!(self, Connection::Sentinel(_)) {
+            Box::pin(self.after_failure(&result)).await;
+        }
         result
     }
 

@@ -385,10 +385,10 @@ impl RedisStore {
         let one_backend = calls.iter().all(|call| call.backend == backend);
         let on_cluster = matches!(self.backends[backend].connection, Connection::Cluster(_));
         if (!one_backend || on_cluster) && charging == Charging::EveryHit {
-            return self.decide_every_hit_across_shards(hits, calls).await;
+            return Box::pin(self.decide_every_hit_across_shards(hits, calls)).await;
         }
         if !one_backend || on_cluster {
-            return self.decide_across_shards(hits, calls).await;
+            return Box::pin(self.decide_across_shards(hits, calls)).await;
         }
         let mode = match charging {
             Charging::AllOrNothing => Mode::All,
