@@ -4,7 +4,7 @@
 //! (a Kubernetes ConfigMap mount keeps its real files in `..data/` and timestamped `..2026_*`
 //! folders, linked from the top level: they must not load twice).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -13,7 +13,7 @@ use crate::compile::FileCompiler;
 use crate::error::{ConfigError, ConfigErrors, FileError};
 use crate::file;
 use crate::position::Positions;
-use crate::tree::{Config, Domain, Level};
+use crate::tree::{Config, Domain, Level, TreeMap};
 
 /// How files combine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub struct LoadOptions {
 pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<Config, ConfigErrors> {
     let mut errors = Vec::new();
     let files = config_files(paths, &mut errors);
-    let mut domains = HashMap::new();
+    let mut domains = TreeMap::default();
     let mut warnings = Vec::new();
     for path in &files {
         match read_bounded(path) {
@@ -78,7 +78,7 @@ fn read_bounded(path: &Path) -> std::io::Result<Option<String>> {
 /// Compiles `text` as one configuration file named `name` (errors name it as its path): for
 /// tests and tools that hold a configuration in memory.
 pub fn load_str(name: &str, text: &str, options: LoadOptions) -> Result<Config, ConfigErrors> {
-    let mut domains: HashMap<String, Domain> = HashMap::new();
+    let mut domains: TreeMap<Domain> = TreeMap::default();
     let mut warnings = Vec::new();
     let errors = add_file(&mut domains, Path::new(name), text, options, &mut warnings);
     finish(domains, errors, warnings)
@@ -105,7 +105,7 @@ pub(crate) fn load_docs(
     docs: Vec<(String, file::FileDoc)>,
     options: LoadOptions,
 ) -> Result<Config, ConfigErrors> {
-    let mut domains: HashMap<String, Domain> = HashMap::new();
+    let mut domains: TreeMap<Domain> = TreeMap::default();
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     for (name, doc) in docs {
@@ -126,7 +126,7 @@ pub fn with_source(mut config: Config, source: String) -> Config {
 
 /// The config of `domains`, or every error.
 fn finish(
-    mut domains: HashMap<String, Domain>,
+    mut domains: TreeMap<Domain>,
     errors: Vec<ConfigError>,
     warnings: Vec<FileError>,
 ) -> Result<Config, ConfigErrors> {
@@ -147,7 +147,7 @@ fn finish(
 /// Parses and compiles one file into `domains`, returning its errors; its warnings go to
 /// `warnings`.
 fn add_file(
-    domains: &mut HashMap<String, Domain>,
+    domains: &mut TreeMap<Domain>,
     path: &Path,
     text: &str,
     options: LoadOptions,
@@ -189,7 +189,7 @@ fn add_file(
 /// Compiles one file's document into `domains`; errors stay in `compiler`.
 fn compile_doc(
     compiler: &mut FileCompiler<'_>,
-    domains: &mut HashMap<String, Domain>,
+    domains: &mut TreeMap<Domain>,
     path: &Path,
     doc: file::FileDoc,
     options: LoadOptions,

@@ -4,12 +4,18 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use foldhash::fast::RandomState;
+
 use smallvec::SmallVec;
 
 use crate::error::FileError;
 use crate::wildcards::Wildcards;
 use sluice_core::labels::{LimitLabels, MatchedLevel};
 use sluice_core::limit::Limit;
+
+/// A map of the tree, looked up on every request: a fast seeded hash (the tree is built from
+/// the config; a request only looks it up).
+pub(crate) type TreeMap<V> = HashMap<String, V, RandomState>;
 
 /// What is said when a configuration holds no domain.
 pub const NOTHING_LIMITED: &str =
@@ -18,7 +24,7 @@ pub const NOTHING_LIMITED: &str =
 /// Every loaded domain. Immutable once built; reload builds a new one.
 #[derive(Debug, Default)]
 pub struct Config {
-    pub(crate) domains: HashMap<String, Domain>,
+    pub(crate) domains: TreeMap<Domain>,
     /// What loaded but has no effect (keys in the wrong place), to be logged.
     pub(crate) warnings: Vec<FileError>,
     /// Where it came from: its files, or the xDS server and version.
@@ -105,14 +111,14 @@ pub struct Domain {
 /// The nodes below one node, by descriptor key.
 #[derive(Debug, Default)]
 pub(crate) struct Level {
-    pub(crate) by_key: HashMap<String, KeyNodes>,
+    pub(crate) by_key: TreeMap<KeyNodes>,
 }
 
 /// The nodes of one key at one level: exact values, wildcard values in file order (indexed),
 /// and the value-less default.
 #[derive(Debug, Default)]
 pub(crate) struct KeyNodes {
-    pub(crate) exact: HashMap<String, Node>,
+    pub(crate) exact: TreeMap<Node>,
     pub(crate) wildcards: Wildcards<Node>,
     pub(crate) any_value: Option<Box<Node>>,
 }

@@ -133,7 +133,7 @@ impl<S: Store> Limiter<S> {
         } else {
             0
         };
-        let mut planned: SmallVec<[plan::Planned<'_>; 4]> = request
+        let mut planned: SmallVec<[plan::Planned<'_>; 2]> = request
             .descriptors
             .iter()
             .enumerate()
@@ -181,7 +181,7 @@ impl<S: Store> Limiter<S> {
             .iter()
             .find_map(|s| s.denied_by.clone())
             .filter(|_| denied);
-        let verdicts: SmallVec<[Verdict<'_>; 4]> = bound.into_iter().map(|s| s.verdict).collect();
+        let verdicts: SmallVec<[Verdict<'_>; 2]> = bound.into_iter().map(|s| s.verdict).collect();
         if overall == Code::OverLimit && self.options.shadow_mode {
             // `SHADOW_MODE`: the answer is OK; the statuses stay truthful.
             overall = Code::Ok;

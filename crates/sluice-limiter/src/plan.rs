@@ -168,7 +168,7 @@ struct Named<'a> {
 fn limits_in_force<'a>(
     rule: &'a Rule,
     overrides: Option<InForce<'a>>,
-) -> Option<SmallVec<[Named<'a>; 4]>> {
+) -> Option<SmallVec<[Named<'a>; 2]>> {
     let several = rule.limits.len() > 1;
     let name_of = |named: &'a NamedLimit| named.name.as_deref().unwrap_or_default();
     if let Some(every) = overrides.and_then(|o| o.overrides.every_limit(o.now_us)) {
@@ -260,8 +260,9 @@ pub fn apply_replaces(planned: &mut [Planned<'_>]) {
     }
 }
 
-/// The hits of a request: a few descriptors take no allocation.
-pub type Hits = SmallVec<[Hit; 4]>;
+/// The hits of a request: up to two (most requests) take no allocation; a request's future
+/// holds them across the store's call, so a larger inline size would be copied with it.
+pub type Hits = SmallVec<[Hit; 2]>;
 
 /// The tokens a request's hits were given: the one its leases are taken under, and the one
 /// a modifier's ticket opens under (issued, or the request's own name for it).
@@ -356,7 +357,7 @@ pub fn opened(bound: &[Bound<'_>], ticket: &Ticket) -> bool {
 pub fn bind<'a>(
     planned: impl IntoIterator<Item = Planned<'a>>,
     decisions: &[Decision],
-) -> SmallVec<[Bound<'a>; 4]> {
+) -> SmallVec<[Bound<'a>; 2]> {
     let mut decisions = decisions.iter();
     planned
         .into_iter()
