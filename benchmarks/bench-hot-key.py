@@ -21,18 +21,16 @@ repository). For each row and replica count it prints:
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DIST = os.path.join(ROOT, "target", "dist")
+import peers
+from peers import DIST, cpu_seconds, free_port, wait_port
+
 REDIS_PORT = 7795
 CAPPED = 2000
-TCK = os.sysconf("SC_CLK_TCK")
 
 SLUICE_CONFIG = """domain: hot
 descriptors:
@@ -55,121 +53,41 @@ LIMITADOR_LIMITS = """- namespace: hot
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, seconds=20):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TCK
+def redis_commands():
+    return peers.redis_commands(REDIS_PORT)
 
 
 def redis_cli(*args):
-    return subprocess.run(["redis-cli", "-p", str(REDIS_PORT), *args], capture_output=True,
-                          text=True, check=True).stdout
-
-
-def redis_commands():
-    total = 0
-    for line in redis_cli("INFO", "commandstats").splitlines():
-        if line.startswith("cmdstat_") and "calls=" in line:
-            if line.startswith(("cmdstat_info:", "cmdstat_flushall:", "cmdstat_ping:")):
-                continue
-            total += int(line.split("calls=")[1].split(",")[0])
-    return total
-
-
-class Row:
-    """A server kind: how to start one replica of it on a gRPC port."""
-
-    def __init__(self, name, start):
-        self.name, self.start = name, start
+    return peers.redis_cli(REDIS_PORT, *args)
 
 
 def sluice_row(name, store, leased):
-    def start(grpc, workdir):
-        os.makedirs(os.path.join(workdir, "config"), exist_ok=True)
-        with open(os.path.join(workdir, "config", "hot.yaml"), "w") as f:
-            f.write(SLUICE_CONFIG % {
-                "capped": CAPPED,
-                "lease_k": ", budget_leasing: {max_chunk: 1000}" if leased else "",
-                "lease_capped": ", budget_leasing: {max_chunk: 50}" if leased else "",
-            })
-        args = [os.path.join(DIST, "sluice"), "--config", os.path.join(workdir, "config"),
-                "--grpc-addr", f"127.0.0.1:{grpc}", "--http-addr", f"127.0.0.1:{free_port()}"]
-        if store == "redis":
-            args += ["--store", "redis", "--redis-url", f"redis://127.0.0.1:{REDIS_PORT}"]
-        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Row(name, start)
+    config = SLUICE_CONFIG % {
+        "capped": CAPPED,
+        "lease_k": ", budget_leasing: {max_chunk: 1000}" if leased else "",
+        "lease_capped": ", budget_leasing: {max_chunk: 50}" if leased else "",
+    }
+    return peers.sluice_row(name, config, REDIS_PORT if store == "redis" else None)
 
 
 def reference_row(name, binary, window):
-    def start(grpc, workdir):
-        config = os.path.join(workdir, "runtime", "ratelimit", "config")
-        os.makedirs(config, exist_ok=True)
-        with open(os.path.join(config, "hot.yaml"), "w") as f:
-            f.write(SLUICE_CONFIG % {"capped": CAPPED, "lease_k": "", "lease_capped": ""})
-        env = {
-            "PATH": os.environ["PATH"], "LOG_LEVEL": "warn", "USE_STATSD": "false",
-            "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": f"127.0.0.1:{REDIS_PORT}",
-            "HOST": "127.0.0.1", "PORT": str(free_port()), "DEBUG_HOST": "127.0.0.1",
-            "DEBUG_PORT": str(free_port()), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": str(grpc),
-            "RUNTIME_ROOT": os.path.join(workdir, "runtime"), "RUNTIME_SUBDIRECTORY": "ratelimit",
-            "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true",
-        }
-        if window:
-            env.update({"REDIS_PIPELINE_WINDOW": "150us", "REDIS_PIPELINE_LIMIT": "8"})
-        return subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-    return Row(name, start)
+    config = SLUICE_CONFIG % {"capped": CAPPED, "lease_k": "", "lease_capped": ""}
+    return peers.reference_row(name, binary, config, REDIS_PORT, window)
 
 
 def limitador_row(name, binary, mode):
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
-    cel = any(f" {v}." in version or f" v{v}." in version for v in "23456789")
-
-    def start(grpc, workdir):
-        limits = os.path.join(workdir, "limits.yaml")
-        with open(limits, "w") as f:
-            f.write(LIMITADOR_LIMITS % {
-                "capped": CAPPED,
-                "k": "descriptors[0].k" if cel else "k",
-                "capped_var": "descriptors[0].capped" if cel else "capped",
-            })
-        args = [binary, "--rls-port", str(grpc), "--http-port", str(free_port()), limits, mode,
-                f"redis://127.0.0.1:{REDIS_PORT}"]
-        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return Row(name, start)
+    def limits(cel):
+        return LIMITADOR_LIMITS % {
+            "capped": CAPPED,
+            "k": "descriptors[0].k" if cel else "k",
+            "capped_var": "descriptors[0].capped" if cel else "capped",
+        }
+    return peers.limitador_row(name, binary, limits, [mode, f"redis://127.0.0.1:{REDIS_PORT}"])
 
 
 def h2load(ports, seconds, body):
     """8 x 32 split over `ports`, for `seconds`; the calls answered."""
-    per = 8 // len(ports)
-    runs = [subprocess.Popen(
-        ["h2load", "-D", str(seconds), "-c", str(per), "-m", "32", "-d", body,
-         "-H", "content-type: application/grpc", "-H", "te: trailers",
-         f"http://127.0.0.1:{port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for port in ports]
-    done = 0
-    for run in runs:
-        out = run.communicate()[0]
-        for line in out.splitlines():
-            if line.startswith("requests:"):
-                done += int(line.split(",")[2].split()[0])  # "N succeeded"
-    return done
+    return peers.h2load(ports, body, seconds=seconds)
 
 
 def throughput(replicas, seconds, body):
@@ -312,11 +230,7 @@ def main():
     args = parser.parse_args()
     if args.outage:
         return outage(args)
-    body = tempfile.NamedTemporaryFile(suffix=".bin", delete=False).name
-    with open(body, "wb") as f:
-        f.write(subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "h2load-request.py"),
-                                "--domain", "hot", "--descriptor", "k=hot"],
-                               capture_output=True, check=True).stdout)
+    body = peers.request_body("hot", "k=hot")
     rows = [
         sluice_row("sluice, memory store", "memory", False),
         sluice_row("sluice, Redis", "redis", False),
