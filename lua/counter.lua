@@ -1,36 +1,83 @@
--- The plain counter: one call of one hit whose limit's whole state is one count in a key that
--- names its window (a fixed window without debt, without modifiers that keep state or leave
--- headroom), alone in its request. Most calls are such a call, and the driver's general path
--- (parsing 14 arguments, tables per hit, the modifiers' walk) costs Redis twice what the
--- count does; this call reads and charges the count and nothing else. sluice decides on the
--- count it replies, as the memory store decides on its own (crates/sluice-core/src/engine.rs,
--- `decide_hit`), and the store contract test holds both to the same answers.
+-- The plain counter: one call of a request whose every hit is a limit's whole state in one
+-- count, under a key that names its window (a fixed window without debt, without modifiers
+-- that keep state or leave headroom), each hit its descriptor's only limit. Most requests are
+-- such a request, and the driver's general path (parsing 14 arguments, tables per hit, the
+-- modifiers' walk, the groups) costs Redis several times what the counts do; this call reads
+-- and charges the counts and nothing else. sluice decides each hit on the count it replies, as
+-- the memory store decides on its own (crates/sluice-core/src/engine.rs, `decide_hit`), and
+-- the store contract test holds both to the same answers.
 --
--- The call takes KEYS[1], the window's key (byte-identical to envoyproxy/ratelimit's), and
---   ARGV[1]  cost  h (0 only reads)
---   ARGV[2]  requests_per_unit  L
---   ARGV[3]  ttl_ms  the key's time to live when the call makes it: to the window's end
---   ARGV[4]  every  "1" when a hit that does not fit is charged all the same (the
---                   reference's counting), else "0"
--- and replies {count}, what the key held before the hit. A hit is charged when it fits
--- (count + h <= L) or with "every"; a key the call makes expires at its window's end.
+-- The call takes KEYS[i], hit i's key (byte-identical to envoyproxy/ratelimit's), ARGV[1]
+-- "1" when every hit is charged, fitting or not (the reference's counting, "every"), else "0"
+-- (all or nothing, "all"), then for each hit i in turn:
+--   ARGV[+0]  cost  h (0 only reads)
+--   ARGV[+1]  requests_per_unit  L
+--   ARGV[+2]  ttl_ms  the key's time to live when the call makes it: to the window's end
+--   ARGV[+3]  role  as lua/common.lua's: how the hit's denial weighs on its request
+-- It replies, for each hit, the count it was decided on (what its key held after the hits
+-- before it that stand), then 1 when the hits' charges stand, or 0 when the request vetoed
+-- itself (common.lua: an enforced hit denied, or every quota hit) and nothing was written.
+-- With "every", each hit is charged; with "all", a hit that fits (count + h <= L) is, unless
+-- the request is vetoed. A key the call makes expires when the window of its last hit ends.
+
+local COUNTER_ARGS = 4
 
 local function counter(KEYS, ARGV)
-  local key, cost = KEYS[1], tonumber(ARGV[1])
-  if cost > 0 and ARGV[4] == '1' then
-    local after = redis.call('INCRBY', key, ARGV[1])
-    if after == cost then
-      redis.call('PEXPIRE', key, ARGV[3])
-    end
-    return {after - cost}
+  local every = ARGV[1] == '1'
+  local hits, counts = {}, {}
+  for i = 1, #KEYS do
+    local at = 2 + (i - 1) * COUNTER_ARGS
+    hits[i] = {key = KEYS[i], cost = tonumber(ARGV[at]), cost_arg = ARGV[at],
+      limit = tonumber(ARGV[at + 1]), ttl = ARGV[at + 2], role = ARGV[at + 3]}
   end
-  local count = tonumber(redis.call('GET', key) or '0')
-  if cost > 0 and count + cost <= tonumber(ARGV[2]) then
-    if count == 0 then
-      redis.call('SET', key, ARGV[1], 'PX', ARGV[3])
+  if every then
+    -- The keys this call made, with the time to live of their last hit.
+    local made = {}
+    for i, hit in ipairs(hits) do
+      if hit.cost > 0 then
+        local after = redis.call('INCRBY', hit.key, hit.cost_arg)
+        if after == hit.cost or made[hit.key] then
+          made[hit.key] = hit.ttl
+        end
+        counts[i] = after - hit.cost
+      else
+        counts[i] = tonumber(redis.call('GET', hit.key) or '0')
+      end
+    end
+    for key, ttl in pairs(made) do
+      redis.call('PEXPIRE', key, ttl)
+    end
+    counts[#hits + 1] = 1
+    return counts
+  end
+  -- All or nothing: each hit on what the fitting hits before it left.
+  local held, read, last_ttl, decisions = {}, {}, {}, {}
+  for i, hit in ipairs(hits) do
+    local count = held[hit.key]
+    if count == nil then
+      count = tonumber(redis.call('GET', hit.key) or '0')
+      read[hit.key] = count
+    end
+    counts[i] = count
+    local fits = count + hit.cost <= hit.limit
+    decisions[i] = {fits and 1 or 0}
+    held[hit.key] = count
+    if fits and hit.cost > 0 then
+      held[hit.key] = count + hit.cost
+      last_ttl[hit.key] = hit.ttl
+    end
+  end
+  if vetoed(hits, decisions) then
+    counts[#hits + 1] = 0
+    return counts
+  end
+  for key, ttl in pairs(last_ttl) do
+    if read[key] == 0 then
+      redis.call('SET', key, string.format('%d', held[key]), 'PX', ttl)
     else
-      redis.call('INCRBY', key, ARGV[1])
+      redis.call('INCRBY', key, string.format('%d', held[key] - read[key]))
     end
   end
-  return {count}
+  counts[#hits + 1] = 1
+  return counts
 end

@@ -597,16 +597,41 @@ async fn a_plain_counter_alone_in_its_request_is_one_counter_call_on_the_referen
         "expires with its window: {ttl}"
     );
 
-    // Two descriptors, or a limit the counter cannot hold, take the general call.
+    // Several plain counters are one counter call, all or nothing: a descriptor over its
+    // limit (envoy=counted spent its 5 above) vetoes the request, and the other's count is
+    // left as it was.
     redis.cli(&["SLOWLOG", "RESET"]);
     let both = request(
+        "r",
+        vec![
+            descriptor(&[("flood", "vetoing")]),
+            descriptor(&[("envoy", "counted")]),
+        ],
+    );
+    let response = call(&mut client, both).await;
+    assert_eq!(overall(&response), Code::OverLimit);
+    assert_eq!(response.statuses[0].code, Code::Ok as i32);
+    assert_eq!(
+        response.statuses[0].limit_remaining, 5,
+        "what remains without it"
+    );
+    assert_eq!(response.statuses[1].code, Code::OverLimit as i32);
+    let vetoing = redis.cli(&["--scan", "--pattern", "ratelimit_r_flood_vetoing_*"]);
+    assert_eq!(vetoing.trim(), "", "a vetoed request writes nothing");
+    let called = functions_called(&redis);
+    assert_eq!(called.len(), 1, "{called:?}");
+    assert!(called[0].ends_with("_counter"), "{called:?}");
+
+    // A limit the counter cannot hold takes the general call, alone or beside a counter.
+    redis.cli(&["SLOWLOG", "RESET"]);
+    let mixed = request(
         "r",
         vec![
             descriptor(&[("envoy", "general")]),
             descriptor(&[("token_bucket", "general")]),
         ],
     );
-    call(&mut client, both).await;
+    call(&mut client, mixed).await;
     call_one(&mut client, "r", &[("token_bucket", "general")]).await;
     let called = functions_called(&redis);
     assert_eq!(called.len(), 2, "{called:?}");
@@ -665,5 +690,27 @@ async fn a_plain_counter_charges_denials_by_the_reference_counting() {
     assert!(
         called.iter().all(|name| name.ends_with("_counter")),
         "{called:?}"
+    );
+    // Two descriptors on one key in one call: each decided on what the one before it left.
+    let twice = request(
+        "r",
+        vec![
+            descriptor(&[("flood", "twice")]),
+            descriptor(&[("flood", "twice")]),
+        ],
+    );
+    let response = call(&mut client, twice).await;
+    assert_eq!(response.statuses[0].limit_remaining, 4);
+    assert_eq!(response.statuses[1].limit_remaining, 3);
+    let keys = redis.cli(&["--scan", "--pattern", "ratelimit_r_flood_twice_*"]);
+    assert_eq!(redis.cli(&["GET", keys.trim()]).trim(), "2");
+    let ttl: i64 = redis
+        .cli(&["PTTL", keys.trim()])
+        .trim()
+        .parse()
+        .expect("a ttl");
+    assert!(
+        (1..=3_600_001).contains(&ttl),
+        "expires with its window: {ttl}"
     );
 }

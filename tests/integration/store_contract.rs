@@ -451,6 +451,45 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
     );
 }
 
+/// Requests of one to three hits on plain fixed windows only (the Redis store's plain counter
+/// call: several descriptors, a key twice, vetoes of all or nothing, limits of 0), charged
+/// both ways; a hit joining the previous one's descriptor sends its request to the general
+/// call, so both calls are compared with the memory store.
+#[test]
+fn requests_of_plain_counters_agree_both_ways_of_charging() {
+    let fixture = Fixture::new();
+    let plain = (0u32..=5, 1u32..=2).prop_map(|(l, m)| limit(Algorithm::FixedWindow, l, m, None));
+    let scenario = (prop::collection::vec(plain, 3), requests(), any::<bool>());
+    let vetoed = AtomicUsize::new(0);
+    check_cases(64, &scenario, |(limits, requests, all)| {
+        let charging = if all {
+            Charging::AllOrNothing
+        } else {
+            Charging::EveryHit
+        };
+        let (memory, redis) = both_requests(&fixture, &limits, &requests, charging);
+        // Requests where an enforced hit was denied beside an admitted one: vetoed, under
+        // all or nothing.
+        let mut decided = memory.iter();
+        for (_, hits) in &requests {
+            let mine: Vec<&Decision> = decided.by_ref().take(hits.len()).collect();
+            let denied = hits
+                .iter()
+                .zip(&mine)
+                .any(|(hit, d)| hit.2 == Role::Enforced && !d.admitted);
+            let admitted = mine.iter().any(|d| d.admitted);
+            vetoed.fetch_add(usize::from(all && denied && admitted), Ordering::Relaxed);
+        }
+        prop_assert_eq!(memory, redis, "{:?} {:?}", limits, charging);
+        Ok(())
+    });
+    let vetoed = vetoed.into_inner();
+    assert!(
+        vetoed > 10,
+        "{vetoed} requests vetoed by a denial beside an admission"
+    );
+}
+
 #[test]
 fn a_vetoed_request_leaves_every_key_as_it_was_in_both_stores() {
     let fixture = Fixture::new();

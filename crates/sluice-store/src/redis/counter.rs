@@ -1,9 +1,10 @@
-//! The plain counter call (`lua/counter.lua`): a request of one hit whose limit's whole state
-//! is one count in a key that names its window, decided with a call that reads and charges
-//! the count and replies it, sluice deciding on the count with the core as the memory store
-//! does. Most calls are such a request; the general call costs Redis more than twice as much.
-//! A Redis without the function library, a library lost (it is loaded again by the general
-//! call that follows) or a Redis refusing writes gets the general call instead.
+//! The plain counter call (`lua/counter.lua`): a request whose every hit is a limit's whole
+//! state in one count under a key that names its window, each its descriptor's only limit,
+//! decided with a call that reads and charges the counts and replies them, sluice deciding
+//! each hit on its count with the core as the memory store does. Most requests are such a
+//! request; the general call costs Redis several times as much. A Redis without the function
+//! library, a library lost (it is loaded again by the general call that follows), a Redis
+//! refusing writes, and a request across a Cluster's slots get the general call instead.
 
 use std::sync::atomic::Ordering;
 
@@ -13,57 +14,93 @@ use tracing::Instrument;
 use super::call::{lost, HitCall};
 use super::condition::refuses_writes;
 use super::span as spans;
-use super::{protocol, store_error, Backend, RedisStore};
+use super::{protocol, store_error, Backend, Connection, RedisStore};
 use crate::StoreError;
 use sluice_core::engine::{self, Charging};
 use sluice_core::limit::{Decision, Hit};
 
 impl RedisStore {
-    /// Decides `hit`, alone in its request and called as `call`, with the plain counter call
-    /// when it can: `None` when the hit or the backend cannot take it, or the call failed in
-    /// a way the general call answers (the library lost, writes refused).
+    /// Decides `hits`, called as `calls`, with the plain counter call when it can: `None`
+    /// when a hit or the backend cannot take it, or the call failed in a way the general call
+    /// answers (the library lost, writes refused).
     pub(super) async fn decide_counted(
         &self,
-        backend: &Backend,
-        hit: &Hit,
-        call: &HitCall,
+        hits: &[Hit],
+        calls: &[HitCall],
         charging: Charging,
         now_us: u64,
-    ) -> Option<Result<Decision, StoreError>> {
-        if !backend.functions.load(Ordering::Relaxed) || !is_plain_counter(call) {
-            return None;
+    ) -> Option<Result<Vec<Decision>, StoreError>> {
+        let backend = self.counter_backend(hits, calls)?;
+        let mut windows_left_us = smallvec::SmallVec::<[u64; 2]>::new();
+        for hit in hits {
+            windows_left_us.push(hit.limit.window_end_us(now_us)?.saturating_sub(now_us));
         }
-        let window_end_us = hit.limit.window_end_us(now_us)?;
         let every = charging == Charging::EveryHit;
-        let command = counter_call(
-            self.script.counter_function(),
-            call,
-            window_end_us.saturating_sub(now_us),
-            every,
-        );
+        let function = self.script.counter_function();
+        let command = counter_call(function, calls, &windows_left_us, every);
         let reply = backend
             .send(command)
-            .instrument(spans::redis_span("FCALL", 1, "counter"))
+            .instrument(spans::redis_span("FCALL", calls.len(), "counter"))
             .await;
-        let count = match reply {
-            Ok(reply) => match reply.as_slice() {
-                [count] => u64::try_from(*count).unwrap_or(0),
-                _ => {
-                    let what = format!("{} numbers in a counter's reply", reply.len());
-                    return Some(Err(protocol(&what)));
-                }
-            },
+        let reply = match reply {
+            Ok(reply) => reply,
             Err(error) if lost(&error) || refuses_writes(&error) => return None,
             Err(error) => return Some(Err(store_error(error))),
         };
-        let state = hit.limit.window_count(now_us, count);
-        Some(Ok(engine::decide_hit(
-            hit,
-            charging,
-            state.as_ref(),
-            now_us,
-        )
-        .decision))
+        let Some((stood, counts)) = reply.split_last() else {
+            return Some(Err(protocol("an empty counter's reply")));
+        };
+        if counts.len() != hits.len() {
+            let what = format!(
+                "{} counts in a counter's reply for {} hits",
+                counts.len(),
+                hits.len()
+            );
+            return Some(Err(protocol(&what)));
+        }
+        let count = |index: usize| u64::try_from(counts[index]).unwrap_or(0);
+        let decisions = hits
+            .iter()
+            .enumerate()
+            .map(|(index, hit)| {
+                let state = hit.limit.window_count(now_us, count(index));
+                let decision = engine::decide_hit(hit, charging, state.as_ref(), now_us).decision;
+                if *stood == 1 || !decision.admitted || hit.cost == 0 {
+                    return decision;
+                }
+                // Vetoed: nothing was charged, so an admitted hit is told what remains on the
+                // count its key holds (its first hit's), as the general call tells it.
+                let first = hits
+                    .iter()
+                    .position(|other| other.key == hit.key)
+                    .unwrap_or(index);
+                let state = hit.limit.window_count(now_us, count(first));
+                let read = Hit {
+                    cost: 0,
+                    ..hit.clone()
+                };
+                engine::decide_hit(&read, charging, state.as_ref(), now_us).decision
+            })
+            .collect();
+        Some(Ok(decisions))
+    }
+
+    /// The backend that takes the counter call of `hits`: every hit a plain counter, its
+    /// descriptor's only limit, all on one backend that took the function library, and on a
+    /// Cluster only a call of one hit (one slot).
+    fn counter_backend(&self, hits: &[Hit], calls: &[HitCall]) -> Option<&Backend> {
+        let first = calls.first()?;
+        let backend = &self.backends[first.backend];
+        let on_cluster = matches!(backend.connection, Connection::Cluster(_));
+        let takes = backend.functions.load(Ordering::Relaxed)
+            && !(on_cluster && calls.len() > 1)
+            && calls
+                .iter()
+                .all(|call| call.backend == first.backend && is_plain_counter(call))
+            && hits
+                .iter()
+                .all(|hit| !hit.joins_previous && hit.lease.is_none());
+        takes.then_some(backend)
     }
 }
 
@@ -80,18 +117,25 @@ fn is_plain_counter(call: &HitCall) -> bool {
         && call.modifier_keys.is_empty()
 }
 
-/// FCALL of the counter `function` for `call`'s hit, its key made to live `window_left_us`
-/// (to its window's end), charging a hit that does not fit when `every`.
-fn counter_call(function: &str, call: &HitCall, window_left_us: u64, every: bool) -> Cmd {
-    let mut cmd = Cmd::with_capacity(8, function.len() + call.key.len() + 48);
-    cmd.arg("FCALL")
-        .arg(function)
-        .arg(1)
-        .arg(&call.key)
-        .arg(call.args.cost)
-        .arg(call.args.requests_per_unit)
-        .arg(ttl_ms(window_left_us))
-        .arg(if every { "1" } else { "0" });
+/// FCALL of the counter `function` for `calls`, each hit's key made to live to its window's
+/// end (`windows_left_us`), charging a hit that does not fit when `every`.
+fn counter_call(function: &str, calls: &[HitCall], windows_left_us: &[u64], every: bool) -> Cmd {
+    let keys_len: usize = calls.iter().map(|call| call.key.len()).sum();
+    let mut cmd = Cmd::with_capacity(
+        4 + 5 * calls.len(),
+        function.len() + keys_len + 48 * calls.len() + 16,
+    );
+    cmd.arg("FCALL").arg(function).arg(calls.len());
+    for call in calls {
+        cmd.arg(&call.key);
+    }
+    cmd.arg(if every { "1" } else { "0" });
+    for (call, left_us) in calls.iter().zip(windows_left_us) {
+        cmd.arg(call.args.cost)
+            .arg(call.args.requests_per_unit)
+            .arg(ttl_ms(*left_us))
+            .arg(call.args.role.as_str());
+    }
     cmd
 }
 

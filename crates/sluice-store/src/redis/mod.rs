@@ -372,14 +372,8 @@ impl RedisStore {
                 calls.push(self.hit_call(hit, group.start, now_us));
             }
         }
-        if let ([hit], [call]) = (hits, calls.as_slice()) {
-            let backend = &self.backends[call.backend];
-            if let Some(decided) = self
-                .decide_counted(backend, hit, call, charging, now_us)
-                .await
-            {
-                return decided.map(|decision| vec![decision]);
-            }
+        if let Some(decided) = self.decide_counted(hits, &calls, charging, now_us).await {
+            return decided;
         }
         let backend = calls.first().map_or(0, |call| call.backend);
         let one_backend = calls.iter().all(|call| call.backend == backend);
