@@ -22,7 +22,32 @@
 
 local COUNTER_ARGS = 4
 
+-- One hit (most calls), without a table: its count, read and charged. A request of one hit is
+-- vetoed only by that hit's denial, which charges nothing anyway (but with "every").
+local function count_one(key, ARGV)
+  local cost = tonumber(ARGV[2])
+  if cost > 0 and ARGV[1] == '1' then
+    local after = redis.call('INCRBY', key, ARGV[2])
+    if after == cost then
+      redis.call('PEXPIRE', key, ARGV[4])
+    end
+    return {after - cost, 1}
+  end
+  local count = tonumber(redis.call('GET', key) or '0')
+  if cost > 0 and count + cost <= tonumber(ARGV[3]) then
+    if count == 0 then
+      redis.call('SET', key, ARGV[2], 'PX', ARGV[4])
+    else
+      redis.call('INCRBY', key, ARGV[2])
+    end
+  end
+  return {count, 1}
+end
+
 local function counter(KEYS, ARGV)
+  if #KEYS == 1 then
+    return count_one(KEYS[1], ARGV)
+  end
   local every = ARGV[1] == '1'
   local hits, counts = {}, {}
   for i = 1, #KEYS do
