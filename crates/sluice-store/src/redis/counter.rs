@@ -69,10 +69,11 @@ impl RedisStore {
                     return decision;
                 }
                 // Vetoed: nothing was charged, so an admitted hit is told what remains on the
-                // count its key holds (its first hit's), as the general call tells it.
-                let first = hits
+                // count its Redis key holds (the first hit's on it), as the general call tells.
+                let redis_key = calls.get(index).map(|call| call.key.as_str());
+                let first = calls
                     .iter()
-                    .position(|other| other.key == hit.key)
+                    .position(|other| Some(other.key.as_str()) == redis_key)
                     .unwrap_or(index);
                 let state = hit.limit.window_count(now_us, count(first));
                 let read = Hit {
