@@ -80,66 +80,65 @@ impl Connection {
     /// single node's calls would otherwise carry (and copy) that size in every future that
     /// holds one.
     pub async fn command<T: FromRedisValue>(&self, command: &Cmd) -> RedisResult<T> {
-        let result = match self {
+        match self {
             Connection::Single(manager) => command.query_async(&mut manager.clone()).await,
             Connection::Cluster(cluster) => {
                 Box::pin(command.query_async(&mut cluster.clone())).await
             }
             Connection::Sentinel(sentinel) => {
-                Box::pin(command.query_async(&mut sentinel.primary())).await
+                Box::pin(async {
+                    let result = command.query_async(&mut sentinel.primary()).await;
+                    after_failure(sentinel, &result).await;
+                    result
+                })
+                .await
             }
-        };
-        if matches!(self, Connection::Sentinel(_)) {
-            Box::pin(self.after_failure(&result)).await;
         }
-        result
     }
 
-    /// Sends `pipeline` (single node and Sentinel).
+    /// Sends `pipeline` (single node and Sentinel), boxed as `command` is.
     pub async fn pipeline<T: FromRedisValue>(&self, pipeline: &Pipeline) -> RedisResult<T> {
-        let result = match self {
+        match self {
             Connection::Single(manager) => pipeline.query_async(&mut manager.clone()).await,
             Connection::Cluster(cluster) => {
                 Box::pin(pipeline.query_async(&mut cluster.clone())).await
             }
             Connection::Sentinel(sentinel) => {
-                Box::pin(pipeline.query_async(&mut sentinel.primary())).await
+                Box::pin(async {
+                    let result = pipeline.query_async(&mut sentinel.primary()).await;
+                    after_failure(sentinel, &result).await;
+                    result
+                })
+                .await
             }
-        };
-        if matches!(self, Connection::Sentinel(_)) {
-            Box::pin(self.after_failure(&result)).await;
         }
-        result
     }
+}
 
-    /// After a connection failure through Sentinel, the primary may have moved: asks the
-    /// sentinels before the next call.
-    async fn after_failure<T>(&self, result: &RedisResult<T>) {
-        let Connection::Sentinel(sentinel) = self else {
-            return;
-        };
-        // A dropped connection, or a primary demoted to a replica under sluice (READONLY).
-        if result.as_ref().is_err_and(|e| {
-            e.is_io_error() || e.is_connection_dropped() || e.code() == Some("READONLY")
-        }) {
-            match sentinel.refresh().await {
-                // Logged when the primary is first lost and when it is found: the calls of a
-                // failover retry this many times a second.
-                Err(error) => {
-                    if !sentinel
-                        .lost
-                        .swap(true, std::sync::atomic::Ordering::Relaxed)
-                    {
-                        tracing::warn!(%error, "cannot find the Redis primary through Sentinel (a failover in progress?): calls fail until it is found");
-                    }
+/// After a connection failure through Sentinel, the primary may have moved: asks the
+/// sentinels before the next call.
+async fn after_failure<T>(sentinel: &SentinelConnection, result: &RedisResult<T>) {
+    // A dropped connection, or a primary demoted to a replica under sluice (READONLY).
+    if result.as_ref().is_err_and(|e| {
+        e.is_io_error() || e.is_connection_dropped() || e.code() == Some("READONLY")
+    }) {
+        match sentinel.refresh().await {
+            // Logged when the primary is first lost and when it is found: the calls of a
+            // failover retry this many times a second.
+            Err(error) => {
+                if !sentinel
+                    .lost
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(%error, "cannot find the Redis primary through Sentinel (a failover in progress?): calls fail until it is found");
                 }
-                Ok(()) => {
-                    if sentinel
-                        .lost
-                        .swap(false, std::sync::atomic::Ordering::Relaxed)
-                    {
-                        tracing::info!("found the Redis primary through Sentinel again");
-                    }
+            }
+            Ok(()) => {
+                if sentinel
+                    .lost
+                    .swap(false, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::info!("found the Redis primary through Sentinel again");
                 }
             }
         }

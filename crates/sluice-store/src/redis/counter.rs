@@ -98,15 +98,14 @@ impl RedisStore {
             && calls
                 .iter()
                 .all(|call| call.backend == first.backend && is_plain_counter(call))
-            && hits
-                .iter()
-                .all(|hit| !hit.joins_previous && hit.lease.is_none());
+            && hits.iter().all(|hit| !hit.joins_previous);
         takes.then_some(backend)
     }
 }
 
 /// Whether `call` is a plain counter's: a fixed window without debt (its key names its
-/// window, and sluice's clock is given), with no lease, no modifier's part and no headroom.
+/// window, and sluice's clock is given), with no lease, no modifier's argument (nor so its
+/// parts' keys) and no headroom.
 fn is_plain_counter(call: &HitCall) -> bool {
     let args = &call.args;
     args.algorithm == "fixed_window"
@@ -115,7 +114,6 @@ fn is_plain_counter(call: &HitCall) -> bool {
         && args.lease.is_none()
         && args.headroom == 0
         && args.modifiers.iter().all(Option::is_none)
-        && call.modifier_keys.is_empty()
 }
 
 /// FCALL of the counter `function` for `calls`, each hit's key made to live to its window's
