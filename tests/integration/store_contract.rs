@@ -21,7 +21,7 @@ use sluice_core::engine::{self, Charging};
 use sluice_core::limit::{Algorithm, Counting, Decision, Hit, LeaseCall, Limit, Role, Unit};
 use sluice_core::modifier::penalty::{Penalized, Policy};
 use sluice_core::modifier::reserve::Reserved;
-use sluice_core::modifier::Modifiers;
+use sluice_core::modifier::ModifierSet;
 use sluice_store::key::Shape;
 use sluice_store::memory::MemoryStore;
 use sluice_store::{ManualClock, Store};
@@ -395,11 +395,12 @@ pub(crate) fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<Req
                 let reserve = reserve.filter(|_| !algorithm.leases());
                 Limit {
                     debt,
-                    modifiers: Modifiers {
+                    modifiers: ModifierSet {
                         penalty,
                         reserve,
-                        ..Modifiers::default()
-                    },
+                        ..ModifierSet::default()
+                    }
+                    .into(),
                     ..limit(algorithm, l, m, Some(b))
                 }
             })

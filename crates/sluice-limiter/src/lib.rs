@@ -73,6 +73,15 @@ pub struct Decided {
     pub said: SmallVec<[MetaField; 1]>,
 }
 
+/// What a request holds while the store decides: its plan, its hits and the tokens it
+/// issued. On the heap, so that every future awaiting a decision stays a few hundred bytes
+/// (moved, a future is copied whole: this was two kilobytes at each layer).
+struct Pending<'a> {
+    planned: SmallVec<[plan::Planned<'a>; 2]>,
+    hits: plan::Hits,
+    tokens: plan::Tokens,
+}
+
 /// The request path over a store `S`.
 pub struct Limiter<S> {
     store: Arc<S>,
@@ -126,8 +135,23 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Decided, DecisionError> {
         validate::validate_request(request, &self.options.bounds)?;
         let domain = config.domain(&request.domain);
-        let default_cost = u64::from(request.hits_addend.max(1));
         let found = self.overrides_of(request, domain);
+        let pending = self.prepare(domain, request, &found);
+        let started = std::time::Instant::now();
+        let decisions = self.charge(&pending.hits).await?;
+        let store_seconds = started.elapsed().as_secs_f64();
+        Ok(self.answer(request, *pending, &decisions, store_seconds, observe))
+    }
+
+    /// What a valid request asks of the store: each descriptor matched to its limits in
+    /// `domain` and its overrides (`found`), and the hits to charge.
+    fn prepare<'a>(
+        &self,
+        domain: Option<&'a sluice_config::Domain>,
+        request: &'a RateLimitRequest,
+        found: &'a [Option<Arc<DescriptorOverrides>>],
+    ) -> Box<Pending<'a>> {
+        let default_cost = u64::from(request.hits_addend.max(1));
         let now_us = if found.iter().any(Option::is_some) {
             SystemClock.now_us()
         } else {
@@ -148,11 +172,28 @@ impl<S: Store> Limiter<S> {
             plan::all_in_quota_mode(&mut planned);
         }
         let (hits, tokens) = plan::hits(&mut planned, &self.tokens);
-        let started = std::time::Instant::now();
-        let decisions = self.charge(&hits).await?;
-        let store_seconds = started.elapsed().as_secs_f64();
+        Box::new(Pending {
+            planned,
+            hits,
+            tokens,
+        })
+    }
+
+    /// The answer to `request` once the store decided its hits: the binding limit of each
+    /// descriptor, the statuses and the overall code, the headers and dynamic metadata.
+    fn answer<'a>(
+        &self,
+        request: &'a RateLimitRequest,
+        pending: Pending<'a>,
+        decisions: &[Decision],
+        store_seconds: f64,
+        observe: impl FnOnce(&[plan::Bound<'_>], bool),
+    ) -> Decided {
+        let Pending {
+            planned, tokens, ..
+        } = pending;
         let decided_at_us = decisions.iter().map(|d| d.decided_at_us).max();
-        let bound = plan::bind(planned, &decisions);
+        let bound = plan::bind(planned, decisions);
         let statuses: Vec<_> = bound
             .iter()
             .map(|s| response::status(&s.verdict, s.decision.as_ref()))
@@ -230,14 +271,14 @@ impl<S: Store> Limiter<S> {
             dynamic_metadata,
             ..Default::default()
         };
-        Ok(Decided {
+        Decided {
             response,
             limits: limits_decided,
             shadowed,
             decided_at_us,
             store_seconds,
             said,
-        })
+        }
     }
 
     /// The admin overrides of each descriptor of `request` (none looked up when there are

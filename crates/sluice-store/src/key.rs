@@ -278,10 +278,11 @@ mod penalty_key_tests {
         Hit {
             key: key.to_string(),
             limit: Limit {
-                modifiers: sluice_core::modifier::Modifiers {
+                modifiers: sluice_core::modifier::ModifierSet {
                     penalty: Some(policy),
                     ..Default::default()
-                },
+                }
+                .into(),
                 ..Limit::fixed_window(10, Unit::Minute)
             },
             cost: 1,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use proptest::prelude::*;
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Algorithm, Limit};
-use sluice_core::modifier::{ModifierPolicy, Modifiers};
+use sluice_core::modifier::{ModifierPolicy, ModifierSet};
 
 use super::{both_requests_on, check_cases, penalty, requests, reserve, Fixture, RequestSpec};
 use crate::support::scenario::limit;
@@ -52,11 +52,12 @@ fn hits_of_three_tiers_on_one_key_agree_for_every_algorithm() {
             let algorithm = Algorithm::ALL[a];
             let base = Limit {
                 debt,
-                modifiers: Modifiers {
+                modifiers: ModifierSet {
                     penalty,
                     reserve: reserve.filter(|_| !algorithm.leases()),
-                    ..Modifiers::default()
-                },
+                    ..ModifierSet::default()
+                }
+                .into(),
                 ..limit(algorithm, l, m, Some(b))
             };
             let limits = in_each_tier(&base);

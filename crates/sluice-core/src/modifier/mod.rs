@@ -17,6 +17,7 @@ pub mod penalty;
 #[macro_use]
 mod registry;
 pub mod reserve;
+mod shared;
 pub mod tiers;
 
 use smallvec::SmallVec;
@@ -25,6 +26,7 @@ use crate::algorithm::params::Refusal;
 use crate::algorithm::{Counting, Decision, Kept, LeaseCall, Mark, Outcome, Rate, State};
 use crate::duration;
 pub use edges::{Event, MetaField, MetaValue, Meter, Said, SeriesDef, SeriesKind, Tally, Ticket};
+pub use shared::Modifiers;
 
 /// A modifier's policy, as one YAML value inside `rate_limit` gives it.
 pub trait ModifierPolicy: Sized {

@@ -13,10 +13,16 @@ macro_rules! with_script {
 
 macro_rules! registry {
     ($( $field:ident: $policy:ty $(, lua $lua:literal)?; )+) => {
-        /// The modifiers one limit carries, parsed and validated: one field per row.
+        /// The modifiers one limit carries, parsed and validated: one field per row. A limit
+        /// holds it shared, as `Modifiers` (`modifier::shared`), and reads it through that.
         #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-        pub struct Modifiers {
+        pub struct ModifierSet {
             $( pub $field: Option<$policy>, )+
+        }
+
+        impl ModifierSet {
+            /// The set without any modifier.
+            pub const EMPTY: ModifierSet = ModifierSet { $( $field: None, )+ };
         }
 
         impl Modifiers {
@@ -90,6 +96,10 @@ macro_rules! registry {
 
             /// Gives each the value of its entry in a request's `entries` (none: absent).
             pub fn take_entries<'e>(&mut self, entries: impl Iterator<Item = (&'e str, &'e str)> + Clone) {
+                // Most limits' modifiers read no entry: their shared set stays shared.
+                if self.entry_keys().next().is_none() {
+                    return;
+                }
                 $( if let Some(policy) = &mut self.$field {
                     if let Some(key) = ModifierPolicy::entry_key(policy).map(str::to_string) {
                         let value = entries.clone().find(|(k, _)| *k == key).map(|(_, v)| v);
@@ -149,6 +159,9 @@ macro_rules! registry {
             /// The limit without the modifiers that keep something per request in flight
             /// (those with a ticket), as a gateway without them would count it.
             pub fn without_tickets(&mut self) {
+                if self.ticket().is_none() {
+                    return;
+                }
                 $( if <$policy as ModifierPolicy>::TICKET.is_some() {
                     self.$field = None;
                 } )+
