@@ -140,7 +140,7 @@ impl<S: Store> Limiter<S> {
         let started = std::time::Instant::now();
         let decisions = self.charge(&pending.hits).await?;
         let store_seconds = started.elapsed().as_secs_f64();
-        Ok(self.answer(request, *pending, &decisions, store_seconds, observe))
+        Ok(self.answer(request, pending, &decisions, store_seconds, observe))
     }
 
     /// What a valid request asks of the store: each descriptor matched to its limits in
@@ -184,14 +184,14 @@ impl<S: Store> Limiter<S> {
     fn answer<'a>(
         &self,
         request: &'a RateLimitRequest,
-        pending: Pending<'a>,
+        pending: Box<Pending<'a>>,
         decisions: &[Decision],
         store_seconds: f64,
         observe: impl FnOnce(&[plan::Bound<'_>], bool),
     ) -> Decided {
         let Pending {
             planned, tokens, ..
-        } = pending;
+        } = *pending;
         let decided_at_us = decisions.iter().map(|d| d.decided_at_us).max();
         let bound = plan::bind(planned, decisions);
         let statuses: Vec<_> = bound

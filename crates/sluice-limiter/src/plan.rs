@@ -4,7 +4,6 @@
 //! (`settle`): the one that denies, or else the one with the least remaining. An admin
 //! override of the descriptor stands in for the rule's limits (`limits_in_force`).
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 
 use smallvec::SmallVec;
@@ -32,7 +31,7 @@ pub struct Planned<'a> {
     cost: u64,
     replaces: &'a [String],
     /// The metric labels of the limits: the rule's own when fixed.
-    labels: Option<Cow<'a, LimitLabels>>,
+    labels: Option<Labels<'a>>,
     /// The token the descriptor releases (its `sluice.lease` entry): only its lease
     /// limits apply, each freeing what the token holds.
     release: Option<u64>,
@@ -92,7 +91,10 @@ pub fn plan<'a>(
         });
         planned.key = identity::descriptor_key(domain_name, entries);
         let keys = descriptor.entries.iter().map(|e| e.key.as_str());
-        planned.labels = Some(Cow::Owned(LimitLabels::of_override(domain_name, keys)));
+        planned.labels = Some(Labels::Made(Box::new(LimitLabels::of_override(
+            domain_name,
+            keys,
+        ))));
         return planned;
     }
     let set_aside =
@@ -136,14 +138,32 @@ pub fn plan<'a>(
         .collect();
     planned.key = identity::descriptor_key(domain_name, matched.counted_entries());
     planned.labels = Some(match &rule.metric_labels {
-        Some(labels) => Cow::Borrowed(labels),
-        None => Cow::Owned(LimitLabels::of_match(
+        Some(labels) => Labels::Rule(labels),
+        None => Labels::Made(Box::new(LimitLabels::of_match(
             domain_name,
             &matched.levels,
             rule.detailed_metric,
-        )),
+        ))),
     });
     planned
+}
+
+/// A descriptor's metric labels: its rule's own, or made for the request (boxed, so that a
+/// plan borrowing its rule's, the common case, stays small as it is moved).
+pub enum Labels<'a> {
+    Rule(&'a LimitLabels),
+    Made(Box<LimitLabels>),
+}
+
+impl std::ops::Deref for Labels<'_> {
+    type Target = LimitLabels;
+
+    fn deref(&self) -> &LimitLabels {
+        match self {
+            Labels::Rule(labels) => labels,
+            Labels::Made(labels) => labels,
+        }
+    }
 }
 
 /// The admin overrides of a descriptor, and the time they are in force at.
@@ -335,7 +355,7 @@ pub struct Bound<'a> {
     pub verdict: Verdict<'a>,
     pub decision: Option<Decision>,
     pub cost: u64,
-    pub labels: Option<Cow<'a, LimitLabels>>,
+    pub labels: Option<Labels<'a>>,
     pub lease: Option<LeaseOutcome>,
     pub taken: SmallVec<[(Decision, u64); 1]>,
     /// The name the binding limit that denied the descriptor goes by (`name`, else its
