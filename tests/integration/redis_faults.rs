@@ -298,21 +298,15 @@ pub(crate) fn sentinel_deployment() -> (RedisServer, RedisServer, RedisServer) {
     let primary = RedisServer::start(&[]);
     let replica = RedisServer::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
     let sentinel = RedisServer::start_sentinel_with("mymaster", primary.port, 1000);
-    let deadline = Instant::now() + Duration::from_secs(30);
     let replica_port = replica.port.to_string();
-    while !sentinel
-        .cli(&["SENTINEL", "REPLICAS", "mymaster"])
-        .contains(&replica_port)
-        || !replica
-            .cli(&["INFO", "replication"])
-            .contains("master_link_status:up")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the Sentinel never saw the replica"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for("the Sentinel to see the replica", || {
+        sentinel
+            .cli(&["SENTINEL", "REPLICAS", "mymaster"])
+            .contains(&replica_port)
+            && replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+    });
     (primary, replica, sentinel)
 }
 
@@ -326,19 +320,11 @@ pub(crate) fn failover_on_command(
     sentinel: &RedisServer,
 ) {
     sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]);
-    let promoted_port = replica.port.to_string();
-    promoted("the Sentinel's replica", || {
-        primary_port_at(sentinel.port) == promoted_port
+    sentinel_promoted(sentinel.port, replica.port);
+    primary.cli(&["REPLICAOF", "127.0.0.1", &replica.port.to_string()]);
+    wait_for("the old primary to become a replica", || {
+        primary.cli(&["ROLE"]).starts_with("slave")
     });
-    primary.cli(&["REPLICAOF", "127.0.0.1", &promoted_port]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !primary.cli(&["ROLE"]).starts_with("slave") {
-        assert!(
-            Instant::now() < deadline,
-            "the old primary never became a replica"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The port Sentinel names as the primary now.
@@ -361,12 +347,10 @@ async fn a_sentinel_failover_after_the_primary_is_killed() {
     let (mut primary, replica, sentinel) = sentinel_deployment();
     let sluice = sluice_through(&sentinel);
     let pid = pid_of(&primary);
-    let (port, promoted_port) = (sentinel.port, replica.port.to_string());
+    let (port, replica_port) = (sentinel.port, replica.port);
     let (calls, fault) = under_load(&sluice, MIXED, 2000, 4500, move || {
         kill(pid);
-        promoted("the Sentinel's replica", || {
-            primary_port_at(port) == promoted_port
-        });
+        sentinel_promoted(port, replica_port);
     })
     .await;
     primary.stop();
@@ -392,12 +376,10 @@ async fn a_sentinel_failover_after_the_primary_is_killed() {
 async fn a_sentinel_failover_on_command() {
     let (primary, replica, sentinel) = sentinel_deployment();
     let sluice = sluice_through(&sentinel);
-    let (port, promoted_port) = (sentinel.port, replica.port.to_string());
+    let (port, replica_port) = (sentinel.port, replica.port);
     let (calls, fault) = under_load(&sluice, MIXED, 2000, 4500, move || {
         crate::support::redis::cli(port, &["SENTINEL", "FAILOVER", "mymaster"]);
-        promoted("the Sentinel's replica", || {
-            primary_port_at(port) == promoted_port
-        });
+        sentinel_promoted(port, replica_port);
     })
     .await;
     assert_eq!(
@@ -444,14 +426,23 @@ fn is_primary(port: u16) -> bool {
     crate::support::redis::cli(port, &["ROLE"]).lines().next() == Some("master")
 }
 
-/// Waits (on the fault's thread) until `done` holds: a fault ends when its failover is seen,
-/// so the load after it is measured from the promotion, not from a guess at its length.
-fn promoted(what: &str, done: impl Fn() -> bool) {
+/// Waits (on a blocking thread) until `done` holds, for at most 30 s. A fault ends when its
+/// failover is seen, so the load after it is measured from the promotion, not from a guess
+/// at its length.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !done() {
-        assert!(Instant::now() < deadline, "{what} was never promoted");
+        assert!(Instant::now() < deadline, "waited 30 s for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Waits until the Sentinel on `sentinel_port` names the replica on `replica_port` primary.
+fn sentinel_promoted(sentinel_port: u16, replica_port: u16) {
+    let replica_port = replica_port.to_string();
+    wait_for("the Sentinel to promote its replica", || {
+        primary_port_at(sentinel_port) == replica_port
+    });
 }
 
 /// The nodes of `nodes` that are primaries now.
@@ -490,7 +481,7 @@ async fn a_cluster_primary_killed_fails_over_to_its_replica() {
     let pid = pid_of(&nodes[0]);
     let (calls, fault) = under_load(&sluice, MIXED, 2000, 4500, move || {
         kill(pid);
-        promoted("the replica", || is_primary(replica));
+        wait_for("the replica's promotion", || is_primary(replica));
     })
     .await;
     let now = primaries(&nodes);
@@ -514,7 +505,7 @@ async fn a_cluster_failover_on_command() {
     let replica = replica_of(&nodes, nodes[0].port).port;
     let (calls, fault) = under_load(&sluice, MIXED, 2000, 4500, move || {
         crate::support::redis::cli(replica, &["CLUSTER", "FAILOVER"]);
-        promoted("the replica", || is_primary(replica));
+        wait_for("the replica's promotion", || is_primary(replica));
     })
     .await;
     let now = primaries(&nodes);
