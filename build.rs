@@ -1,6 +1,6 @@
 //! Compiles `proto/` (Envoy's RLS v3 and RLQS API subsets, the xDS client's messages and the
-//! reference's rate limit config resource, sluice's admin API) with a vendored protoc and writes the
-//! descriptor set that gRPC reflection serves.
+//! reference's rate limit config resource, sluice's admin API, Kuadrant's protocol) with a
+//! vendored protoc and writes the descriptor set that gRPC reflection serves.
 
 use std::{env, path::PathBuf};
 
@@ -31,6 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 proto.join("ratelimit/config/ratelimit/v3/rls_conf.proto"),
                 proto.join("envoy/service/rate_limit_quota/v3/rlqs.proto"),
                 proto.join("sluice/admin/v1/admin.proto"),
+                proto.join("kuadrant/service/ratelimit/v1/kuadrantrls.proto"),
             ],
             &[proto.clone(), includes],
         )?;

@@ -3,6 +3,7 @@
 //! of (time, cost): a table of behaviour cases and random sequences, for every algorithm.
 
 mod admin_read;
+mod check;
 mod leasing;
 mod tiers;
 

@@ -25,6 +25,9 @@ pub enum Charging {
     /// counts (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`, its default): a fixed window's
     /// count goes past L within its window, the other algorithms take the hit as debt.
     EveryHit,
+    /// A dry run (Kuadrant's `CheckRateLimit`): each hit is decided and answered as
+    /// `AllOrNothing` would, and nothing is written.
+    Check,
 }
 
 /// The hits of `hits` by descriptor: runs of a hit and those that join it.
@@ -279,7 +282,8 @@ fn decide_through(
 /// Decides `hits` in order, each on the state the hits before it left: its descriptor's
 /// earlier hits, the charges of earlier descriptors that stand, else what the store holds
 /// (`stored(part)`, for the state under `key_of(part)`). Only the charges that stand are
-/// planned, and what a modifier leaves `always` (`Left::always`), whatever the request's fate.
+/// planned, and what a modifier leaves `always` (`Left::always`), whatever the request's fate
+/// (under `Charging::Check`, nothing: the decisions are as `AllOrNothing`'s).
 pub fn decide<'s, K: Copy + Eq>(
     hits: &[Hit],
     key_of: impl Fn(Part) -> K,
@@ -361,6 +365,11 @@ pub fn decide<'s, K: Copy + Eq>(
     }
     // The last write of each key is its new state.
     let mut writes: SmallVec<[Write<K>; 4]> = SmallVec::new();
+    if charging == Charging::Check {
+        // A dry run is answered as its charges would be, and writes nothing.
+        charged.clear();
+        records.clear();
+    }
     for write in charged.into_iter().chain(records).rev() {
         if !writes.iter().any(|w| w.key == write.key) {
             writes.push(write);

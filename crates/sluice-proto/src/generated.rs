@@ -68,3 +68,14 @@ pub mod sluice {
         }
     }
 }
+
+/// Kuadrant's rate limit protocol, as Limitador serves it (docs/kuadrant.md).
+pub mod kuadrant {
+    pub mod service {
+        pub mod ratelimit {
+            pub mod v1 {
+                tonic::include_proto!("kuadrant.service.ratelimit.v1");
+            }
+        }
+    }
+}

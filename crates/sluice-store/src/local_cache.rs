@@ -113,6 +113,11 @@ impl<S: Store> Store for WithLocalCache<S> {
     /// goes to the store whole, which must see every hit: a denial vetoes the others or the
     /// other limits of its descriptor.
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
+        if charging == Charging::Check {
+            // A dry run's denial of a cost says nothing of what the key holds: the store
+            // answers it, and the cache learns nothing from it.
+            return self.inner.charge(hits, charging).await;
+        }
         let now_us = self.cache.clock.now_us();
         let local: Vec<Option<Decision>> = hits
             .iter()
@@ -214,6 +219,7 @@ impl OverLimitCache {
         match charging {
             Charging::AllOrNothing => !hit.limit.debt,
             Charging::EveryHit => hit.limit.key_holds_window(),
+            Charging::Check => false,
         }
     }
 

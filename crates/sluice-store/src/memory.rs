@@ -438,9 +438,10 @@ impl Store for MemoryStore {
 
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         // One hit vetoes exactly when it is denied: all-or-nothing is the hit alone (unless
-        // a modifier keeps state beside it).
+        // a modifier keeps state beside it). A dry run takes the request's path, which plans
+        // no write for it.
         if let [hit] = hits {
-            if !hit.limit.modifiers.keep_state() {
+            if !hit.limit.modifiers.keep_state() && charging != Charging::Check {
                 return Ok(vec![self.charge_one(hit, charging)?]);
             }
         }

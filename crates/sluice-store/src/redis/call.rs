@@ -49,6 +49,19 @@ impl RedisStore {
         }
     }
 
+    /// A dry run of `calls` (`Charging::Check`): the read-only twin decides them alike and
+    /// writes nothing; its last field (whether a write was needed) says nothing here.
+    pub(super) async fn call_checking(
+        &self,
+        backend: &Backend,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> RedisResult<Vec<i64>> {
+        let mut reply = self.call_read_only(backend, calls, mode).await?;
+        reply.pop();
+        Ok(reply)
+    }
+
     /// The read-only twin of a call (`scripts`), for a Redis that refuses writes: FCALL_RO of
     /// the library's `_ro` function, else (Redis before 7, or a library lost) EVAL of the
     /// read-only script, which writes nothing either.

@@ -372,6 +372,9 @@ impl RedisStore {
                 calls.push(self.hit_call(hit, group.start, now_us));
             }
         }
+        if charging == Charging::Check {
+            return Box::pin(self.check_each_shard(calls)).await;
+        }
         if let Some(decided) = self.decide_counted(hits, &calls, charging, now_us).await {
             return decided;
         }
@@ -385,8 +388,8 @@ impl RedisStore {
             return Box::pin(self.decide_across_shards(hits, calls)).await;
         }
         let mode = match charging {
-            Charging::AllOrNothing => Mode::All,
             Charging::EveryHit => Mode::Every,
+            Charging::AllOrNothing | Charging::Check => Mode::All,
         };
         let reply = self
             .call(&self.backends[backend], &calls, mode)

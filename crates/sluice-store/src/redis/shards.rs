@@ -90,13 +90,25 @@ impl RedisStore {
         every_decided(decided, failure)
     }
 
-    /// One script call per shard of `calls`, concurrently, as `mode` says: each hit's
-    /// decision (by index; `None` where its shard failed) and a failure, if any.
-    async fn call_each_shard(
+    /// A dry run (`Charging::Check`): each shard's hits decided by the script's read-only
+    /// twin, which writes nothing; on one Redis the request's rules apply whole (`Mode::All`),
+    /// across shards each shard's (`Mode::Any`).
+    pub(super) async fn check_each_shard(
         &self,
-        calls: &[HitCall],
-        mode: Mode,
-    ) -> (Vec<Option<(Decision, u64)>>, Option<StoreError>) {
+        calls: Vec<HitCall>,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let shards = self.shards_of(&calls);
+        let mode = if shards.len() == 1 && shards[0].0.slot.is_none() {
+            Mode::All
+        } else {
+            Mode::Any
+        };
+        let (decided, failure) = self.call_shards(&calls, &shards, mode, true).await;
+        every_decided(decided, failure)
+    }
+
+    /// `calls` by shard: each shard, and the indices of its calls.
+    fn shards_of(&self, calls: &[HitCall]) -> Vec<(Shard, Vec<usize>)> {
         let mut shards: Vec<(Shard, Vec<usize>)> = Vec::new();
         for (index, call) in calls.iter().enumerate() {
             let shard = self.shard_of(call);
@@ -105,16 +117,43 @@ impl RedisStore {
                 None => shards.push((shard, vec![index])),
             }
         }
+        shards
+    }
+
+    /// One script call per shard of `calls`, concurrently, as `mode` says: each hit's
+    /// decision (by index; `None` where its shard failed) and a failure, if any.
+    async fn call_each_shard(
+        &self,
+        calls: &[HitCall],
+        mode: Mode,
+    ) -> (Vec<Option<(Decision, u64)>>, Option<StoreError>) {
+        let shards = self.shards_of(calls);
+        self.call_shards(calls, &shards, mode, false).await
+    }
+
+    /// The calls of `shards`, each shard's in one script call, concurrently; `read_only`: by
+    /// the script's read-only twin.
+    async fn call_shards(
+        &self,
+        calls: &[HitCall],
+        shards: &[(Shard, Vec<usize>)],
+        mode: Mode,
+        read_only: bool,
+    ) -> (Vec<Option<(Decision, u64)>>, Option<StoreError>) {
         let groups: Vec<Vec<HitCall>> = shards
             .iter()
             .map(|(_, members)| members.iter().map(|&i| calls[i].clone()).collect())
             .collect();
-        let replies = join_all(
-            shards
-                .iter()
-                .zip(&groups)
-                .map(|((shard, _), group)| self.call(&self.backends[shard.backend], group, mode)),
-        )
+        let replies = join_all(shards.iter().zip(&groups).map(|((shard, _), group)| {
+            let backend = &self.backends[shard.backend];
+            async move {
+                if read_only {
+                    self.call_checking(backend, group, mode).await
+                } else {
+                    self.call(backend, group, mode).await
+                }
+            }
+        }))
         .await;
         let mut decided: Vec<Option<(Decision, u64)>> = vec![None; calls.len()];
         let mut failure = None;
