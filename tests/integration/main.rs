@@ -25,6 +25,7 @@ mod grpc_tls;
 mod hardening;
 mod hot_keys;
 mod in_process;
+mod kuadrant;
 mod leases;
 mod operations;
 mod penalties;

@@ -73,6 +73,19 @@ pub struct Decided {
     pub said: SmallVec<[MetaField; 1]>,
 }
 
+/// How a request is asked of the store: how its hits are charged, and a change every
+/// configured limit it falls under takes (`plan::Shape`), either before its hits are made
+/// (`shape`: what the change adds acts, a modifier's ticket opens or settles) or after
+/// (`shape_hits`: the hits keep the change's keys and state but open nothing).
+/// `Limiter::decide` asks as the settings say; a front end with terms of its own (Kuadrant's
+/// check, report and reservations) asks its way.
+#[derive(Clone, Copy)]
+pub struct Asking<'s> {
+    pub charging: Charging,
+    pub shape: Option<plan::Shape<'s>>,
+    pub shape_hits: Option<plan::Shape<'s>>,
+}
+
 /// What a request holds while the store decides: its plan, its hits and the tokens it
 /// issued. On the heap, so that every future awaiting a decision stays a few hundred bytes
 /// (moved, a future is copied whole: this was two kilobytes at each layer).
@@ -133,23 +146,46 @@ impl<S: Store> Limiter<S> {
         request: &RateLimitRequest,
         observe: impl FnOnce(&[plan::Bound<'_>], bool),
     ) -> Result<Decided, DecisionError> {
+        let asking = Asking {
+            charging: self.options.charging,
+            shape: None,
+            shape_hits: None,
+        };
+        self.decide_asking(config, request, asking, observe).await
+    }
+
+    /// `decide`, asking the store as `asking` says.
+    pub async fn decide_asking(
+        &self,
+        config: &Config,
+        request: &RateLimitRequest,
+        asking: Asking<'_>,
+        observe: impl FnOnce(&[plan::Bound<'_>], bool),
+    ) -> Result<Decided, DecisionError> {
         validate::validate_request(request, &self.options.bounds)?;
         let domain = config.domain(&request.domain);
         let found = self.overrides_of(request, domain);
-        let pending = self.prepare(domain, request, &found);
+        let mut pending = self.prepare(domain, request, &found, asking.shape);
+        if let Some(shape) = asking.shape_hits {
+            pending
+                .hits
+                .iter_mut()
+                .for_each(|hit| shape(&mut hit.limit));
+        }
         let started = std::time::Instant::now();
-        let decisions = self.charge(&pending.hits).await?;
+        let decisions = self.charge(&pending.hits, asking.charging).await?;
         let store_seconds = started.elapsed().as_secs_f64();
         Ok(self.answer(request, pending, &decisions, store_seconds, observe))
     }
 
     /// What a valid request asks of the store: each descriptor matched to its limits in
-    /// `domain` and its overrides (`found`), and the hits to charge.
+    /// `domain` and its overrides (`found`), shaped by `shape`, and the hits to charge.
     fn prepare<'a>(
         &self,
         domain: Option<&'a sluice_config::Domain>,
         request: &'a RateLimitRequest,
         found: &'a [Option<Arc<DescriptorOverrides>>],
+        shape: Option<plan::Shape<'_>>,
     ) -> Box<Pending<'a>> {
         let default_cost = u64::from(request.hits_addend.max(1));
         let now_us = if found.iter().any(Option::is_some) {
@@ -164,7 +200,14 @@ impl<S: Store> Limiter<S> {
             .map(|(index, descriptor)| {
                 let overrides = found.get(index).and_then(Option::as_deref);
                 let in_force = overrides.map(|overrides| plan::InForce { overrides, now_us });
-                plan::plan(domain, &request.domain, descriptor, default_cost, in_force)
+                plan::plan(
+                    domain,
+                    &request.domain,
+                    descriptor,
+                    default_cost,
+                    in_force,
+                    shape,
+                )
             })
             .collect();
         plan::apply_replaces(&mut planned);
@@ -314,11 +357,15 @@ impl<S: Store> Limiter<S> {
 
     /// Charges the store in one call (a failure the store's layers could not answer fails
     /// the call).
-    async fn charge(&self, hits: &[Hit]) -> Result<Vec<Decision>, DecisionError> {
+    async fn charge(
+        &self,
+        hits: &[Hit],
+        charging: Charging,
+    ) -> Result<Vec<Decision>, DecisionError> {
         if hits.is_empty() {
             return Ok(Vec::new());
         }
-        let charged = self.store.charge(hits, self.options.charging);
+        let charged = self.store.charge(hits, charging);
         let result = if self.options.tracing.is_some() {
             charged
                 .instrument(store_span(self.store.name(), hits.len()))

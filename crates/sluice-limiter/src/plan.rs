@@ -45,14 +45,20 @@ pub struct Planned<'a> {
     own_cost: Option<u64>,
 }
 
+/// A change every configured limit a request falls under takes before it is applied (a front
+/// end's own terms for the request: Kuadrant's reservations hold on every limit).
+pub type Shape<'s> = &'s (dyn Fn(&mut Limit) + Sync);
+
 /// Matches one descriptor: the client's limit override if any, else the config's rule, with
-/// the admin overrides of the descriptor (`overrides`, those in force) in place of its limits.
+/// the admin overrides of the descriptor (`overrides`, those in force) in place of its limits,
+/// each changed by `shape` when given.
 pub fn plan<'a>(
     domain: Option<&'a Domain>,
     domain_name: &str,
     descriptor: &'a RateLimitDescriptor,
     default_cost: u64,
     overrides: Option<InForce<'a>>,
+    shape: Option<Shape<'_>>,
 ) -> Planned<'a> {
     let mut planned = Planned {
         unlimited: false,
@@ -112,10 +118,13 @@ pub fn plan<'a>(
     planned.replaces = &rule.replaces;
     let releases = planned.release.is_some();
     let returns_to = planned.returned.map(|(row, _)| row);
-    let Some(limits) = limits_in_force(rule, overrides) else {
+    let Some(mut limits) = limits_in_force(rule, overrides) else {
         planned.unlimited = true;
         return planned;
     };
+    if let Some(shape) = shape {
+        limits.iter_mut().for_each(|named| shape(&mut named.limit));
+    }
     planned.limits = limits
         .into_iter()
         .filter(|named| !releases || named.limit.algorithm().leases())
@@ -498,7 +507,7 @@ pub fn in_force(
     };
     let rule = matched.rule.full_key.clone();
     let every = overrides.and_then(|o| o.overrides.every_limit(o.now_us));
-    let planned = plan(Some(domain), domain_name, descriptor, 0, overrides);
+    let planned = plan(Some(domain), domain_name, descriptor, 0, overrides, None);
     if planned.unlimited {
         return DescriptorInForce::Unlimited {
             rule,

@@ -26,6 +26,7 @@
 pub mod admin;
 pub mod client_tls;
 pub mod http;
+pub mod kuadrant;
 pub mod metrics;
 pub mod otel;
 pub mod record;

@@ -14,8 +14,11 @@ use crate::otel::spans;
 use crate::record::Recorder;
 use sluice_config::overrides::OverrideIndex;
 use sluice_config::Config;
+use sluice_core::engine::Charging;
 use sluice_limiter::plan::Bound;
-use sluice_limiter::{DecisionError, LimitDecisions, Limiter, LimiterOptions, Verdict};
+use sluice_limiter::{
+    Asking, Decided, DecisionError, LimitDecisions, Limiter, LimiterOptions, Verdict,
+};
 use sluice_proto::rate_limit_service_server::RateLimitService;
 use sluice_proto::{RateLimitRequest, RateLimitResponse};
 use sluice_store::{Clock, Store, SystemClock};
@@ -88,17 +91,7 @@ impl<S: Store> RateLimiter<S> {
             .limiter
             .decide(&config, request, |bound, denied| self.record(bound, denied))
             .await;
-        let decided = match decided {
-            Ok(decided) => decided,
-            Err(error) => {
-                self.metrics.record_error(error.metric_label());
-                return Err(error);
-            }
-        };
-        self.metrics.record_store_call(decided.store_seconds);
-        if decided.shadowed {
-            self.metrics.record_global_shadow_mode();
-        }
+        let decided = self.counted(decided)?;
         if let Some(recorder) = &self.recorder {
             // The store's time of the decision, so that a replay keeps the store's order.
             let t = decided
@@ -108,6 +101,41 @@ impl<S: Store> RateLimiter<S> {
             recorder.record(t, request, &decided.response, &config);
         }
         Ok((decided.response, decided.limits))
+    }
+
+    /// Decides one request asked as `asking` says (a front end's own terms: Kuadrant's),
+    /// counting what it charged (a dry run charges and counts nothing); `inspect` sees each
+    /// descriptor bound to its limit. Not recorded for replay: a replay asks as the RLS does.
+    pub async fn decide_asking(
+        &self,
+        request: &RateLimitRequest,
+        asking: Asking<'_>,
+        inspect: impl FnOnce(&[Bound<'_>]),
+    ) -> Result<Decided, DecisionError> {
+        let config = self.config.load_full();
+        let charges = asking.charging != Charging::Check;
+        let decided = self
+            .limiter
+            .decide_asking(&config, request, asking, |bound, denied| {
+                if charges {
+                    self.record(bound, denied);
+                }
+                inspect(bound);
+            })
+            .await;
+        self.counted(decided)
+    }
+
+    /// `decided`, its store call and its failure counted.
+    fn counted(&self, decided: Result<Decided, DecisionError>) -> Result<Decided, DecisionError> {
+        let decided = decided.inspect_err(|error| {
+            self.metrics.record_error(error.metric_label());
+        })?;
+        self.metrics.record_store_call(decided.store_seconds);
+        if decided.shadowed {
+            self.metrics.record_global_shadow_mode();
+        }
+        Ok(decided)
     }
 
     /// Counts every charged descriptor's hits under its labels, as its binding limit decided,

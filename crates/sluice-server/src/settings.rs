@@ -2,7 +2,7 @@
 //! before any port opens, one file per concern: the ports (`ports`), where the configuration
 //! comes from (`source`), the store (`store`, `redis`), how requests are answered
 //! (`requests`), what sluice tells about itself (`observability`, `traces`), recording calls
-//! for replay (`record`), the admin port (`admin`), and the
+//! for replay (`record`), the admin port (`admin`), Kuadrant's protocol (`kuadrant`), and the
 //! reference's variables sluice ignores or refuses (`compat`). envoyproxy/ratelimit's variable
 //! names are accepted with their meaning (`GRPC_HOST`/`GRPC_PORT`, `RUNTIME_ROOT`, ...). clap
 //! lives only here: the choices among a domain's options are `choices`.
@@ -12,6 +12,7 @@ use clap::Args;
 mod admin;
 mod choices;
 mod compat;
+mod kuadrant;
 mod observability;
 mod ports;
 mod record;
@@ -23,6 +24,7 @@ mod traces;
 
 use crate::rlqs::RlqsSettings;
 pub use admin::{AdminArgs, AdminSettings};
+pub use kuadrant::KuadrantArgs;
 pub use observability::{LogFormat, ObservabilityArgs, ObservabilitySettings};
 pub use ports::{
     ConnectionLimits, NetworkSettings, PortSettings, PortsArgs, PrometheusListener, TlsSettings,
@@ -54,6 +56,8 @@ pub struct ServeArgs {
     pub record: RecordArgs,
     #[command(flatten)]
     pub admin: AdminArgs,
+    #[command(flatten)]
+    pub kuadrant: KuadrantArgs,
 }
 
 /// Validated settings of a running server.
@@ -75,6 +79,8 @@ pub struct Settings {
     pub record: Option<crate::record::RecordSettings>,
     /// The admin API's port (`--admin-addr`), when it is served.
     pub admin: Option<AdminSettings>,
+    /// Kuadrant's `Reserve` and `Commit`, when they are served.
+    pub reservations: Option<crate::kuadrant::Reservations>,
 }
 
 impl ServeArgs {
@@ -106,6 +112,7 @@ impl ServeArgs {
             observability,
             record,
             admin: self.admin.into_settings()?,
+            reservations: self.kuadrant.reservations()?,
         })
     }
 }

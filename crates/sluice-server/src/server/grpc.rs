@@ -1,5 +1,6 @@
-//! The gRPC port: the RLS and RLQS services, the standard health service (kept in step with
-//! readiness), reflection, keepalives and connection ages, TLS when configured.
+//! The gRPC port: the RLS and RLQS services, Kuadrant's protocol, the standard health service
+//! (kept in step with readiness), reflection, keepalives and connection ages, TLS when
+//! configured.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,10 +14,12 @@ use tonic_health::ServingStatus;
 use super::accept::{self, Accepting};
 use super::{status_codes, ServerError, TlsConfig};
 use crate::http::Readiness;
+use crate::kuadrant::KuadrantService;
 use crate::rlqs::QuotaService;
 use crate::service::RateLimiter;
 use crate::settings::Settings;
 use sluice_proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
+use sluice_proto::kuadrant::service::ratelimit::v1::rate_limit_service_server::RateLimitServiceServer as KuadrantServer;
 use sluice_proto::rate_limit_service_server::{RateLimitServiceServer, SERVICE_NAME};
 use sluice_proto::FILE_DESCRIPTOR_SET;
 use sluice_store::quota_budget::AnyBudget;
@@ -80,6 +83,10 @@ pub fn serve(
         .add_service(health_service)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
+        .add_service(KuadrantServer::new(KuadrantService::new(
+            services.limiter.clone(),
+            settings.reservations,
+        )))
         .add_service(RateLimitServiceServer::from_arc(services.limiter))
         .add_service(RateLimitQuotaServiceServer::new(services.quota))
         .serve_with_incoming_shutdown(

@@ -1,0 +1,325 @@
+//! Kuadrant's protocol (docs/kuadrant.md) on the gRPC port, through Envoy's own messages and
+//! Limitador's Reserve and Commit messages declared here from Limitador's field numbers:
+//! `CheckRateLimit` charges nothing, `Report` is never denied (hits_addend 0 counts 1), an
+//! empty domain is UNKNOWN; the wasm-shim's sequences (a token limit checked then reported,
+//! Reserve at the request and Commit at stream end, with 64 clients on one budget); and
+//! reservations off answer UNIMPLEMENTED. On the memory store and on Redis, in-process.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+use crate::support::redis::RedisServer;
+use crate::support::*;
+
+const CONFIG: &str = "\
+domain: ns
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: tokens
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+";
+
+/// Limitador's `ReserveRequest`, from its field numbers.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ReserveRequest {
+    #[prost(string, tag = "1")]
+    domain: String,
+    #[prost(message, repeated, tag = "2")]
+    descriptors:
+        Vec<envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor>,
+    #[prost(uint64, tag = "3")]
+    amount: u64,
+    #[prost(message, optional, tag = "4")]
+    ttl: Option<envoy_types::pb::google::protobuf::Duration>,
+}
+
+/// Limitador's `ReserveResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ReserveResponse {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    reservation_id: String,
+}
+
+/// Limitador's `CommitRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct CommitRequest {
+    #[prost(string, tag = "1")]
+    domain: String,
+    #[prost(message, repeated, tag = "2")]
+    descriptors:
+        Vec<envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor>,
+    #[prost(string, tag = "3")]
+    reservation_id: String,
+    #[prost(uint64, tag = "4")]
+    actual_amount: u64,
+}
+
+/// Limitador's `CommitResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct CommitResponse {
+    #[prost(bool, tag = "1")]
+    reservation_released: bool,
+}
+
+/// A client of `kuadrant.service.ratelimit.v1.RateLimitService`.
+struct Kuadrant(tonic::client::Grpc<Channel>);
+
+impl Kuadrant {
+    async fn connect(sluice: &Sluice) -> Kuadrant {
+        Kuadrant(tonic::client::Grpc::new(sluice.channel().await))
+    }
+
+    async fn unary<Q, R>(&mut self, method: &str, message: Q) -> Result<R, tonic::Status>
+    where
+        Q: prost::Message + Send + Sync + 'static,
+        R: prost::Message + Default + Send + Sync + 'static,
+    {
+        self.0.ready().await.expect("the channel is ready");
+        let path = format!("/kuadrant.service.ratelimit.v1.RateLimitService/{method}");
+        let path = tonic::codegen::http::uri::PathAndQuery::try_from(path).expect("a path");
+        let codec = tonic_prost::ProstCodec::<Q, R>::default();
+        self.0
+            .unary(tonic::Request::new(message), path, codec)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    async fn check(&mut self, request: RateLimitRequest) -> RateLimitResponse {
+        self.unary("CheckRateLimit", request)
+            .await
+            .expect("checked")
+    }
+
+    async fn report(&mut self, request: RateLimitRequest) -> RateLimitResponse {
+        self.unary("Report", request).await.expect("reported")
+    }
+
+    async fn reserve(&mut self, descriptor: (&str, &str), amount: u64) -> ReserveResponse {
+        let request = ReserveRequest {
+            domain: "ns".into(),
+            descriptors: vec![descriptor_of(descriptor)],
+            amount,
+            ttl: None,
+        };
+        self.unary("Reserve", request).await.expect("reserved")
+    }
+
+    async fn commit(&mut self, descriptor: (&str, &str), id: &str, actual: u64) -> bool {
+        let request = CommitRequest {
+            domain: "ns".into(),
+            descriptors: vec![descriptor_of(descriptor)],
+            reservation_id: id.into(),
+            actual_amount: actual,
+        };
+        let response: CommitResponse = self.unary("Commit", request).await.expect("committed");
+        response.reservation_released
+    }
+}
+
+fn descriptor_of(
+    (key, value): (&str, &str),
+) -> envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+    descriptor(&[(key, value)])
+}
+
+/// A request in `ns` of one descriptor, of `hits_addend`.
+fn asked(entry: (&str, &str), hits_addend: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        hits_addend,
+        ..request("ns", vec![descriptor_of(entry)])
+    }
+}
+
+/// The memory store and a Redis, each serving `CONFIG` in this process with `args`.
+fn every_server(redis: &RedisServer, args: &[&str]) -> Vec<(&'static str, Sluice)> {
+    vec![
+        ("memory", Sluice::start(CONFIG, args)),
+        (
+            "redis",
+            Sluice::on_redis_url(&[("config.yaml", CONFIG)], &redis.url(), args, &[]),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_check_charges_nothing_and_a_report_is_never_denied() {
+    let redis = RedisServer::start(&[]);
+    for (store, sluice) in every_server(&redis, &[]) {
+        let mut kuadrant = Kuadrant::connect(&sluice).await;
+        let user = ("user", "u1");
+        for _ in 0..5 {
+            let checked = kuadrant.check(asked(user, 7)).await;
+            assert_eq!(checked.overall_code, Code::Ok as i32, "{store}");
+            assert!(checked.statuses.is_empty(), "{store}: Limitador's answer");
+        }
+        // hits_addend 0 counts 1: two of three used, and the checks charged nothing.
+        for hits in [0, 1] {
+            let reported = kuadrant.report(asked(user, hits)).await;
+            assert_eq!(reported.overall_code, Code::Ok as i32, "{store}: {hits}");
+        }
+        let checked = kuadrant.check(asked(user, 0)).await;
+        assert_eq!(checked.overall_code, Code::Ok as i32, "{store}: 2 of 3");
+        // A report past the limit is still OK; then a check is over.
+        let reported = kuadrant.report(asked(user, 5)).await;
+        assert_eq!(reported.overall_code, Code::Ok as i32, "{store}");
+        let checked = kuadrant.check(asked(user, 0)).await;
+        assert_eq!(checked.overall_code, Code::OverLimit as i32, "{store}");
+        // A check reads one hit whatever hits_addend says: 2 of 3 used, one more fits.
+        let other = ("user", "u2");
+        kuadrant.report(asked(other, 2)).await;
+        let checked = kuadrant.check(asked(other, 50)).await;
+        assert_eq!(checked.overall_code, Code::Ok as i32, "{store}");
+        kuadrant.report(asked(other, 1)).await;
+        let checked = kuadrant.check(asked(other, 0)).await;
+        assert_eq!(checked.overall_code, Code::OverLimit as i32, "{store}");
+        // A namespace no limit of which applies.
+        let unmatched = kuadrant.check(asked(("path", "/"), 1)).await;
+        assert_eq!(unmatched.overall_code, Code::Ok as i32, "{store}");
+        // An empty domain is UNKNOWN, as Limitador answers it.
+        for empty in [
+            kuadrant.check(RateLimitRequest::default()).await,
+            kuadrant.report(RateLimitRequest::default()).await,
+        ] {
+            assert_eq!(empty.overall_code, Code::Unknown as i32, "{store}");
+            assert!(empty.statuses.is_empty());
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_wasm_shims_token_sequence_checks_then_reports_the_tokens_used() {
+    let redis = RedisServer::start(&[]);
+    for (store, sluice) in every_server(&redis, &[]) {
+        let mut kuadrant = Kuadrant::connect(&sluice).await;
+        let key = ("tokens", "k1");
+        let mut admitted = 0;
+        // Each request is checked at its start and reports 300 tokens at its end.
+        for _ in 0..6 {
+            let checked = kuadrant.check(asked(key, 0)).await;
+            if checked.overall_code != Code::Ok as i32 {
+                break;
+            }
+            admitted += 1;
+            kuadrant.report(asked(key, 300)).await;
+        }
+        // 0, 300, 600, 900 tokens used at the checks: four admitted, then 1,200 is over.
+        assert_eq!(admitted, 4, "{store}");
+    }
+}
+
+#[tokio::test]
+async fn reserve_holds_a_share_and_commit_charges_the_actual() {
+    let redis = RedisServer::start(&[]);
+    for (store, sluice) in every_server(&redis, &[]) {
+        let mut kuadrant = Kuadrant::connect(&sluice).await;
+        let key = ("tokens", "r1");
+        // Each asks 800 and holds Limitador's default share of the limit: 500 of 1,000.
+        let first = kuadrant.reserve(key, 800).await;
+        assert_eq!(first.code, Code::Ok as i32, "{store}");
+        assert_eq!(first.reservation_id.len(), 16, "{store}: {first:?}");
+        let second = kuadrant.reserve(key, 800).await;
+        assert_eq!(second.code, Code::Ok as i32, "{store}");
+        let third = kuadrant.reserve(key, 1).await;
+        assert_eq!(third.code, Code::OverLimit as i32, "{store}: 1,000 held");
+        assert_eq!(third.reservation_id, "", "{store}");
+        let fits = async |kuadrant: &mut Kuadrant, amount: u64| {
+            let reserved = kuadrant.reserve(key, amount).await;
+            (reserved.code == Code::Ok as i32).then_some(reserved.reservation_id)
+        };
+        // 120 used, 500 held: 380 more fits, 381 does not.
+        assert!(
+            kuadrant.commit(key, &first.reservation_id, 120).await,
+            "{store}"
+        );
+        assert!(fits(&mut kuadrant, 381).await.is_none(), "{store}");
+        let fourth = fits(&mut kuadrant, 380).await.expect("380 fits");
+        assert!(
+            kuadrant.commit(key, &fourth, 0).await,
+            "{store}: 0 charges nothing"
+        );
+        // A second commit of an id releases nothing and charges nothing more.
+        assert!(!kuadrant.commit(key, &first.reservation_id, 120).await);
+        let fifth = fits(&mut kuadrant, 380).await.expect("still 380");
+        assert!(kuadrant.commit(key, &fifth, 0).await);
+        // An unknown id, or none, degrades to a report of the actual: 30, then 50 more used.
+        assert!(!kuadrant.commit(key, "not-a-reservation", 30).await);
+        assert!(fits(&mut kuadrant, 351).await.is_none(), "{store}");
+        assert!(!kuadrant.commit(key, "", 50).await);
+        assert!(fits(&mut kuadrant, 301).await.is_none(), "{store}");
+        let sixth = fits(&mut kuadrant, 300).await.expect("300 fits");
+        // A check does not count holds (as Limitador's): 200 used of 1,000.
+        let checked = kuadrant.check(asked(key, 0)).await;
+        assert_eq!(checked.overall_code, Code::Ok as i32, "{store}");
+        assert!(kuadrant.commit(key, &sixth, 800).await, "{store}");
+        let checked = kuadrant.check(asked(key, 0)).await;
+        assert_eq!(checked.overall_code, Code::OverLimit as i32, "{store}");
+        assert!(
+            kuadrant.commit(key, &second.reservation_id, 0).await,
+            "{store}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn reservations_off_answer_unimplemented() {
+    let sluice = Sluice::start(CONFIG, &["--disable-reservations"]);
+    let mut kuadrant = Kuadrant::connect(&sluice).await;
+    let request = ReserveRequest {
+        domain: "ns".into(),
+        descriptors: vec![descriptor_of(("tokens", "k"))],
+        amount: 10,
+        ttl: None,
+    };
+    let refused = kuadrant
+        .unary::<_, ReserveResponse>("Reserve", request)
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::Unimplemented);
+    // The rest of the protocol is served.
+    let checked = kuadrant.check(asked(("tokens", "k"), 0)).await;
+    assert_eq!(checked.overall_code, Code::Ok as i32);
+}
+
+/// 64 clients, 8 requests each, reserve 50 of a budget of 1,000 and commit 50 a few
+/// milliseconds later: never more than the budget admitted, on both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_clients_never_hold_and_use_more_than_the_budget() {
+    let redis = RedisServer::start(&[]);
+    for (store, sluice) in every_server(&redis, &[]) {
+        let sluice = Arc::new(sluice);
+        let admitted = Arc::new(AtomicU64::new(0));
+        let mut clients = Vec::new();
+        for client in 0..64u64 {
+            let (sluice, admitted) = (sluice.clone(), admitted.clone());
+            clients.push(tokio::spawn(async move {
+                let mut kuadrant = Kuadrant::connect(&sluice).await;
+                let key = ("tokens", "race");
+                for request in 0..8u64 {
+                    let reserved = kuadrant.reserve(key, 50).await;
+                    if reserved.code != Code::Ok as i32 {
+                        continue;
+                    }
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    let pause = (client * 7 + request * 3) % 4 + 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+                    kuadrant.commit(key, &reserved.reservation_id, 50).await;
+                }
+            }));
+        }
+        for client in clients {
+            client.await.expect("a client ran");
+        }
+        // Each admission needs used + held + 50 to fit 1,000, and each commit turns 50 held
+        // into 50 used: exactly 20 are admitted, and the budget is spent to the token.
+        assert_eq!(admitted.load(Ordering::SeqCst), 20, "{store}");
+        let mut kuadrant = Kuadrant::connect(&sluice).await;
+        let spent = kuadrant.check(asked(("tokens", "race"), 0)).await;
+        assert_eq!(spent.overall_code, Code::OverLimit as i32, "{store}");
+    }
+}
