@@ -78,7 +78,7 @@ pub struct Decided {
 /// (`shape`: what the change adds acts, a modifier's ticket opens or settles) or after
 /// (`shape_hits`: the hits keep the change's keys and state but open nothing).
 /// `Limiter::decide` asks as the settings say; a front end with terms of its own (Kuadrant's
-/// check, report and reservations) asks its way.
+/// check, report and holds) asks its way.
 #[derive(Clone, Copy)]
 pub struct Asking<'s> {
     pub charging: Charging,

@@ -46,7 +46,7 @@ pub struct Planned<'a> {
 }
 
 /// A change every configured limit a request falls under takes before it is applied (a front
-/// end's own terms for the request: Kuadrant's reservations hold on every limit).
+/// end's own terms for the request: Kuadrant's holds apply to every limit).
 pub type Shape<'s> = &'s (dyn Fn(&mut Limit) + Sync);
 
 /// Matches one descriptor: the client's limit override if any, else the config's rule, with

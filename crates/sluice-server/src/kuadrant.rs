@@ -30,7 +30,7 @@ use sluice_store::Store;
 /// What Kuadrant's reservations may hold (`--max-reservation-fraction`,
 /// `--max-reservation-ttl`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reservations {
+pub struct Holds {
     /// The largest share of a limit one reservation holds, in millionths.
     pub max_fraction_ppm: u32,
     /// The longest a hold lasts.
@@ -38,7 +38,7 @@ pub struct Reservations {
 }
 
 /// Limitador's defaults: half a limit, for a minute.
-const DEFAULT_RESERVATIONS: Reservations = Reservations {
+const DEFAULT_RESERVATIONS: Holds = Holds {
     max_fraction_ppm: 500_000,
     max_ttl: Duration::from_secs(60),
 };
@@ -47,11 +47,11 @@ const DEFAULT_RESERVATIONS: Reservations = Reservations {
 /// `--disable-reservations` turned `Reserve` and `Commit` off.
 pub struct KuadrantService<S> {
     limiter: Arc<RateLimiter<S>>,
-    reservations: Option<Reservations>,
+    reservations: Option<Holds>,
 }
 
 impl<S: Store> KuadrantService<S> {
-    pub fn new(limiter: Arc<RateLimiter<S>>, reservations: Option<Reservations>) -> Self {
+    pub fn new(limiter: Arc<RateLimiter<S>>, reservations: Option<Holds>) -> Self {
         KuadrantService {
             limiter,
             reservations,
@@ -82,7 +82,7 @@ impl<S: Store> KuadrantService<S> {
     }
 
     /// The reservations served, or UNIMPLEMENTED (Limitador's answer when they are off).
-    fn reservations(&self) -> Result<Reservations, Status> {
+    fn reservations(&self) -> Result<Holds, Status> {
         self.reservations.ok_or_else(|| {
             Status::unimplemented("reservations are disabled (--disable-reservations)")
         })
@@ -154,7 +154,7 @@ fn kuadrant_request(
 
 /// The hold a reservation of `amount` for `ttl` takes on each limit: at most the server's
 /// share of the limit, for at most its longest ttl (and never past its window's end).
-fn hold_policy(reservations: Reservations, amount: u64, ttl: Option<Duration>) -> Policy {
+fn hold_policy(reservations: Holds, amount: u64, ttl: Option<Duration>) -> Policy {
     let ttl = ttl.map_or(reservations.max_ttl, |ttl| ttl.min(reservations.max_ttl));
     Policy {
         // A hold of 0 holds the least sluice holds: 1.
@@ -165,8 +165,8 @@ fn hold_policy(reservations: Reservations, amount: u64, ttl: Option<Duration>) -
     }
 }
 
-/// A limit as a reservation holds on it: with `policy`'s hold (a concurrency limit holds
-/// leases of its own, never an estimate).
+/// A limit as a reservation holds on it: with `policy`'s hold (a limit of leases holds its
+/// own leases, never an estimate).
 fn holding(policy: Policy) -> impl Fn(&mut Limit) + Sync {
     move |limit: &mut Limit| {
         if !limit.algorithm().leases() {

@@ -79,8 +79,8 @@ pub struct Settings {
     pub record: Option<crate::record::RecordSettings>,
     /// The admin API's port (`--admin-addr`), when it is served.
     pub admin: Option<AdminSettings>,
-    /// Kuadrant's `Reserve` and `Commit`, when they are served.
-    pub reservations: Option<crate::kuadrant::Reservations>,
+    /// What Kuadrant's protocol holds for a request in flight, when it is served.
+    pub kuadrant: Option<crate::kuadrant::Holds>,
 }
 
 impl ServeArgs {
@@ -112,7 +112,7 @@ impl ServeArgs {
             observability,
             record,
             admin: self.admin.into_settings()?,
-            reservations: self.kuadrant.reservations()?,
+            kuadrant: self.kuadrant.holds()?,
         })
     }
 }

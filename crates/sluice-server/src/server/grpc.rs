@@ -85,7 +85,7 @@ pub fn serve(
         .add_service(reflection().build_v1alpha()?)
         .add_service(KuadrantServer::new(KuadrantService::new(
             services.limiter.clone(),
-            settings.reservations,
+            settings.kuadrant,
         )))
         .add_service(RateLimitServiceServer::from_arc(services.limiter))
         .add_service(RateLimitQuotaServiceServer::new(services.quota))

@@ -8,7 +8,7 @@ use clap::builder::FalseyValueParser;
 use clap::{ArgAction, Args};
 
 use super::SettingsError;
-use crate::kuadrant::Reservations;
+use crate::kuadrant::Holds;
 
 /// The flags of Kuadrant's protocol.
 #[derive(Debug, Clone, Args)]
@@ -32,7 +32,7 @@ const PPM: f64 = 1_000_000.0;
 impl KuadrantArgs {
     /// The reservations served, `None` when they are off; refused: a fraction outside
     /// (0, 1], a ttl of 0.
-    pub fn reservations(&self) -> Result<Option<Reservations>, SettingsError> {
+    pub fn holds(&self) -> Result<Option<Holds>, SettingsError> {
         let fraction = self.max_reservation_fraction;
         if !(fraction > 0.0 && fraction <= 1.0) {
             return Err(SettingsError::Ratio {
@@ -50,7 +50,7 @@ impl KuadrantArgs {
         }
         // At least one millionth: a positive fraction never rounds to nothing.
         let max_fraction_ppm = ((fraction * PPM).round() as u32).max(1);
-        Ok(Some(Reservations {
+        Ok(Some(Holds {
             max_fraction_ppm,
             max_ttl: Duration::from_secs(self.max_reservation_ttl),
         }))
@@ -72,18 +72,18 @@ mod tests {
     #[test]
     fn a_fraction_outside_zero_to_one_or_a_zero_ttl_is_refused() {
         for fraction in [0.0, -0.1, 1.01, f64::NAN] {
-            let refused = args(fraction, 60, false).reservations().unwrap_err();
+            let refused = args(fraction, 60, false).holds().unwrap_err();
             assert!(refused.to_string().contains("--max-reservation-fraction"));
         }
-        let refused = args(0.5, 0, false).reservations().unwrap_err();
+        let refused = args(0.5, 0, false).holds().unwrap_err();
         assert!(refused.to_string().contains("--max-reservation-ttl"));
     }
 
     #[test]
     fn the_defaults_are_limitadors_and_disabling_serves_none() {
-        let served = args(0.5, 60, false).reservations().unwrap().unwrap();
+        let served = args(0.5, 60, false).holds().unwrap().unwrap();
         assert_eq!(served.max_fraction_ppm, 500_000);
         assert_eq!(served.max_ttl, Duration::from_secs(60));
-        assert_eq!(args(1.0, 1, true).reservations().unwrap(), None);
+        assert_eq!(args(1.0, 1, true).holds().unwrap(), None);
     }
 }
