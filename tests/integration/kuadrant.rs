@@ -3,7 +3,8 @@
 //! `CheckRateLimit` charges nothing, `Report` is never denied (hits_addend 0 counts 1), an
 //! empty domain is UNKNOWN; the wasm-shim's sequences (a token limit checked then reported,
 //! Reserve at the request and Commit at stream end, with 64 clients on one budget); and
-//! reservations off answer UNIMPLEMENTED. On the memory store and on Redis, in-process.
+//! reservations off answer UNIMPLEMENTED. On the memory store and on Redis, in-process, and
+//! a check across the slots of a Redis Cluster.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -322,4 +323,39 @@ async fn sixty_four_clients_never_hold_and_use_more_than_the_budget() {
         let spent = kuadrant.check(asked(("tokens", "race"), 0)).await;
         assert_eq!(spent.overall_code, Code::OverLimit as i32, "{store}");
     }
+}
+
+/// On a Redis Cluster a request's descriptors live in different slots: a check decides each
+/// slot's hits by the script's read-only call and writes nothing; a report charges them all.
+#[tokio::test]
+async fn on_a_cluster_a_check_of_several_slots_charges_nothing() {
+    let nodes = crate::support::redis::start_cluster();
+    let flags = crate::support::redis::cluster_flags(&nodes);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let sluice = Sluice::start(CONFIG, &flags);
+    let mut kuadrant = Kuadrant::connect(&sluice).await;
+    let both = |hits_addend| RateLimitRequest {
+        hits_addend,
+        ..request(
+            "ns",
+            vec![
+                descriptor_of(("user", "c1")),
+                descriptor_of(("tokens", "c1")),
+            ],
+        )
+    };
+    for _ in 0..5 {
+        assert_eq!(kuadrant.check(both(1)).await.overall_code, Code::Ok as i32);
+    }
+    // Two of the user's three: the checks charged nothing.
+    kuadrant.report(both(2)).await;
+    assert_eq!(kuadrant.check(both(0)).await.overall_code, Code::Ok as i32);
+    kuadrant.report(both(1)).await;
+    // The user's limit is spent; the tokens' is not: the request is over.
+    assert_eq!(
+        kuadrant.check(both(0)).await.overall_code,
+        Code::OverLimit as i32
+    );
+    let tokens = asked(("tokens", "c1"), 0);
+    assert_eq!(kuadrant.check(tokens).await.overall_code, Code::Ok as i32);
 }
