@@ -102,9 +102,19 @@ impl Kuadrant {
     }
 
     async fn reserve(&mut self, descriptor: (&str, &str), amount: u64) -> ReserveResponse {
+        self.reserve_in("ns", descriptor_of(descriptor), amount)
+            .await
+    }
+
+    async fn reserve_in(
+        &mut self,
+        domain: &str,
+        descriptor: envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor,
+        amount: u64,
+    ) -> ReserveResponse {
         let request = ReserveRequest {
-            domain: "ns".into(),
-            descriptors: vec![descriptor_of(descriptor)],
+            domain: domain.into(),
+            descriptors: vec![descriptor],
             amount,
             ttl: None,
         };
@@ -358,4 +368,144 @@ async fn on_a_cluster_a_check_of_several_slots_charges_nothing() {
     );
     let tokens = asked(("tokens", "c1"), 0);
     assert_eq!(kuadrant.check(tokens).await.overall_code, Code::Ok as i32);
+}
+
+/// Limitador's limits file: per user for GETs, and one for the whole namespace.
+const LIMITS: &str = "\
+- namespace: lim
+  max_value: 2
+  seconds: 60
+  conditions: [\"descriptors[0]['req.method'] == 'GET'\"]
+  variables: [\"descriptors[0]['user_id']\"]
+  name: per-user
+- namespace: lim
+  max_value: 5
+  seconds: 60
+  name: namespace-wide
+- namespace: lim
+  max_value: 99
+  seconds: 60
+  conditions: [\"descriptors[0]['req.method'] == 'GET'\"]
+  variables: [\"descriptors[0]['user_id']\"]
+";
+
+/// A ShouldRateLimit of `entries` in `lim`: its overall code.
+async fn should(sluice: &Sluice, entries: &[(&str, &str)]) -> i32 {
+    let mut client = sluice.client().await;
+    call(&mut client, request("lim", vec![descriptor(entries)]))
+        .await
+        .overall_code
+}
+
+#[tokio::test]
+async fn limitadors_limits_apply_by_their_conditions_and_variables_on_every_store() {
+    let redis = RedisServer::start(&[]);
+    let files = [("config.yaml", CONFIG), ("limits.yaml", LIMITS)];
+    let servers = [
+        ("memory", Sluice::start_with(&files, &[], &[])),
+        (
+            "redis",
+            Sluice::on_redis_url(&files, &redis.url(), &[], &[]),
+        ),
+    ];
+    for (store, sluice) in servers {
+        let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+        let get = |user| [("req.method", "GET"), ("user_id", user)];
+        // Two GETs a user; a denied request charges nothing (the namespace's 5 included).
+        assert_eq!(should(&sluice, &get("u1")).await, ok, "{store}");
+        assert_eq!(should(&sluice, &get("u1")).await, ok, "{store}");
+        assert_eq!(should(&sluice, &get("u1")).await, over, "{store}");
+        assert_eq!(should(&sluice, &get("u2")).await, ok, "{store}");
+        // A POST meets no condition of the per-user limit; a GET without a user has no
+        // value for its variable: only the namespace's limit counts them.
+        assert_eq!(should(&sluice, &[("req.method", "POST")]).await, ok);
+        assert_eq!(should(&sluice, &[("req.method", "GET")]).await, ok);
+        // Five of the namespace's five: every request is over, whoever sends it.
+        assert_eq!(should(&sluice, &get("u3")).await, over, "{store}");
+        assert_eq!(should(&sluice, &[("req.method", "POST")]).await, over);
+    }
+}
+
+#[tokio::test]
+async fn kuadrants_calls_apply_limitadors_limits() {
+    let redis = RedisServer::start(&[]);
+    let files = [("config.yaml", CONFIG), ("limits.yaml", LIMITS)];
+    let servers = [
+        ("memory", Sluice::start_with(&files, &[], &[])),
+        (
+            "redis",
+            Sluice::on_redis_url(&files, &redis.url(), &[], &[]),
+        ),
+    ];
+    for (store, sluice) in servers {
+        let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+        let get = |user| [("req.method", "GET"), ("user_id", user)];
+        let mut kuadrant = Kuadrant::connect(&sluice).await;
+        let of = |user, hits_addend| RateLimitRequest {
+            hits_addend,
+            ..request("lim", vec![descriptor(&get(user))])
+        };
+        // Two reported for a user spend its two; its next check is over, another user's not.
+        assert_eq!(kuadrant.check(of("k1", 0)).await.overall_code, ok);
+        kuadrant.report(of("k1", 2)).await;
+        let checked = kuadrant.check(of("k1", 0)).await;
+        assert_eq!(checked.overall_code, over, "{store}");
+        assert_eq!(kuadrant.check(of("k2", 0)).await.overall_code, ok);
+        // A reservation holds half of every limit that applies: 2 of the namespace's 5,
+        // where 2 are used, so a second hold does not fit until the first is committed.
+        let first = kuadrant.reserve_in("lim", descriptor(&get("k2")), 5).await;
+        assert_eq!(first.code, ok, "{store}");
+        let second = kuadrant.reserve_in("lim", descriptor(&get("k3")), 5).await;
+        assert_eq!(second.code, over, "{store}: 2 used + 2 held + 2 > 5");
+        let commit = CommitRequest {
+            domain: "lim".into(),
+            descriptors: vec![descriptor(&get("k2"))],
+            reservation_id: first.reservation_id,
+            actual_amount: 0,
+        };
+        let committed: CommitResponse = kuadrant.unary("Commit", commit).await.expect("committed");
+        assert!(committed.reservation_released, "{store}");
+        let third = kuadrant.reserve_in("lim", descriptor(&get("k3")), 5).await;
+        assert_eq!(third.code, ok, "{store}");
+    }
+}
+
+#[tokio::test]
+async fn a_reload_keeps_the_counters_of_unchanged_limits_and_a_broken_file_is_refused() {
+    let files = [("config.yaml", CONFIG), ("limits.yaml", LIMITS)];
+    let sluice = Sluice::start_with(&files, &[], &[]);
+    let path = sluice.config_dir.path().join("limits.yaml");
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    let get = [("req.method", "GET"), ("user_id", "u1")];
+    assert_eq!(should(&sluice, &get).await, ok);
+    assert_eq!(should(&sluice, &get).await, ok);
+    // The namespace's limit raised: the per-user counter, unchanged, still holds 2 of 2.
+    std::fs::write(&path, LIMITS.replace("max_value: 5", "max_value: 50")).expect("written");
+    eventually(&sluice, "the reload", async || {
+        sluice.log().contains("config reloaded")
+    })
+    .await;
+    assert_eq!(should(&sluice, &get).await, over);
+    let other = [("req.method", "GET"), ("user_id", "u2")];
+    for _ in 0..2 {
+        assert_eq!(should(&sluice, &other).await, ok);
+    }
+    // 4 of 50 now: the raised limit's counter kept its count too (5 would deny the next).
+    assert_eq!(should(&sluice, &[("req.method", "POST")]).await, ok);
+    assert_eq!(should(&sluice, &[("req.method", "POST")]).await, ok);
+    std::fs::write(
+        &path,
+        "- namespace: lim\n  max_value: 1\n  seconds: 60\n  conditions: [\"descriptors[0][\"]\n",
+    )
+    .expect("written");
+    eventually(&sluice, "the refusal", async || {
+        sluice.log().contains("config refused")
+    })
+    .await;
+    assert!(sluice.log().contains("limits.yaml:4:"), "{}", sluice.log());
+    assert_eq!(
+        should(&sluice, &get).await,
+        over,
+        "the last good limits serve"
+    );
 }

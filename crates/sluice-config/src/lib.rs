@@ -1,9 +1,11 @@
 //! Configuration: envoyproxy/ratelimit's YAML format (`file`), its validation and compilation
-//! into a descriptor tree (`compile`, `tree`, with the wildcard index `wildcards`), file
+//! into a descriptor tree (`compile`, `tree`, with the wildcard index `wildcards`), Limitador's
+//! limits files in CEL (`cel_limits`), file
 //! discovery and loading (`load`), tenant overrides put by the admin API (`overrides`), and errors that name file, line and column (`error`,
 //! `position`), and hot reload (`watch`). Knows no store and no gRPC.
 
 mod bounds;
+pub mod cel_limits;
 mod compile;
 mod error;
 mod file;

@@ -9,6 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::bounds;
+use crate::cel_limits;
 use crate::compile::FileCompiler;
 use crate::error::{ConfigError, ConfigErrors, FileError};
 use crate::file;
@@ -165,6 +166,9 @@ fn add_file(
         }
         .into()];
     }
+    if cel_limits::is_limits_file(text) {
+        return add_limits_file(domains, path, text);
+    }
     let parsed = match file::parse(text) {
         Ok(parsed) => parsed,
         Err(error) => return vec![syntax_error(path, text, &error).into()],
@@ -200,7 +204,8 @@ fn compile_doc(
     };
     let descriptors = doc.descriptors.unwrap_or_default();
     let parent_key = format!("{name}.");
-    if domains.contains_key(&name) && !options.merge_domain_config {
+    let has_tree = domains.get(&name).is_some_and(|domain| domain.has_tree);
+    if has_tree && !options.merge_domain_config {
         compiler.error(
             "domain",
             format!("duplicate domain '{name}' in config file"),
@@ -209,14 +214,45 @@ fn compile_doc(
         compiler.add_descriptors(&mut Level::default(), &descriptors, "", &parent_key);
         return;
     }
-    let domain = domains.entry(name.clone()).or_insert_with(|| Domain {
-        name: name.clone(),
+    let domain = domain_named(domains, &name);
+    domain.has_tree = true;
+    domain.files.push(path.to_path_buf());
+    compiler.add_descriptors(&mut domain.root, &descriptors, "", &parent_key);
+}
+
+/// The domain `name` of `domains`, added empty when it is not there yet.
+fn domain_named<'d>(domains: &'d mut TreeMap<Domain>, name: &str) -> &'d mut Domain {
+    domains.entry(name.to_string()).or_insert_with(|| Domain {
+        name: name.to_string(),
         files: Vec::new(),
         root: Level::default(),
         read_entries: Vec::new(),
-    });
-    domain.files.push(path.to_path_buf());
-    compiler.add_descriptors(&mut domain.root, &descriptors, "", &parent_key);
+        cel_limits: Vec::new(),
+        has_tree: false,
+    })
+}
+
+/// Adds the limits of Limitador's limits file `path` to the domains of their namespaces (of
+/// two limits alike across files, the first is kept); its refusals.
+fn add_limits_file(domains: &mut TreeMap<Domain>, path: &Path, text: &str) -> Vec<ConfigError> {
+    let limits = match cel_limits::parse(path, text) {
+        Ok(limits) => limits,
+        Err(errors) => return errors.into_iter().map(Into::into).collect(),
+    };
+    for limit in limits {
+        let domain = domain_named(domains, &limit.namespace);
+        if !domain.files.iter().any(|file| file == path) {
+            domain.files.push(path.to_path_buf());
+        }
+        if !domain
+            .cel_limits
+            .iter()
+            .any(|l| l.identity == limit.identity)
+        {
+            domain.cel_limits.push(limit);
+        }
+    }
+    Vec::new()
 }
 
 /// A serde_yaml error as `FileError`, its position moved out of the message (an error of a

@@ -106,6 +106,11 @@ pub struct Domain {
     /// (`Modifiers::entry_keys`): a descriptor that matches no rule with them is matched
     /// without them.
     pub(crate) read_entries: Vec<String>,
+    /// Limitador's limits of the namespace of this name (`cel_limits`), each tried against
+    /// every request of the domain beside its tree.
+    pub cel_limits: Vec<crate::cel_limits::CelLimit>,
+    /// Whether a file of sluice's format gave the domain its tree.
+    pub(crate) has_tree: bool,
 }
 
 /// The nodes below one node, by descriptor key.

@@ -210,6 +210,9 @@ impl<S: Store> Limiter<S> {
                 )
             })
             .collect();
+        if let Some(domain) = domain.filter(|d| !d.cel_limits.is_empty()) {
+            planned.extend(counters(domain, request, default_cost, shape));
+        }
         plan::apply_replaces(&mut planned);
         if self.options.quota_mode {
             plan::all_in_quota_mode(&mut planned);
@@ -307,6 +310,9 @@ impl<S: Store> Limiter<S> {
                 fields,
             );
         }
+        // Limitador's counters are the request's, not a descriptor's: they have no status.
+        let mut statuses = statuses;
+        statuses.truncate(request.descriptors.len());
         let response = RateLimitResponse {
             overall_code: overall as i32,
             statuses,
@@ -314,6 +320,8 @@ impl<S: Store> Limiter<S> {
             dynamic_metadata,
             ..Default::default()
         };
+        let mut limits_decided = limits_decided;
+        limits_decided.truncate(request.descriptors.len());
         Decided {
             response,
             limits: limits_decided,
@@ -375,6 +383,40 @@ impl<S: Store> Limiter<S> {
         };
         Ok(result?)
     }
+}
+
+/// The counters of Limitador's limits of `domain` that apply to `request` (docs/kuadrant.md),
+/// each charged the request's cost: its descriptors' own `hits_addend` when the first
+/// carries one, else `default_cost`.
+fn counters<'a>(
+    domain: &'a sluice_config::Domain,
+    request: &RateLimitRequest,
+    default_cost: u64,
+    shape: Option<plan::Shape<'_>>,
+) -> Vec<plan::Planned<'a>> {
+    let bindings = sluice_config::cel_limits::Bindings::of(request.descriptors.iter().map(|d| {
+        d.entries
+            .iter()
+            .map(|entry| (entry.key.as_str(), entry.value.as_str()))
+    }));
+    let own_cost = request.descriptors.first().and_then(|d| d.hits_addend);
+    let cost = (own_cost.unwrap_or(default_cost), own_cost);
+    let tokens = plan::RequestTokens::of(&request.descriptors);
+    domain
+        .cel_limits
+        .iter()
+        .filter_map(|limit| {
+            let values = limit.counter(&bindings)?;
+            Some(plan::counter(
+                &request.domain,
+                limit,
+                &values,
+                cost,
+                tokens,
+                shape,
+            ))
+        })
+        .collect()
 }
 
 /// The span of a store call, inside the request's (none without one).
