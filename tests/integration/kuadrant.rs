@@ -509,3 +509,50 @@ async fn a_reload_keeps_the_counters_of_unchanged_limits_and_a_broken_file_is_re
         "the last good limits serve"
     );
 }
+
+#[tokio::test]
+async fn limitadors_http_api_checks_reports_and_lists_on_the_http_port() {
+    let files = [("config.yaml", CONFIG), ("limits.yaml", LIMITS)];
+    let sluice = Sluice::start_with(&files, &[], &[]);
+    let (code, status) = sluice.http_get("/status");
+    assert_eq!(code, 200, "{status}");
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    assert_eq!(status["config_version"], 1, "{status}");
+    assert_eq!(status["config_err_since"], 0, "{status}");
+    assert!(status["started_at"].is_string(), "{status}");
+    // The twin of the per-user limit (same period, conditions, variables) is not kept.
+    let (code, limits) = sluice.http_get("/limits/lim");
+    assert_eq!(code, 200);
+    let limits: serde_json::Value = serde_json::from_str(&limits).expect("JSON");
+    let names: Vec<&str> = limits
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|l| l["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["per-user", "namespace-wide"], "{limits}");
+    assert_eq!(limits[0]["max_value"], 2);
+    assert_eq!(limits[0]["variables"][0], "descriptors[0]['user_id']");
+    let body = |user: &str, delta: u64| {
+        format!(
+            r#"{{"namespace":"lim","values":{{"req.method":"GET","user_id":"{user}"}},"delta":{delta}}}"#
+        )
+    };
+    assert_eq!(
+        sluice.http_post("/check_and_report", &body("h1", 1)),
+        (200, "null".into())
+    );
+    assert_eq!(sluice.http_post("/check_and_report", &body("h1", 1)).0, 200);
+    assert_eq!(
+        sluice.http_post("/check_and_report", &body("h1", 1)),
+        (429, "null".into())
+    );
+    // A check charges nothing; a report is never refused.
+    assert_eq!(sluice.http_post("/check", &body("h2", 2)).0, 200);
+    assert_eq!(sluice.http_post("/check", &body("h2", 3)).0, 429);
+    assert_eq!(sluice.http_post("/report", &body("h2", 2)).0, 200);
+    assert_eq!(sluice.http_post("/check", &body("h2", 1)).0, 429);
+    assert_eq!(sluice.http_post("/report", &body("h2", 1)).0, 200);
+    assert_eq!(sluice.http_get("/limits/nothing-here"), (200, "[]".into()));
+    assert_eq!(sluice.http_post("/check", "{\"namespace\":\"lim\"}").0, 400);
+}

@@ -108,6 +108,11 @@ impl CelLimit {
             .collect()
     }
 
+    /// The sources of its conditions.
+    pub fn condition_sources(&self) -> impl Iterator<Item = &str> {
+        self.conditions.iter().map(|c| c.source.as_str())
+    }
+
     /// The sources of its variables, in the order `counter` gives their values.
     pub fn variable_sources(&self) -> impl Iterator<Item = &str> {
         self.variables.iter().map(|v| v.source.as_str())

@@ -1,7 +1,9 @@
 //! The HTTP port: `/healthcheck`, `/json` (ShouldRateLimit as JSON), `/metrics` (Prometheus)
-//! and `/rlconfig` (every loaded limit), as envoyproxy/ratelimit serves them.
+//! and `/rlconfig` (every loaded limit), as envoyproxy/ratelimit serves them; and Limitador's
+//! HTTP API (`limitador`).
 
 mod json;
+mod limitador;
 mod scrape;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::kuadrant::KuadrantService;
 use crate::metrics::Metrics;
 use crate::service::RateLimiter;
 pub use scrape::Scrapes;
@@ -79,6 +82,8 @@ impl Readiness {
 pub struct Endpoints<S> {
     pub config: Arc<ArcSwap<Config>>,
     pub limiter: Arc<RateLimiter<S>>,
+    /// Kuadrant's calls, which Limitador's HTTP API makes too.
+    pub kuadrant: Arc<KuadrantService<S>>,
     pub store: Arc<S>,
     pub metrics: Arc<Metrics>,
     /// `/metrics` texts, rendered off the request path.
@@ -116,7 +121,22 @@ pub fn router<S: Store>(endpoints: Arc<Endpoints<S>>) -> Router {
     if endpoints.served.rlconfig {
         router = router.route("/rlconfig", get(rlconfig::<S>));
     }
+    router = limitador_routes(router);
     router.with_state(endpoints)
+}
+
+/// Limitador's HTTP API (`limitador`).
+fn limitador_routes<S: Store>(router: Router<Arc<Endpoints<S>>>) -> Router<Arc<Endpoints<S>>> {
+    use limitador::Call;
+    let call = |call: Call| {
+        move |state: State<Arc<Endpoints<S>>>, body: String| limitador::call(state, call, body)
+    };
+    router
+        .route("/status", get(limitador::status::<S>))
+        .route("/limits/{namespace}", get(limitador::limits::<S>))
+        .route("/check", post(call(Call::Check)))
+        .route("/report", post(call(Call::Report)))
+        .route("/check_and_report", post(call(Call::CheckAndReport)))
 }
 
 async fn healthcheck<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Response {

@@ -17,7 +17,7 @@ use sluice_core::modifier::reserve::policy::MAX_HOLDS;
 use sluice_core::modifier::reserve::{Call, Policy, Reserved, SETTLE_KEY};
 use sluice_limiter::plan::Bound;
 use sluice_limiter::ticket::token_in;
-use sluice_limiter::{Asking, Decided};
+use sluice_limiter::{Asking, Decided, DecisionError};
 use sluice_proto::kuadrant::service::ratelimit::v1::rate_limit_service_server::RateLimitService;
 use sluice_proto::kuadrant::service::ratelimit::v1::{
     CommitRequest, CommitResponse, ReserveRequest, ReserveResponse,
@@ -68,17 +68,14 @@ impl<S: Store> KuadrantService<S> {
         charging: Charging,
         (policy, acts): (Policy, bool),
         inspect: impl FnOnce(&[Bound<'_>]),
-    ) -> Result<Decided, Status> {
+    ) -> Result<Decided, DecisionError> {
         let shape = holding(policy);
         let asking = Asking {
             charging,
             shape: acts.then_some(&shape as _),
             shape_hits: (!acts).then_some(&shape as _),
         };
-        self.limiter
-            .decide_asking(request, asking, inspect)
-            .await
-            .map_err(status_of)
+        self.limiter.decide_asking(request, asking, inspect).await
     }
 
     /// The reservations served, or UNIMPLEMENTED (Limitador's answer when they are off).
@@ -94,21 +91,58 @@ impl<S: Store> KuadrantService<S> {
         (hold_policy(limits, 1, None), false)
     }
 
-    /// Charges `cost` on every limit of `descriptors` in `domain`, never denied (a Report, or
-    /// a Commit without a hold to settle).
-    async fn report(
+    /// Whether `cost` more on every limit `descriptors` fall under in `domain` would be
+    /// limited now (OK or OVER_LIMIT); charges nothing (Limitador's check).
+    pub async fn check(
         &self,
         domain: String,
         descriptors: Vec<RateLimitDescriptor>,
         cost: u64,
-    ) -> Result<(), Status> {
-        if descriptors.is_empty() {
-            return Ok(());
-        }
-        let request = kuadrant_request(domain, descriptors, Some(cost), 1);
-        self.ask(&request, Charging::EveryHit, self.passive(), |_| {})
+    ) -> Result<Code, DecisionError> {
+        self.decide(domain, descriptors, cost, Charging::Check)
+            .await
+    }
+
+    /// Charges `cost` on every limit of `descriptors` in `domain`, never denied (a Report, or
+    /// a Commit without a hold to settle).
+    pub async fn report(
+        &self,
+        domain: String,
+        descriptors: Vec<RateLimitDescriptor>,
+        cost: u64,
+    ) -> Result<(), DecisionError> {
+        self.decide(domain, descriptors, cost, Charging::EveryHit)
             .await
             .map(|_| ())
+    }
+
+    /// Charges `cost` on every limit of `descriptors` in `domain` if all admit it, else
+    /// nothing (Limitador's check and report in one).
+    pub async fn check_and_report(
+        &self,
+        domain: String,
+        descriptors: Vec<RateLimitDescriptor>,
+        cost: u64,
+    ) -> Result<Code, DecisionError> {
+        self.decide(domain, descriptors, cost, Charging::AllOrNothing)
+            .await
+    }
+
+    /// The code of `cost` on every limit of `descriptors`, charged as `charging` says (OK
+    /// when there is no descriptor).
+    async fn decide(
+        &self,
+        domain: String,
+        descriptors: Vec<RateLimitDescriptor>,
+        cost: u64,
+        charging: Charging,
+    ) -> Result<Code, DecisionError> {
+        if descriptors.is_empty() {
+            return Ok(Code::Ok);
+        }
+        let request = kuadrant_request(domain, descriptors, Some(cost), 1);
+        let decided = self.ask(&request, charging, self.passive(), |_| {}).await?;
+        Ok(decided.response.overall_code())
     }
 }
 
@@ -199,15 +233,12 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         if request.domain.is_empty() {
             return Ok(Response::new(unknown()));
         }
-        if request.descriptors.is_empty() {
-            return Ok(answer(Code::Ok));
-        }
         // Limitador checks one hit, whatever the request's hits_addend.
-        let request = kuadrant_request(request.domain, request.descriptors, None, 1);
-        let decided = self
-            .ask(&request, Charging::Check, self.passive(), |_| {})
-            .await?;
-        Ok(answer(decided.response.overall_code()))
+        let code = self
+            .check(request.domain, request.descriptors, 1)
+            .await
+            .map_err(status_of)?;
+        Ok(answer(code))
     }
 
     async fn report(
@@ -220,7 +251,9 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         }
         // A hits_addend of 0 counts as 1, as Limitador counts it.
         let cost = u64::from(request.hits_addend.max(1));
-        KuadrantService::report(self, request.domain, request.descriptors, cost).await?;
+        KuadrantService::report(self, request.domain, request.descriptors, cost)
+            .await
+            .map_err(status_of)?;
         Ok(answer(Code::Ok))
     }
 
@@ -246,7 +279,8 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         let asked = kuadrant_request(request.domain, request.descriptors, Some(policy.amount), 1);
         let decided = self
             .ask(&asked, Charging::AllOrNothing, (policy, true), |_| {})
-            .await?;
+            .await
+            .map_err(status_of)?;
         let code = decided.response.overall_code();
         let reservation_id = match code {
             Code::Ok => token_in(&decided.response, SETTLE_KEY).unwrap_or_default(),
@@ -273,7 +307,9 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         if request.reservation_id.is_empty() {
             // No hold to settle: the actual is reported (RFC 0021).
             let (domain, descriptors) = (request.domain, request.descriptors);
-            KuadrantService::report(self, domain, descriptors, request.actual_amount).await?;
+            KuadrantService::report(self, domain, descriptors, request.actual_amount)
+                .await
+                .map_err(status_of)?;
             return Ok(not_released);
         }
         let policy = hold_policy(reservations, 1, None);
@@ -294,7 +330,8 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         self.ask(&asked, Charging::AllOrNothing, (policy, true), |bound| {
             reservation_released = released(bound);
         })
-        .await?;
+        .await
+        .map_err(status_of)?;
         Ok(Response::new(CommitResponse {
             reservation_released,
         }))

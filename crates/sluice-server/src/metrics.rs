@@ -6,6 +6,7 @@
 
 mod classes;
 mod leases;
+pub mod loads;
 mod modifiers;
 pub mod runtime;
 
@@ -86,6 +87,8 @@ pub struct Metrics {
     statsd: Option<ServiceStats>,
     /// The clock of what ages in the modifiers' series (blocks in force).
     epoch: std::time::Instant,
+    /// The configuration loads so far (Limitador's `/status`).
+    loads: loads::ConfigLoads,
 }
 
 impl Metrics {
@@ -124,6 +127,7 @@ impl Metrics {
             request_valued_series: AtomicUsize::new(0),
             statsd: None,
             epoch: std::time::Instant::now(),
+            loads: loads::ConfigLoads::new(),
         }
     }
 
@@ -277,9 +281,15 @@ impl Metrics {
             "ratelimit_service_config_load_error"
         };
         self.series.counter(name, vec![]).increment(1);
+        self.loads.note(success);
         if let Some(statsd) = &self.statsd {
             statsd.config_load(success);
         }
+    }
+
+    /// The configuration loads so far.
+    pub fn config_loads(&self) -> loads::LoadsNow {
+        self.loads.now()
     }
 
     /// The counters of `labels`, registered on first use; past the bound on request-valued

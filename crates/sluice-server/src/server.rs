@@ -27,6 +27,7 @@ use tonic_health::ServingStatus;
 
 use crate::admin::{self, Admin};
 use crate::http::{self, Endpoints, Readiness, Scrapes};
+use crate::kuadrant::KuadrantService;
 use crate::metrics::runtime::RuntimeTasks;
 use crate::metrics::Metrics;
 use crate::record::Recorder;
@@ -302,8 +303,10 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         };
         let limiter = Arc::new(limiter);
         let (stop, stopped) = watch::channel(false);
+        let kuadrant = Arc::new(KuadrantService::new(limiter.clone(), settings.kuadrant));
         let services = grpc::Services {
             limiter: limiter.clone(),
+            kuadrant: kuadrant.clone(),
             quota: QuotaService::new(
                 config.clone(),
                 budget,
@@ -320,6 +323,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         let endpoints = Arc::new(Endpoints {
             config,
             limiter,
+            kuadrant,
             store: served,
             metrics: self.metrics,
             scrapes: Scrapes::default(),

@@ -34,6 +34,7 @@ const QUOTA_SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuo
 /// What the gRPC port serves.
 pub struct Services {
     pub limiter: Arc<RateLimiter<super::stores::Served>>,
+    pub kuadrant: Arc<KuadrantService<super::stores::Served>>,
     pub quota: QuotaService<AnyBudget>,
     /// The health service follows it.
     pub readiness: Arc<Readiness>,
@@ -83,10 +84,7 @@ pub fn serve(
         .add_service(health_service)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(KuadrantServer::new(KuadrantService::new(
-            services.limiter.clone(),
-            settings.kuadrant,
-        )))
+        .add_service(KuadrantServer::from_arc(services.kuadrant))
         .add_service(RateLimitServiceServer::from_arc(services.limiter))
         .add_service(RateLimitQuotaServiceServer::new(services.quota))
         .serve_with_incoming_shutdown(
