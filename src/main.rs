@@ -1,5 +1,6 @@
-//! The `sluice` command: `serve` (the default), `check-config`, `simulate` and `replay`. Parses arguments, sets up
-//! logging and signals, and hands over to the library; exit codes are decided here only.
+//! The `sluice` command: `serve` (the default), `check-config`, `simulate` and `replay`; run as
+//! `limitador-server`, Limitador's command line. Parses arguments, sets up logging and
+//! signals, and hands over to the library; exit codes are decided here only.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use clap::{Parser, Subcommand};
+use sluice::limitador_cli;
 use sluice::simulate::{self, traffic, Simulation, Traffic};
 use sluice_config::LoadOptions;
 use sluice_server::otel;
@@ -158,6 +160,9 @@ struct SimulateArgs {
 }
 
 fn main() -> ExitCode {
+    if invoked_as(limitador_cli::NAME) {
+        return limitador_server();
+    }
     let cli = Cli::parse();
     match cli.command {
         Some(Command::CheckConfig {
@@ -178,6 +183,34 @@ fn main() -> ExitCode {
         Some(Command::Simulate(args)) => run_simulation(&args),
         Some(Command::Replay(args)) => run_replay(&args),
         None => serve(cli.serve),
+    }
+}
+
+/// Whether the binary was run under the file name `name` (a link to it, as an image that
+/// replaces Limitador's provides).
+fn invoked_as(name: &str) -> bool {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|path| path.file_name().map(|f| f == name))
+        .unwrap_or(false)
+}
+
+/// The binary run as `limitador-server`: Limitador's command line, served by sluice.
+fn limitador_server() -> ExitCode {
+    let cli = limitador_cli::LimitadorCli::parse();
+    match cli.translate() {
+        Err(reason) => {
+            eprintln!("{}: {reason}", limitador_cli::NAME);
+            ExitCode::from(2)
+        }
+        Ok(limitador_cli::Asked::Validate(path)) => {
+            check_config(&[path], LoadOptions::default(), None)
+        }
+        Ok(limitador_cli::Asked::Serve(flags)) => {
+            let sluice = std::iter::once("sluice".to_string()).chain(flags);
+            serve(Cli::parse_from(sluice).serve)
+        }
     }
 }
 

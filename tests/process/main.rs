@@ -11,6 +11,7 @@ mod support;
 mod cli;
 mod deploy;
 mod lifecycle;
+mod limitador_server;
 mod load_tools;
 mod memory_snapshot;
 mod otel_traces;

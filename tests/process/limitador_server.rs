@@ -1,0 +1,110 @@
+//! The binary run as `limitador-server` with Limitador's command line, as
+//! limitador-operator's Deployment runs it: the limits file, the ports, the storage; its
+//! `/status` probe, Limitador's HTTP calls and Envoy's RLS on the ports it named; `--validate`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const LIMITS: &str = "\
+- namespace: ns
+  max_value: 2
+  seconds: 60
+  conditions: [\"descriptors[0]['method'] == 'GET'\"]
+  variables: [\"descriptors[0]['user']\"]
+";
+
+/// A `limitador-server` link to the sluice binary, in `dir`.
+fn limitador_server(dir: &std::path::Path) -> std::path::PathBuf {
+    let link = dir.join("limitador-server");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &link).expect("a link");
+    link
+}
+
+#[tokio::test]
+async fn limitador_servers_command_line_serves_its_ports_and_limits() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let limits = dir.path().join("limits.yaml");
+    std::fs::write(&limits, LIMITS).expect("written");
+    let (grpc, http) = (redis::free_port(), redis::free_port());
+    let mut child = Command::new(limitador_server(dir.path()))
+        .args(["--rls-ip", "127.0.0.1", "--rls-port", &grpc.to_string()])
+        .args([
+            "--http-ip",
+            "127.0.0.1",
+            "--http-port",
+            &http.to_string(),
+            "-v",
+        ])
+        .arg(&limits)
+        .args(["memory", "--cache", "1000"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("started");
+    let http_addr: std::net::SocketAddr = format!("127.0.0.1:{http}").parse().expect("address");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let status = std::panic::catch_unwind(|| http_request(http_addr, "GET", "/status", ""));
+        match status {
+            Ok((200, body)) => break body,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            other => {
+                let _ = child.kill();
+                panic!("no /status: {other:?}");
+            }
+        }
+    };
+    assert!(status.contains("\"config_version\":1"), "{status}");
+    let body = r#"{"namespace":"ns","values":{"method":"GET","user":"a"},"delta":1}"#;
+    let codes: Vec<u16> = (0..3)
+        .map(|_| http_request(http_addr, "POST", "/check_and_report", body).0)
+        .collect();
+    // Envoy's RLS on the gRPC port counts the same limit.
+    let mut client = Client::connect(format!("http://127.0.0.1:{grpc}"))
+        .await
+        .expect("the gRPC port");
+    let response = call(
+        &mut client,
+        request("ns", vec![descriptor(&[("method", "GET"), ("user", "a")])]),
+    )
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(codes, [200, 200, 429]);
+    assert_eq!(overall(&response), Code::OverLimit);
+}
+
+#[test]
+fn validate_checks_the_limits_file_and_exits() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, LIMITS).expect("written");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "- namespace: ns\n  max_value: 1\n  seconds: 1\n  variables: [\"descriptors[\"]\n",
+    )
+    .expect("written");
+    let binary = limitador_server(dir.path());
+    let passed = Command::new(&binary)
+        .args(["--validate"])
+        .arg(&good)
+        .output()
+        .expect("ran");
+    assert!(passed.status.success(), "{passed:?}");
+    let refused = Command::new(&binary)
+        .args(["--validate"])
+        .arg(&bad)
+        .output()
+        .expect("ran");
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("bad.yaml:4:"), "{stderr}");
+    let unhonoured = Command::new(&binary)
+        .args(["--custom-metric-labels", "x"])
+        .arg(&good)
+        .output()
+        .expect("ran");
+    assert_eq!(unhonoured.status.code(), Some(2), "{unhonoured:?}");
+}
