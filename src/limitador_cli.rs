@@ -22,16 +22,36 @@ pub struct LimitadorCli {
     /// The limits file (Limitador's YAML), watched for changes.
     #[arg(env = "LIMITS_FILE")]
     limits_file: PathBuf,
-    #[arg(long = "rls-ip", env = "ENVOY_RLS_HOST", default_value = "0.0.0.0")]
+    #[arg(
+        short = 'b',
+        long = "rls-ip",
+        env = "ENVOY_RLS_HOST",
+        default_value = "0.0.0.0"
+    )]
     rls_ip: String,
-    #[arg(long = "rls-port", env = "ENVOY_RLS_PORT", default_value_t = 8081)]
+    #[arg(
+        short = 'p',
+        long = "rls-port",
+        env = "ENVOY_RLS_PORT",
+        default_value_t = 8081
+    )]
     rls_port: u16,
-    #[arg(long = "http-ip", env = "HTTP_API_HOST", default_value = "0.0.0.0")]
+    #[arg(
+        short = 'B',
+        long = "http-ip",
+        env = "HTTP_API_HOST",
+        default_value = "0.0.0.0"
+    )]
     http_ip: String,
-    #[arg(long = "http-port", env = "HTTP_API_PORT", default_value_t = 8080)]
+    #[arg(
+        short = 'P',
+        long = "http-port",
+        env = "HTTP_API_PORT",
+        default_value_t = 8080
+    )]
     http_port: u16,
     /// Accepted; sluice's series name their limit already where it has a name.
-    #[arg(long = "limit-name-in-labels", env = "LIMIT_NAME_IN_PROMETHEUS_LABELS", action = ArgAction::SetTrue)]
+    #[arg(short = 'l', long = "limit-name-in-labels", env = "LIMIT_NAME_IN_PROMETHEUS_LABELS", action = ArgAction::SetTrue)]
     limit_name_in_labels: bool,
     /// Refused: sluice adds no labels of its own choosing to its series.
     #[arg(long = "custom-metric-labels")]

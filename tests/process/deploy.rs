@@ -161,7 +161,7 @@ fn kubernetes_manifests_validate_against_the_schemas() {
 }
 
 /// Runs kubernetes-validate (strict) on `paths`; panics with its report when one is refused.
-fn validate_manifests(paths: &[PathBuf]) {
+pub(crate) fn validate_manifests(paths: &[PathBuf]) {
     let output = Command::new("python3")
         .args([
             "-m",

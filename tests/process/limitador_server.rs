@@ -108,3 +108,80 @@ fn validate_checks_the_limits_file_and_exits() {
         .expect("ran");
     assert_eq!(unhonoured.status.code(), Some(2), "{unhonoured:?}");
 }
+
+/// `deploy/kuadrant`: the manifests validate, and the Deployment's own command, run on its
+/// ConfigMap's limits file (ports and paths moved into a test directory), serves them.
+#[test]
+fn the_kuadrant_deployment_validates_and_its_command_serves_its_configmap() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kuadrant");
+    let manifests: Vec<std::path::PathBuf> = ["deployment.yaml", "configmap.yaml", "service.yaml"]
+        .iter()
+        .map(|name| root.join(name))
+        .collect();
+    crate::deploy::validate_manifests(&manifests);
+    let yaml = |name: &str| -> serde_yaml::Value {
+        serde_yaml::from_str(&std::fs::read_to_string(root.join(name)).expect("read"))
+            .expect("YAML")
+    };
+    let (deployment, configmap) = (yaml("deployment.yaml"), yaml("configmap.yaml"));
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let command: Vec<String> = container["command"]
+        .as_sequence()
+        .expect("a command")
+        .iter()
+        .map(|part| part.as_str().expect("text").to_string())
+        .collect();
+    assert_eq!(command[0], "limitador-server");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/status");
+    let mount = container["volumeMounts"][0]["mountPath"]
+        .as_str()
+        .expect("a mount");
+    let dir = tempfile::tempdir().expect("a directory");
+    let (file, text) = configmap["data"]
+        .as_mapping()
+        .and_then(|data| data.iter().next())
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap_or("").to_string(),
+                v.as_str().unwrap_or("").to_string(),
+            )
+        })
+        .expect("the limits");
+    std::fs::write(dir.path().join(&file), text).expect("written");
+    let http = redis::free_port();
+    let args: Vec<String> = command[1..]
+        .iter()
+        .map(|arg| match arg.as_str() {
+            "8080" => http.to_string(),
+            "8081" => redis::free_port().to_string(),
+            other => other.replace(mount, &dir.path().display().to_string()),
+        })
+        .collect();
+    let mut child = Command::new(limitador_server(dir.path()))
+        .args(&args)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("started");
+    let http_addr: std::net::SocketAddr = format!("127.0.0.1:{http}").parse().expect("address");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let limits = loop {
+        match std::panic::catch_unwind(|| {
+            http_request(http_addr, "GET", "/limits/toystore-app", "")
+        }) {
+            Ok((200, body)) => break body,
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            other => {
+                let _ = child.kill();
+                panic!("not served: {other:?}");
+            }
+        }
+    };
+    let status = http_request(http_addr, "GET", "/status", "").0;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 200);
+    assert!(
+        limits.contains("per-user-gets") && limits.contains("app-wide"),
+        "{limits}"
+    );
+}
