@@ -50,7 +50,7 @@ pub struct LimitadorCli {
         default_value_t = 8080
     )]
     http_port: u16,
-    /// Accepted; sluice's series name their limit already where it has a name.
+    /// Limitador's `limited_calls` by `limit_name` too.
     #[arg(short = 'l', long = "limit-name-in-labels", env = "LIMIT_NAME_IN_PROMETHEUS_LABELS", action = ArgAction::SetTrue)]
     limit_name_in_labels: bool,
     /// Refused: sluice adds no labels of its own choosing to its series.
@@ -179,6 +179,9 @@ impl LimitadorCli {
                 "--response-headers-form".into(),
                 "quota-policy".into(),
             ]);
+        }
+        if self.limit_name_in_labels {
+            flags.push("--limit-name-in-labels".into());
         }
         if self.disable_reservations {
             flags.push("--disable-reservations".into());

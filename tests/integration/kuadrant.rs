@@ -556,3 +556,48 @@ async fn limitadors_http_api_checks_reports_and_lists_on_the_http_port() {
     assert_eq!(sluice.http_get("/limits/nothing-here"), (200, "[]".into()));
     assert_eq!(sluice.http_post("/check", "{\"namespace\":\"lim\"}").0, 400);
 }
+
+#[tokio::test]
+async fn limitadors_series_count_calls_by_namespace_and_limit_name() {
+    let files = [("config.yaml", CONFIG), ("limits.yaml", LIMITS)];
+    let sluice = Sluice::start_with(&files, &["--limit-name-in-labels"], &[]);
+    let get = [("req.method", "GET"), ("user_id", "m1")];
+    for _ in 0..3 {
+        should(&sluice, &get).await;
+    }
+    let mut kuadrant = Kuadrant::connect(&sluice).await;
+    let report = RateLimitRequest {
+        hits_addend: 2,
+        ..request("lim", vec![descriptor(&[("req.method", "POST")])])
+    };
+    kuadrant.report(report).await;
+    let check = RateLimitRequest {
+        hits_addend: 0,
+        ..request("lim", vec![descriptor(&[("req.method", "POST")])])
+    };
+    kuadrant.check(check).await;
+    let (_, text) = sluice.http_get("/metrics");
+    let of = |series_name: &str| series(&text, series_name);
+    assert_eq!(of("limitador_up"), Some(1.0), "{text}");
+    assert_eq!(of("datastore_partitioned"), Some(0.0), "{text}");
+    // Two admitted GETs (a hit each) and a check (4 of 5 used, one more fits); the
+    // report's two hits.
+    let ns = "{limitador_namespace=\"lim\"}";
+    assert_eq!(of(&format!("authorized_calls{ns}")), Some(3.0), "{text}");
+    assert_eq!(of(&format!("authorized_hits{ns}")), Some(4.0), "{text}");
+    let limited = "limited_calls{limitador_namespace=\"lim\",limit_name=\"per-user\"}";
+    assert_eq!(of(limited), Some(1.0), "{text}");
+    assert!(
+        of("datastore_latency_count").is_some_and(|n| n >= 5.0),
+        "{text}"
+    );
+    // A domain of sluice's own YAML is not a namespace of Limitador's: not counted there.
+    let mut client = sluice.client().await;
+    call(
+        &mut client,
+        request("ns", vec![descriptor(&[("user", "x")])]),
+    )
+    .await;
+    let (_, text) = sluice.http_get("/metrics");
+    assert!(!text.contains("limitador_namespace=\"ns\""), "{text}");
+}

@@ -71,6 +71,9 @@ pub struct Decided {
     pub store_seconds: f64,
     /// What the limits' modifiers said of the request (in the dynamic metadata too).
     pub said: SmallVec<[MetaField; 1]>,
+    /// Whether the domain is a namespace of Limitador's limits files (its calls are counted
+    /// in Limitador's series too).
+    pub limitador: bool,
 }
 
 /// How a request is asked of the store: how its hits are charged, and a change every
@@ -90,6 +93,8 @@ pub struct Asking<'s> {
 /// issued. On the heap, so that every future awaiting a decision stays a few hundred bytes
 /// (moved, a future is copied whole: this was two kilobytes at each layer).
 struct Pending<'a> {
+    /// The domain has Limitador's limits.
+    limitador: bool,
     planned: SmallVec<[plan::Planned<'a>; 2]>,
     hits: plan::Hits,
     tokens: plan::Tokens,
@@ -210,7 +215,8 @@ impl<S: Store> Limiter<S> {
                 )
             })
             .collect();
-        if let Some(domain) = domain.filter(|d| !d.cel_limits.is_empty()) {
+        let limitador = domain.is_some_and(|d| !d.cel_limits.is_empty());
+        if let Some(domain) = domain.filter(|_| limitador) {
             planned.extend(counters(domain, request, default_cost, shape));
         }
         plan::apply_replaces(&mut planned);
@@ -219,6 +225,7 @@ impl<S: Store> Limiter<S> {
         }
         let (hits, tokens) = plan::hits(&mut planned, &self.tokens);
         Box::new(Pending {
+            limitador,
             planned,
             hits,
             tokens,
@@ -236,7 +243,10 @@ impl<S: Store> Limiter<S> {
         observe: impl FnOnce(&[plan::Bound<'_>], bool),
     ) -> Decided {
         let Pending {
-            planned, tokens, ..
+            limitador,
+            planned,
+            tokens,
+            ..
         } = *pending;
         let decided_at_us = decisions.iter().map(|d| d.decided_at_us).max();
         let bound = plan::bind(planned, decisions);
@@ -329,6 +339,7 @@ impl<S: Store> Limiter<S> {
             decided_at_us,
             store_seconds,
             said,
+            limitador,
         }
     }
 

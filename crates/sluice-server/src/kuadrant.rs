@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use crate::service::{status_of, RateLimiter};
+use crate::metrics::limitador::CallOutcome;
+use crate::metrics::Metrics;
+use crate::service::{limiting_name, status_of, RateLimiter};
 use sluice_core::engine::Charging;
 use sluice_core::limit::Limit;
 use sluice_core::modifier::reserve::policy::MAX_HOLDS;
@@ -48,14 +50,43 @@ const DEFAULT_RESERVATIONS: Holds = Holds {
 pub struct KuadrantService<S> {
     limiter: Arc<RateLimiter<S>>,
     reservations: Option<Holds>,
+    /// Where Limitador's series are counted.
+    metrics: Arc<Metrics>,
 }
 
 impl<S: Store> KuadrantService<S> {
-    pub fn new(limiter: Arc<RateLimiter<S>>, reservations: Option<Holds>) -> Self {
+    pub fn new(
+        limiter: Arc<RateLimiter<S>>,
+        reservations: Option<Holds>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         KuadrantService {
             limiter,
             reservations,
+            metrics,
         }
+    }
+
+    /// Counts a call in `namespace` in Limitador's series: `outcome` of the code it got, or
+    /// the store's failure.
+    fn count(
+        &self,
+        namespace: &str,
+        decided: &Result<Decided, DecisionError>,
+        limit_name: &str,
+        outcome: impl FnOnce(Code) -> CallOutcome<'static>,
+    ) {
+        let Ok(decided) = decided else {
+            self.metrics.record_limitador(namespace, None, 0.0);
+            return;
+        };
+        let code = decided.response.overall_code();
+        let outcome = match code {
+            Code::OverLimit => CallOutcome::Limited { limit_name },
+            _ => outcome(code),
+        };
+        self.metrics
+            .record_limitador(namespace, Some(outcome), decided.store_seconds);
     }
 
     /// `request` decided as `charging` says, every limit holding as `policy` says: with
@@ -141,8 +172,18 @@ impl<S: Store> KuadrantService<S> {
             return Ok(Code::Ok);
         }
         let request = kuadrant_request(domain, descriptors, Some(cost), 1);
-        let decided = self.ask(&request, charging, self.passive(), |_| {}).await?;
-        Ok(decided.response.overall_code())
+        let mut limit_name = String::new();
+        let decided = self
+            .ask(&request, charging, self.passive(), |bound| {
+                limit_name = limiting_name(bound);
+            })
+            .await;
+        self.count(&request.domain, &decided, &limit_name, |_| match charging {
+            Charging::Check => CallOutcome::Authorized { hits: None },
+            Charging::EveryHit => CallOutcome::Reported { hits: cost },
+            Charging::AllOrNothing => CallOutcome::Authorized { hits: Some(cost) },
+        });
+        Ok(decided?.response.overall_code())
     }
 }
 
@@ -277,10 +318,16 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         }
         let policy = hold_policy(reservations, request.amount, ttl_of(request.ttl));
         let asked = kuadrant_request(request.domain, request.descriptors, Some(policy.amount), 1);
+        let mut limit_name = String::new();
         let decided = self
-            .ask(&asked, Charging::AllOrNothing, (policy, true), |_| {})
-            .await
-            .map_err(status_of)?;
+            .ask(&asked, Charging::AllOrNothing, (policy, true), |bound| {
+                limit_name = limiting_name(bound);
+            })
+            .await;
+        self.count(&asked.domain, &decided, &limit_name, |_| {
+            CallOutcome::Authorized { hits: None }
+        });
+        let decided = decided.map_err(status_of)?;
         let code = decided.response.overall_code();
         let reservation_id = match code {
             Code::Ok => token_in(&decided.response, SETTLE_KEY).unwrap_or_default(),
@@ -327,11 +374,16 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
             .collect();
         let asked = kuadrant_request(request.domain, descriptors, Some(request.actual_amount), 1);
         let mut reservation_released = false;
-        self.ask(&asked, Charging::AllOrNothing, (policy, true), |bound| {
-            reservation_released = released(bound);
-        })
-        .await
-        .map_err(status_of)?;
+        let decided = self
+            .ask(&asked, Charging::AllOrNothing, (policy, true), |bound| {
+                reservation_released = released(bound);
+            })
+            .await;
+        let actual = request.actual_amount;
+        self.count(&asked.domain, &decided, "", |_| CallOutcome::Reported {
+            hits: actual,
+        });
+        decided.map_err(status_of)?;
         Ok(Response::new(CommitResponse {
             reservation_released,
         }))

@@ -6,6 +6,7 @@
 
 mod classes;
 mod leases;
+pub mod limitador;
 pub mod loads;
 mod modifiers;
 pub mod runtime;
@@ -89,6 +90,8 @@ pub struct Metrics {
     epoch: std::time::Instant,
     /// The configuration loads so far (Limitador's `/status`).
     loads: loads::ConfigLoads,
+    /// Limitador's series.
+    limitador: limitador::LimitadorSeries,
 }
 
 impl Metrics {
@@ -119,7 +122,6 @@ impl Metrics {
             global_shadow_mode: series.counter("ratelimit_service_global_shadow_mode", vec![]),
             store_latency: series.histogram("sluice_store_duration_seconds", vec![]),
             decisions,
-            series,
             near_limit_ratio,
             max_request_valued_series,
             limits: ArcSwap::default(),
@@ -128,6 +130,8 @@ impl Metrics {
             statsd: None,
             epoch: std::time::Instant::now(),
             loads: loads::ConfigLoads::new(),
+            limitador: limitador::LimitadorSeries::new(&series),
+            series,
         }
     }
 
@@ -135,6 +139,29 @@ impl Metrics {
     pub fn with_statsd(mut self, statsd: ServiceStats) -> Metrics {
         self.statsd = Some(statsd);
         self
+    }
+
+    /// Limitador's `limited_calls` by `limit_name` too (`--limit-name-in-labels`).
+    pub fn with_limit_name_in_labels(mut self, on: bool) -> Metrics {
+        self.limitador = self.limitador.with_limit_name_in_labels(on);
+        self
+    }
+
+    /// Counts a call of Limitador's (`limitador::CallOutcome`) in `namespace`, and how its
+    /// store call went (`None`: it failed).
+    pub fn record_limitador(
+        &self,
+        namespace: &str,
+        outcome: Option<limitador::CallOutcome<'_>>,
+        store_seconds: f64,
+    ) {
+        match outcome {
+            Some(outcome) => {
+                self.limitador.record(&self.series, namespace, outcome);
+                self.limitador.store_answered(store_seconds);
+            }
+            None => self.limitador.store_failed(),
+        }
     }
 
     /// The recorder, for the components that write series of their own.

@@ -136,6 +136,7 @@ pub async fn run(
         settings.observability.near_limit_ratio,
         settings.observability.max_metric_series,
     );
+    metrics = metrics.with_limit_name_in_labels(settings.kuadrant.limit_name_in_labels);
     if let Some(statsd) = &settings.observability.statsd {
         let statsd = Arc::new(Statsd::new(statsd.clone()));
         tokio::spawn(statsd.clone().run());
@@ -303,7 +304,11 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         };
         let limiter = Arc::new(limiter);
         let (stop, stopped) = watch::channel(false);
-        let kuadrant = Arc::new(KuadrantService::new(limiter.clone(), settings.kuadrant));
+        let kuadrant = Arc::new(KuadrantService::new(
+            limiter.clone(),
+            settings.kuadrant.holds,
+            self.metrics.clone(),
+        ));
         let services = grpc::Services {
             limiter: limiter.clone(),
             kuadrant: kuadrant.clone(),

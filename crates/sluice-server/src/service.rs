@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use crate::metrics::limitador::CallOutcome;
 use crate::metrics::{LimitOutcome, Metrics};
 use crate::otel::spans;
 use crate::record::Recorder;
@@ -19,6 +20,7 @@ use sluice_limiter::plan::Bound;
 use sluice_limiter::{
     Asking, Decided, DecisionError, LimitDecisions, Limiter, LimiterOptions, Verdict,
 };
+use sluice_proto::rate_limit_response::Code;
 use sluice_proto::rate_limit_service_server::RateLimitService;
 use sluice_proto::{RateLimitRequest, RateLimitResponse};
 use sluice_store::{Clock, Store, SystemClock};
@@ -87,11 +89,30 @@ impl<S: Store> RateLimiter<S> {
         request: &RateLimitRequest,
     ) -> Result<(RateLimitResponse, LimitDecisions), DecisionError> {
         let config = self.config.load_full();
+        let mut limit_name = String::new();
         let decided = self
             .limiter
-            .decide(&config, request, |bound, denied| self.record(bound, denied))
+            .decide(&config, request, |bound, denied| {
+                self.record(bound, denied);
+                if denied {
+                    limit_name = limiting_name(bound);
+                }
+            })
             .await;
         let decided = self.counted(decided)?;
+        if decided.limitador {
+            let outcome = match decided.response.overall_code() {
+                Code::OverLimit => CallOutcome::Limited {
+                    limit_name: &limit_name,
+                },
+                _ => CallOutcome::Authorized {
+                    hits: Some(u64::from(request.hits_addend.max(1))),
+                },
+            };
+            let seconds = decided.store_seconds;
+            self.metrics
+                .record_limitador(&request.domain, Some(outcome), seconds);
+        }
         if let Some(recorder) = &self.recorder {
             // The store's time of the decision, so that a replay keeps the store's order.
             let t = decided
@@ -170,6 +191,19 @@ impl<S: Store> RateLimiter<S> {
             self.metrics.record_limit(labels, &outcome);
         }
     }
+}
+
+/// The name of the limit that denied a request ("" when none did, or it has none).
+pub fn limiting_name(bound: &[Bound<'_>]) -> String {
+    bound
+        .iter()
+        .find_map(|s| match (&s.verdict, s.decision) {
+            (Verdict::Limited(applied), Some(decision)) if !decision.admitted => {
+                Some(applied.name.to_string())
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 /// INVALID_ARGUMENT naming the field, or UNAVAILABLE with the store's reason, so that Envoy's

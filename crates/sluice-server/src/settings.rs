@@ -24,7 +24,7 @@ mod traces;
 
 use crate::rlqs::RlqsSettings;
 pub use admin::{AdminArgs, AdminSettings};
-pub use kuadrant::KuadrantArgs;
+pub use kuadrant::{KuadrantArgs, KuadrantSettings};
 pub use observability::{LogFormat, ObservabilityArgs, ObservabilitySettings};
 pub use ports::{
     ConnectionLimits, NetworkSettings, PortSettings, PortsArgs, PrometheusListener, TlsSettings,
@@ -79,8 +79,8 @@ pub struct Settings {
     pub record: Option<crate::record::RecordSettings>,
     /// The admin API's port (`--admin-addr`), when it is served.
     pub admin: Option<AdminSettings>,
-    /// What Kuadrant's protocol holds for a request in flight, when it is served.
-    pub kuadrant: Option<crate::kuadrant::Holds>,
+    /// Kuadrant's protocol: what a request in flight may hold, Limitador's series' labels.
+    pub kuadrant: KuadrantSettings,
 }
 
 impl ServeArgs {
@@ -112,7 +112,7 @@ impl ServeArgs {
             observability,
             record,
             admin: self.admin.into_settings()?,
-            kuadrant: self.kuadrant.holds()?,
+            kuadrant: self.kuadrant.into_settings()?,
         })
     }
 }

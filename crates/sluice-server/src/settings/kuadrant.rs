@@ -24,12 +24,31 @@ pub struct KuadrantArgs {
     /// a Reserve without a ttl holds this long, one with a longer ttl this long.
     #[arg(long, env = "MAX_RESERVATION_TTL", default_value_t = 60)]
     pub max_reservation_ttl: u64,
+    /// Limitador's `limited_calls` by `limit_name` too (Limitador's flag and variable).
+    #[arg(long, env = "LIMIT_NAME_IN_PROMETHEUS_LABELS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub limit_name_in_labels: bool,
+}
+
+/// Kuadrant's protocol's validated settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KuadrantSettings {
+    /// What a request in flight may hold; `None` when Reserve and Commit are off.
+    pub holds: Option<Holds>,
+    pub limit_name_in_labels: bool,
 }
 
 /// Millionths: the reserve modifier's scale for a share of a limit.
 const PPM: f64 = 1_000_000.0;
 
 impl KuadrantArgs {
+    /// The settings, or the refusal of a bound out of range (`holds`).
+    pub fn into_settings(self) -> Result<KuadrantSettings, SettingsError> {
+        Ok(KuadrantSettings {
+            holds: self.holds()?,
+            limit_name_in_labels: self.limit_name_in_labels,
+        })
+    }
+
     /// The reservations served, `None` when they are off; refused: a fraction outside
     /// (0, 1], a ttl of 0.
     pub fn holds(&self) -> Result<Option<Holds>, SettingsError> {
@@ -66,6 +85,7 @@ mod tests {
             disable_reservations: disabled,
             max_reservation_fraction: fraction,
             max_reservation_ttl: ttl,
+            limit_name_in_labels: false,
         }
     }
 
