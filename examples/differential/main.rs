@@ -11,15 +11,16 @@
 //!                [--requests 300] [--modes default,stop,...] [--out DIR]
 
 mod compare;
+mod error;
 mod explain;
 mod generate;
 mod lookup;
+mod process;
 mod servers;
 mod shrink;
 mod wire;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -30,27 +31,7 @@ use crate::explain::{Explained, Ledger};
 use crate::generate::{Config, Request, Rng};
 use crate::servers::{Launch, Redis, Server, SluiceStore};
 
-/// A failure of the harness itself (not a difference between the servers).
-#[derive(Debug)]
-pub struct Error(pub String);
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
-        Error(e.to_string())
-    }
-}
-
-impl From<redis::RedisError> for Error {
-    fn from(e: redis::RedisError) -> Self {
-        Error(format!("redis: {e}"))
-    }
-}
+pub use error::Error;
 
 #[derive(Parser, Debug)]
 #[command(about = "Runs envoyproxy/ratelimit and sluice side by side on generated traffic")]

@@ -3,9 +3,8 @@
 //! the same settings (the reference's environment variables, which sluice reads too) on free
 //! ports of the loopback, and stopped on drop.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -16,21 +15,7 @@ use crate::Error;
 /// A gRPC client of either server, through Envoy's own protos.
 pub type Client = RateLimitServiceClient<Channel>;
 
-/// A free port of the loopback (taken and given back; the process binds it next).
-pub fn free_port() -> Result<u16, Error> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// A child process killed on drop.
-pub struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use crate::process::{free_port, Process};
 
 /// A `redis-server` without persistence on a free port.
 pub struct Redis {
