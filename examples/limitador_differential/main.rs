@@ -71,19 +71,24 @@ fn limits_file(rng: &mut Rng) -> String {
         text.push_str(&format!(
             "- namespace: {NAMESPACE}\n  max_value: {max_value}\n  seconds: 86400\n  name: limit-{index}\n"
         ));
+        // Limitador requires both lists, empty or not.
         let (key, values) = *rng.pick(&KEYS);
-        if rng.chance(60) {
-            let value = rng.pick(values);
-            text.push_str(&format!(
-                "  conditions: [\"descriptors[0]['{key}'] == '{value}'\"]\n"
-            ));
-        }
-        if rng.chance(70) {
-            let (variable, _) = *rng.pick(&KEYS);
-            text.push_str(&format!(
-                "  variables: [\"descriptors[0]['{variable}']\"]\n"
-            ));
-        }
+        let condition = format!("\"descriptors[0]['{key}'] == '{}'\"", rng.pick(values));
+        let conditions = if rng.chance(60) {
+            condition
+        } else {
+            String::new()
+        };
+        let (variable, _) = *rng.pick(&KEYS);
+        let variable = format!("\"descriptors[0]['{variable}']\"");
+        let variables = if rng.chance(70) {
+            variable
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "  conditions: [{conditions}]\n  variables: [{variables}]\n"
+        ));
     }
     text
 }

@@ -39,6 +39,14 @@ pub struct Holds {
     pub max_ttl: Duration,
 }
 
+/// Who makes a call: Limitador counts the gRPC protocol's checks and reports in its series,
+/// and its HTTP API's not at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    Grpc,
+    Http,
+}
+
 /// Limitador's defaults: half a limit, for a minute.
 const DEFAULT_RESERVATIONS: Holds = Holds {
     max_fraction_ppm: 500_000,
@@ -67,23 +75,25 @@ impl<S: Store> KuadrantService<S> {
         }
     }
 
-    /// Counts a call in `namespace` in Limitador's series: `outcome` of the code it got, or
-    /// the store's failure.
+    /// Counts a call in `namespace` in Limitador's series, or the store's failure: a report
+    /// (`reported`: the hits it charged) is never limited; another call is limited by
+    /// `limit_name`, or admitted having charged `hits`.
     fn count(
         &self,
         namespace: &str,
         decided: &Result<Decided, DecisionError>,
-        limit_name: &str,
-        outcome: impl FnOnce(Code) -> CallOutcome<'static>,
+        (limit_name, hits, reported): (&str, Option<u64>, bool),
     ) {
         let Ok(decided) = decided else {
             self.metrics.record_limitador(namespace, None, 0.0);
             return;
         };
-        let code = decided.response.overall_code();
-        let outcome = match code {
-            Code::OverLimit => CallOutcome::Limited { limit_name },
-            _ => outcome(code),
+        let outcome = match (reported, decided.response.overall_code()) {
+            (true, _) => CallOutcome::Reported {
+                hits: hits.unwrap_or(0),
+            },
+            (false, Code::OverLimit) => CallOutcome::Limited { limit_name },
+            (false, _) => CallOutcome::Authorized { hits },
         };
         self.metrics
             .record_limitador(namespace, Some(outcome), decided.store_seconds);
@@ -129,8 +139,10 @@ impl<S: Store> KuadrantService<S> {
         domain: String,
         descriptors: Vec<RateLimitDescriptor>,
         cost: u64,
+        caller: Caller,
     ) -> Result<Code, DecisionError> {
-        self.decide(domain, descriptors, cost, Charging::Check)
+        let counted = caller == Caller::Grpc;
+        self.decide(domain, descriptors, cost, Charging::Check, counted)
             .await
     }
 
@@ -141,8 +153,10 @@ impl<S: Store> KuadrantService<S> {
         domain: String,
         descriptors: Vec<RateLimitDescriptor>,
         cost: u64,
+        caller: Caller,
     ) -> Result<(), DecisionError> {
-        self.decide(domain, descriptors, cost, Charging::EveryHit)
+        let counted = caller == Caller::Grpc;
+        self.decide(domain, descriptors, cost, Charging::EveryHit, counted)
             .await
             .map(|_| ())
     }
@@ -155,18 +169,19 @@ impl<S: Store> KuadrantService<S> {
         descriptors: Vec<RateLimitDescriptor>,
         cost: u64,
     ) -> Result<Code, DecisionError> {
-        self.decide(domain, descriptors, cost, Charging::AllOrNothing)
+        self.decide(domain, descriptors, cost, Charging::AllOrNothing, true)
             .await
     }
 
     /// The code of `cost` on every limit of `descriptors`, charged as `charging` says (OK
-    /// when there is no descriptor).
+    /// when there is no descriptor), `counted` in Limitador's series.
     async fn decide(
         &self,
         domain: String,
         descriptors: Vec<RateLimitDescriptor>,
         cost: u64,
         charging: Charging,
+        counted: bool,
     ) -> Result<Code, DecisionError> {
         if descriptors.is_empty() {
             return Ok(Code::Ok);
@@ -178,11 +193,14 @@ impl<S: Store> KuadrantService<S> {
                 limit_name = limiting_name(bound);
             })
             .await;
-        self.count(&request.domain, &decided, &limit_name, |_| match charging {
-            Charging::Check => CallOutcome::Authorized { hits: None },
-            Charging::EveryHit => CallOutcome::Reported { hits: cost },
-            Charging::AllOrNothing => CallOutcome::Authorized { hits: Some(cost) },
-        });
+        if counted {
+            let counted = match charging {
+                Charging::Check => (limit_name.as_str(), None, false),
+                Charging::EveryHit => ("", Some(cost), true),
+                Charging::AllOrNothing => (limit_name.as_str(), Some(cost), false),
+            };
+            self.count(&request.domain, &decided, counted);
+        }
         Ok(decided?.response.overall_code())
     }
 }
@@ -276,7 +294,7 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         }
         // Limitador checks one hit, whatever the request's hits_addend.
         let code = self
-            .check(request.domain, request.descriptors, 1)
+            .check(request.domain, request.descriptors, 1, Caller::Grpc)
             .await
             .map_err(status_of)?;
         Ok(answer(code))
@@ -292,7 +310,8 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         }
         // A hits_addend of 0 counts as 1, as Limitador counts it.
         let cost = u64::from(request.hits_addend.max(1));
-        KuadrantService::report(self, request.domain, request.descriptors, cost)
+        let (domain, descriptors) = (request.domain, request.descriptors);
+        KuadrantService::report(self, domain, descriptors, cost, Caller::Grpc)
             .await
             .map_err(status_of)?;
         Ok(answer(Code::Ok))
@@ -324,9 +343,7 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
                 limit_name = limiting_name(bound);
             })
             .await;
-        self.count(&asked.domain, &decided, &limit_name, |_| {
-            CallOutcome::Authorized { hits: None }
-        });
+        self.count(&asked.domain, &decided, (&limit_name, None, false));
         let decided = decided.map_err(status_of)?;
         let code = decided.response.overall_code();
         let reservation_id = match code {
@@ -354,7 +371,8 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         if request.reservation_id.is_empty() {
             // No hold to settle: the actual is reported (RFC 0021).
             let (domain, descriptors) = (request.domain, request.descriptors);
-            KuadrantService::report(self, domain, descriptors, request.actual_amount)
+            let actual = request.actual_amount;
+            KuadrantService::report(self, domain, descriptors, actual, Caller::Grpc)
                 .await
                 .map_err(status_of)?;
             return Ok(not_released);
@@ -380,9 +398,7 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
             })
             .await;
         let actual = request.actual_amount;
-        self.count(&asked.domain, &decided, "", |_| CallOutcome::Reported {
-            hits: actual,
-        });
+        self.count(&asked.domain, &decided, ("", Some(actual), true));
         decided.map_err(status_of)?;
         Ok(Response::new(CommitResponse {
             reservation_released,

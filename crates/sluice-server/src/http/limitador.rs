@@ -2,7 +2,8 @@
 //! limitador-operator's Deployment asks), `GET /limits/{namespace}` (the namespace's limits
 //! from Limitador's limits files), and `POST /check`, `/report` and `/check_and_report`
 //! (`{"namespace", "values", "delta"}`: 200, or 429 when limited), each the Kuadrant service's
-//! call on one descriptor of `values`, with Limitador's JSON shapes.
+//! call on one descriptor of `values`, with Limitador's JSON shapes (and, as Limitador, only
+//! `/check_and_report` counted in its series).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{error_response, Endpoints};
+use crate::kuadrant::Caller;
 use crate::metrics::loads::LoadsNow;
 use sluice_config::cel_limits::CelLimit;
 use sluice_proto::rate_limit_descriptor::Entry;
@@ -127,9 +129,13 @@ pub async fn call<S: Store>(
     let (namespace, delta) = (asked.namespace, asked.delta);
     let kuadrant = &endpoints.kuadrant;
     let code = match call {
-        Call::Check => kuadrant.check(namespace, descriptors, delta).await,
+        Call::Check => {
+            kuadrant
+                .check(namespace, descriptors, delta, Caller::Http)
+                .await
+        }
         Call::Report => kuadrant
-            .report(namespace, descriptors, delta)
+            .report(namespace, descriptors, delta, Caller::Http)
             .await
             .map(|()| Code::Ok),
         Call::CheckAndReport => {
