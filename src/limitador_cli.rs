@@ -75,7 +75,7 @@ pub struct LimitadorCli {
     /// Checks the limits file and exits (0 when it loads).
     #[arg(long = "validate", action = ArgAction::SetTrue)]
     validate: bool,
-    /// `NONE`, or `DRAFT_VERSION_03`: RateLimit-Limit (`10, 10;w=60`), -Remaining, -Reset.
+    /// `NONE`, or `DRAFT_VERSION_03`: X-RateLimit-Limit (`10, 10;w=60`), -Remaining, -Reset.
     #[arg(long = "rate-limit-headers", env = "RATE_LIMIT_HEADERS", default_value = "NONE",
           value_parser = ["NONE", "DRAFT_VERSION_03"])]
     rate_limit_headers: String,
@@ -174,11 +174,21 @@ impl LimitadorCli {
             flags.extend(["--log-format".into(), "json".into()]);
         }
         if self.rate_limit_headers == "DRAFT_VERSION_03" {
-            flags.extend([
-                "--response-headers".into(),
-                "--response-headers-form".into(),
-                "quota-policy".into(),
-            ]);
+            // Limitador's names, and the draft's form of the limit (`10, 10;w=60`).
+            flags.extend(
+                [
+                    "--response-headers",
+                    "--response-headers-form",
+                    "quota-policy",
+                    "--limit-limit-header",
+                    "X-RateLimit-Limit",
+                    "--limit-remaining-header",
+                    "X-RateLimit-Remaining",
+                    "--limit-reset-header",
+                    "X-RateLimit-Reset",
+                ]
+                .map(String::from),
+            );
         }
         if self.limit_name_in_labels {
             flags.push("--limit-name-in-labels".into());

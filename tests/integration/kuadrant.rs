@@ -555,6 +555,24 @@ async fn limitadors_http_api_checks_reports_and_lists_on_the_http_port() {
     assert_eq!(sluice.http_post("/report", &body("h2", 1)).0, 200);
     assert_eq!(sluice.http_get("/limits/nothing-here"), (200, "[]".into()));
     assert_eq!(sluice.http_post("/check", "{\"namespace\":\"lim\"}").0, 400);
+    // As Limitador's (the side-by-side run found it): only /check_and_report is counted.
+    let (_, text) = sluice.http_get("/metrics");
+    let ns = "{limitador_namespace=\"lim\"}";
+    assert_eq!(
+        series(&text, &format!("authorized_calls{ns}")),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, &format!("authorized_hits{ns}")),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, &format!("limited_calls{ns}")),
+        Some(1.0),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -591,6 +609,20 @@ async fn limitadors_series_count_calls_by_namespace_and_limit_name() {
         of("datastore_latency_count").is_some_and(|n| n >= 5.0),
         "{text}"
     );
+    // A report past the limit is counted as hits, never as a limited call.
+    let past = RateLimitRequest {
+        hits_addend: 10,
+        ..request("lim", vec![descriptor(&[("req.method", "POST")])])
+    };
+    kuadrant.report(past).await;
+    let (_, after) = sluice.http_get("/metrics");
+    assert_eq!(
+        series(&after, &format!("authorized_hits{ns}")),
+        Some(14.0),
+        "{after}"
+    );
+    assert_eq!(series(&after, limited), Some(1.0), "{after}");
+    assert!(!after.contains("limit_name=\"namespace-wide\""), "{after}");
     // A domain of sluice's own YAML is not a namespace of Limitador's: not counted there.
     let mut client = sluice.client().await;
     call(
