@@ -19,6 +19,8 @@ commandstats). Rows:
 - the bare tonic server (the floor), sluice and Limitador on their memory stores;
 - one descriptor on a fixed window on Redis (the reference's own case): sluice, the
   reference, Limitador;
+- with Limitador: sluice in its place (run as `limitador-server`, its command line and
+  limits file in CEL), on memory and on Redis;
 - three descriptors on fixed windows (sluice's plain counter call, as one descriptor's; the
   reference beside), and one descriptor on a token bucket (sluice's general call).
 
@@ -38,9 +40,11 @@ import time
 
 from peers import (DIST, Row, baseline_row, cpu_seconds, free_port, h2load, limitador_row,
                    redis_cli, redis_commandstats, redis_pid, reference_row, request_body,
-                   sluice_row, start_redis, wait_port)
+                   sluice_as_limitador, sluice_row, start_redis, wait_port)
 
 REDIS_PORT = 7797
+# Where the `limitador-server` link to sluice lives for the run.
+LINKS = tempfile.mkdtemp(prefix="sluice-links-")
 
 CONFIG = """domain: cost
 descriptors:
@@ -80,6 +84,10 @@ def rows():
     if limitador:
         found.append((limitador_row("Limitador, memory", limitador, limitador_limits,
                                     ["memory"]), ONE))
+        # sluice in Limitador's place: its command line and limits file, the same request.
+        found.append((limitador_row("sluice as limitador-server, memory",
+                                    sluice_as_limitador(LINKS), limitador_limits,
+                                    ["memory"], cel=True), ONE))
     found.append((sluice_row("sluice, Redis, fixed window", CONFIG, REDIS_PORT), ONE))
     if reference:
         found.append((reference_row("envoyproxy/ratelimit, Redis, fixed window", reference,
@@ -87,6 +95,10 @@ def rows():
     if limitador:
         found.append((limitador_row("Limitador, Redis", limitador, limitador_limits,
                                     ["redis", f"redis://127.0.0.1:{REDIS_PORT}"]), ONE))
+        found.append((limitador_row("sluice as limitador-server, Redis",
+                                    sluice_as_limitador(LINKS), limitador_limits,
+                                    ["redis", f"redis://127.0.0.1:{REDIS_PORT}"], cel=True),
+                      ONE))
     found.append((sluice_row("sluice, Redis, token bucket (general call)", CONFIG, REDIS_PORT),
                   TOKEN))
     found.append((sluice_row("sluice, Redis, 3 descriptors", CONFIG, REDIS_PORT),

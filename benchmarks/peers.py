@@ -124,6 +124,15 @@ def sluice_row(name, config, redis_port=None, extra=()):
     return Row(name, start)
 
 
+def sluice_as_limitador(workdir):
+    """A `limitador-server` link to target/dist's sluice in `workdir`: the binary answers to
+    Limitador's command line under that name (docs/kuadrant.md)."""
+    link = os.path.join(workdir, "limitador-server")
+    if not os.path.exists(link):
+        os.symlink(os.path.join(DIST, "sluice"), link)
+    return link
+
+
 def baseline_row(name):
     """The bare tonic server that answers OK without deciding (the floor)."""
     def start(grpc, _workdir):
@@ -155,11 +164,13 @@ def reference_row(name, binary, config, redis_port, window=False):
     return Row(name, start)
 
 
-def limitador_row(name, binary, limits, storage):
+def limitador_row(name, binary, limits, storage, cel=None):
     """Limitador with `limits` (a function of whether it names entries in CEL, Limitador 2 and
-    later, giving its limits file) on `storage` (its command line's words)."""
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
-    cel = any(f" {v}." in version or f" v{v}." in version for v in "23456789")
+    later, giving its limits file) on `storage` (its command line's words); `cel` when known
+    (sluice answering to Limitador's command line reads CEL)."""
+    if cel is None:
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+        cel = any(f" {v}." in version or f" v{v}." in version for v in "23456789")
 
     def start(grpc, workdir):
         path = os.path.join(workdir, "limits.yaml")

@@ -149,11 +149,20 @@ fn asked(entry: (&str, &str), hits_addend: u32) -> RateLimitRequest {
 
 /// The memory store and a Redis, each serving `CONFIG` in this process with `args`.
 fn every_server(redis: &RedisServer, args: &[&str]) -> Vec<(&'static str, Sluice)> {
+    serving(redis, &[("config.yaml", CONFIG)], args)
+}
+
+/// The memory store and a Redis, each serving `files` in this process with `args`.
+fn serving(
+    redis: &RedisServer,
+    files: &[(&str, &str)],
+    args: &[&str],
+) -> Vec<(&'static str, Sluice)> {
     vec![
-        ("memory", Sluice::start(CONFIG, args)),
+        ("memory", Sluice::start_with(files, args, &[])),
         (
             "redis",
-            Sluice::on_redis_url(&[("config.yaml", CONFIG)], &redis.url(), args, &[]),
+            Sluice::on_redis_url(files, &redis.url(), args, &[]),
         ),
     ]
 }
@@ -401,14 +410,7 @@ async fn should(sluice: &Sluice, entries: &[(&str, &str)]) -> i32 {
 async fn limitadors_limits_apply_by_their_conditions_and_variables_on_every_store() {
     let redis = RedisServer::start(&[]);
     let files = [("config.yaml", CONFIG), ("limits.yaml", LIMITS)];
-    let servers = [
-        ("memory", Sluice::start_with(&files, &[], &[])),
-        (
-            "redis",
-            Sluice::on_redis_url(&files, &redis.url(), &[], &[]),
-        ),
-    ];
-    for (store, sluice) in servers {
+    for (store, sluice) in serving(&redis, &files, &[]) {
         let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
         let get = |user| [("req.method", "GET"), ("user_id", user)];
         // Two GETs a user; a denied request charges nothing (the namespace's 5 included).
@@ -430,14 +432,7 @@ async fn limitadors_limits_apply_by_their_conditions_and_variables_on_every_stor
 async fn kuadrants_calls_apply_limitadors_limits() {
     let redis = RedisServer::start(&[]);
     let files = [("config.yaml", CONFIG), ("limits.yaml", LIMITS)];
-    let servers = [
-        ("memory", Sluice::start_with(&files, &[], &[])),
-        (
-            "redis",
-            Sluice::on_redis_url(&files, &redis.url(), &[], &[]),
-        ),
-    ];
-    for (store, sluice) in servers {
+    for (store, sluice) in serving(&redis, &files, &[]) {
         let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
         let get = |user| [("req.method", "GET"), ("user_id", user)];
         let mut kuadrant = Kuadrant::connect(&sluice).await;
