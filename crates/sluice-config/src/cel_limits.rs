@@ -61,7 +61,14 @@ pub struct CelLimit {
     pub identity: String,
     conditions: Vec<Expression>,
     variables: Vec<Expression>,
+    /// `limit` as its expressions read it (`limit.name`, `limit.id`), made once.
+    binding: Value,
 }
+
+/// CEL's standard functions, registered once (a context of its own registers them all again:
+/// that cost a call more than the rest of its decision).
+static STANDARD: std::sync::LazyLock<Arc<cel::Env>> =
+    std::sync::LazyLock::new(|| Arc::new(cel::Env::stdlib()));
 
 /// A request's descriptors as Limitador's expressions read them (`descriptors`, a list of
 /// maps of entry key to value), ready for each limit of its namespace.
@@ -80,7 +87,7 @@ impl Bindings {
                 Value::from(map)
             })
             .collect();
-        let mut context = cel::Context::default();
+        let mut context = cel::Context::with_env(STANDARD.clone());
         context.add_variable_from_value("descriptors", Value::List(Arc::new(list)));
         Bindings(context)
     }
@@ -92,11 +99,7 @@ impl CelLimit {
     /// variable the request gives no value for.
     pub fn counter(&self, bindings: &Bindings) -> Option<Vec<String>> {
         let mut scope = bindings.0.new_inner_scope();
-        let limit = HashMap::from([
-            ("name", self.name.clone().map_or(Value::Null, Value::from)),
-            ("id", self.id.clone().map_or(Value::Null, Value::from)),
-        ]);
-        scope.add_variable_from_value("limit", Value::from(limit));
+        scope.add_variable_from_value("limit", self.binding.clone());
         for condition in &self.conditions {
             if !matches!(condition.program.execute(&scope), Ok(Value::Bool(true))) {
                 return None;
@@ -247,7 +250,12 @@ fn compile(doc: LimitDoc, index: usize) -> Result<CelLimit, (String, String)> {
         unit_multiplier: seconds,
         ..Limit::fixed_window(max_value, Unit::Second)
     };
+    let binding = Value::from(HashMap::from([
+        ("name", doc.name.clone().map_or(Value::Null, Value::from)),
+        ("id", doc.id.clone().map_or(Value::Null, Value::from)),
+    ]));
     Ok(CelLimit {
+        binding,
         namespace: doc.namespace,
         name: doc.name,
         id: doc.id,
