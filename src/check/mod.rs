@@ -52,6 +52,10 @@ pub fn check(paths: &[PathBuf], options: LoadOptions, overrides: Option<&Path>) 
                 let _ = writeln!(report.out, "  {line}");
             }
         }
+        // Limitador's limits of the namespace (docs/kuadrant.md), one line each.
+        for limit in &domain.cel_limits {
+            let _ = writeln!(report.out, "  Limitador's limit {}", limit.describe());
+        }
     }
     report.passed = match overrides {
         Some(path) => check_overrides(path, &config, options, &mut report),

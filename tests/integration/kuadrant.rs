@@ -549,6 +549,11 @@ async fn limitadors_http_api_checks_reports_and_lists_on_the_http_port() {
     assert_eq!(sluice.http_post("/check", &body("h2", 1)).0, 429);
     assert_eq!(sluice.http_post("/report", &body("h2", 1)).0, 200);
     assert_eq!(sluice.http_get("/limits/nothing-here"), (200, "[]".into()));
+    let (_, rlconfig) = sluice.http_get("/rlconfig");
+    assert!(
+        rlconfig.contains("lim namespace-wide: 5 per 60s"),
+        "{rlconfig}"
+    );
     assert_eq!(sluice.http_post("/check", "{\"namespace\":\"lim\"}").0, 400);
     // As Limitador's (the side-by-side run found it): only /check_and_report is counted.
     let (_, text) = sluice.http_get("/metrics");

@@ -93,6 +93,10 @@ fn validate_checks_the_limits_file_and_exits() {
         .output()
         .expect("ran");
     assert!(passed.status.success(), "{passed:?}");
+    let summary = String::from_utf8_lossy(&passed.stdout);
+    let line = "Limitador's limit ns: 2 per 60s, conditions [descriptors[0]['method'] == 'GET'], \
+                variables [descriptors[0]['user']]";
+    assert!(summary.contains(line), "{summary}");
     let refused = Command::new(&binary)
         .args(["--validate"])
         .arg(&bad)

@@ -123,9 +123,13 @@ impl CelLimit {
 
     /// The limit as `/limits` and `check-config` show it.
     pub fn describe(&self) -> String {
-        let name = self.name.as_deref().unwrap_or("");
+        let name = self
+            .name
+            .as_deref()
+            .map(|n| format!(" {n}"))
+            .unwrap_or_default();
         format!(
-            "{} {name}: {} per {}s, conditions [{}], variables [{}]",
+            "{}{name}: {} per {}s, conditions [{}], variables [{}]",
             self.namespace,
             self.max_value,
             self.seconds,

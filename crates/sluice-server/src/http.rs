@@ -203,6 +203,14 @@ async fn rlconfig<S: Store>(State(endpoints): State<Arc<Endpoints<S>>>) -> Respo
             .flat_map(|domain| domain.rules())
             .flat_map(describe)
             .collect();
+        // Limitador's limits (docs/kuadrant.md), one line each.
+        lines.extend(
+            config
+                .domains()
+                .into_iter()
+                .flat_map(|domain| &domain.cel_limits)
+                .map(|limit| limit.describe()),
+        );
         lines.sort();
         // Calendar windows' boundaries come from the time-zone database built in: which one.
         if lines.iter().any(|line| line.contains(", window: calendar")) {
