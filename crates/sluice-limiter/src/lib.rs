@@ -217,7 +217,7 @@ impl<S: Store> Limiter<S> {
             .collect();
         let limitador = domain.is_some_and(|d| !d.cel_limits.is_empty());
         if let Some(domain) = domain.filter(|_| limitador) {
-            planned.extend(counters(domain, request, default_cost, shape));
+            planned.extend(plan::counters(domain, request, default_cost, shape));
         }
         plan::apply_replaces(&mut planned);
         if self.options.quota_mode {
@@ -394,40 +394,6 @@ impl<S: Store> Limiter<S> {
         };
         Ok(result?)
     }
-}
-
-/// The counters of Limitador's limits of `domain` that apply to `request` (docs/kuadrant.md),
-/// each charged the request's cost: its descriptors' own `hits_addend` when the first
-/// carries one, else `default_cost`.
-fn counters<'a>(
-    domain: &'a sluice_config::Domain,
-    request: &RateLimitRequest,
-    default_cost: u64,
-    shape: Option<plan::Shape<'_>>,
-) -> Vec<plan::Planned<'a>> {
-    let bindings = sluice_config::cel_limits::Bindings::of(request.descriptors.iter().map(|d| {
-        d.entries
-            .iter()
-            .map(|entry| (entry.key.as_str(), entry.value.as_str()))
-    }));
-    let own_cost = request.descriptors.first().and_then(|d| d.hits_addend);
-    let cost = (own_cost.unwrap_or(default_cost), own_cost);
-    let tokens = plan::RequestTokens::of(&request.descriptors);
-    domain
-        .cel_limits
-        .iter()
-        .filter_map(|limit| {
-            let values = limit.counter(&bindings)?;
-            Some(plan::counter(
-                &request.domain,
-                limit,
-                &values,
-                cost,
-                tokens,
-                shape,
-            ))
-        })
-        .collect()
 }
 
 /// The span of a store call, inside the request's (none without one).

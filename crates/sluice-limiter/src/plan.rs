@@ -4,13 +4,15 @@
 //! (`settle`): the one that denies, or else the one with the least remaining. An admin
 //! override of the descriptor stands in for the rule's limits (`limits_in_force`).
 
+mod counters;
+
 use std::collections::HashSet;
 
 use smallvec::SmallVec;
 
 use crate::response::{Applied, Verdict};
 use crate::ticket;
-use sluice_config::cel_limits::CelLimit;
+pub use counters::counters;
 use sluice_config::overrides::DescriptorOverrides;
 use sluice_config::{Domain, NamedLimit, Rule};
 use sluice_core::engine;
@@ -156,72 +158,6 @@ pub fn plan<'a>(
         ))),
     });
     planned
-}
-
-/// The tokens a request's descriptors return or name (the first descriptor's that does), for
-/// what applies to the request as a whole: Limitador's limits.
-#[derive(Clone, Copy, Default)]
-pub struct RequestTokens {
-    pub returned: Option<(u8, u64)>,
-    pub named: Option<(u8, u64)>,
-}
-
-impl RequestTokens {
-    pub fn of(descriptors: &[RateLimitDescriptor]) -> RequestTokens {
-        RequestTokens {
-            returned: descriptors.iter().find_map(ticket::returned),
-            named: descriptors.iter().find_map(ticket::named),
-        }
-    }
-}
-
-/// One counter of Limitador's `limit` in domain `domain_name`, named by its variables'
-/// `values`, charged `cost` (its own when the request's descriptors carry one), changed by
-/// `shape`; a request returning a token applies it only when the shaped limit takes that
-/// token.
-pub fn counter<'a>(
-    domain_name: &str,
-    limit: &'a CelLimit,
-    values: &[String],
-    (cost, own_cost): (u64, Option<u64>),
-    tokens: RequestTokens,
-    shape: Option<Shape<'_>>,
-) -> Planned<'a> {
-    let mut counted = limit.limit.clone();
-    if let Some(shape) = shape {
-        shape(&mut counted);
-    }
-    let returns_to = tokens.returned.map(|(row, _)| row);
-    let applies =
-        returns_to.is_none() || counted.modifiers.ticket().map(|(row, _)| row) == returns_to;
-    let entries = std::iter::once(("limitador", limit.identity.as_str())).chain(
-        limit
-            .variable_sources()
-            .zip(values.iter().map(String::as_str)),
-    );
-    Planned {
-        unlimited: false,
-        limits: applies
-            .then(|| Applied {
-                limit: counted,
-                name: limit.name.as_deref().unwrap_or_default(),
-                shadow_mode: false,
-                quota_mode: false,
-                metadata: None,
-                slot: None,
-                beside_passing_quota: false,
-            })
-            .into_iter()
-            .collect(),
-        key: identity::descriptor_key(domain_name, entries),
-        cost,
-        replaces: &[],
-        labels: None,
-        release: None,
-        returned: tokens.returned,
-        named: tokens.named,
-        own_cost,
-    }
 }
 
 /// A descriptor's metric labels: its rule's own, or made for the request (boxed, so that a

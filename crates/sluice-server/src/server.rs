@@ -12,12 +12,13 @@ mod status_codes;
 mod stores;
 use stores::{Served, Stores};
 mod tls;
+mod upkeep;
 pub use tls::{TlsConfig, TlsError, TlsSettings};
+use upkeep::{metrics_upkeep, watch_store};
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
@@ -485,8 +486,6 @@ async fn drain<T>(
     }
 }
 
-/// What a configuration load (a reload of the files, an xDS snapshot) does besides the swap:
-/// counts it, tells the store, updates readiness, logs refusals with their place.
 /// Whether calendar windows would count where a restart loses them: the memory store
 /// without a snapshot.
 fn calendars_unkept(settings: &Settings) -> bool {
@@ -509,6 +508,8 @@ fn warn_of_unkept_calendars(unkept: bool, config: &Config) {
     }
 }
 
+/// What a configuration load (a reload of the files, an xDS snapshot) does besides the swap:
+/// counts it, tells the store, updates readiness, logs refusals with their place.
 fn on_config_load(
     settings: &Settings,
     store: &Arc<AnyStore>,
@@ -558,17 +559,6 @@ fn config_ready(require_domain: bool, config: &Config) -> bool {
     !require_domain || !config.domains().is_empty()
 }
 
-/// With `--healthcheck-store`, asks the store every second whether it answers, so that the
-/// gRPC health follows it too (as envoyproxy/ratelimit's `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
-async fn watch_store(store: std::sync::Weak<AnyStore>, readiness: Arc<Readiness>) {
-    let mut every = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        every.tick().await;
-        let Some(store) = store.upgrade() else { return };
-        readiness.set_store_ready(store.healthy().await);
-    }
-}
-
 /// Completes once `stopped` turns true (or its sender is gone).
 async fn until(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
@@ -582,21 +572,5 @@ fn server_ended(
         Ok(Err(error)) => error,
         Ok(Ok(())) => ServerError::Ended(which),
         Err(error) => ServerError::Task(error.to_string()),
-    }
-}
-
-/// How often histogram samples are folded into buckets when nothing scrapes.
-const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Folds histogram samples every `METRICS_UPKEEP_INTERVAL` until the metrics are gone, so an
-/// unscraped server's memory does not grow with every call.
-async fn metrics_upkeep(metrics: std::sync::Weak<Metrics>) {
-    let mut ticks = tokio::time::interval(METRICS_UPKEEP_INTERVAL);
-    loop {
-        ticks.tick().await;
-        let Some(metrics) = metrics.upgrade() else {
-            return;
-        };
-        metrics.upkeep();
     }
 }
