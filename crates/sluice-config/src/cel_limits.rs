@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use cel::objects::Value;
+use cel::objects::{Key, Map, Value};
 use cel::{ExecutionError, Program};
 use serde::Deserialize;
 use sluice_core::limit::{Limit, Unit};
@@ -79,12 +79,16 @@ impl Bindings {
     pub fn of<'e>(
         descriptors: impl Iterator<Item = impl Iterator<Item = (&'e str, &'e str)>>,
     ) -> Bindings {
+        // Each map made once, as CEL holds it (no map of strings converted after).
         let list: Vec<Value> = descriptors
             .map(|entries| {
-                let map: HashMap<String, String> = entries
-                    .map(|(key, value)| (key.to_string(), value.to_string()))
+                let map: HashMap<Key, Value> = entries
+                    .map(|(key, value)| {
+                        let value = Value::String(Arc::new(value.to_string()));
+                        (Key::String(Arc::new(key.to_string())), value)
+                    })
                     .collect();
-                Value::from(map)
+                Value::Map(Map { map: Arc::new(map) })
             })
             .collect();
         let mut context = cel::Context::with_env(STANDARD.clone());
