@@ -2,18 +2,21 @@
 //! generated limits file (conditions, variables, several limits in a namespace, variables a
 //! request may lack) and a generated sequence of calls (Envoy's ShouldRateLimit, Kuadrant's
 //! CheckRateLimit and Report, Limitador's HTTP check, report and check_and_report), sent to a
-//! live Limitador and to sluice run as `limitador-server`, each on its memory store, with the
-//! same command line. Every answer is compared, then Limitador's series (`authorized_calls`,
+//! live Limitador and to sluice run as `limitador-server`, each on its memory store (or each
+//! on a Redis of its own), with the same command line. Every answer is compared, then Limitador's series (`authorized_calls`,
 //! `authorized_hits`, `limited_calls` by namespace). A difference the docs name
 //! (docs/kuadrant.md) is counted apart; any other fails the run, with its seed and call.
 //!
 //!   limitador_differential --limitador PATH --sluice PATH [--seeds 10] [--calls 200]
+//!                          [--storage memory|redis]
 
 #[path = "../differential/error.rs"]
 mod error;
 #[allow(dead_code)]
 #[path = "../differential/generate.rs"]
 mod generate;
+// Shared with the reference's run, which reads Redis's keys too.
+#[allow(dead_code)]
 #[path = "../differential/process.rs"]
 mod process;
 
@@ -34,7 +37,7 @@ use tonic::transport::Channel;
 
 pub use error::Error;
 use generate::Rng;
-use process::{free_port, Process};
+use process::{free_port, Process, Redis};
 
 #[derive(Parser, Debug)]
 #[command(about = "Runs Limitador and sluice side by side on generated limits and calls")]
@@ -51,6 +54,19 @@ struct Args {
     first_seed: u64,
     #[arg(long, default_value_t = 200)]
     calls: usize,
+    /// `memory`, or `redis`: each server on a `redis-server` of its own.
+    #[arg(long, default_value = "memory", value_parser = ["memory", "redis"])]
+    storage: String,
+}
+
+/// Which calls a run sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Calls {
+    Every,
+    /// Envoy's ShouldRateLimit alone.
+    Rls,
+    /// Kuadrant's gRPC calls and Limitador's HTTP API alone.
+    Kuadrant,
 }
 
 /// The namespace every generated limit and call is in.
@@ -102,7 +118,10 @@ enum Call {
     Http(&'static str, BTreeMap<String, String>, u32),
 }
 
-fn calls(rng: &mut Rng, count: usize) -> Vec<Call> {
+/// `count` calls of the kinds `kinds` allows. On Redis sluice counts ShouldRateLimit and
+/// Kuadrant's calls on keys of their own (docs/kuadrant.md, "Counters on Redis"), so a run
+/// there sends one family: Kuadrant routes each policy's limits through one.
+fn calls(rng: &mut Rng, count: usize, kinds: Calls) -> Vec<Call> {
     (0..count)
         .map(|_| {
             let mut entries = BTreeMap::new();
@@ -112,7 +131,12 @@ fn calls(rng: &mut Rng, count: usize) -> Vec<Call> {
                 }
             }
             let hits = rng.below(3) as u32;
-            match rng.below(6) {
+            let kind = match kinds {
+                Calls::Every => rng.below(6),
+                Calls::Rls => 0,
+                Calls::Kuadrant => 2 + rng.below(4),
+            };
+            match kind {
                 0 | 1 => Call::Should(entries, hits),
                 2 => Call::Check(entries, hits),
                 3 => Call::Report(entries, hits),
@@ -134,14 +158,15 @@ struct Side {
 }
 
 impl Side {
-    /// `binary` with Limitador's command line on `limits`, once `/status` answers.
-    async fn start(binary: &Path, limits: &Path) -> Result<Side, Error> {
+    /// `binary` with Limitador's command line on `limits` and `storage` (its words), once
+    /// `/status` answers.
+    async fn start(binary: &Path, limits: &Path, storage: &[String]) -> Result<Side, Error> {
         let (grpc, http) = (free_port()?, free_port()?);
         let child = Command::new(binary)
             .args(["--rls-ip", "127.0.0.1", "--rls-port", &grpc.to_string()])
             .args(["--http-ip", "127.0.0.1", "--http-port", &http.to_string()])
             .arg(limits)
-            .arg("memory")
+            .args(storage)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -269,11 +294,31 @@ async fn run(args: &Args, seed: u64, link: &Path) -> Result<(usize, Vec<String>)
     let limits = dir.path().join("limits.yaml");
     let text = limits_file(&mut rng);
     std::fs::write(&limits, &text)?;
-    let limitador = Side::start(&args.limitador, &limits).await?;
-    let sluice = Side::start(link, &limits).await?;
+    // On Redis, each server on a Redis of its own, and one family of calls a seed.
+    let (redis, kinds) = match args.storage.as_str() {
+        "redis" => {
+            let kinds = if seed % 2 == 1 {
+                Calls::Rls
+            } else {
+                Calls::Kuadrant
+            };
+            (Some((Redis::start()?, Redis::start()?)), kinds)
+        }
+        _ => (None, Calls::Every),
+    };
+    let storage = |redis: Option<&Redis>| match redis {
+        Some(redis) => vec![
+            "redis".to_string(),
+            format!("redis://127.0.0.1:{}", redis.port),
+        ],
+        None => vec!["memory".to_string()],
+    };
+    let (theirs_redis, ours_redis) = (redis.as_ref().map(|r| &r.0), redis.as_ref().map(|r| &r.1));
+    let limitador = Side::start(&args.limitador, &limits, &storage(theirs_redis)).await?;
+    let sluice = Side::start(link, &limits, &storage(ours_redis)).await?;
     let mut agreed = 0;
     let mut differences = Vec::new();
-    for (index, call) in calls(&mut rng, args.calls).iter().enumerate() {
+    for (index, call) in calls(&mut rng, args.calls, kinds).iter().enumerate() {
         let (theirs, ours) = (limitador.answer(call).await?, sluice.answer(call).await?);
         if theirs == ours {
             agreed += 1;
