@@ -186,11 +186,13 @@ impl<S: Store> KuadrantService<S> {
         if descriptors.is_empty() {
             return Ok(Code::Ok);
         }
-        let request = kuadrant_request(domain, descriptors, Some(cost), 1);
+        let request = kuadrant_request(domain, descriptors, cost);
         let mut limit_name = String::new();
         let decided = self
             .ask(&request, charging, self.passive(), |bound| {
-                limit_name = limiting_name(bound);
+                if self.metrics.names_limits() {
+                    limit_name = limiting_name(bound);
+                }
             })
             .await;
         if counted {
@@ -205,14 +207,6 @@ impl<S: Store> KuadrantService<S> {
     }
 }
 
-/// Limitador's answer to a call without a domain.
-fn unknown() -> RateLimitResponse {
-    RateLimitResponse {
-        overall_code: Code::Unknown as i32,
-        ..RateLimitResponse::default()
-    }
-}
-
 /// An answer of `code` alone, as Limitador gives (no statuses, no headers).
 fn answer(code: Code) -> Response<RateLimitResponse> {
     Response::new(RateLimitResponse {
@@ -222,26 +216,24 @@ fn answer(code: Code) -> Response<RateLimitResponse> {
 }
 
 /// Envoy's request for a Kuadrant call: the descriptors as they are, but each costing `cost`
-/// (or the request's `hits_addend` when `None`) and without a client's own limit, which
-/// Limitador does not read.
+/// and without a client's own limit, which Limitador does not read.
 fn kuadrant_request(
     domain: String,
     descriptors: Vec<RateLimitDescriptor>,
-    cost: Option<u64>,
-    hits_addend: u32,
+    cost: u64,
 ) -> RateLimitRequest {
     let descriptors = descriptors
         .into_iter()
         .map(|descriptor| RateLimitDescriptor {
             limit: None,
-            hits_addend: cost,
+            hits_addend: Some(cost),
             ..descriptor
         })
         .collect();
     RateLimitRequest {
         domain,
         descriptors,
-        hits_addend,
+        hits_addend: 1,
     }
 }
 
@@ -290,7 +282,8 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let request = request.into_inner();
         if request.domain.is_empty() {
-            return Ok(Response::new(unknown()));
+            // Limitador's answer to a call without a domain.
+            return Ok(answer(Code::Unknown));
         }
         // Limitador checks one hit, whatever the request's hits_addend.
         let code = self
@@ -306,7 +299,8 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let request = request.into_inner();
         if request.domain.is_empty() {
-            return Ok(Response::new(unknown()));
+            // Limitador's answer to a call without a domain.
+            return Ok(answer(Code::Unknown));
         }
         // A hits_addend of 0 counts as 1, as Limitador counts it.
         let cost = u64::from(request.hits_addend.max(1));
@@ -336,11 +330,13 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
             }));
         }
         let policy = hold_policy(reservations, request.amount, ttl_of(request.ttl));
-        let asked = kuadrant_request(request.domain, request.descriptors, Some(policy.amount), 1);
+        let asked = kuadrant_request(request.domain, request.descriptors, policy.amount);
         let mut limit_name = String::new();
         let decided = self
             .ask(&asked, Charging::AllOrNothing, (policy, true), |bound| {
-                limit_name = limiting_name(bound);
+                if self.metrics.names_limits() {
+                    limit_name = limiting_name(bound);
+                }
             })
             .await;
         self.count(&asked.domain, &decided, (&limit_name, None, false));
@@ -390,7 +386,7 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
                 descriptor
             })
             .collect();
-        let asked = kuadrant_request(request.domain, descriptors, Some(request.actual_amount), 1);
+        let asked = kuadrant_request(request.domain, descriptors, request.actual_amount);
         let mut reservation_released = false;
         let decided = self
             .ask(&asked, Charging::AllOrNothing, (policy, true), |bound| {

@@ -147,6 +147,12 @@ impl Metrics {
         self
     }
 
+    /// Whether Limitador's `limited_calls` name the limit that limited
+    /// (`--limit-name-in-labels`): only then is the name worth finding.
+    pub fn names_limits(&self) -> bool {
+        self.limitador.names_limits()
+    }
+
     /// Counts a call of Limitador's (`limitador::CallOutcome`) in `namespace`, and how its
     /// store call went (`None`: it failed).
     pub fn record_limitador(

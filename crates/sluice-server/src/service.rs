@@ -94,7 +94,8 @@ impl<S: Store> RateLimiter<S> {
             .limiter
             .decide(&config, request, |bound, denied| {
                 self.record(bound, denied);
-                if denied {
+                // Named only where Limitador's series name it: no work for other calls.
+                if denied && self.metrics.names_limits() {
                     limit_name = limiting_name(bound);
                 }
             })

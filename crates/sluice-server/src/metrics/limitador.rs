@@ -45,6 +45,11 @@ impl LimitadorSeries {
         self
     }
 
+    /// Whether `limited_calls` carry `limit_name`.
+    pub fn names_limits(&self) -> bool {
+        self.limit_name_in_labels
+    }
+
     /// Counts a call in `namespace`.
     pub fn record(&self, series: &Series, namespace: &str, outcome: CallOutcome<'_>) {
         let namespace = || vec![Label::new("limitador_namespace", namespace.to_string())];
