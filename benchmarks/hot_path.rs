@@ -116,6 +116,7 @@ fn algorithms(c: &mut Criterion) {
     let calendar = Calendar::new(CalendarUnit::Month, "Europe/Berlin", Some(15), None)
         .expect("a valid calendar");
     let own = FixedWindowParameters {
+        from_first_hit: false,
         calendar: Some(calendar::intern(calendar)),
     };
     let limit = Limit::new(Counting::FixedWindow(own), 100, Unit::Month);

@@ -10,8 +10,12 @@
 -- A calendar window (a billing period in a time zone) is drawn by sluice and handed over as
 -- window_start and window_end, in µs (both 0 for the epoch's windows); such a limit takes no
 -- debt, so its key names its window and its count never carries.
+-- Windows from each counter's first hit (first_hit = 1, Limitador's) are their state's: the key
+-- names neither window nor time, CACHE_KEY_PREFIX .. fixed_window_<L>per<W in s>s_first_domain_key_value_...,
+-- a hash as in debt (s = the first hit's time, c = count), read as empty from s + W on; such a
+-- limit takes no debt.
 
-params.fixed_window = { 'window_start', 'window_end' }
+params.fixed_window = { 'window_start', 'window_end', 'first_hit' }
 
 -- Made once per call that uses it (the driver asks `algorithm(name)`): a script's top level
 -- runs on every call, so what it defines there costs every call.
@@ -49,9 +53,18 @@ algorithms.fixed_window = function()
     -- Without debt the state is the key's value: the driver may read the values of several
     -- hits with one MGET and hand each to `read` (false for a key that does not exist).
     plain = function(hit)
-      return not hit.debt
+      return not hit.debt and hit.first_hit == 0
     end,
     read = function(hit, value)
+      if hit.first_hit == 1 then
+        local stored = redis.call('HMGET', hit.key, 's', 'c')
+        local s = tonumber(stored[1] or '0')
+        if not stored[1] or s + hit.period <= hit.now then
+          -- No window, or it has ended: the next charge opens one now.
+          return {s = hit.now, c = 0}
+        end
+        return {s = s, c = tonumber(stored[2])}
+      end
       local start = start_of(hit)
       if not hit.debt then
         if value == nil then
@@ -99,7 +112,7 @@ algorithms.fixed_window = function()
     end,
     write = function(hit, window)
       local expires = until_window(hit, window.s, windows_to_drain(hit, window.c))
-      if hit.debt then
+      if hit.debt or hit.first_hit == 1 then
         redis.call('HSET', hit.key, 's', fmt(window.s), 'c', fmt(window.c))
         expire_after(hit.key, expires)
       elseif window.stored and window.stored > 0 then
@@ -119,7 +132,13 @@ algorithms.fixed_window = function()
       return {s = window.s, c = math.max(0, window.c - hit.cost), stored = window.stored}
     end,
     refund = function(hit)
-      if redis.call('EXISTS', hit.key) == 1 then
+      if hit.debt or hit.first_hit == 1 then
+        -- The hash's count, down by the cost, never below 0.
+        local c = redis.call('HGET', hit.key, 'c')
+        if c then
+          redis.call('HSET', hit.key, 'c', fmt(math.max(0, tonumber(c) - hit.cost)))
+        end
+      elseif redis.call('EXISTS', hit.key) == 1 then
         local left = redis.call('DECRBY', hit.key, fmt(hit.cost))
         if left < 0 then
           redis.call('INCRBY', hit.key, fmt(-left))

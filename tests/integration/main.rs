@@ -19,6 +19,7 @@ mod circuit_breaker;
 mod concurrency;
 mod config_compat;
 mod docs_links;
+mod first_hit_windows;
 mod grpc_service;
 mod grpc_standard_services;
 mod grpc_tls;

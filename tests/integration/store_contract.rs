@@ -4,6 +4,7 @@
 
 mod admin_read;
 mod check;
+mod first_hit;
 mod leasing;
 mod tiers;
 
@@ -153,7 +154,11 @@ fn lease_of(limit: &Limit, number: usize, cost: u64) -> Option<LeaseCall> {
 }
 
 /// Runs `steps` (time step, cost) on one key through both stores; returns both decision lists.
-fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>, Vec<Decision>) {
+pub(crate) fn both(
+    fixture: &Fixture,
+    limit: Limit,
+    steps: &[(u64, u64)],
+) -> (Vec<Decision>, Vec<Decision>) {
     let requests: Vec<RequestSpec> = steps
         .iter()
         .map(|&(step, cost)| (step, vec![(0, cost, Role::Enforced, false)]))
@@ -161,10 +166,10 @@ fn both(fixture: &Fixture, limit: Limit, steps: &[(u64, u64)]) -> (Vec<Decision>
     both_requests(fixture, &[limit], &requests, Charging::AllOrNothing)
 }
 
-const S: u64 = 1_000_000;
+pub(crate) const S: u64 = 1_000_000;
 
 /// Behaviour cases: (what, steps) run for every algorithm.
-const CASES: &[(&str, &[(u64, u64)])] = &[
+pub(crate) const CASES: &[(&str, &[(u64, u64)])] = &[
     (
         "up to the limit and over",
         &[(0, 1), (0, 1), (0, 1), (0, 1), (0, 1), (0, 1)],
@@ -283,6 +288,7 @@ fn calendar_windows_agree_at_random_instants_and_zones() {
             .expect("a valid calendar");
         let own = FixedWindowParameters {
             calendar: Some(calendar::intern(calendar)),
+            from_first_hit: false,
         };
         let limit = Limit::new(Counting::FixedWindow(own), 5, limit_unit);
         // Somewhere in the next 400 days (every season's clock changes), then the sequence.
@@ -373,7 +379,7 @@ pub(crate) fn requests() -> impl Strategy<Value = Vec<RequestSpec>> {
 }
 
 /// Requests of one to three hits on three keys of random algorithms and limits (some taking
-/// debt, half with a penalty, some reserving: their hits open and settle holds), with random roles and costs (some beyond every limit), some
+/// debt, half the fixed windows from their first hit, half with a penalty, some reserving: their hits open and settle holds), with random roles and costs (some beyond every limit), some
 /// hits joining the previous one's descriptor (a key may appear twice in a request), charged
 /// both ways.
 pub(crate) fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<RequestSpec>, bool)> {
@@ -385,16 +391,17 @@ pub(crate) fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<Req
         prop::bool::weighted(0.3),
         prop::option::weighted(0.5, penalty()),
         prop::option::weighted(0.4, reserve()),
+        prop::bool::weighted(0.5),
     );
     let limits = prop::collection::vec(limit_of, 3);
     (limits, requests(), any::<bool>()).prop_map(|(limits, requests, all_or_nothing)| {
         let limits = limits
             .into_iter()
-            .map(|(a, l, m, b, debt, penalty, reserve)| {
+            .map(|(a, l, m, b, debt, penalty, reserve, first_hit)| {
                 let algorithm = Algorithm::ALL[a];
                 // A concurrency limit takes no reserve (refused at load).
                 let reserve = reserve.filter(|_| !algorithm.leases());
-                Limit {
+                let mut limit = Limit {
                     debt,
                     modifiers: ModifierSet {
                         penalty,
@@ -403,7 +410,13 @@ pub(crate) fn multi_hit_scenario() -> impl Strategy<Value = (Vec<Limit>, Vec<Req
                     }
                     .into(),
                     ..limit(algorithm, l, m, Some(b))
+                };
+                // Half the fixed windows start at their first hit (and so take no debt).
+                if algorithm == Algorithm::FixedWindow && first_hit {
+                    limit.counting = Counting::FixedWindow(FixedWindowParameters::FROM_FIRST_HIT);
+                    limit.debt = false;
                 }
+                limit
             })
             .collect();
         (limits, requests, all_or_nothing)

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use cel::objects::{Key, Map, Value};
 use cel::{ExecutionError, Program};
 use serde::Deserialize;
-use sluice_core::limit::{Limit, Unit};
+use sluice_core::algorithm::fixed_window::FixedWindowParameters;
+use sluice_core::limit::{Counting, Limit, Unit};
 
 use crate::error::FileError;
 use crate::position::Positions;
@@ -54,7 +55,8 @@ pub struct CelLimit {
     pub id: Option<String>,
     pub max_value: u64,
     pub seconds: u64,
-    /// The limit sluice counts: a fixed window of `max_value` hits per `seconds`.
+    /// The limit sluice counts: a fixed window of `max_value` hits per `seconds`, from each
+    /// counter's first hit.
     pub limit: Limit,
     /// What names the limit among its namespace's, whatever its place in the file:
     /// its period, conditions and variables (Limitador's identity of a limit).
@@ -254,7 +256,9 @@ fn compile(doc: LimitDoc, index: usize) -> Result<CelLimit, (String, String)> {
             .join("&&"),
         sorted(&variables).into_iter().collect::<Vec<_>>().join(",")
     );
+    // Limitador's windows: each counter's starts at its first hit.
     let limit = Limit {
+        counting: Counting::FixedWindow(FixedWindowParameters::FROM_FIRST_HIT),
         unit_multiplier: seconds,
         ..Limit::fixed_window(max_value, Unit::Second)
     };

@@ -393,9 +393,8 @@ impl<'a> FileCompiler<'a> {
             self.error(&format!("{path}.debt"), reason);
             return None;
         }
-        let calendar = counting.calendar().is_some();
-        if doc.debt == Some(true) && calendar {
-            let reason = "a calendar window takes no debt: its periods differ in length, so there is no rate to repay at";
+        let no_debt = counting.refuses_debt();
+        if let (Some(true), Some(reason)) = (doc.debt, no_debt) {
             self.error(&format!("{path}.debt"), reason);
             return None;
         }
@@ -413,7 +412,7 @@ impl<'a> FileCompiler<'a> {
             unit,
             unit_multiplier,
             // `--debt` applies to the limits that can owe.
-            debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes() && !calendar,
+            debt: doc.debt.unwrap_or(self.options.debt) && algorithm.owes() && no_debt.is_none(),
             modifiers,
         };
         self.check_modifiers(&limit, path)?;

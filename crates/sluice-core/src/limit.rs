@@ -168,7 +168,13 @@ impl Limit {
     /// envoyproxy/ratelimit's); a limit that takes debt carries its excess over windows, so its
     /// key cannot name one.
     pub fn key_holds_window(&self) -> bool {
-        self.algorithm().key_holds_window() && !self.debt
+        self.algorithm().key_holds_window() && !self.debt && !self.from_first_hit()
+    }
+
+    /// Whether the limit's windows start at each counter's first hit (Limitador's): its
+    /// windows are its state's, so no key and no caller knows where one ends.
+    pub fn from_first_hit(&self) -> bool {
+        matches!(self.counting, Counting::FixedWindow(own) if own.from_first_hit)
     }
 
     /// The state of a limit whose key names its window (`key_holds_window`) when that key
@@ -228,10 +234,11 @@ impl Limit {
     }
 
     /// The end of the window that holds `now_us`, for an algorithm that counts in windows
-    /// (the fixed window: the epoch's, or its calendar's); `None` for the others.
+    /// (the fixed window: the epoch's, or its calendar's); `None` for the others, and for
+    /// windows from the first hit (only their state knows where they end).
     pub fn window_end_us(&self, now_us: u64) -> Option<u64> {
         match &self.counting {
-            Counting::FixedWindow(own) => {
+            Counting::FixedWindow(own) if !own.from_first_hit => {
                 Some(algorithm::fixed_window::window_us(&self.rate(), own, now_us).1)
             }
             _ => None,

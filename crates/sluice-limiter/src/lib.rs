@@ -12,6 +12,7 @@ pub mod error;
 pub mod extras;
 pub mod plan;
 pub mod response;
+pub mod seen;
 pub mod ticket;
 pub mod validate;
 
@@ -33,6 +34,8 @@ use sluice_core::modifier::{MetaField, Modifiers, Said};
 use sluice_proto::rate_limit_response::Code;
 use sluice_proto::{RateLimitRequest, RateLimitResponse};
 use sluice_store::{Clock, Store, SystemClock};
+
+use seen::SeenCounters;
 pub use validate::RequestBounds;
 
 /// What each descriptor's limit decided on its own: admitted or not (a shadow-mode limit's
@@ -107,6 +110,8 @@ pub struct Limiter<S> {
     tokens: LeaseTokens,
     /// The admin overrides in force (docs/admin.md).
     overrides: Arc<OverrideIndex>,
+    /// The counters of Limitador's limits asked about (`GET /counters/{namespace}`).
+    seen: Arc<SeenCounters>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -116,7 +121,13 @@ impl<S: Store> Limiter<S> {
             options,
             tokens: LeaseTokens::new(),
             overrides: Arc::default(),
+            seen: Arc::default(),
         }
+    }
+
+    /// The counters of Limitador's limits it has asked the store about.
+    pub fn seen_counters(&self) -> &SeenCounters {
+        &self.seen
     }
 
     /// The same limiter, with the admin overrides of `overrides` in place of the limits of
@@ -217,7 +228,8 @@ impl<S: Store> Limiter<S> {
             .collect();
         let limitador = domain.is_some_and(|d| !d.cel_limits.is_empty());
         if let Some(domain) = domain.filter(|_| limitador) {
-            planned.extend(plan::counters(domain, request, default_cost, shape));
+            let seen = (self.seen.as_ref(), SystemClock.now_us());
+            planned.extend(plan::counters(domain, request, default_cost, shape, seen));
         }
         plan::apply_replaces(&mut planned);
         if self.options.quota_mode {

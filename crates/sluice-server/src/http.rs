@@ -4,6 +4,8 @@
 
 mod json;
 mod limitador;
+
+pub use limitador::ReadsCounter;
 mod scrape;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -111,7 +113,7 @@ pub fn metrics_router<S: Store>(endpoints: Arc<Endpoints<S>>, path: &str) -> Rou
 }
 
 /// The router of the HTTP port.
-pub fn router<S: Store>(endpoints: Arc<Endpoints<S>>) -> Router {
+pub fn router<S: Store + ReadsCounter>(endpoints: Arc<Endpoints<S>>) -> Router {
     let mut router = Router::new()
         .route("/healthcheck", get(healthcheck::<S>))
         .route("/metrics", get(metrics::<S>));
@@ -126,7 +128,9 @@ pub fn router<S: Store>(endpoints: Arc<Endpoints<S>>) -> Router {
 }
 
 /// Limitador's HTTP API (`limitador`).
-fn limitador_routes<S: Store>(router: Router<Arc<Endpoints<S>>>) -> Router<Arc<Endpoints<S>>> {
+fn limitador_routes<S: Store + ReadsCounter>(
+    router: Router<Arc<Endpoints<S>>>,
+) -> Router<Arc<Endpoints<S>>> {
     use limitador::Call;
     let call = |call: Call| {
         move |state: State<Arc<Endpoints<S>>>, body: String| limitador::call(state, call, body)
@@ -134,6 +138,7 @@ fn limitador_routes<S: Store>(router: Router<Arc<Endpoints<S>>>) -> Router<Arc<E
     router
         .route("/status", get(limitador::status::<S>))
         .route("/limits/{namespace}", get(limitador::limits::<S>))
+        .route("/counters/{namespace}", get(limitador::counters::<S>))
         .route("/check", post(call(Call::Check)))
         .route("/report", post(call(Call::Report)))
         .route("/check_and_report", post(call(Call::CheckAndReport)))
@@ -271,6 +276,8 @@ fn describe_limit(full_key: &str, limit: &Limit, shadow_mode: bool) -> String {
     }
     if let Some(calendar) = limit.counting.calendar() {
         line.push_str(&format!(", window: {calendar}"));
+    } else if limit.from_first_hit() {
+        line.push_str(", window: from each counter's first hit");
     }
     if limit.debt {
         line.push_str(", debt: true");

@@ -67,6 +67,11 @@ impl<S: Store> RateLimiter<S> {
         self
     }
 
+    /// The counters of Limitador's limits it has asked the store about.
+    pub fn seen_counters(&self) -> &sluice_limiter::seen::SeenCounters {
+        self.limiter.seen_counters()
+    }
+
     /// The store it decides on (tools and tests read its state).
     pub fn store(&self) -> &S {
         self.limiter.store()

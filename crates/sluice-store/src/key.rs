@@ -21,9 +21,11 @@ pub enum Shape {
     Window { start_s: u64 },
     /// Any other state: its algorithm, its limit's numbers, and the numbers of the
     /// algorithm's own settings (`Parameters::shape`: the burst, the warm-up; 0 where none).
+    /// `requests_per_unit` is `None` where the state holds under any limit (a count in a
+    /// window from the first hit, read against the limit in force).
     Limited {
         algorithm: Algorithm,
-        requests_per_unit: u32,
+        requests_per_unit: Option<u32>,
         period_s: u64,
         own: [u64; 2],
     },
@@ -48,14 +50,14 @@ impl Shape {
         if !algorithm.key_names_rate() {
             return Shape::Limited {
                 algorithm,
-                requests_per_unit: 0,
+                requests_per_unit: None,
                 period_s: 0,
                 own: [0, 0],
             };
         }
         Shape::Limited {
             algorithm,
-            requests_per_unit: limit.requests_per_unit,
+            requests_per_unit: (!limit.from_first_hit()).then_some(limit.requests_per_unit),
             period_s: period_us / MICROS_PER_SECOND,
             own: limit.counting.shape(&limit.rate()),
         }
@@ -73,11 +75,15 @@ impl Shape {
 ///   change of its numbers: `concurrency_domain_key_value_`;
 /// - a limit with a modifier that keeps keys of its own (`Modifiers::keep_state`): its descriptor key comes first, as a hash
 ///   tag (`slot_tag`) that its modifier's keys share, so that all live in one Cluster slot:
-///   `prefix{domain_key_value_}1700000000`, `prefix{domain_key_value_}token_bucket_10per60s_b20_`.
+///   `prefix{domain_key_value_}1700000000`, `prefix{domain_key_value_}token_bucket_10per60s_b20_`;
+///   a window from the first hit (Limitador's) is tagged so always, with a modifier or
+///   without: Kuadrant's calls add the reserve modifier to a limit (docs/kuadrant.md), and
+///   they and `ShouldRateLimit` count one counter. Its count holds under any limit, so its key
+///   names the period alone: `prefix{domain_key_value_}fixed_window_per60s_first_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     let mut key = String::with_capacity(prefix.len() + hit.key.len() + 48);
     key.push_str(prefix);
-    let tagged = hit.limit.modifiers.keep_state();
+    let tagged = hit.limit.modifiers.keep_state() || hit.limit.from_first_hit();
     let descriptor = if tagged {
         push_tag(&mut key, &hit.key)
     } else {
@@ -97,7 +103,14 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
         } => {
             let _ = write!(key, "{algorithm}_");
             if algorithm.key_names_rate() {
-                let _ = write!(key, "{requests_per_unit}per{period_s}s_");
+                match requests_per_unit {
+                    Some(requests) => {
+                        let _ = write!(key, "{requests}per{period_s}s_");
+                    }
+                    None => {
+                        let _ = write!(key, "per{period_s}s_");
+                    }
+                }
             }
             algorithm.write_key(own, &mut key);
             key.push_str(descriptor.unwrap_or_default());

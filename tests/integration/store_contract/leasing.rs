@@ -1,5 +1,5 @@
 //! The contract between the lease path and the exact path: one replica on a leased limit (a
-//! fixed window, a token bucket, a leaky bucket; alone and beside a plain limit) gives the exact
+//! fixed window (of the epoch's windows and from the first hit), a token bucket, a leaky bucket; alone and beside a plain limit) gives the exact
 //! path's codes for the same sequence of calls, and on a fixed window its `limit_remaining`.
 
 use std::sync::atomic::Ordering;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::support::redis::RedisServer;
 use crate::support::stores::{redis_store, START_US};
+use sluice_core::algorithm::fixed_window::FixedWindowParameters;
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Algorithm, Counting, Decision, Hit, Limit, Role, Unit};
 use sluice_store::leasing::WithLeasing;
@@ -54,6 +55,14 @@ async fn one_replica_on_a_leased_limit_answers_as_the_exact_path() {
     let redis = RedisServer::start(&[]);
     let limits = [
         leased(Limit::fixed_window(40, Unit::Minute), 8),
+        leased(
+            Limit::new(
+                Counting::FixedWindow(FixedWindowParameters::FROM_FIRST_HIT),
+                40,
+                Unit::Minute,
+            ),
+            8,
+        ),
         leased(
             Limit::new(Counting::of(Algorithm::TokenBucket), 30, Unit::Minute),
             6,

@@ -41,21 +41,39 @@ impl Persist for Window {
     }
 }
 
-/// A fixed window's own setting: the calendar it counts over, if any (`window`).
+/// A fixed window's own setting (`window`): the calendar it counts over, or windows that start
+/// at each counter's first hit (`window: {start: first_hit}`, Limitador's); neither: the
+/// epoch's windows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct FixedWindowParameters {
     pub calendar: Option<&'static Calendar>,
+    pub from_first_hit: bool,
 }
+
+impl FixedWindowParameters {
+    /// Windows that each start at their counter's first hit.
+    pub const FROM_FIRST_HIT: FixedWindowParameters = FixedWindowParameters {
+        calendar: None,
+        from_first_hit: true,
+    };
+}
+
+/// How `window` names windows that start at a counter's first hit, and the epoch's.
+const START_KEY: &str = "start";
 
 impl Parameters for FixedWindowParameters {
     const KEYS: &'static [&'static str] = &["window"];
-    const SCRIPT_ARGS: &'static [&'static str] = &["window_start_us", "window_end_us"];
+    const SCRIPT_ARGS: &'static [&'static str] = &["window_start_us", "window_end_us", "first_hit"];
 
-    /// `window`: a calendar whose period is the limit's `unit` (and `unit_multiplier` 1).
+    /// `window`: a calendar whose period is the limit's `unit` (and `unit_multiplier` 1), or
+    /// `{start: first_hit}` (or `{start: epoch}`, the default).
     fn parse(given: &Given, _: u32, period_us: u64) -> Result<Self, Refusal> {
         let Some(value) = given.get("window") else {
             return Ok(FixedWindowParameters::default());
         };
+        if let Some(start) = value.get(START_KEY) {
+            return start_of_windows(value, start);
+        }
         let calendar =
             calendar::from_yaml(value).map_err(|(key, reason)| Refusal::new(key, reason))?;
         if calendar.nominal_seconds() * 1_000_000 != period_us {
@@ -67,31 +85,80 @@ impl Parameters for FixedWindowParameters {
         }
         Ok(FixedWindowParameters {
             calendar: Some(calendar::intern(calendar)),
+            from_first_hit: false,
         })
     }
 
     fn describe(&self, _: &Rate) -> String {
         match self.calendar {
             Some(calendar) => format!(", {calendar}"),
+            None if self.from_first_hit => ", windows from each counter's first hit".to_string(),
             None => String::new(),
         }
     }
 
-    /// The calendar window at `now_us` (start, end); 0 and 0 when the windows are the
-    /// epoch's.
-    fn script_args(&self, _: &Rate, now_us: u64) -> [u64; 2] {
+    /// A window from the first hit is a state of its own shape (`first_`).
+    fn shape(&self, _: &Rate) -> [u64; 2] {
+        [u64::from(self.from_first_hit), 0]
+    }
+
+    fn write_key([from_first_hit, _]: [u64; 2], key: &mut String) {
+        if from_first_hit == 1 {
+            key.push_str("first_");
+        }
+    }
+
+    /// The calendar window at `now_us` (start, end), 0 and 0 when the windows are the
+    /// epoch's or start at the first hit; then 1 when they start at the first hit.
+    fn script_args(&self, _: &Rate, now_us: u64) -> [u64; 3] {
         match self.calendar {
             Some(calendar) => {
                 let (start_us, end_us) = calendar.window_us(now_us);
-                [start_us, end_us]
+                [start_us, end_us, 0]
             }
-            None => [0, 0],
+            None => [0, 0, u64::from(self.from_first_hit)],
         }
     }
 
     fn calendar(&self) -> Option<&'static Calendar> {
         self.calendar
     }
+
+    fn refuses_debt(&self) -> Option<&'static str> {
+        if self.calendar.is_some() {
+            return Some("a calendar window takes no debt: its periods differ in length, so there is no rate to repay at");
+        }
+        self.from_first_hit.then_some(
+            "a window from the first hit takes no debt: its count ends with its window, which the next hit opens",
+        )
+    }
+}
+
+/// `window: {start: first_hit}` or `{start: epoch}`, alone in its map.
+fn start_of_windows(
+    window: &serde_yaml::Value,
+    start: &serde_yaml::Value,
+) -> Result<FixedWindowParameters, Refusal> {
+    let from_first_hit = match start.as_str() {
+        Some("first_hit") => true,
+        Some("epoch") => false,
+        _ => {
+            return Err(Refusal::new(
+                "window.start",
+                "must be first_hit (each counter's window starts at its first hit) or epoch",
+            ))
+        }
+    };
+    if window.as_mapping().is_some_and(|map| map.len() > 1) {
+        return Err(Refusal::new(
+            "window",
+            "start is given alone (a calendar's periods start where the calendar says)",
+        ));
+    }
+    Ok(FixedWindowParameters {
+        calendar: None,
+        from_first_hit,
+    })
 }
 
 /// Start of the window holding `now_us`, aligned to the epoch.
@@ -99,15 +166,46 @@ pub fn window_start_us(limit: &Rate, now_us: u64) -> u64 {
     now_us - now_us % limit.period_us()
 }
 
-/// The window holding `now_us` (start, end): the calendar's period, or the epoch's window.
+/// The window holding `now_us` (start, end): the calendar's period, or the epoch's window;
+/// for windows from the first hit, the one that would open at `now_us`.
 pub fn window_us(limit: &Rate, own: &FixedWindowParameters, now_us: u64) -> (u64, u64) {
     match own.calendar {
         Some(calendar) => calendar.window_us(now_us),
+        None if own.from_first_hit => (now_us, now_us.saturating_add(limit.period_us())),
         None => {
             let start_us = window_start_us(limit, now_us);
             (start_us, start_us.saturating_add(limit.period_us()))
         }
     }
+}
+
+/// The window a hit at `now_us` counts in, with its bounds (start, end): the stored one
+/// rolled to the window holding `now_us`; for windows from the first hit, the stored one
+/// while it lasts, else a new one opening at `now_us`.
+fn current(
+    stored: Option<&Window>,
+    limit: &Rate,
+    own: &FixedWindowParameters,
+    now_us: u64,
+) -> (Window, (u64, u64)) {
+    if own.from_first_hit {
+        let period = limit.period_us();
+        return match stored {
+            Some(window) if window.start_us.saturating_add(period) > now_us => (
+                *window,
+                (window.start_us, window.start_us.saturating_add(period)),
+            ),
+            _ => (
+                Window {
+                    start_us: now_us,
+                    count: 0,
+                },
+                (now_us, now_us.saturating_add(period)),
+            ),
+        };
+    }
+    let bounds = window_us(limit, own, now_us);
+    (rolled(stored.copied(), limit, bounds.0), bounds)
 }
 
 /// The stored window moved to the one starting at `start_us`: in debt every window that
@@ -180,8 +278,7 @@ impl LimitAlgorithm for FixedWindow {
     #[inline]
     fn decide(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> (Decision, Option<Window>) {
         let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
-        let bounds = window_us(limit, ask.own, now_us);
-        let window = rolled(stored.copied(), limit, bounds.0);
+        let (window, bounds) = current(stored, limit, ask.own, now_us);
         let (period, capacity) = (limit.period_us(), u64::from(limit.requests_per_unit));
         let admitted = window.count.saturating_add(cost) <= capacity;
         let count_after = if admitted {
@@ -212,15 +309,13 @@ impl LimitAlgorithm for FixedWindow {
     /// The window's count: past L in debt, after a settle past it, or by the reference's
     /// counting.
     fn used(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> Option<u64> {
-        let bounds = window_us(ask.rate, ask.own, ask.now_us);
-        Some(rolled(stored.copied(), ask.rate, bounds.0).count)
+        Some(current(stored, ask.rate, ask.own, ask.now_us).0.count)
     }
 
     fn force(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> Window {
-        let (limit, cost, now_us) = (ask.rate, ask.cost, ask.now_us);
-        let window = rolled(stored.copied(), limit, window_us(limit, ask.own, now_us).0);
+        let (window, _) = current(stored, ask.rate, ask.own, ask.now_us);
         Window {
-            count: window.count.saturating_add(cost),
+            count: window.count.saturating_add(ask.cost),
             ..window
         }
     }
@@ -229,11 +324,7 @@ impl LimitAlgorithm for FixedWindow {
 
     /// The current window's count, down by the cost (never below 0).
     fn credit(stored: Option<&Window>, ask: &Ask<'_, Self::Params>) -> Window {
-        let window = rolled(
-            stored.copied(),
-            ask.rate,
-            window_us(ask.rate, ask.own, ask.now_us).0,
-        );
+        let (window, _) = current(stored, ask.rate, ask.own, ask.now_us);
         Window {
             count: window.count.saturating_sub(ask.cost),
             ..window
@@ -270,6 +361,7 @@ mod calendar_tests {
             .expect("a valid calendar");
         let own = FixedWindowParameters {
             calendar: Some(calendar::intern(calendar)),
+            from_first_hit: false,
         };
         Limit::new(Counting::FixedWindow(own), requests, Unit::Month)
     }

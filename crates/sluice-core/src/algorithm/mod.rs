@@ -328,8 +328,13 @@ macro_rules! registry {
             }
 
             /// The settings' script arguments at `now_us` (`own_script_args` names them).
-            pub fn script_args(&self, rate: &Rate, now_us: u64) -> [u64; 2] {
+            pub fn script_args(&self, rate: &Rate, now_us: u64) -> [u64; 3] {
                 match self { $(Counting::$variant(own) => own.script_args(rate, now_us),)+ }
+            }
+
+            /// Why the limit takes no debt with these settings, when it cannot.
+            pub fn refuses_debt(&self) -> Option<&'static str> {
+                match self { $(Counting::$variant(own) => own.refuses_debt(),)+ }
             }
 
             /// The calendar the limit counts over, where its algorithm's settings name one.

@@ -77,10 +77,16 @@ pub trait Parameters:
         let _ = (shape, key);
     }
 
-    /// Their script arguments at `now_us`, in `SCRIPT_ARGS` order.
-    fn script_args(&self, rate: &Rate, now_us: u64) -> [u64; 2] {
+    /// Their script arguments at `now_us`, in `SCRIPT_ARGS` order (at most three; those
+    /// past `SCRIPT_ARGS.len()` are not sent).
+    fn script_args(&self, rate: &Rate, now_us: u64) -> [u64; 3] {
         let _ = (rate, now_us);
-        [0, 0]
+        [0, 0, 0]
+    }
+
+    /// Why a limit with these settings takes no debt, when it cannot.
+    fn refuses_debt(&self) -> Option<&'static str> {
+        None
     }
 
     /// The calendar the limit counts over, where the settings name one.

@@ -114,7 +114,8 @@ impl Parameters for WarmUpParameters {
     }
 
     fn shape(&self, rate: &Rate) -> [u64; 2] {
-        self.script_args(rate, 0)
+        let [warmup_us, cold_factor, _] = self.script_args(rate, 0);
+        [warmup_us, cold_factor]
     }
 
     fn write_key([warmup_us, cold_factor]: [u64; 2], key: &mut String) {
@@ -122,10 +123,11 @@ impl Parameters for WarmUpParameters {
         let _ = write!(key, "w{warmup_us}c{cold_factor}_");
     }
 
-    fn script_args(&self, rate: &Rate, _now_us: u64) -> [u64; 2] {
+    fn script_args(&self, rate: &Rate, _now_us: u64) -> [u64; 3] {
         [
             self.warmup_us(rate.period_us()),
             u64::from(self.cold_factor()),
+            0,
         ]
     }
 }

@@ -9,16 +9,18 @@ use sluice_proto::{RateLimitDescriptor, RateLimitRequest};
 
 use super::{Planned, Shape};
 use crate::response::Applied;
+use crate::seen::SeenCounters;
 use crate::ticket;
 
 /// The counters of Limitador's limits of `domain` that apply to `request` (docs/kuadrant.md),
 /// each charged the request's cost: its descriptors' own `hits_addend` when the first
-/// carries one, else `default_cost`.
+/// carries one, else `default_cost`; each noted in `seen` at `now_us`.
 pub fn counters<'a>(
     domain: &'a Domain,
     request: &RateLimitRequest,
     default_cost: u64,
     shape: Option<Shape<'_>>,
+    (seen, now_us): (&SeenCounters, u64),
 ) -> Vec<Planned<'a>> {
     let bindings = Bindings::of(request.descriptors.iter().map(|d| {
         d.entries
@@ -33,14 +35,9 @@ pub fn counters<'a>(
         .iter()
         .filter_map(|limit| {
             let values = limit.counter(&bindings)?;
-            Some(counter(
-                &request.domain,
-                limit,
-                &values,
-                cost,
-                tokens,
-                shape,
-            ))
+            let planned = counter(&request.domain, limit, &values, cost, tokens, shape);
+            seen.note(&planned.key, &request.domain, limit, &values, now_us);
+            Some(planned)
         })
         .collect()
 }

@@ -19,10 +19,14 @@ use super::{error_response, Endpoints};
 use crate::kuadrant::Caller;
 use crate::metrics::loads::LoadsNow;
 use sluice_config::cel_limits::CelLimit;
+use sluice_core::limit::{Hit, Role};
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::rate_limit_response::Code;
 use sluice_proto::RateLimitDescriptor;
-use sluice_store::Store;
+use sluice_store::admin::{AdminStore, Reading};
+use sluice_store::on_failure::WithFailureAnswer;
+use sluice_store::{Clock, Store, StoreError, SystemClock};
+use std::future::Future;
 
 /// The body of `/check`, `/report` and `/check_and_report`.
 #[derive(Debug, Deserialize)]
@@ -109,6 +113,77 @@ fn limit_json(limit: &CelLimit) -> Value {
         "name": limit.name,
         "conditions": limit.condition_sources().collect::<Vec<_>>(),
         "variables": limit.variable_sources().collect::<Vec<_>>(),
+    })
+}
+
+/// `/counters/{namespace}`: the counters of the namespace's limits that hold a count, as
+/// Limitador lists them (its limit, its variables' values, what remains and the seconds until
+/// its window ends), read from the store; those this replica has asked about (docs/kuadrant.md).
+pub async fn counters<S: Store + ReadsCounter>(
+    State(endpoints): State<Arc<Endpoints<S>>>,
+    Path(namespace): Path<String>,
+) -> Response {
+    let config = endpoints.config.load();
+    let Some(domain) = config.domain(&namespace) else {
+        return Json(Vec::<Value>::new()).into_response();
+    };
+    let seen = endpoints
+        .limiter
+        .seen_counters()
+        .of_namespace(&namespace, SystemClock.now_us());
+    let mut listed = Vec::new();
+    for counter in seen {
+        let Some(limit) = domain
+            .cel_limits
+            .iter()
+            .find(|limit| limit.identity == counter.identity)
+        else {
+            continue;
+        };
+        let hit = Hit {
+            key: counter.key.clone(),
+            limit: limit.limit.clone(),
+            cost: 0,
+            role: Role::Enforced,
+            joins_previous: false,
+            lease: None,
+        };
+        let reading = match endpoints.store.read_counter(&hit).await {
+            Ok(reading) => reading,
+            Err(error) => return error_response(error.into()),
+        };
+        if reading.used == 0 {
+            continue;
+        }
+        listed.push(counter_json(limit, &counter.values, &reading));
+    }
+    Json(listed).into_response()
+}
+
+/// A store whose counters can be read without a charge (the admin API's read): the served
+/// store reads through its failure answer to the store itself.
+pub trait ReadsCounter {
+    fn read_counter(&self, hit: &Hit) -> impl Future<Output = Result<Reading, StoreError>> + Send;
+}
+
+impl<S: Store + AdminStore> ReadsCounter for WithFailureAnswer<Arc<S>> {
+    async fn read_counter(&self, hit: &Hit) -> Result<Reading, StoreError> {
+        self.inner().read(hit).await
+    }
+}
+
+/// One counter as Limitador writes it: `limit`, `set_variables`, `remaining`,
+/// `expires_in_seconds` (whole seconds, rounded down).
+fn counter_json(limit: &CelLimit, values: &[String], reading: &Reading) -> Value {
+    let set_variables: BTreeMap<&str, &str> = limit
+        .variable_sources()
+        .zip(values.iter().map(String::as_str))
+        .collect();
+    json!({
+        "limit": limit_json(limit),
+        "set_variables": set_variables,
+        "remaining": limit.max_value.saturating_sub(reading.used),
+        "expires_in_seconds": reading.decision.reset_after_us / 1_000_000,
     })
 }
 

@@ -40,7 +40,7 @@ pub struct ScriptArgs {
     /// keys are in the call's KEYS.
     pub modifiers: SmallVec<[Option<ScriptArg>; 2]>,
     /// The algorithm's own arguments (`Counting::script_args`), of which it takes `own_count`.
-    pub own: [u64; 2],
+    pub own: [u64; 3],
     pub own_count: usize,
 }
 
@@ -156,7 +156,7 @@ mod tests {
                     numbers: "120000000 60000000 1000".into(),
                 }),
             ],
-            own: [60_000_000, 3],
+            own: [60_000_000, 3, 0],
             own_count: 2,
         }
     }
