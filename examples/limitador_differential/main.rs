@@ -3,9 +3,19 @@
 //! request may lack) and a generated sequence of calls (Envoy's ShouldRateLimit, Kuadrant's
 //! CheckRateLimit and Report, Limitador's HTTP check, report and check_and_report), sent to a
 //! live Limitador and to sluice run as `limitador-server`, each on its memory store (or each
-//! on a Redis of its own), with the same command line. Every answer is compared, then Limitador's series (`authorized_calls`,
-//! `authorized_hits`, `limited_calls` by namespace). A difference the docs name
-//! (docs/kuadrant.md) is counted apart; any other fails the run, with its seed and call.
+//! on a Redis of its own), with the same command line (`--rate-limit-headers DRAFT_VERSION_03`
+//! included). Every answer is compared: the code, and for ShouldRateLimit the headers
+//! (`X-RateLimit-Reset` within a second). Every 50 calls and at the end, `/counters` is
+//! compared (each counter's limit, variables and remaining, and its seconds to expiry within
+//! one: the windows start at each counter's first hit on both), and at the end Limitador's
+//! series (`authorized_calls`, `authorized_hits`, `limited_calls` by namespace). Any
+//! difference fails the run, with its seed and call, but those docs/kuadrant.md names (the
+//! counters after the most constrained one in `X-RateLimit-Limit`, sluice's `Retry-After`,
+//! Limitador's `remaining` wrapped below zero, read as 0, and the counters with nothing
+//! charged that Limitador's memory store lists, and Limitador's `X-RateLimit-Reset` of 0 at
+//! the first hit of a limit without variables), which are left out; and where counters of
+//! equal remaining tie for the headers, Limitador's pick is its hash set's order, so
+//! sluice's must only name a limit that applies.
 //!
 //!   limitador_differential --limitador PATH --sluice PATH [--seeds 10] [--calls 200]
 //!                          [--storage memory|redis]
@@ -59,16 +69,6 @@ struct Args {
     storage: String,
 }
 
-/// Which calls a run sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Calls {
-    Every,
-    /// Envoy's ShouldRateLimit alone.
-    Rls,
-    /// Kuadrant's gRPC calls and Limitador's HTTP API alone.
-    Kuadrant,
-}
-
 /// The namespace every generated limit and call is in.
 const NAMESPACE: &str = "ns";
 /// Entry keys and the values they take; a call may lack any of them.
@@ -78,35 +78,56 @@ const KEYS: [(&str, &[&str]); 3] = [
     ("tier", &["gold", "free"]),
 ];
 
-/// A limits file of two to four limits: a period long enough that no window ends in a run
-/// (sluice's windows are aligned to the epoch, Limitador's start at their first hit).
-fn limits_file(rng: &mut Rng) -> String {
+/// A generated limit: its name, its condition (`descriptors[0][key] == value`) and its
+/// variable (`descriptors[0][key]`), when it has them.
+struct Generated {
+    name: String,
+    condition: Option<(&'static str, &'static str)>,
+    variable: Option<&'static str>,
+}
+
+impl Generated {
+    /// Whether the limit makes a counter for a call of `entries`: its condition holds and
+    /// its variable has a value.
+    fn applies(&self, entries: &BTreeMap<String, String>) -> bool {
+        self.condition
+            .is_none_or(|(key, value)| entries.get(key).is_some_and(|v| v == value))
+            && self.variable.is_none_or(|key| entries.contains_key(key))
+    }
+}
+
+/// A limits file of two to four limits, of periods long enough that no window ends in a run
+/// (a call at a window's end could reach one server before it and the other after).
+fn limits_file(rng: &mut Rng) -> (String, Vec<Generated>) {
     let mut text = String::new();
+    let mut generated = Vec::new();
     for index in 0..2 + rng.below(3) {
         let max_value = 1 + rng.below(6);
+        let seconds = rng.pick(&[600, 3600, 86400]);
         text.push_str(&format!(
-            "- namespace: {NAMESPACE}\n  max_value: {max_value}\n  seconds: 86400\n  name: limit-{index}\n"
+            "- namespace: {NAMESPACE}\n  max_value: {max_value}\n  seconds: {seconds}\n  name: limit-{index}\n"
         ));
         // Limitador requires both lists, empty or not.
         let (key, values) = *rng.pick(&KEYS);
-        let condition = format!("\"descriptors[0]['{key}'] == '{}'\"", rng.pick(values));
-        let conditions = if rng.chance(60) {
-            condition
-        } else {
-            String::new()
-        };
+        let value = *rng.pick(values);
+        let condition = rng.chance(60).then_some((key, value));
+        let conditions = condition.map_or(String::new(), |(key, value)| {
+            format!("\"descriptors[0]['{key}'] == '{value}'\"")
+        });
         let (variable, _) = *rng.pick(&KEYS);
-        let variable = format!("\"descriptors[0]['{variable}']\"");
-        let variables = if rng.chance(70) {
-            variable
-        } else {
-            String::new()
-        };
+        let variable = rng.chance(70).then_some(variable);
+        let variables =
+            variable.map_or(String::new(), |key| format!("\"descriptors[0]['{key}']\""));
         text.push_str(&format!(
             "  conditions: [{conditions}]\n  variables: [{variables}]\n"
         ));
+        generated.push(Generated {
+            name: format!("limit-{index}"),
+            condition,
+            variable,
+        });
     }
-    text
+    (text, generated)
 }
 
 /// One call of a run.
@@ -118,10 +139,8 @@ enum Call {
     Http(&'static str, BTreeMap<String, String>, u32),
 }
 
-/// `count` calls of the kinds `kinds` allows. On Redis sluice counts ShouldRateLimit and
-/// Kuadrant's calls on keys of their own (docs/kuadrant.md, "Counters on Redis"), so a run
-/// there sends one family: Kuadrant routes each policy's limits through one.
-fn calls(rng: &mut Rng, count: usize, kinds: Calls) -> Vec<Call> {
+/// `count` calls of every kind, mixed: they count on one counter per limit and values.
+fn calls(rng: &mut Rng, count: usize) -> Vec<Call> {
     (0..count)
         .map(|_| {
             let mut entries = BTreeMap::new();
@@ -131,12 +150,7 @@ fn calls(rng: &mut Rng, count: usize, kinds: Calls) -> Vec<Call> {
                 }
             }
             let hits = rng.below(3) as u32;
-            let kind = match kinds {
-                Calls::Every => rng.below(6),
-                Calls::Rls => 0,
-                Calls::Kuadrant => 2 + rng.below(4),
-            };
-            match kind {
+            match rng.below(6) {
                 0 | 1 => Call::Should(entries, hits),
                 2 => Call::Check(entries, hits),
                 3 => Call::Report(entries, hits),
@@ -148,6 +162,61 @@ fn calls(rng: &mut Rng, count: usize, kinds: Calls) -> Vec<Call> {
             }
         })
         .collect()
+}
+
+/// A server's answer to a call: its code and headers as text, but `X-RateLimit-Limit`'s
+/// binding limit (`6, 6;w=600;name="limit-0"`) and `X-RateLimit-Reset`'s seconds apart.
+#[derive(Debug, Default)]
+struct Answer {
+    text: String,
+    binding: Option<String>,
+    reset: Option<u64>,
+}
+
+/// How two answers to a call compare.
+#[derive(Debug, PartialEq, Eq)]
+enum Compared {
+    Agree,
+    /// The same code and remaining, of two counters that tie: Limitador orders the counters
+    /// of equal remaining as its hash set does (docs/kuadrant.md); sluice's names a limit
+    /// that applies to the call.
+    Tie,
+    Differ,
+}
+
+impl Answer {
+    fn compare(&self, ours: &Answer, call: &Call, limits: &[Generated]) -> Compared {
+        if self.text != ours.text {
+            return Compared::Differ;
+        }
+        let binding = |answer: &Answer| {
+            let named = answer
+                .binding
+                .as_deref()
+                .and_then(|b| b.split(";name=\"").nth(1))
+                .map(|name| name.trim_end_matches('"'));
+            limits
+                .iter()
+                .find(|limit| Some(limit.name.as_str()) == named)
+        };
+        if self.binding == ours.binding {
+            // Limitador's counter of a limit without variables starts its window at its
+            // first update, so that hit is told 0 (docs/kuadrant.md); sluice, the window.
+            let unstarted = self.reset == Some(0)
+                && binding(self).is_some_and(|limit| limit.variable.is_none());
+            return match unstarted || within_a_second(self.reset, ours.reset) {
+                true => Compared::Agree,
+                false => Compared::Differ,
+            };
+        }
+        let Call::Should(entries, _) = call else {
+            return Compared::Differ;
+        };
+        match binding(ours) {
+            Some(limit) if limit.applies(entries) && self.binding.is_some() => Compared::Tie,
+            _ => Compared::Differ,
+        }
+    }
 }
 
 /// One server of a run: its process, gRPC channel and HTTP address.
@@ -165,6 +234,7 @@ impl Side {
         let child = Command::new(binary)
             .args(["--rls-ip", "127.0.0.1", "--rls-port", &grpc.to_string()])
             .args(["--http-ip", "127.0.0.1", "--http-port", &http.to_string()])
+            .args(["--rate-limit-headers", "DRAFT_VERSION_03"])
             .arg(limits)
             .args(storage)
             .stdout(Stdio::null())
@@ -192,15 +262,43 @@ impl Side {
         })
     }
 
-    /// What the server answers `call`: the code, as text.
-    async fn answer(&self, call: &Call) -> Result<String, Error> {
+    /// What the server answers `call`.
+    async fn answer(&self, call: &Call) -> Result<Answer, Error> {
         let grpc = |e: tonic::Status| Error(format!("gRPC: {e}"));
         let code = |code: i32| format!("{:?}", Code::try_from(code).unwrap_or(Code::Unknown));
-        Ok(match call {
+        let text = match call {
             Call::Should(entries, hits) => {
                 let mut client = RateLimitServiceClient::new(self.channel.clone());
                 let response = client.should_rate_limit(request(entries, *hits)).await;
-                code(response.map_err(grpc)?.into_inner().overall_code)
+                let response = response.map_err(grpc)?.into_inner();
+                let mut answer = Answer {
+                    text: code(response.overall_code),
+                    ..Answer::default()
+                };
+                let mut headers = response.response_headers_to_add;
+                headers.sort_by(|a, b| a.key.cmp(&b.key));
+                for header in headers {
+                    match header.key.as_str() {
+                        "X-RateLimit-Reset" => answer.reset = header.value.parse().ok(),
+                        // sluice's addition on a denial (docs/kuadrant.md, the differences).
+                        "Retry-After" => {}
+                        // Limitador lists every counter after the most constrained one;
+                        // sluice gives that one alone (docs/kuadrant.md).
+                        "X-RateLimit-Limit" => {
+                            let binding: Vec<&str> = header.value.splitn(3, ", ").take(2).collect();
+                            answer.binding = Some(binding.join(", "));
+                        }
+                        "X-RateLimit-Remaining" => answer.text.push_str(&format!(
+                            "; {}: {}",
+                            header.key,
+                            unwrapped(header.value.parse().unwrap_or(0))
+                        )),
+                        _ => answer
+                            .text
+                            .push_str(&format!("; {}: {}", header.key, header.value)),
+                    }
+                }
+                return Ok(answer);
             }
             Call::Check(entries, hits) => {
                 let mut client = KuadrantClient::new(self.channel.clone());
@@ -219,7 +317,41 @@ impl Side {
                 let (status, _) = http_call(self.http, "POST", path, &body.to_string())?;
                 format!("HTTP {status}")
             }
+        };
+        Ok(Answer {
+            text,
+            ..Answer::default()
         })
+    }
+
+    /// `/counters` of the namespace, each counter as `name {variables}: remaining`, sorted,
+    /// with its seconds to expiry.
+    fn counters(&self) -> Result<Vec<(String, u64)>, Error> {
+        let (status, body) = http_call(self.http, "GET", &format!("/counters/{NAMESPACE}"), "")?;
+        if status != 200 {
+            return Err(Error(format!("/counters answered {status}: {body}")));
+        }
+        let listed: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| Error(format!("/counters: {e}: {body}")))?;
+        let mut counters: Vec<(String, u64)> = listed
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            // Limitador's memory store lists a counter that a denied request looked at, with
+            // nothing charged; sluice lists those that hold a count (docs/kuadrant.md).
+            .filter(|counter| counter["remaining"] != counter["limit"]["max_value"])
+            .map(|counter| {
+                let remaining = unwrapped(counter["remaining"].as_u64().unwrap_or(0));
+                let text = format!(
+                    "{} {}: {remaining}",
+                    counter["limit"]["name"], counter["set_variables"]
+                );
+                (text, counter["expires_in_seconds"].as_u64().unwrap_or(0))
+            })
+            .collect();
+        counters.sort();
+        Ok(counters)
     }
 
     /// Limitador's series of the namespace: `name{labels}` -> value.
@@ -287,24 +419,44 @@ fn http_call(
     Ok((status, body))
 }
 
-/// A run of one seed: how many calls agreed, and each difference.
-async fn run(args: &Args, seed: u64, link: &Path) -> Result<(usize, Vec<String>), Error> {
+/// A `remaining` as sluice gives it: Limitador's wraps below zero once a report takes a
+/// counter past its limit (2^64 - 3 for 3 past), a defect docs/kuadrant.md names; sluice
+/// answers 0.
+fn unwrapped(remaining: u64) -> u64 {
+    if remaining > u64::MAX / 2 {
+        0
+    } else {
+        remaining
+    }
+}
+
+/// Whether two times in whole seconds agree, within the second a call may straddle.
+fn within_a_second(theirs: Option<u64>, ours: Option<u64>) -> bool {
+    match (theirs, ours) {
+        (Some(theirs), Some(ours)) => theirs.abs_diff(ours) <= 1,
+        (theirs, ours) => theirs == ours,
+    }
+}
+
+/// What one seed's run found: the calls that agreed (ties included), the ties, and each
+/// difference.
+struct Found {
+    agreed: usize,
+    ties: usize,
+    differences: Vec<String>,
+}
+
+/// A run of one seed.
+async fn run(args: &Args, seed: u64, link: &Path) -> Result<Found, Error> {
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir()?;
     let limits = dir.path().join("limits.yaml");
-    let text = limits_file(&mut rng);
+    let (text, generated) = limits_file(&mut rng);
     std::fs::write(&limits, &text)?;
-    // On Redis, each server on a Redis of its own, and one family of calls a seed.
-    let (redis, kinds) = match args.storage.as_str() {
-        "redis" => {
-            let kinds = if seed % 2 == 1 {
-                Calls::Rls
-            } else {
-                Calls::Kuadrant
-            };
-            (Some((Redis::start()?, Redis::start()?)), kinds)
-        }
-        _ => (None, Calls::Every),
+    // On Redis, each server on a Redis of its own.
+    let redis = match args.storage.as_str() {
+        "redis" => Some((Redis::start()?, Redis::start()?)),
+        _ => None,
     };
     let storage = |redis: Option<&Redis>| match redis {
         Some(redis) => vec![
@@ -316,16 +468,32 @@ async fn run(args: &Args, seed: u64, link: &Path) -> Result<(usize, Vec<String>)
     let (theirs_redis, ours_redis) = (redis.as_ref().map(|r| &r.0), redis.as_ref().map(|r| &r.1));
     let limitador = Side::start(&args.limitador, &limits, &storage(theirs_redis)).await?;
     let sluice = Side::start(link, &limits, &storage(ours_redis)).await?;
-    let mut agreed = 0;
+    let (mut agreed, mut ties) = (0, 0);
     let mut differences = Vec::new();
-    for (index, call) in calls(&mut rng, args.calls, kinds).iter().enumerate() {
+    let calls = calls(&mut rng, args.calls);
+    for (index, call) in calls.iter().enumerate() {
         let (theirs, ours) = (limitador.answer(call).await?, sluice.answer(call).await?);
-        if theirs == ours {
+        let compared = theirs.compare(&ours, call, &generated);
+        ties += usize::from(compared == Compared::Tie);
+        if compared != Compared::Differ {
             agreed += 1;
         } else {
             differences.push(format!(
-                "seed {seed}, call {index} {call:?}: Limitador {theirs}, sluice {ours}\n{text}"
+                "seed {seed}, call {index} {call:?}: Limitador {theirs:?}, sluice {ours:?}\n{text}"
             ));
+        }
+        if index % 50 == 49 || index + 1 == calls.len() {
+            let (theirs, ours) = (limitador.counters()?, sluice.counters()?);
+            let same = theirs.len() == ours.len()
+                && theirs
+                    .iter()
+                    .zip(&ours)
+                    .all(|(a, b)| a.0 == b.0 && within_a_second(Some(a.1), Some(b.1)));
+            if !same {
+                differences.push(format!(
+                    "seed {seed}, /counters after call {index}: Limitador {theirs:?}, sluice {ours:?}\n{text}"
+                ));
+            }
         }
     }
     let (theirs, ours) = (limitador.series()?, sluice.series()?);
@@ -334,7 +502,11 @@ async fn run(args: &Args, seed: u64, link: &Path) -> Result<(usize, Vec<String>)
             "seed {seed}, series: Limitador {theirs:?}, sluice {ours:?}"
         ));
     }
-    Ok((agreed, differences))
+    Ok(Found {
+        agreed,
+        ties,
+        differences,
+    })
 }
 
 #[tokio::main]
@@ -354,13 +526,14 @@ async fn main() -> std::process::ExitCode {
         eprintln!("limitador_differential: {e}");
         return std::process::ExitCode::from(2);
     }
-    let (mut calls, mut agreed, mut failed) = (0, 0, Vec::new());
+    let (mut calls, mut agreed, mut ties, mut failed) = (0, 0, 0, Vec::new());
     for seed in args.first_seed..args.first_seed + args.seeds {
         match run(&args, seed, &link).await {
-            Ok((agreeing, differences)) => {
+            Ok(found) => {
                 calls += args.calls;
-                agreed += agreeing;
-                failed.extend(differences);
+                agreed += found.agreed;
+                ties += found.ties;
+                failed.extend(found.differences);
             }
             Err(e) => {
                 eprintln!("limitador_differential: seed {seed}: {e}");
@@ -369,7 +542,8 @@ async fn main() -> std::process::ExitCode {
         }
     }
     println!(
-        "{} seeds, {calls} calls: {agreed} agreed, {} unexplained differences",
+        "{} seeds, {calls} calls: {agreed} agreed ({ties} of them ties of counters broken \
+         otherwise), {} unexplained differences",
         args.seeds,
         failed.len()
     );

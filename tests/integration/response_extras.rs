@@ -99,6 +99,16 @@ async fn the_quota_policy_form_is_an_opt_in() {
     // w is the whole period: 5 minutes.
     let big = call(&mut client, request("h", vec![descriptor(&[("big", "c")])])).await;
     assert_eq!(header(&big, "RateLimit-Limit"), Some("100, 100;w=300"));
+    // A named limit names itself in its policy (a `"` written `'`), as Limitador does.
+    let named = call(
+        &mut client,
+        request("h", vec![descriptor(&[("named", "n")])]),
+    )
+    .await;
+    assert_eq!(
+        header(&named, "RateLimit-Limit"),
+        Some("7, 7;w=3600;name=\"per 'team'\"")
+    );
     // A concurrency limit has no window: leases in flight, with no policy.
     let jobs = call(
         &mut client,

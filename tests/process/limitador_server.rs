@@ -1,6 +1,7 @@
 //! The binary run as `limitador-server` with Limitador's command line, as
 //! limitador-operator's Deployment runs it: the limits file, the ports, the storage; its
-//! `/status` probe, Limitador's HTTP calls and Envoy's RLS on the ports it named; `--validate`.
+//! `/status` probe, Limitador's HTTP calls and Envoy's RLS on the ports it named, with draft
+//! 03's headers; `--validate`.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ const LIMITS: &str = "\
   seconds: 60
   conditions: [\"descriptors[0]['method'] == 'GET'\"]
   variables: [\"descriptors[0]['user']\"]
+  name: per-user
 ";
 
 /// A `limitador-server` link to the sluice binary, in `dir`.
@@ -37,6 +39,7 @@ async fn limitador_servers_command_line_serves_its_ports_and_limits() {
             &http.to_string(),
             "-v",
         ])
+        .args(["--rate-limit-headers", "DRAFT_VERSION_03"])
         .arg(&limits)
         .args(["memory", "--cache", "1000"])
         .stderr(Stdio::null())
@@ -73,6 +76,26 @@ async fn limitador_servers_command_line_serves_its_ports_and_limits() {
     let _ = child.wait();
     assert_eq!(codes, [200, 200, 429]);
     assert_eq!(overall(&response), Code::OverLimit);
+    // Draft 03's headers under Limitador's names, the limit's name in its policy.
+    let header = |name: &str| {
+        response
+            .response_headers_to_add
+            .iter()
+            .find(|h| h.key == name)
+            .map(|h| h.value.clone())
+    };
+    assert_eq!(
+        header("X-RateLimit-Limit").as_deref(),
+        Some("2, 2;w=60;name=\"per-user\"")
+    );
+    assert_eq!(header("X-RateLimit-Remaining").as_deref(), Some("0"));
+    let reset: u64 = header("X-RateLimit-Reset")
+        .and_then(|v| v.parse().ok())
+        .expect("a reset");
+    assert!(
+        (59..=60).contains(&reset),
+        "the window from the first hit: {reset} s"
+    );
 }
 
 #[test]
@@ -94,7 +117,7 @@ fn validate_checks_the_limits_file_and_exits() {
         .expect("ran");
     assert!(passed.status.success(), "{passed:?}");
     let summary = String::from_utf8_lossy(&passed.stdout);
-    let line = "Limitador's limit ns: 2 per 60s, conditions [descriptors[0]['method'] == 'GET'], \
+    let line = "Limitador's limit ns per-user: 2 per 60s, conditions [descriptors[0]['method'] == 'GET'], \
                 variables [descriptors[0]['user']]";
     assert!(summary.contains(line), "{summary}");
     let refused = Command::new(&binary)

@@ -40,8 +40,9 @@ pub enum HeaderForm {
     /// `RateLimit-Limit: 10`, as envoyproxy/ratelimit writes it.
     #[default]
     Reference,
-    /// `RateLimit-Limit: 10, 10;w=60`: the limit and its quota policy (the window in seconds),
-    /// as the IETF RateLimit header fields draft describes.
+    /// `RateLimit-Limit: 10, 10;w=60`: the limit and its quota policy (the window in seconds,
+    /// and the limit's `name` when it has one: `10, 10;w=60;name="per-user"`, as Limitador
+    /// writes it), as the IETF RateLimit header fields draft describes.
     QuotaPolicy,
 }
 
@@ -88,9 +89,14 @@ pub fn headers(
     let limit_value = match names.form {
         HeaderForm::Reference => requests.to_string(),
         // A lease limit has no window: its limit is leases in flight, with no policy.
-        HeaderForm::QuotaPolicy => match window_seconds(verdicts, statuses, status) {
-            Some(window) => format!("{requests}, {requests};w={window}"),
-            None => requests.to_string(),
+        HeaderForm::QuotaPolicy => match policy_of(verdicts, statuses, status) {
+            (Some(window), "") => format!("{requests}, {requests};w={window}"),
+            // Limitador's parameter: the name, a `"` in it written `'`.
+            (Some(window), name) => format!(
+                "{requests}, {requests};w={window};name=\"{}\"",
+                name.replace('"', "'")
+            ),
+            (None, _) => requests.to_string(),
         },
     };
     let mut headers = vec![
@@ -104,24 +110,25 @@ pub fn headers(
     headers
 }
 
-/// The period, in seconds, of the limit behind `status`; `None` for a lease limit,
-/// whose period is a lease's longest life, not a window.
-fn window_seconds(
-    verdicts: &[Verdict<'_>],
+/// The period, in seconds, of the limit behind `status` (`None` for a lease limit, whose
+/// period is a lease's longest life, not a window), and its name ("" without one).
+fn policy_of<'a>(
+    verdicts: &'a [Verdict<'_>],
     statuses: &[DescriptorStatus],
     status: &DescriptorStatus,
-) -> Option<u64> {
+) -> (Option<u64>, &'a str) {
     verdicts
         .iter()
         .zip(statuses)
         .find_map(|(verdict, s)| match verdict {
-            Verdict::Limited(applied) if std::ptr::eq(s, status) => Some(
+            Verdict::Limited(applied) if std::ptr::eq(s, status) => Some((
                 (!applied.limit.algorithm().leases())
                     .then(|| applied.limit.period_us() / 1_000_000),
-            ),
+                applied.name,
+            )),
             _ => None,
         })
-        .unwrap_or(Some(0))
+        .unwrap_or((Some(0), ""))
 }
 
 fn header(key: &str, value: String) -> HeaderValue {

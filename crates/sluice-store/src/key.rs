@@ -77,7 +77,7 @@ impl Shape {
 ///   tag (`slot_tag`) that its modifier's keys share, so that all live in one Cluster slot:
 ///   `prefix{domain_key_value_}1700000000`, `prefix{domain_key_value_}token_bucket_10per60s_b20_`;
 ///   a window from the first hit (Limitador's) is tagged so always, with a modifier or
-///   without: Kuadrant's calls add the reserve modifier to a limit (docs/kuadrant.md), and
+///   without: Kuadrant's calls add a modifier to a limit (docs/kuadrant.md), and
 ///   they and `ShouldRateLimit` count one counter. Its count holds under any limit, so its key
 ///   names the period alone: `prefix{domain_key_value_}fixed_window_per60s_first_`.
 pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
