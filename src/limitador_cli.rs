@@ -113,8 +113,9 @@ enum Storage {
         #[arg(env = "REDIS_URL")]
         url: String,
     },
-    /// sluice's Redis store, exact (no cache to flush): Limitador's batching options are
-    /// accepted.
+    /// sluice's Redis store with budget leasing on the limits file's limits; the flush period
+    /// is how long an unspent chunk is kept; Limitador's other batching options are accepted
+    /// and have no counterpart.
     #[command(name = "redis_cached")]
     RedisCached {
         #[arg(env = "REDIS_URL")]
@@ -235,11 +236,36 @@ fn storage_flags(storage: Option<Storage>) -> Vec<String> {
             "--memory-snapshot".into(),
             path.display().to_string(),
         ],
-        Some(Storage::Redis { url } | Storage::RedisCached { url, .. }) => {
+        Some(Storage::Redis { url }) => {
             vec!["--store".into(), "redis".into(), "--redis-url".into(), url]
+        }
+        // Counted ahead on each replica, as Limitador's cache counts, but within a bound:
+        // budget leasing, unspent chunks given back after the flush period (at most a minute,
+        // leasing's longest hold).
+        Some(Storage::RedisCached {
+            url, flush_period, ..
+        }) => {
+            let hold_ms = flush_period
+                .filter(|ms| *ms > 0)
+                .unwrap_or(1000)
+                .min(60_000);
+            vec![
+                "--store".into(),
+                "redis".into(),
+                "--redis-url".into(),
+                url,
+                "--limits-file-leasing".into(),
+                LEASED_CHUNK.to_string(),
+                "--limits-file-leasing-max-hold".into(),
+                format!("{hold_ms}ms"),
+            ]
         }
     }
 }
+
+/// The most a replica leases of a limit at once under `redis_cached` (and a tenth of the
+/// limit): what leasing may deny while budget remains is at most replicas times this.
+const LEASED_CHUNK: u32 = 100;
 
 #[cfg(test)]
 mod tests {
@@ -288,7 +314,23 @@ mod tests {
         let disk = serve(&["l.yaml", "disk", "/var/counters"]);
         assert!(disk.ends_with(&["--memory-snapshot".into(), "/var/counters".into()]));
         let cached = serve(&["l.yaml", "redis_cached", "redis://r", "--batch-size", "10"]);
-        assert!(cached.ends_with(&["--redis-url".into(), "redis://r".into()]));
+        let leased = [
+            "--redis-url",
+            "redis://r",
+            "--limits-file-leasing",
+            "100",
+            "--limits-file-leasing-max-hold",
+            "1000ms",
+        ];
+        assert!(cached.ends_with(&leased.map(String::from)), "{cached:?}");
+        let flushed = serve(&[
+            "l.yaml",
+            "redis_cached",
+            "redis://r",
+            "--flush-period",
+            "250",
+        ]);
+        assert!(flushed.ends_with(&["250ms".into()]), "{flushed:?}");
         let headers = serve(&[
             "--rate-limit-headers",
             "DRAFT_VERSION_03",

@@ -317,6 +317,7 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
             debt: args.debt,
             without_tickets: args.without_reserve,
             every_hit: false,
+            ..LoadOptions::default()
         },
         domain: args.domain.clone(),
         descriptors: parse_all(&args.descriptor, simulate::parse_descriptor)?,

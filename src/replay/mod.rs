@@ -83,6 +83,7 @@ pub fn run(replay: &Replay) -> Result<Report, ReplayError> {
         debt: options.debt,
         without_tickets: false,
         every_hit: false,
+        ..LoadOptions::default()
     };
     let load = |paths: &[PathBuf], which, without_tickets| {
         let options = LoadOptions {

@@ -24,12 +24,14 @@ const NO_MERGE: LoadOptions = LoadOptions {
     debt: false,
     without_tickets: false,
     every_hit: false,
+    limits_file_leasing: None,
 };
 const MERGE: LoadOptions = LoadOptions {
     merge_domain_config: true,
     debt: false,
     without_tickets: false,
     every_hit: false,
+    limits_file_leasing: None,
 };
 
 fn refused(paths: &[PathBuf], options: LoadOptions) -> String {

@@ -16,6 +16,7 @@ use crate::support::redis::RedisServer;
 use crate::support::*;
 
 mod http_api;
+mod leased;
 
 const CONFIG: &str = "\
 domain: ns

@@ -137,7 +137,8 @@ fn validate_checks_the_limits_file_and_exits() {
 }
 
 /// `deploy/kuadrant`: the manifests validate, and the Deployment's own command, run on its
-/// ConfigMap's limits file (ports and paths moved into a test directory), serves them.
+/// ConfigMap's limits file (ports and paths moved into a test directory, mounted as kubelet
+/// mounts a ConfigMap), serves them, and serves the edited file once kubelet swaps it.
 #[test]
 fn the_kuadrant_deployment_validates_and_its_command_serves_its_configmap() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kuadrant");
@@ -174,7 +175,15 @@ fn the_kuadrant_deployment_validates_and_its_command_serves_its_configmap() {
             )
         })
         .expect("the limits");
-    std::fs::write(dir.path().join(&file), text).expect("written");
+    // As kubelet mounts a ConfigMap: file -> ..data/file, ..data -> ..<timestamp>.
+    let version = |name: &str, text: &str| {
+        std::fs::create_dir(dir.path().join(name)).expect("a version");
+        std::fs::write(dir.path().join(name).join(&file), text).expect("written");
+    };
+    version("..2026_12_06_00_00_00.1", &text);
+    std::os::unix::fs::symlink("..2026_12_06_00_00_00.1", dir.path().join("..data"))
+        .expect("..data");
+    std::os::unix::fs::symlink(format!("..data/{file}"), dir.path().join(&file)).expect("the file");
     let http = redis::free_port();
     let args: Vec<String> = command[1..]
         .iter()
@@ -204,11 +213,31 @@ fn the_kuadrant_deployment_validates_and_its_command_serves_its_configmap() {
         }
     };
     let status = http_request(http_addr, "GET", "/status", "").0;
+    // The ConfigMap edited: kubelet swaps ..data to a new version.
+    version(
+        "..2026_12_06_00_01_00.2",
+        &text.replace("app-wide", "app-wide-edited"),
+    );
+    std::os::unix::fs::symlink("..2026_12_06_00_01_00.2", dir.path().join("..data_tmp"))
+        .expect("..data_tmp");
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).expect("swapped");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let swapped = loop {
+        let (_, now) = http_request(http_addr, "GET", "/limits/toystore-app", "");
+        if now.contains("app-wide-edited") || Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(status, 200);
     assert!(
         limits.contains("per-user-gets") && limits.contains("app-wide"),
         "{limits}"
+    );
+    assert!(
+        swapped.contains("app-wide-edited"),
+        "not reloaded: {swapped}"
     );
 }

@@ -14,6 +14,7 @@ use cel::{ExecutionError, Program};
 use serde::Deserialize;
 use sluice_core::algorithm::fixed_window::FixedWindowParameters;
 use sluice_core::limit::{Counting, Limit, Unit};
+use sluice_core::modifier::leasing;
 
 use crate::error::FileError;
 use crate::position::Positions;
@@ -127,15 +128,41 @@ impl CelLimit {
         self.variables.iter().map(|v| v.source.as_str())
     }
 
-    /// The limit as `/limits` and `check-config` show it.
+    /// Leases the limit's budget as `policy` says, in chunks of at most a tenth of its
+    /// `max_value` too; a limit whose tenth is below leasing's smallest chunk keeps the
+    /// exact path.
+    pub fn lease(&mut self, policy: leasing::Policy) {
+        let tenth = u32::try_from(self.max_value / 10).unwrap_or(u32::MAX);
+        let max_chunk = policy.max_chunk.min(tenth);
+        if u64::from(max_chunk) >= leasing::MIN_CHUNK {
+            self.limit.modifiers.budget_leasing = Some(leasing::Policy {
+                max_chunk,
+                ..policy
+            });
+        }
+    }
+
+    /// The limit as `/limits` and `check-config` show it, and its leasing when it has one.
     pub fn describe(&self) -> String {
         let name = self
             .name
             .as_deref()
             .map(|n| format!(" {n}"))
             .unwrap_or_default();
+        let leased = self
+            .limit
+            .modifiers
+            .budget_leasing
+            .map(|policy| {
+                format!(
+                    ", leased: max_chunk {} ({})",
+                    policy.max_chunk,
+                    policy.bound()
+                )
+            })
+            .unwrap_or_default();
         format!(
-            "{}{name}: {} per {}s, conditions [{}], variables [{}]",
+            "{}{name}: {} per {}s, conditions [{}], variables [{}]{leased}",
             self.namespace,
             self.max_value,
             self.seconds,

@@ -8,6 +8,8 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use sluice_core::modifier::leasing;
+
 use crate::bounds;
 use crate::cel_limits;
 use crate::compile::FileCompiler;
@@ -30,6 +32,10 @@ pub struct LoadOptions {
     /// The reference's counting (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false`), which a
     /// migration sharing counters with envoyproxy/ratelimit keeps: leased limits are refused.
     pub every_hit: bool,
+    /// The limits of Limitador's limits files lease their budget (`--limits-file-leasing`,
+    /// Limitador's `redis_cached`), each in chunks of at most `max_chunk` and a tenth of its
+    /// `max_value`; a limit whose tenth is below 2 keeps the exact path.
+    pub limits_file_leasing: Option<leasing::Policy>,
 }
 
 /// Loads every configuration file under `paths`. Any error refuses the whole load.
@@ -167,7 +173,7 @@ fn add_file(
         .into()];
     }
     if cel_limits::is_limits_file(text) {
-        return add_limits_file(domains, path, text);
+        return add_limits_file(domains, path, text, options);
     }
     let parsed = match file::parse(text) {
         Ok(parsed) => parsed,
@@ -234,12 +240,21 @@ fn domain_named<'d>(domains: &'d mut TreeMap<Domain>, name: &str) -> &'d mut Dom
 
 /// Adds the limits of Limitador's limits file `path` to the domains of their namespaces (of
 /// two limits alike across files, the first is kept); its refusals.
-fn add_limits_file(domains: &mut TreeMap<Domain>, path: &Path, text: &str) -> Vec<ConfigError> {
+fn add_limits_file(
+    domains: &mut TreeMap<Domain>,
+    path: &Path,
+    text: &str,
+    options: LoadOptions,
+) -> Vec<ConfigError> {
     let limits = match cel_limits::parse(path, text) {
         Ok(limits) => limits,
         Err(errors) => return errors.into_iter().map(Into::into).collect(),
     };
-    for limit in limits {
+    for mut limit in limits {
+        // The reference's counting refuses leasing (`compile::leasing_refusal`).
+        if let Some(policy) = options.limits_file_leasing.filter(|_| !options.every_hit) {
+            limit.lease(policy);
+        }
         let domain = domain_named(domains, &limit.namespace);
         if !domain.files.iter().any(|file| file == path) {
             domain.files.push(path.to_path_buf());

@@ -148,6 +148,8 @@ pub enum SettingsError {
     Record(String),
     #[error("admin API: {0}")]
     Admin(String),
+    #[error("--limits-file-leasing: {0}")]
+    Leasing(String),
 }
 
 /// envoyproxy/ratelimit variables set in this process's environment that sluice ignores, each

@@ -30,7 +30,7 @@ const DEFAULT_MAX_HOLD_US: u64 = 1_000_000;
 /// The longest `max_hold`: a minute (an idle replica gives its chunk back by then).
 const MAX_HOLD_US: u64 = 60 * 1_000_000;
 /// The smallest chunk worth a lease: below it, the exact path.
-const MIN_CHUNK: u64 = 2;
+pub const MIN_CHUNK: u64 = 2;
 
 /// How a limit is leased to replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +52,16 @@ impl Policy {
         } else {
             chunk
         }
+    }
+
+    /// A policy from its two settings given apart (a command line's), validated as
+    /// `budget_leasing` is: `max_hold` a duration (`1s`, `500ms`).
+    pub fn of(max_chunk: u64, max_hold: &str) -> Result<Policy, Refusal> {
+        let map = serde_yaml::Mapping::from_iter([
+            ("max_chunk".into(), max_chunk.into()),
+            ("max_hold".into(), max_hold.into()),
+        ]);
+        Policy::parse(&serde_yaml::Value::Mapping(map), 0)
     }
 
     /// The bound, as `check-config` and `/rlconfig` state it.

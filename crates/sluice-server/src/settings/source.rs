@@ -12,6 +12,7 @@ use super::SettingsError;
 use crate::xds::{XdsSettings, XdsTls};
 use sluice_config::LoadOptions;
 use sluice_core::duration;
+use sluice_core::modifier::leasing;
 
 /// The flags of the configuration's source.
 #[derive(Debug, Clone, Args)]
@@ -71,6 +72,14 @@ pub struct SourceArgs {
     /// until the debt is repaid at its own rate.
     #[arg(long, env = "SLUICE_DEBT", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub debt: bool,
+    /// The limits of Limitador's limits files lease their budget on Redis, each replica
+    /// taking chunks of at most this many hits (and a tenth of the limit); a limit of fewer
+    /// than 20 keeps the exact path (docs/kuadrant.md). Limitador's `redis_cached` sets it.
+    #[arg(long, env = "SLUICE_LIMITS_FILE_LEASING")]
+    pub limits_file_leasing: Option<u32>,
+    /// A leased chunk of a limits file's limit unused this long is given back.
+    #[arg(long, env = "SLUICE_LIMITS_FILE_LEASING_MAX_HOLD", default_value = "1s", value_parser = duration::parse)]
+    pub limits_file_leasing_max_hold: Duration,
     /// Watch the config paths and reload on change (SIGHUP reloads either way).
     #[arg(long, env = "SLUICE_WATCH_CONFIG", default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new())]
     pub watch_config: bool,
@@ -82,6 +91,22 @@ pub struct SourceArgs {
     /// until a reload succeeds. Without it, a config that fails at startup stops sluice.
     #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub force_start_without_initial_config: bool,
+}
+
+impl SourceArgs {
+    /// `--limits-file-leasing` as leasing's policy; refused: a chunk below leasing's smallest,
+    /// a hold of 0 or over a minute (as `budget_leasing` refuses them).
+    fn limits_file_leasing(&self) -> Result<Option<leasing::Policy>, SettingsError> {
+        let Some(max_chunk) = self.limits_file_leasing else {
+            return Ok(None);
+        };
+        let hold = format!("{}ms", self.limits_file_leasing_max_hold.as_millis());
+        leasing::Policy::of(u64::from(max_chunk), &hold)
+            .map(Some)
+            .map_err(|refusal| {
+                SettingsError::Leasing(format!("{}: {}", refusal.key, refusal.reason))
+            })
+    }
 }
 
 /// Where the configuration comes from (`CONFIG_TYPE`).
@@ -115,6 +140,7 @@ impl SourceArgs {
     /// Resolves the reference's runtime directories and validates the xDS settings.
     pub fn into_settings(self) -> Result<SourceSettings, SettingsError> {
         let xds = self.xds()?;
+        let limits_file_leasing = self.limits_file_leasing()?;
         let config_paths = if !self.config.is_empty() {
             self.config
         } else if let Some(root) = self.runtime_root {
@@ -130,6 +156,7 @@ impl SourceArgs {
                 debt: self.debt,
                 without_tickets: false,
                 every_hit: false,
+                limits_file_leasing,
             },
             xds,
             watch_config: self.watch_config,
