@@ -152,6 +152,9 @@ local function reserve_open(hit, r, holds, state, decide_as)
   local lapses = hit.now + r.max_hold
   if r.window_end > 0 then
     lapses = math.min(lapses, r.window_end)
+  elseif hit.first_hit == 1 then
+    -- A window from the first hit ends where its counter's does: the decision's reset.
+    lapses = math.min(lapses, hit.now + d[3])
   end
   local live, added = {}, false
   for i, hold in ipairs(holds.live) do

@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
@@ -465,6 +466,42 @@ async fn kuadrants_calls_apply_limitadors_limits() {
         assert!(committed.reservation_released, "{store}");
         let third = kuadrant.reserve_in("lim", descriptor(&get("k3")), 5).await;
         assert_eq!(third.code, ok, "{store}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_lapses_when_its_counters_window_ends_on_every_store() {
+    let redis = RedisServer::start(&[]);
+    let limits = "- {namespace: short, max_value: 4, seconds: 2, conditions: [], variables: []}\n";
+    for (store, sluice) in serving(&redis, &[("limits.yaml", limits)], &[]) {
+        let mut kuadrant = Kuadrant::connect(&sluice).await;
+        let of = |hits_addend| RateLimitRequest {
+            hits_addend,
+            ..request("short", vec![descriptor(&[("k", "v")])])
+        };
+        // The report opens the counter's window of 2 s; a second in, a hold of 2 (half of 4)
+        // with the longest ttl, 60 s.
+        kuadrant.report(of(1)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let reserve = async |kuadrant: &mut Kuadrant| {
+            let held = kuadrant
+                .reserve_in("short", descriptor(&[("k", "v")]), 2)
+                .await;
+            held.code
+        };
+        assert_eq!(reserve(&mut kuadrant).await, Code::Ok as i32, "{store}");
+        let second = reserve(&mut kuadrant).await;
+        assert_eq!(second, Code::OverLimit as i32, "{store}: 1 + 2 held + 2");
+        // Past the window's end the hold has lapsed with it: two holds of 2 fit the new 4.
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        for _ in 0..2 {
+            let fresh = reserve(&mut kuadrant).await;
+            assert_eq!(
+                fresh,
+                Code::Ok as i32,
+                "{store}: a hold outlived its window"
+            );
+        }
     }
 }
 

@@ -146,11 +146,16 @@ pub struct Budget<'a> {
     pub headroom: u64,
 }
 
-/// When a hold taken at `now_us` lapses: `max_hold` later, or its window's end when sooner.
-fn lapse_at(policy: &Policy, budget: &Budget<'_>, now_us: u64) -> u64 {
+/// When a hold taken at `now_us` lapses: `max_hold` later, or its window's end when sooner;
+/// a window from the first hit ends where its counter's does, which the limit's decision
+/// (`decided`, at the opening) tells.
+fn lapse_at(policy: &Policy, budget: &Budget<'_>, decided: &Decision, now_us: u64) -> u64 {
     let held = now_us.saturating_add(policy.max_hold_us);
+    let from_first_hit =
+        matches!(budget.counting, Counting::FixedWindow(own) if own.from_first_hit);
     match budget.window_end_us {
         Some(end) => held.min(end),
+        None if from_first_hit => held.min(now_us.saturating_add(decided.reset_after_us)),
         None => held,
     }
 }
@@ -217,7 +222,7 @@ pub fn open(
             settled: None,
         };
     }
-    let lapses = lapse_at(policy, budget, now_us);
+    let lapses = lapse_at(policy, budget, &decision, now_us);
     // A token holds once per key: a second opening of it (two descriptors of one request
     // on one key) adds to its hold.
     match live.0.iter_mut().find(|hold| hold.token == token) {
