@@ -5,6 +5,7 @@
 //! the namespace is tried against the request's descriptors (`descriptors[i]['key']`, as
 //! Limitador binds them) and each that applies names one counter.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use sluice_core::algorithm::fixed_window::FixedWindowParameters;
 use sluice_core::limit::{Counting, Limit, Unit};
 use sluice_core::modifier::leasing;
 
+use crate::cel_shortcut::Shortcut;
 use crate::error::FileError;
 use crate::position::Positions;
 
@@ -36,10 +38,11 @@ struct LimitDoc {
     id: Option<String>,
 }
 
-/// A CEL expression and its source.
+/// A CEL expression and its source, and its shortcut when it has one of the common shapes.
 struct Expression {
     source: String,
     program: Program,
+    shortcut: Option<Shortcut>,
 }
 
 impl std::fmt::Debug for Expression {
@@ -74,29 +77,46 @@ static STANDARD: std::sync::LazyLock<Arc<cel::Env>> =
     std::sync::LazyLock::new(|| Arc::new(cel::Env::stdlib()));
 
 /// A request's descriptors as Limitador's expressions read them (`descriptors`, a list of
-/// maps of entry key to value), ready for each limit of its namespace.
-pub struct Bindings(cel::Context<'static, 'static>);
+/// maps of entry key to value), ready for each limit of its namespace: their entries, and
+/// CEL's context of them, made when an expression without a shortcut first needs it.
+pub struct Bindings<'e> {
+    descriptors: Vec<Vec<(&'e str, &'e str)>>,
+    context: OnceCell<cel::Context<'static, 'static>>,
+}
 
-impl Bindings {
+impl<'e> Bindings<'e> {
     /// The bindings of `descriptors`, each a list of (key, value) entries.
-    pub fn of<'e>(
+    pub fn of(
         descriptors: impl Iterator<Item = impl Iterator<Item = (&'e str, &'e str)>>,
-    ) -> Bindings {
-        // Each map made once, as CEL holds it (no map of strings converted after).
-        let list: Vec<Value> = descriptors
-            .map(|entries| {
-                let map: HashMap<Key, Value> = entries
-                    .map(|(key, value)| {
-                        let value = Value::String(Arc::new(value.to_string()));
-                        (Key::String(Arc::new(key.to_string())), value)
-                    })
-                    .collect();
-                Value::Map(Map { map: Arc::new(map) })
-            })
-            .collect();
-        let mut context = cel::Context::with_env(STANDARD.clone());
-        context.add_variable_from_value("descriptors", Value::List(Arc::new(list)));
-        Bindings(context)
+    ) -> Bindings<'e> {
+        Bindings {
+            descriptors: descriptors.map(Iterator::collect).collect(),
+            context: OnceCell::new(),
+        }
+    }
+
+    /// CEL's context of the descriptors, made once.
+    pub fn context(&self) -> &cel::Context<'static, 'static> {
+        self.context.get_or_init(|| {
+            // Each map made once, as CEL holds it (no map of strings converted after).
+            let list: Vec<Value> = self
+                .descriptors
+                .iter()
+                .map(|entries| {
+                    let map: HashMap<Key, Value> = entries
+                        .iter()
+                        .map(|(key, value)| {
+                            let value = Value::String(Arc::new(value.to_string()));
+                            (Key::String(Arc::new(key.to_string())), value)
+                        })
+                        .collect();
+                    Value::Map(Map { map: Arc::new(map) })
+                })
+                .collect();
+            let mut context = cel::Context::with_env(STANDARD.clone());
+            context.add_variable_from_value("descriptors", Value::List(Arc::new(list)));
+            context
+        })
     }
 }
 
@@ -104,17 +124,32 @@ impl CelLimit {
     /// The values of its variables for a request (its counter), or `None` when it does not
     /// apply: a condition that does not hold, or reads an entry the request lacks, or a
     /// variable the request gives no value for.
-    pub fn counter(&self, bindings: &Bindings) -> Option<Vec<String>> {
-        let mut scope = bindings.0.new_inner_scope();
-        scope.add_variable_from_value("limit", self.binding.clone());
+    pub fn counter(&self, bindings: &Bindings<'_>) -> Option<Vec<String>> {
+        // CEL's scope (with `limit`), made for the first expression without a shortcut.
+        let scope = OnceCell::new();
+        let by_cel = |expression: &Expression| {
+            let scope = scope.get_or_init(|| {
+                let mut scope = bindings.context().new_inner_scope();
+                scope.add_variable_from_value("limit", self.binding.clone());
+                scope
+            });
+            expression.program.execute(scope)
+        };
         for condition in &self.conditions {
-            if !matches!(condition.program.execute(&scope), Ok(Value::Bool(true))) {
+            let holds = match &condition.shortcut {
+                Some(shortcut) => shortcut.holds(&bindings.descriptors),
+                None => matches!(by_cel(condition), Ok(Value::Bool(true))),
+            };
+            if !holds {
                 return None;
             }
         }
         self.variables
             .iter()
-            .map(|variable| text_of(variable.program.execute(&scope)))
+            .map(|variable| match &variable.shortcut {
+                Some(shortcut) => shortcut.text(&bindings.descriptors),
+                None => text_of(by_cel(variable)),
+            })
             .collect()
     }
 
@@ -261,7 +296,11 @@ fn compile(doc: LimitDoc, index: usize) -> Result<CelLimit, (String, String)> {
             .into_iter()
             .enumerate()
             .map(|(i, source)| match Program::compile(&source) {
-                Ok(program) => Ok(Expression { source, program }),
+                Ok(program) => Ok(Expression {
+                    shortcut: Shortcut::of(&source),
+                    source,
+                    program,
+                }),
                 Err(e) => Err((
                     format!("{}[{i}]", path(key)),
                     format!("is not a CEL expression: {e}"),
@@ -331,7 +370,7 @@ mod tests {
   name: per-hour
 ";
 
-    fn bindings(descriptors: &[&[(&str, &str)]]) -> Bindings {
+    fn bindings<'a>(descriptors: &[&[(&'a str, &'a str)]]) -> Bindings<'a> {
         Bindings::of(descriptors.iter().map(|d| d.iter().copied()))
     }
 

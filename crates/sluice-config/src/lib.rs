@@ -6,6 +6,7 @@
 
 mod bounds;
 pub mod cel_limits;
+mod cel_shortcut;
 mod compile;
 mod error;
 mod file;
