@@ -146,6 +146,10 @@ async fn two_replicas_share_a_window_and_a_reload_of_its_limit_keeps_its_count()
         overall(&call_one(&mut two, "api", &plan).await),
         Code::OverLimit
     );
+    // The plain counter call took them: it adds to a live window's count with HINCRBY (the
+    // general call writes the hash whole): 4 admitted after the first.
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_hincrby:calls=4,"), "{stats}");
 }
 
 /// Limitador's limits count in windows from the first hit (its own).

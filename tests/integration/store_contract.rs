@@ -466,14 +466,22 @@ fn random_requests_of_several_hits_agree_both_ways_of_charging() {
     );
 }
 
-/// Requests of one to three hits on plain fixed windows only (the Redis store's plain counter
-/// call: several descriptors, a key twice, vetoes of all or nothing, limits of 0), charged
+/// Requests of one to three hits on plain fixed windows only, of the epoch's windows and from
+/// the first hit (the Redis store's plain counter call: several descriptors, a key twice,
+/// vetoes of all or nothing, limits of 0), charged
 /// both ways; a hit joining the previous one's descriptor sends its request to the general
 /// call, so both calls are compared with the memory store.
 #[test]
 fn requests_of_plain_counters_agree_both_ways_of_charging() {
     let fixture = Fixture::new();
-    let plain = (0u32..=5, 1u32..=2).prop_map(|(l, m)| limit(Algorithm::FixedWindow, l, m, None));
+    // Half the windows start at their first hit (the counter call reads them as a hash).
+    let plain = (0u32..=5, 1u32..=2, any::<bool>()).prop_map(|(l, m, first_hit)| {
+        let mut plain = limit(Algorithm::FixedWindow, l, m, None);
+        if first_hit {
+            plain.counting = Counting::FixedWindow(FixedWindowParameters::FROM_FIRST_HIT);
+        }
+        plain
+    });
     let scenario = (prop::collection::vec(plain, 3), requests(), any::<bool>());
     let vetoed = AtomicUsize::new(0);
     check_cases(64, &scenario, |(limits, requests, all)| {

@@ -16,8 +16,11 @@ use super::condition::refuses_writes;
 use super::span as spans;
 use super::{protocol, store_error, Backend, Connection, RedisStore};
 use crate::StoreError;
+use sluice_core::algorithm::fixed_window::Window;
+use sluice_core::algorithm::State;
 use sluice_core::engine::{self, Charging};
 use sluice_core::limit::{Decision, Hit};
+use smallvec::SmallVec;
 
 impl RedisStore {
     /// Decides `hits`, called as `calls`, with the plain counter call when it can: `None`
@@ -31,13 +34,20 @@ impl RedisStore {
         now_us: u64,
     ) -> Option<Result<Vec<Decision>, StoreError>> {
         let backend = self.counter_backend(hits, calls)?;
-        let mut windows_left_us = smallvec::SmallVec::<[u64; 2]>::new();
+        let mut windows = smallvec::SmallVec::<[WindowArg; 2]>::new();
         for hit in hits {
-            windows_left_us.push(hit.limit.window_end_us(now_us)?.saturating_sub(now_us));
+            windows.push(if hit.limit.from_first_hit() {
+                WindowArg::FromFirstHit {
+                    period_us: hit.limit.period_us(),
+                    now_us,
+                }
+            } else {
+                WindowArg::Left(hit.limit.window_end_us(now_us)?.saturating_sub(now_us))
+            });
         }
         let every = charging == Charging::EveryHit;
         let function = self.script.counter_function();
-        let command = counter_call(function, calls, &windows_left_us, every);
+        let command = counter_call(function, calls, &windows, every);
         let reply = backend
             .send(command)
             .instrument(spans::redis_span("FCALL", calls.len(), "counter"))
@@ -47,23 +57,34 @@ impl RedisStore {
             Err(error) if lost(&error) || refuses_writes(&error) => return None,
             Err(error) => return Some(Err(store_error(error))),
         };
-        let Some((stood, counts)) = reply.split_last() else {
-            return Some(Err(protocol("an empty counter's reply")));
-        };
-        if counts.len() != hits.len() {
+        // The counts, whether they stood, then the start of each window from the first hit.
+        let from_first_hit = hits.iter().filter(|hit| hit.limit.from_first_hit()).count();
+        if reply.len() != hits.len() + 1 + from_first_hit {
             let what = format!(
-                "{} counts in a counter's reply for {} hits",
-                counts.len(),
+                "{} values in a counter's reply for {} hits ({from_first_hit} from the first hit)",
+                reply.len(),
                 hits.len()
             );
             return Some(Err(protocol(&what)));
         }
+        let (counts, rest) = reply.split_at(hits.len());
+        let (stood, starts) = (&rest[0], &rest[1..]);
         let count = |index: usize| u64::try_from(counts[index]).unwrap_or(0);
+        // Each hit's state: its window's count, and for a window from the first hit its start.
+        let mut started = starts.iter().map(|s| u64::try_from(*s).unwrap_or(now_us));
+        let starts_us: SmallVec<[Option<u64>; 2]> = hits
+            .iter()
+            .map(|hit| hit.limit.from_first_hit().then(|| started.next()).flatten())
+            .collect();
+        let state_of = |index: usize, count: u64| match starts_us[index] {
+            Some(start_us) => Some(State::FixedWindow(Window { start_us, count })),
+            None => hits[index].limit.window_count(now_us, count),
+        };
         let decisions = hits
             .iter()
             .enumerate()
             .map(|(index, hit)| {
-                let state = hit.limit.window_count(now_us, count(index));
+                let state = state_of(index, count(index));
                 let decision = engine::decide_hit(hit, charging, state.as_ref(), now_us).decision;
                 if *stood == 1 || !decision.admitted || hit.cost == 0 {
                     return decision;
@@ -75,7 +96,7 @@ impl RedisStore {
                     .iter()
                     .position(|other| Some(other.key.as_str()) == redis_key)
                     .unwrap_or(index);
-                let state = hit.limit.window_count(now_us, count(first));
+                let state = state_of(first, count(first));
                 let read = Hit {
                     cost: 0,
                     ..hit.clone()
@@ -104,8 +125,8 @@ impl RedisStore {
 }
 
 /// Whether `call` is a plain counter's: a fixed window without debt (its key names its
-/// window, and sluice's clock is given), with no lease, no modifier's argument (nor so its
-/// parts' keys) and no headroom.
+/// window, or it starts at the first hit, and sluice's clock is given), with no lease, no
+/// modifier's argument (nor so its parts' keys) and no headroom.
 fn is_plain_counter(call: &HitCall) -> bool {
     let args = &call.args;
     args.algorithm == "fixed_window"
@@ -116,9 +137,17 @@ fn is_plain_counter(call: &HitCall) -> bool {
         && args.modifiers.iter().all(Option::is_none)
 }
 
-/// FCALL of the counter `function` for `calls`, each hit's key made to live to its window's
-/// end (`windows_left_us`), charging a hit that does not fit when `every`.
-fn counter_call(function: &str, calls: &[HitCall], windows_left_us: &[u64], every: bool) -> Cmd {
+/// What the counter call is told of a hit's window.
+enum WindowArg {
+    /// The time left to its end: its key lives that long when the call makes it.
+    Left(u64),
+    /// A window from the first hit: its period, and now (`f<W>@<now>`, in µs).
+    FromFirstHit { period_us: u64, now_us: u64 },
+}
+
+/// FCALL of the counter `function` for `calls`, each hit's window as `windows` says,
+/// charging a hit that does not fit when `every`.
+fn counter_call(function: &str, calls: &[HitCall], windows: &[WindowArg], every: bool) -> Cmd {
     let keys_len: usize = calls.iter().map(|call| call.key.len()).sum();
     let mut cmd = Cmd::with_capacity(
         4 + 5 * calls.len(),
@@ -129,11 +158,15 @@ fn counter_call(function: &str, calls: &[HitCall], windows_left_us: &[u64], ever
         cmd.arg(&call.key);
     }
     cmd.arg(if every { "1" } else { "0" });
-    for (call, left_us) in calls.iter().zip(windows_left_us) {
-        cmd.arg(call.args.cost)
-            .arg(call.args.requests_per_unit)
-            .arg(ttl_ms(*left_us))
-            .arg(call.args.role.as_str());
+    for (call, window) in calls.iter().zip(windows) {
+        cmd.arg(call.args.cost).arg(call.args.requests_per_unit);
+        match window {
+            WindowArg::Left(left_us) => cmd.arg(ttl_ms(*left_us)),
+            WindowArg::FromFirstHit { period_us, now_us } => {
+                cmd.arg(format!("f{period_us}@{now_us}"))
+            }
+        };
+        cmd.arg(call.args.role.as_str());
     }
     cmd
 }

@@ -308,8 +308,11 @@ impl RedisStore {
         let algorithm = hit.limit.algorithm();
         let rate = hit.limit.rate();
         // A key that names its window was built with sluice's clock (as envoyproxy/ratelimit
-        // does for fixed windows): the script must use the same one.
-        let sluice_clock = hit.limit.key_holds_window() || self.time_source == TimeSource::Sluice;
+        // does for fixed windows): the script must use the same one. A window from the first
+        // hit opens at sluice's clock too, so that the plain counter call can take it.
+        let sluice_clock = hit.limit.key_holds_window()
+            || hit.limit.from_first_hit()
+            || self.time_source == TimeSource::Sluice;
         ScriptArgs {
             algorithm: algorithm.as_str(),
             requests_per_unit: hit.limit.requests_per_unit,
