@@ -121,9 +121,25 @@ local function counter_with_first(hits, every)
   return counts
 end
 
+-- One hit on a window from the first hit, without the tables of several: vetoed only by its
+-- own denial, as `count_one`.
+local function first_one(key, ARGV)
+  local cost = tonumber(ARGV[2])
+  local period, now = string.match(ARGV[4], '^f(%d+)@(%d+)$')
+  local hit = {key = key, period = tonumber(period), now = tonumber(now)}
+  local s, c, live = read_first(hit)
+  if cost > 0 and (ARGV[1] == '1' or c + cost <= tonumber(ARGV[3])) then
+    write_first(hit, {s = s, c = c, live = live}, c + cost)
+  end
+  return {c, 1, s}
+end
+
 local function counter(KEYS, ARGV)
-  -- 102: `f`, a window from the first hit.
-  if #KEYS == 1 and string.byte(ARGV[4]) ~= 102 then
+  if #KEYS == 1 then
+    -- 102: `f`, a window from the first hit.
+    if string.byte(ARGV[4]) == 102 then
+      return first_one(KEYS[1], ARGV)
+    end
     return count_one(KEYS[1], ARGV)
   end
   local every = ARGV[1] == '1'
