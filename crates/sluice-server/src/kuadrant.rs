@@ -251,14 +251,12 @@ fn hold_policy(reservations: Holds, amount: u64, ttl: Option<Duration>) -> Polic
 }
 
 /// A limit as a reservation holds on it: with `policy`'s hold (a limit of leases holds its
-/// own leases, never an estimate), and exact: its holds live in the store, so no replica
-/// spends a leased chunk of it.
+/// own leases, never an estimate).
 fn holding(policy: Policy) -> impl Fn(&mut Limit) + Sync {
     move |limit: &mut Limit| {
         if !limit.algorithm().leases() {
             limit.modifiers.reserve = Some(policy);
         }
-        limit.modifiers.budget_leasing = None;
     }
 }
 

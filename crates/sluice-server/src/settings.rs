@@ -148,8 +148,11 @@ pub enum SettingsError {
     Record(String),
     #[error("admin API: {0}")]
     Admin(String),
-    #[error("--limits-file-leasing: {0}")]
-    Leasing(String),
+    #[error("{setting}: {reason}")]
+    Refused {
+        setting: &'static str,
+        reason: String,
+    },
 }
 
 /// envoyproxy/ratelimit variables set in this process's environment that sluice ignores, each
@@ -188,6 +191,35 @@ mod tests {
         let mut full = vec!["sluice"];
         full.extend_from_slice(argv);
         Cli::parse_from(full).args.into_settings()
+    }
+
+    #[test]
+    fn limits_file_leasing_is_leasings_policy_or_refused_with_its_reason() {
+        let leased = settings(&["--limits-file-leasing", "100"]).expect("valid");
+        let policy = leased
+            .source
+            .load_options
+            .limits_file_leasing
+            .expect("leased");
+        assert_eq!((policy.max_chunk, policy.max_hold_us), (100, 1_000_000));
+        assert!(settings(&[])
+            .expect("valid")
+            .source
+            .load_options
+            .limits_file_leasing
+            .is_none());
+        let small = settings(&["--limits-file-leasing", "1"]).expect_err("refused");
+        assert!(
+            small.to_string().starts_with("--limits-file-leasing: "),
+            "{small}"
+        );
+        let long = settings(&[
+            "--limits-file-leasing",
+            "9",
+            "--limits-file-leasing-max-hold",
+            "2m",
+        ]);
+        assert!(long.is_err(), "a hold past a minute");
     }
 
     /// Every variable envoyproxy/ratelimit reads (its `src/settings/settings.go`, 2026).

@@ -73,6 +73,15 @@ impl Policy {
     }
 }
 
+impl super::Modifiers {
+    /// The limit's leasing, unless another of its modifiers keeps the limit's budget in the
+    /// store (one added at a request: Kuadrant's calls hold their reservations there).
+    pub fn leasing(&self) -> Option<Policy> {
+        self.budget_leasing
+            .filter(|_| self.chunk_refusal().is_none())
+    }
+}
+
 impl ModifierPolicy for Policy {
     fn parse(value: &serde_yaml::Value, _period_us: u64) -> Result<Policy, Refusal> {
         let map = policy_map(value, "budget_leasing", &KEYS)?;

@@ -103,8 +103,9 @@ impl SourceArgs {
         let hold = format!("{}ms", self.limits_file_leasing_max_hold.as_millis());
         leasing::Policy::of(u64::from(max_chunk), &hold)
             .map(Some)
-            .map_err(|refusal| {
-                SettingsError::Leasing(format!("{}: {}", refusal.key, refusal.reason))
+            .map_err(|refusal| SettingsError::Refused {
+                setting: "--limits-file-leasing",
+                reason: format!("{}: {}", refusal.key, refusal.reason),
             })
     }
 }

@@ -130,7 +130,7 @@ impl<S: Store + AdminStore> Shared<S> {
     /// while the next one is taken plans to wait for it.
     fn plan(&self, hits: &[Hit], now_us: u64, may_wait: bool) -> Vec<Step> {
         hits.iter()
-            .map(|hit| match hit.limit.modifiers.budget_leasing {
+            .map(|hit| match hit.limit.modifiers.leasing() {
                 Some(policy) => self.table.plan(hit, &policy, now_us, may_wait),
                 None => Step::Store,
             })
@@ -306,8 +306,7 @@ impl<S: Store + AdminStore> Shared<S> {
         let stands = standing(hits, &decisions);
         let mut excess = Vec::new();
         for (index, (hit, plan)) in hits.iter().zip(plans).enumerate() {
-            let (Step::Take { claim, .. }, Some(policy)) =
-                (plan, hit.limit.modifiers.budget_leasing)
+            let (Step::Take { claim, .. }, Some(policy)) = (plan, hit.limit.modifiers.leasing())
             else {
                 continue;
             };
@@ -441,7 +440,7 @@ impl<S: Store + AdminStore> Store for WithLeasing<S> {
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
         let leased = hits
             .iter()
-            .any(|hit| hit.limit.modifiers.budget_leasing.is_some());
+            .any(|hit| hit.limit.modifiers.leasing().is_some());
         if charging != Charging::AllOrNothing || !leased {
             return self.shared.inner.charge(hits, charging).await;
         }

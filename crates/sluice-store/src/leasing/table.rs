@@ -176,7 +176,7 @@ impl Lease {
 fn max_chunk_of(limit: &Limit) -> u64 {
     limit
         .modifiers
-        .budget_leasing
+        .leasing()
         .map_or(0, |policy| u64::from(policy.max_chunk))
 }
 
@@ -384,7 +384,7 @@ impl LeaseTable {
         for shard in self.shards.iter() {
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
             shard.retain(|(key, limit), lease| {
-                let Some(policy) = limit.modifiers.budget_leasing else {
+                let Some(policy) = limit.modifiers.leasing() else {
                     return false;
                 };
                 let idle_us = now_us.saturating_sub(lease.last_used_us);
