@@ -1,7 +1,8 @@
 //! Fixed windows from each counter's first hit through the server (docs/configuration.md,
 //! "Windows from the first hit"): on both stores a window lasts one period from its
 //! counter's first hit, not to the epoch's edge; on Redis it is a hash under a key that names
-//! neither window nor time, shared by replicas and kept by a reload that changes the limit;
+//! neither window nor time, shared by replicas and kept by a reload that changes the limit,
+//! and on the memory store kept by its snapshot across a restart;
 //! and the settings that cannot go with it are refused with the
 //! path, line and reason.
 
@@ -150,6 +151,33 @@ async fn two_replicas_share_a_window_and_a_reload_of_its_limit_keeps_its_count()
     // general call writes the hash whole): 4 admitted after the first.
     let stats = redis.cli(&["INFO", "commandstats"]);
     assert!(stats.contains("cmdstat_hincrby:calls=4,"), "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_survives_a_restart_with_the_memory_snapshot_and_keeps_its_start() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let snapshot = dir.path().join("state.snapshot").display().to_string();
+    let args = ["--memory-snapshot", snapshot.as_str()];
+    let mut first = Sluice::start(CONFIG, &args);
+    let mut client = first.client().await;
+    let plan = [("plan", "kept")];
+    for _ in 0..3 {
+        assert_eq!(
+            overall(&call_one(&mut client, "api", &plan).await),
+            Code::Ok
+        );
+    }
+    assert_eq!(first.terminate(), Some(0), "drained, its snapshot written");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let second = Sluice::start(CONFIG, &args);
+    let mut client = second.client().await;
+    let fourth = call_one(&mut client, "api", &plan).await;
+    assert_eq!(
+        fourth.statuses[0].limit_remaining, 1,
+        "three were counted before"
+    );
+    // The window still ends an hour after its first hit, not after the restart.
+    assert!(reset_s(&fourth) < 3_600, "waits {} s", reset_s(&fourth));
 }
 
 /// Limitador's limits count in windows from the first hit (its own).
