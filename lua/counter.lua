@@ -72,16 +72,18 @@ local function write_first(hit, window, count)
   end
 end
 
--- Calls with a window from the first hit: every hit read first, charged in `held`, written
--- at the end (charged as `every` says, or all or nothing); replies as the plain calls do,
--- with the windows' starts after.
-local function counter_with_first(hits, every)
-  local counts, held, read, windows, decisions, charged = {}, {}, {}, {}, {}, {}
+-- Several hits: each read once per key, charged in `held` on what the hits before it left
+-- (every hit with `every`; with all or nothing, one that fits), written at the end unless
+-- the request vetoed itself; replies the counts, whether they stood, then the windows' starts.
+local function count_many(hits, every)
+  -- `windows`: the first-hit windows read, made for the first of them.
+  local counts, held, read, decisions, charged, windows = {}, {}, {}, {}, {}, nil
   for i, hit in ipairs(hits) do
     local count = held[hit.key]
     if count == nil then
       if hit.first then
         local s, c, live = read_first(hit)
+        windows = windows or {}
         windows[hit.key] = {s = s, c = c, live = live}
         count = c
       else
@@ -142,70 +144,15 @@ local function counter(KEYS, ARGV)
     end
     return count_one(KEYS[1], ARGV)
   end
-  local every = ARGV[1] == '1'
-  local hits, counts = {}, {}
-  local any_first = false
+  local hits = {}
   for i = 1, #KEYS do
     local at = 2 + (i - 1) * COUNTER_ARGS
-    hits[i] = {key = KEYS[i], cost = tonumber(ARGV[at]), cost_arg = ARGV[at],
-      limit = tonumber(ARGV[at + 1]), ttl = ARGV[at + 2], role = ARGV[at + 3]}
+    hits[i] = {key = KEYS[i], cost = tonumber(ARGV[at]), limit = tonumber(ARGV[at + 1]),
+      ttl = ARGV[at + 2], role = ARGV[at + 3]}
     if string.byte(ARGV[at + 2]) == 102 then
       local period, now = string.match(ARGV[at + 2], '^f(%d+)@(%d+)$')
       hits[i].first, hits[i].period, hits[i].now = true, tonumber(period), tonumber(now)
-      any_first = true
     end
   end
-  if any_first then
-    return counter_with_first(hits, every)
-  end
-  if every then
-    -- The keys this call made, with the time to live of their last hit.
-    local made = {}
-    for i, hit in ipairs(hits) do
-      if hit.cost > 0 then
-        local after = redis.call('INCRBY', hit.key, hit.cost_arg)
-        if after == hit.cost or made[hit.key] then
-          made[hit.key] = hit.ttl
-        end
-        counts[i] = after - hit.cost
-      else
-        counts[i] = tonumber(redis.call('GET', hit.key) or '0')
-      end
-    end
-    for key, ttl in pairs(made) do
-      redis.call('PEXPIRE', key, ttl)
-    end
-    counts[#hits + 1] = 1
-    return counts
-  end
-  -- All or nothing: each hit on what the fitting hits before it left.
-  local held, read, last_ttl, decisions = {}, {}, {}, {}
-  for i, hit in ipairs(hits) do
-    local count = held[hit.key]
-    if count == nil then
-      count = tonumber(redis.call('GET', hit.key) or '0')
-      read[hit.key] = count
-    end
-    counts[i] = count
-    local fits = count + hit.cost <= hit.limit
-    decisions[i] = {fits and 1 or 0}
-    held[hit.key] = count
-    if fits and hit.cost > 0 then
-      held[hit.key] = count + hit.cost
-      last_ttl[hit.key] = hit.ttl
-    end
-  end
-  if vetoed(hits, decisions) then
-    counts[#hits + 1] = 0
-    return counts
-  end
-  for key, ttl in pairs(last_ttl) do
-    if read[key] == 0 then
-      redis.call('SET', key, string.format('%d', held[key]), 'PX', ttl)
-    else
-      redis.call('INCRBY', key, string.format('%d', held[key] - read[key]))
-    end
-  end
-  counts[#hits + 1] = 1
-  return counts
+  return count_many(hits, ARGV[1] == '1')
 end
