@@ -1,8 +1,9 @@
 //! The counters of Limitador's limits this replica has asked the store about, so that
 //! `GET /counters/{namespace}` can list them (docs/kuadrant.md): each by its store key, with
 //! its namespace, its limit's identity and its variables' values. Bounded: a counter whose
-//! window must have ended (one period after it was last seen) is dropped when room is needed,
-//! and past `capacity` live counters a new one is not listed.
+//! window must have ended (one period after it was last seen) is dropped when room is needed
+//! (at most one scan a second, so that a flood of new values costs a scan a second, not one
+//! each), and past `capacity` live counters a new one is not listed.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -40,12 +41,15 @@ impl Seen {
     }
 }
 
-/// The counters seen, by store key.
+/// The counters seen, by store key, and when ended ones were last dropped to make room.
 #[derive(Debug)]
 pub struct SeenCounters {
-    by_key: Mutex<HashMap<String, Seen>>,
+    by_key: Mutex<(HashMap<String, Seen>, u64)>,
     capacity: usize,
 }
+
+/// The least time between two scans for ended counters when full.
+const SWEEP_EVERY_US: u64 = 1_000_000;
 
 impl Default for SeenCounters {
     fn default() -> Self {
@@ -62,7 +66,7 @@ impl SeenCounters {
         }
     }
 
-    fn locked(&self) -> MutexGuard<'_, HashMap<String, Seen>> {
+    fn locked(&self) -> MutexGuard<'_, (HashMap<String, Seen>, u64)> {
         // A panic while holding the map leaves it whole (each change is one insert or retain).
         self.by_key
             .lock()
@@ -79,12 +83,17 @@ impl SeenCounters {
         values: &[String],
         now_us: u64,
     ) {
-        let mut by_key = self.locked();
+        let mut locked = self.locked();
+        let (by_key, swept_at_us) = &mut *locked;
         if let Some(seen) = by_key.get_mut(key) {
             seen.last_us = seen.last_us.max(now_us);
             return;
         }
         if by_key.len() >= self.capacity {
+            if now_us < swept_at_us.saturating_add(SWEEP_EVERY_US) {
+                return;
+            }
+            *swept_at_us = now_us;
             by_key.retain(|_, seen| !seen.ended_by(now_us));
             if by_key.len() >= self.capacity {
                 return;
@@ -104,7 +113,8 @@ impl SeenCounters {
 
     /// The counters of `namespace` that may still hold a count at `now_us`, by key.
     pub fn of_namespace(&self, namespace: &str, now_us: u64) -> Vec<SeenCounter> {
-        let mut by_key = self.locked();
+        let mut locked = self.locked();
+        let by_key = &mut locked.0;
         by_key.retain(|_, seen| !seen.ended_by(now_us));
         let mut counters: Vec<SeenCounter> = by_key
             .iter()
@@ -168,5 +178,23 @@ mod tests {
             .map(|c| c.key)
             .collect();
         assert_eq!(keys, ["k4"], "the ended ones made room");
+    }
+
+    #[test]
+    fn a_full_index_scans_for_room_at_most_once_a_second() {
+        let limits = limits();
+        let seen = SeenCounters::with_capacity(1);
+        seen.note("k1", "b", &limits[1], &[], 0);
+        // Full, and k1 lives to 10 s: a scan finds no room.
+        seen.note("k2", "b", &limits[1], &[], 9_500_000);
+        // k1 has ended, but the last scan was under a second ago: no scan, k3 not listed.
+        seen.note("k3", "b", &limits[1], &[], 10_200_000);
+        seen.note("k4", "b", &limits[1], &[], 10_600_000);
+        let keys: Vec<String> = seen
+            .of_namespace("b", 10_600_000)
+            .into_iter()
+            .map(|c| c.key)
+            .collect();
+        assert_eq!(keys, ["k4"], "the scan a second after the last made room");
     }
 }
