@@ -75,7 +75,7 @@ impl Policy {
 
 impl super::Modifiers {
     /// The limit's leasing, unless another of its modifiers keeps the limit's budget in the
-    /// store (one added at a request: Kuadrant's calls hold their reservations there).
+    /// store (one added at a request too: Kuadrant's calls hold their estimates there).
     pub fn leasing(&self) -> Option<Policy> {
         self.budget_leasing
             .filter(|_| self.chunk_refusal().is_none())
