@@ -174,7 +174,7 @@ impl Limit {
     /// Whether the limit's windows start at each counter's first hit (Limitador's): its
     /// windows are its state's, so no key and no caller knows where one ends.
     pub fn from_first_hit(&self) -> bool {
-        matches!(self.counting, Counting::FixedWindow(own) if own.from_first_hit)
+        self.counting.from_first_hit()
     }
 
     /// The state of a limit whose key names its window (`key_holds_window`) when that key

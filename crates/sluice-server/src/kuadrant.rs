@@ -274,17 +274,20 @@ fn released(bound: &[Bound<'_>]) -> bool {
         .any(|reserved| reserved.call == Call::Settled)
 }
 
+/// The request when it names a domain (Limitador answers one without a domain UNKNOWN).
+fn with_domain(request: Request<RateLimitRequest>) -> Option<RateLimitRequest> {
+    Some(request.into_inner()).filter(|request| !request.domain.is_empty())
+}
+
 #[tonic::async_trait]
 impl<S: Store> RateLimitService for KuadrantService<S> {
     async fn check_rate_limit(
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let request = request.into_inner();
-        if request.domain.is_empty() {
-            // Limitador's answer to a call without a domain.
+        let Some(request) = with_domain(request) else {
             return Ok(answer(Code::Unknown));
-        }
+        };
         // Limitador checks one hit, whatever the request's hits_addend.
         let code = self
             .check(request.domain, request.descriptors, 1, Caller::Grpc)
@@ -297,11 +300,9 @@ impl<S: Store> RateLimitService for KuadrantService<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let request = request.into_inner();
-        if request.domain.is_empty() {
-            // Limitador's answer to a call without a domain.
+        let Some(request) = with_domain(request) else {
             return Ok(answer(Code::Unknown));
-        }
+        };
         // A hits_addend of 0 counts as 1, as Limitador counts it.
         let cost = u64::from(request.hits_addend.max(1));
         let (domain, descriptors) = (request.domain, request.descriptors);

@@ -58,6 +58,13 @@ impl FixedWindowParameters {
     };
 }
 
+impl crate::algorithm::Counting {
+    /// Whether these are a fixed window's windows from each counter's first hit.
+    pub fn from_first_hit(&self) -> bool {
+        matches!(self, crate::algorithm::Counting::FixedWindow(own) if own.from_first_hit)
+    }
+}
+
 /// How `window` names windows that start at a counter's first hit, and the epoch's.
 const START_KEY: &str = "start";
 

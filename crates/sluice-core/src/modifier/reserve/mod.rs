@@ -151,11 +151,11 @@ pub struct Budget<'a> {
 /// (`decided`, at the opening) tells.
 fn lapse_at(policy: &Policy, budget: &Budget<'_>, decided: &Decision, now_us: u64) -> u64 {
     let held = now_us.saturating_add(policy.max_hold_us);
-    let from_first_hit =
-        matches!(budget.counting, Counting::FixedWindow(own) if own.from_first_hit);
     match budget.window_end_us {
         Some(end) => held.min(end),
-        None if from_first_hit => held.min(now_us.saturating_add(decided.reset_after_us)),
+        None if budget.counting.from_first_hit() => {
+            held.min(now_us.saturating_add(decided.reset_after_us))
+        }
         None => held,
     }
 }
