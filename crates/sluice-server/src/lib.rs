@@ -10,7 +10,8 @@
 //! - `rlqs`: Envoy's Rate Limit Quota Service; `xds`: the configuration from a management
 //!   server.
 //! - `http`: `/healthcheck`, `/json`, `/metrics`, `/rlconfig`.
-//! - `metrics`: the service's own series (calls, limits, store calls, config loads); `statsd`
+//! - `metrics`: the service's own series (calls, limits, store calls, config loads), and
+//!   `hitters`: who is being limited (each limit's heaviest values); `statsd`
 //!   and `otel`: the exporters.
 //! - `record`: recording decided calls (`serve --record`), in a versioned format.
 //! - `admin`: the admin API (tenant overrides, reset, credit) on a port of its own, and the
@@ -25,6 +26,7 @@
 
 pub mod admin;
 pub mod client_tls;
+pub mod hitters;
 pub mod http;
 pub mod kuadrant;
 pub mod metrics;

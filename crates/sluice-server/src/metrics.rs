@@ -19,11 +19,13 @@ use arc_swap::ArcSwap;
 
 use metrics::{Counter, Histogram, Label};
 
+use crate::hitters::{HeavyHitters, HittersSettings, Tracked};
 use crate::statsd::ServiceStats;
 use sluice_core::algorithm::Mark;
 use sluice_core::labels::LimitLabels;
 use sluice_core::limit::{Algorithm, Decision, LeaseOutcome};
 use sluice_core::modifier::Class;
+use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_store::series::Series;
 
 /// The per-limit label value of every series past the request-valued series bound.
@@ -39,6 +41,8 @@ pub struct LimitOutcome<'a> {
     pub shadow_mode: bool,
     /// The class of traffic a modifier put the hit in, counted by class.
     pub class: Option<Class<'a>>,
+    /// The descriptor's entries, for its limit's heavy hitters (empty: not tracked).
+    pub entries: &'a [Entry],
 }
 
 /// One limit's counters, registered once and kept.
@@ -58,6 +62,8 @@ struct LimitCounters {
     modifiers: modifiers::LimitModifiers,
     /// The decisions by class of traffic, for a limit whose modifiers put hits in classes.
     classes: classes::ClassCounters,
+    /// Its heavy hitters, found at its first decision with entries (`None`: not tracked).
+    hitters: OnceLock<Option<Arc<Tracked>>>,
 }
 
 /// The server's metrics. Handles are registered once and cached, so recording a decision is a
@@ -92,6 +98,8 @@ pub struct Metrics {
     loads: loads::ConfigLoads,
     /// Limitador's series.
     limitador: limitador::LimitadorSeries,
+    /// Who is being limited (`hitters`).
+    hitters: Arc<HeavyHitters>,
 }
 
 impl Metrics {
@@ -131,8 +139,20 @@ impl Metrics {
             epoch: std::time::Instant::now(),
             loads: loads::ConfigLoads::new(),
             limitador: limitador::LimitadorSeries::new(&series),
+            hitters: Arc::default(),
             series,
         }
+    }
+
+    /// The same metrics, tracking heavy hitters as `settings` say.
+    pub fn with_heavy_hitters(mut self, settings: HittersSettings) -> Metrics {
+        self.hitters = Arc::new(HeavyHitters::new(settings));
+        self
+    }
+
+    /// Who is being limited.
+    pub fn heavy_hitters(&self) -> &Arc<HeavyHitters> {
+        &self.hitters
     }
 
     /// The same metrics, sent to statsd too under the reference's stat names.
@@ -181,13 +201,15 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition, every component's series included (what ages in the
-    /// modifiers' series, as of now).
+    /// modifiers' series, as of now), the heavy hitters' last.
     pub fn render(&self) -> String {
         let now_us = self.now_us();
         for counters in self.limits.load().values() {
             counters.modifiers.refresh(now_us);
         }
-        self.series.render()
+        let mut text = self.series.render();
+        text.push_str(&self.hitters.exposition());
+        text
     }
 
     /// What a limit's modifier noted on a hit (`decision`, of `cost`: an opening's estimate,
@@ -259,6 +281,16 @@ impl Metrics {
                 if value > 0 {
                     counter.fetch_add(value, Ordering::Relaxed);
                 }
+            }
+        }
+        if !outcome.entries.is_empty() {
+            let tracked = counters
+                .hitters
+                .get_or_init(|| self.hitters.tracker(&counters.labels));
+            if let Some(tracked) = tracked {
+                let denied = !outcome.decision.admitted;
+                self.hitters
+                    .record(tracked, outcome.entries, outcome.cost, denied);
             }
         }
         let over = !(outcome.decision.admitted || outcome.shadow_mode);
@@ -369,6 +401,7 @@ impl Metrics {
             leases: OnceLock::new(),
             modifiers: modifiers::LimitModifiers::default(),
             classes: classes::ClassCounters::default(),
+            hitters: OnceLock::new(),
             labels: labels.clone(),
         });
         let mut grown = HashMap::clone(&known);
@@ -461,6 +494,7 @@ mod tests {
             },
             shadow_mode: false,
             class: None,
+            entries: &[],
         }
     }
 
@@ -512,6 +546,7 @@ mod tests {
             },
             shadow_mode: false,
             class: None,
+            entries: &[],
         };
         for value in ["a", "b", "c", "d"] {
             let labels = LimitLabels::of_override("d", [value].into_iter());

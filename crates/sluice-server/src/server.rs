@@ -137,7 +137,9 @@ pub async fn run(
         settings.observability.near_limit_ratio,
         settings.observability.max_metric_series,
     );
-    metrics = metrics.with_limit_name_in_labels(settings.kuadrant.limit_name_in_labels);
+    metrics = metrics
+        .with_limit_name_in_labels(settings.kuadrant.limit_name_in_labels)
+        .with_heavy_hitters(settings.observability.heavy_hitters);
     if let Some(statsd) = &settings.observability.statsd {
         let statsd = Arc::new(Statsd::new(statsd.clone()));
         tokio::spawn(statsd.clone().run());

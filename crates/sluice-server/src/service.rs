@@ -98,7 +98,7 @@ impl<S: Store> RateLimiter<S> {
         let decided = self
             .limiter
             .decide(&config, request, |bound, denied| {
-                self.record(bound, denied);
+                self.record(request, bound, denied);
                 // Named only where Limitador's series name it: no work for other calls.
                 if denied && self.metrics.names_limits() {
                     limit_name = limiting_name(bound);
@@ -145,7 +145,7 @@ impl<S: Store> RateLimiter<S> {
             .limiter
             .decide_asking(&config, request, asking, |bound, denied| {
                 if charges {
-                    self.record(bound, denied);
+                    self.record(request, bound, denied);
                 }
                 inspect(bound);
             })
@@ -167,9 +167,10 @@ impl<S: Store> RateLimiter<S> {
 
     /// Counts every charged descriptor's hits under its labels, as its binding limit decided,
     /// and what its lease limit did to its leases (a release counts only there; a
-    /// request that was `denied` took none).
-    fn record(&self, bound: &[Bound<'_>], denied: bool) {
-        for s in bound {
+    /// request that was `denied` took none). Each descriptor's entries go to its limit's heavy
+    /// hitters (Limitador's counters, past the descriptors, have none).
+    fn record(&self, request: &RateLimitRequest, bound: &[Bound<'_>], denied: bool) {
+        for (index, s) in bound.iter().enumerate() {
             if let Some(labels) = s.labels.as_deref() {
                 for (decision, cost) in &s.taken {
                     self.metrics.record_modifiers(labels, decision, *cost);
@@ -193,6 +194,10 @@ impl<S: Store> RateLimiter<S> {
                 decision,
                 shadow_mode: applied.shadow_mode,
                 class: applied.limit.modifiers.class(),
+                entries: request
+                    .descriptors
+                    .get(index)
+                    .map_or(&[], |d| d.entries.as_slice()),
             };
             self.metrics.record_limit(labels, &outcome);
         }

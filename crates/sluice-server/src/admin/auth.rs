@@ -1,5 +1,6 @@
 //! Who calls the admin API: the subject of a client certificate the port's CA signed (mTLS,
-//! checked against the allowed subjects), a bearer token from the token file, or both when
+//! checked against the allowed subjects), a bearer token from the token file (as `Bearer`, or as
+//! the password of HTTP Basic, which a browser sends), or both when
 //! both are configured. Nothing passes without one. The token file is read again when it
 //! changes (checked every second), so a token is rotated without a restart; a file that
 //! cannot be read or holds no usable token keeps the tokens in force, logged.
@@ -186,13 +187,12 @@ impl Authentication {
             }
         }
         if let Some(tokens) = &self.tokens {
-            let presented = authorization
-                .and_then(|value| value.strip_prefix("Bearer "))
-                .map(str::trim)
-                .ok_or(Denied::Unauthenticated(
-                    "a bearer token is required (authorization: Bearer <token>)",
-                ))?;
-            let name = tokens.who(presented).ok_or(Denied::Unauthenticated(
+            let presented = authorization.and_then(presented_token).ok_or(
+                Denied::Unauthenticated(
+                    "a bearer token is required (authorization: Bearer <token>, or Basic with the token as the password)",
+                ),
+            )?;
+            let name = tokens.who(&presented).ok_or(Denied::Unauthenticated(
                 "the bearer token is not one in force",
             ))?;
             who.push(format!("token:{name}"));
@@ -202,6 +202,22 @@ impl Authentication {
         }
         Ok(Caller(who.join(" ")))
     }
+}
+
+/// The token an `authorization` header presents: `Bearer <token>`, or HTTP Basic with the token
+/// as the password (any user name), which a browser sends for the dashboard.
+fn presented_token(authorization: &str) -> Option<String> {
+    use base64::Engine;
+    if let Some(token) = authorization.strip_prefix("Bearer ") {
+        return Some(token.trim().to_string());
+    }
+    let encoded = authorization.strip_prefix("Basic ")?.trim();
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    let pair = String::from_utf8(decoded).ok()?;
+    let (_, password) = pair.split_once(':')?;
+    Some(password.to_string())
 }
 
 #[cfg(test)]

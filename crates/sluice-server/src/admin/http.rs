@@ -70,11 +70,17 @@ fn body_error(message: String) -> AdminError {
     }
 }
 
-fn answer<T: serde::Serialize>(result: Result<T, AdminError>) -> Response {
+/// A call's answer: its value as JSON, or its error.
+pub(super) fn answer<T: serde::Serialize>(result: Result<T, AdminError>) -> Response {
     match result {
         Ok(value) => Json(value).into_response(),
         Err(error) => error_response(&error),
     }
+}
+
+/// A query string that is not the call's: 400, naming the field serde names.
+pub(super) fn invalid_query(rejection: QueryRejection) -> AdminError {
+    body_error(rejection.body_text())
 }
 
 fn json_body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, AdminError> {
@@ -129,7 +135,7 @@ async fn list_overrides(
 ) -> Response {
     let query = match query {
         Ok(Query(query)) => query,
-        Err(rejection) => return error_response(&body_error(rejection.body_text())),
+        Err(rejection) => return error_response(&invalid_query(rejection)),
     };
     let result = admin
         .list(&query.domain, query.page_size, &query.page_token)

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod dashboard;
 mod error;
 pub mod grpc;
 pub mod http;
@@ -84,6 +85,17 @@ impl Admin {
             metrics,
             changed: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// The server's metrics (the dashboard reads the heavy hitters and gauges there).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The domains of the configuration in force.
+    pub fn domain_names(&self) -> Vec<String> {
+        let config = self.config.load();
+        config.domains().iter().map(|d| d.name.clone()).collect()
     }
 
     /// Notified after each change of the override records.

@@ -37,9 +37,11 @@ pub struct AdminPort {
     pub tls: Option<Arc<TlsConfig>>,
     pub allowed_subjects: Arc<Vec<String>>,
     pub header_read_timeout: Duration,
+    /// The replay report the dashboard shows.
+    pub replay_report: Option<std::path::PathBuf>,
 }
 
-/// The routes of the port, authenticated: JSON, gRPC and its reflection.
+/// The routes of the port, authenticated: JSON, the dashboard, gRPC and its reflection.
 fn router(port: &AdminPort) -> Result<Router, ServerError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -49,7 +51,9 @@ fn router(port: &AdminPort) -> Result<Router, ServerError> {
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
         .into_axum_router();
+    let dashboard = crate::admin::dashboard::router(port.admin.clone(), port.replay_report.clone());
     Ok(crate::admin::http::router(port.admin.clone())
+        .merge(dashboard)
         .merge(grpc)
         .layer(middleware::from_fn_with_state(
             port.authentication.clone(),
@@ -107,9 +111,15 @@ fn refusal(denied: &Denied, grpc: bool) -> Response {
     )
         .into_response();
     if status.as_u16() == 401 {
-        response.headers_mut().insert(
+        let headers = response.headers_mut();
+        headers.insert(
             axum::http::header::WWW_AUTHENTICATE,
             axum::http::HeaderValue::from_static("Bearer"),
+        );
+        // A browser asks for the token (as the password) when it sees Basic offered.
+        headers.append(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Basic realm=\"sluice admin\", charset=\"UTF-8\""),
         );
     }
     response
@@ -169,6 +179,7 @@ pub(super) fn parts(
         tls,
         allowed_subjects: Arc::new(admin_settings.allowed_subjects.clone()),
         header_read_timeout: settings.ports.network.http_header_read_timeout,
+        replay_report: admin_settings.replay_report.clone(),
     })
 }
 

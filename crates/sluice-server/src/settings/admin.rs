@@ -33,6 +33,10 @@ pub struct AdminArgs {
     /// names), comma-separated; mTLS needs at least one.
     #[arg(long, env = "SLUICE_ADMIN_ALLOWED_SUBJECTS", value_delimiter = ',')]
     pub admin_allowed_subjects: Vec<String>,
+    /// A `sluice replay --json` report the dashboard shows (read again at each look, so a job
+    /// that writes a new one is shown without a restart).
+    #[arg(long, env = "SLUICE_ADMIN_REPLAY_REPORT")]
+    pub admin_replay_report: Option<PathBuf>,
 }
 
 /// The admin port's validated settings.
@@ -43,6 +47,8 @@ pub struct AdminSettings {
     /// TLS on the port; with a client CA, the names a client certificate may be valid for.
     pub tls: Option<TlsSettings>,
     pub allowed_subjects: Vec<String>,
+    /// The replay report the dashboard shows.
+    pub replay_report: Option<PathBuf>,
 }
 
 impl AdminArgs {
@@ -52,10 +58,11 @@ impl AdminArgs {
         let refuse = |reason: &str| Err(SettingsError::Admin(reason.to_string()));
         let Some(addr) = self.admin_addr else {
             if self.admin_token_file.is_some()
+                || self.admin_replay_report.is_some()
                 || self.admin_tls_cert.is_some()
                 || !self.admin_allowed_subjects.is_empty()
             {
-                return refuse("--admin-token-file, --admin-tls-* or --admin-allowed-subjects is set but --admin-addr is not: set it, or unset them");
+                return refuse("--admin-token-file, --admin-tls-*, --admin-allowed-subjects or --admin-replay-report is set but --admin-addr is not: set it, or unset them");
             }
             return Ok(None);
         };
@@ -100,6 +107,7 @@ impl AdminArgs {
             token_file: self.admin_token_file,
             tls,
             allowed_subjects: subjects,
+            replay_report: self.admin_replay_report,
         }))
     }
 }

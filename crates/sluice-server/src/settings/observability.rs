@@ -9,6 +9,7 @@ use clap::{ArgAction, Args, ValueEnum};
 
 use super::traces::TracingArgs;
 use super::SettingsError;
+use crate::hitters::HittersSettings;
 use crate::otel::TracingSettings;
 use crate::statsd::{Mogrifier, StatsdSettings};
 use sluice_core::duration;
@@ -29,6 +30,16 @@ pub struct ObservabilityArgs {
     /// value_to_metric, limit overrides); past it they share key1="_overflow_".
     #[arg(long, env = "SLUICE_MAX_METRIC_SERIES", default_value_t = 10_000)]
     pub max_metric_series: usize,
+    /// Counters of each heavy-hitter sketch (docs/heavy-hitters.md); 0 turns tracking off. A
+    /// count is over the true one by at most the window's hits over this.
+    #[arg(long, env = "SLUICE_HEAVY_HITTERS_CAPACITY", default_value_t = 128)]
+    pub heavy_hitters_capacity: usize,
+    /// Values each heavy-hitter list tells (Prometheus series, dashboard), at most the capacity.
+    #[arg(long, env = "SLUICE_HEAVY_HITTERS_TOP", default_value_t = 10)]
+    pub heavy_hitters_top: usize,
+    /// Limits whose heavy hitters are tracked at most (the first seen).
+    #[arg(long, env = "SLUICE_HEAVY_HITTERS_LIMITS", default_value_t = 200)]
+    pub heavy_hitters_limits: usize,
     /// Send the stats to statsd too, under the reference's names (over TCP, as the reference).
     /// Off by default (the reference's default is on: sluice's metrics are Prometheus first).
     #[arg(long, env = "USE_STATSD", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
@@ -72,6 +83,8 @@ pub enum LogFormat {
 pub struct ObservabilitySettings {
     pub near_limit_ratio: f64,
     pub max_metric_series: usize,
+    /// Who is being limited.
+    pub heavy_hitters: HittersSettings,
     /// `USE_STATSD` / `USE_DOG_STATSD`: the statsd sink.
     pub statsd: Option<StatsdSettings>,
     /// `TRACING_ENABLED`: the span export.
@@ -88,9 +101,23 @@ impl ObservabilityArgs {
                 value: near_limit_ratio,
             });
         }
+        if self.heavy_hitters_capacity > 0 && self.heavy_hitters_top > self.heavy_hitters_capacity {
+            return Err(SettingsError::Refused {
+                setting: "--heavy-hitters-top / SLUICE_HEAVY_HITTERS_TOP",
+                reason: format!(
+                    "{} values cannot be told from sketches of {} counters (--heavy-hitters-capacity)",
+                    self.heavy_hitters_top, self.heavy_hitters_capacity
+                ),
+            });
+        }
         Ok(ObservabilitySettings {
             near_limit_ratio,
             max_metric_series: self.max_metric_series,
+            heavy_hitters: HittersSettings {
+                capacity: self.heavy_hitters_capacity,
+                top: self.heavy_hitters_top,
+                max_limits: self.heavy_hitters_limits,
+            },
             statsd: self.statsd()?,
             tracing: self.tracing.settings()?,
         })
