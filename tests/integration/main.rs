@@ -24,6 +24,7 @@ mod grpc_service;
 mod grpc_standard_services;
 mod grpc_tls;
 mod hardening;
+mod heavy_hitters;
 mod hot_keys;
 mod in_process;
 mod kuadrant;

@@ -181,6 +181,10 @@ pub async fn run(
         .series()
         .add_reporter(Arc::new(admin::OverrideCount(overrides.clone())));
     if store.redis().is_some() {
+        tokio::spawn(crate::hitters::shared::publish(
+            Arc::downgrade(metrics.heavy_hitters()),
+            Arc::downgrade(&store),
+        ));
         tokio::spawn(admin::sync::follow(
             Arc::downgrade(&store),
             overrides.clone(),

@@ -20,6 +20,7 @@ use serde_json::json;
 use super::http::{answer, invalid_query};
 use super::model::{DescriptorRef, DescriptorState};
 use super::{Admin, AdminError};
+use crate::hitters::shared::{self, Summary};
 use crate::hitters::{By, LimitName, LimitView, Span, Top};
 use sluice_config::overrides::{EntryDoc, OverrideDoc};
 
@@ -157,12 +158,26 @@ impl Dashboard {
         }
     }
 
-    fn top(&self, query: TopQuery, domain: String, limit: String) -> Result<TopAnswer, AdminError> {
+    /// Every replica's lists: this one's, and those the others shared through Redis (an error
+    /// reading theirs answers UNAVAILABLE: a partial answer would pass for the whole).
+    async fn summaries(&self) -> Result<Vec<Summary>, AdminError> {
+        let hitters = self.admin.metrics().heavy_hitters();
+        match shared::summaries(hitters, self.admin.store()).await {
+            (summaries, None) => Ok(summaries),
+            (_, Some(error)) => Err(AdminError::Store(error)),
+        }
+    }
+
+    async fn top(
+        &self,
+        query: TopQuery,
+        domain: String,
+        limit: String,
+    ) -> Result<TopAnswer, AdminError> {
         let k = self.k(query.k)?;
         let name = LimitName { domain, limit };
-        let hitters = self.admin.metrics().heavy_hitters();
-        let top = hitters
-            .top(&name, query.window, query.by, k)
+        let summaries = self.summaries().await?;
+        let top = shared::merged_top(&summaries, &name, query.window, query.by, k)
             .ok_or_else(|| not_tracked(&name))?;
         Ok(TopAnswer {
             domain: name.domain,
@@ -190,19 +205,19 @@ async fn top(
         Ok(Query(mut query)) => match (query.domain.take(), query.limit.take()) {
             (Some(domain), Some(limit)) => dashboard
                 .top(query, domain, limit)
+                .await
                 .map(|answer| json!(answer)),
             (None, Some(_)) => Err(AdminError::invalid(
                 "domain",
                 "a limit is named within its domain: set domain too",
             )),
-            (domain, None) => {
-                let names = dashboard.admin.metrics().heavy_hitters().names();
-                let names: Vec<LimitName> = names
+            (domain, None) => dashboard.summaries().await.map(|summaries| {
+                let names: Vec<LimitName> = shared::merged_names(&summaries)
                     .into_iter()
                     .filter(|n| domain.as_ref().is_none_or(|d| &n.domain == d))
                     .collect();
-                Ok(json!({ "limits": names }))
-            }
+                json!({ "limits": names })
+            }),
         },
         Err(error) => Err(error),
     };
@@ -244,15 +259,19 @@ async fn value(
         domain: query.domain.clone(),
         limit: query.limit.clone(),
     };
-    let hitters = dashboard.admin.metrics().heavy_hitters();
-    let capacity = hitters.settings().capacity;
+    let summaries = match dashboard.summaries().await {
+        Ok(summaries) => summaries,
+        Err(error) => return answer::<()>(Err(error)),
+    };
     let mut windows = serde_json::Map::new();
     for span in Span::ALL {
         let mut counts = serde_json::Map::new();
         for (by, field) in [(By::Hits, "hits"), (By::Denials, "denials")] {
-            let Some(top) = hitters.top(&name, span, by, capacity) else {
+            // Every value any replica lists: the one asked for is found if it is listed.
+            let Some(top) = shared::merged_top(&summaries, &name, span, by, usize::MAX) else {
                 return answer::<()>(Err(not_tracked(&name)));
             };
+
             let found = top.values.iter().find(|h| h.value == query.value);
             // A value the sketches do not hold counted at most their bound.
             let (count, error) = found.map_or((top.bound, top.bound), |h| (h.count, h.error));
@@ -288,6 +307,8 @@ async fn value(
 #[derive(Debug, Serialize)]
 struct Everything {
     now: u64,
+    /// Why the other replicas' lists are not in the answer, when they cannot be read.
+    replicas_error: Option<String>,
     limits: Vec<LimitView>,
     overrides: Vec<OverrideDoc>,
     gauges: Vec<Gauge>,
@@ -306,7 +327,9 @@ struct Gauge {
 async fn everything(State(dashboard): State<Dashboard>) -> Response {
     let admin = &dashboard.admin;
     let hitters = admin.metrics().heavy_hitters();
-    let limits = hitters.views(hitters.settings().top);
+    let (summaries, replicas_error) = shared::summaries(hitters, admin.store()).await;
+    let limits = shared::merged_views(&summaries, hitters.settings().top);
+    let replicas_error = replicas_error.map(|e| format!("the other replicas' lists: {e}"));
     let mut overrides = Vec::new();
     for domain in admin.domain_names() {
         if let Ok((page, _)) = admin.list(&domain, super::MAX_PAGE, "").await {
@@ -339,6 +362,7 @@ async fn everything(State(dashboard): State<Dashboard>) -> Response {
     };
     Json(Everything {
         now: hitters.now(),
+        replicas_error,
         limits,
         overrides,
         gauges,

@@ -92,6 +92,11 @@ impl Admin {
         &self.metrics
     }
 
+    /// The store the records and counters are in.
+    pub fn store(&self) -> &AnyStore {
+        &self.store
+    }
+
     /// The domains of the configuration in force.
     pub fn domain_names(&self) -> Vec<String> {
         let config = self.config.load();

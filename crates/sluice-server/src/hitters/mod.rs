@@ -6,8 +6,9 @@
 //! `capacity` counters a sketch, two sketches a slot, at most `max_limits` limits tracked.
 //! A decision costs a hash of the descriptor's entries and one uncontended lock of its limit.
 //! `exposition` writes the top values as Prometheus series (at most `top` a limit, window and
-//! kind).
+//! kind); `shared` merges the lists of the replicas that share a Redis.
 
+pub mod shared;
 pub mod space_saving;
 mod timeline;
 pub mod window;
@@ -102,6 +103,11 @@ impl Tracker {
             Span::Hour => &self.hour,
         }
     }
+
+    /// The values denied in the newest two 10-second slots.
+    fn denied_now(&self, now: u64, k: usize) -> Top {
+        self.minute.top_of_last(now, By::Denials, k, 2)
+    }
 }
 
 /// One tracked limit.
@@ -142,6 +148,8 @@ pub struct HeavyHitters {
     started: Instant,
     unix_at_start: u64,
     limits: Mutex<Vec<Arc<Tracked>>>,
+    /// This replica's name among those sharing a Redis (random, made at start).
+    replica: String,
 }
 
 impl Default for HeavyHitters {
@@ -161,7 +169,17 @@ impl HeavyHitters {
             started: Instant::now(),
             unix_at_start,
             limits: Mutex::new(Vec::new()),
+            replica: format!(
+                "{:016x}",
+                foldhash::fast::RandomState::default()
+                    .hash_one((std::process::id(), unix_at_start))
+            ),
         }
+    }
+
+    /// This replica's name among those sharing a Redis.
+    pub fn replica(&self) -> &str {
+        &self.replica
     }
 
     pub fn settings(&self) -> HittersSettings {
@@ -244,34 +262,14 @@ impl HeavyHitters {
         Some(top)
     }
 
-    /// Every tracked limit as the dashboard shows it, `k` values a list.
-    pub fn views(&self, k: usize) -> Vec<LimitView> {
-        let now = self.now();
-        let tracked: Vec<Arc<Tracked>> = self.registry().clone();
-        tracked
-            .iter()
-            .map(|t| {
-                let tracker = t.lock();
-                let top_hits = tracker.minute.top(now, By::Hits, k);
-                let top_denials = tracker.minute.top(now, By::Denials, k);
-                LimitView {
-                    domain: t.name.domain.clone(),
-                    limit: t.name.limit.clone(),
-                    hits_last_minute: top_hits.total,
-                    denials_last_minute: top_denials.total,
-                    timeline: tracker.timeline.points(now),
-                    denied_now: tracker.minute.top_of_last(now, By::Denials, k, 2),
-                    top_hits,
-                    top_denials,
-                }
-            })
-            .collect()
+    /// The limits tracked, each with its tracking.
+    fn tracked(&self) -> Vec<Arc<Tracked>> {
+        self.registry().clone()
     }
 
     /// The bytes every sketch holds.
     pub fn bytes(&self) -> usize {
-        let tracked: Vec<Arc<Tracked>> = self.registry().clone();
-        tracked
+        self.tracked()
             .iter()
             .map(|t| {
                 let tracker = t.lock();
@@ -416,6 +414,89 @@ mod tests {
             .map(|e| (e.key.clone(), e.value.clone()))
             .collect();
         assert_eq!(entries_of(&text), read);
+    }
+
+    /// Zipf(1) over a million values, two million hits: the sketch's lists against the exact
+    /// counts.
+    #[test]
+    fn on_a_skewed_stream_of_a_million_values_the_counts_hold_their_bound() {
+        const VALUES: usize = 1_000_000;
+        const HITS: usize = 2_000_000;
+        let hitters = HeavyHitters::new(HittersSettings::default());
+        let labels = LimitLabels {
+            domain: "d".into(),
+            key1: "tenant".into(),
+            key2: None,
+            from_request: false,
+            stats_key: "d.tenant".into(),
+        };
+        let tracked = hitters.tracker(&labels).expect("tracked");
+        let mut cumulative = Vec::with_capacity(VALUES);
+        let mut sum = 0.0;
+        for rank in 1..=VALUES {
+            sum += 1.0 / rank as f64;
+            cumulative.push(sum);
+        }
+        let mut exact = vec![0u64; VALUES];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..HITS {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let u = (state >> 11) as f64 / (1u64 << 53) as f64 * sum;
+            let index = cumulative.partition_point(|c| *c < u).min(VALUES - 1);
+            exact[index] += 1;
+            // Every tenth hit of a value is denied.
+            let denied = exact[index] % 10 == 0;
+            hitters.record(
+                &tracked,
+                &[entry("tenant", &format!("v{index}"))],
+                1,
+                denied,
+            );
+        }
+        let name = LimitName {
+            domain: "d".into(),
+            limit: "d.tenant".into(),
+        };
+        let top = hitters
+            .top(&name, Span::Minute, By::Hits, 10)
+            .expect("tracked");
+        assert_eq!(top.total, HITS as u64);
+        let capacity = HittersSettings::default().capacity as u64;
+        assert!(
+            top.bound <= top.total / capacity,
+            "bound {} past N/m",
+            top.bound
+        );
+        let mut ranked: Vec<usize> = (0..VALUES).collect();
+        ranked.sort_by_key(|i| std::cmp::Reverse(exact[*i]));
+        let want: Vec<String> = ranked[..10]
+            .iter()
+            .map(|i| format!("tenant=v{i}"))
+            .collect();
+        let got: Vec<String> = top.values.iter().map(|h| h.value.clone()).collect();
+        assert_eq!(got, want, "the ten heaviest, in order");
+        for heavy in &top.values {
+            let index: usize = heavy.value["tenant=v".len()..].parse().expect("an index");
+            let truth = exact[index];
+            assert!(heavy.count >= truth, "{} under its count", heavy.value);
+            assert!(
+                heavy.count - truth <= heavy.error,
+                "{} past its error",
+                heavy.value
+            );
+            assert!(heavy.error <= top.bound);
+        }
+        let denials = hitters
+            .top(&name, Span::Hour, By::Denials, 3)
+            .expect("tracked");
+        let truth: u64 = exact[ranked[0]] / 10;
+        assert_eq!(denials.values[0].value, want[0]);
+        assert!(denials.values[0].count >= truth);
+        assert!(denials.values[0].count - truth <= denials.bound);
+        // Bounded: two windows of six slots, two sketches a slot, 128 counters a sketch.
+        assert!(hitters.bytes() < 4 << 20, "{} bytes", hitters.bytes());
     }
 
     #[test]

@@ -32,7 +32,7 @@ impl RedisStore {
     }
 
     /// `command` on the main Redis within the command timeout.
-    async fn within<T: FromRedisValue>(&self, command: Cmd) -> Result<T, StoreError> {
+    pub(super) async fn within<T: FromRedisValue>(&self, command: Cmd) -> Result<T, StoreError> {
         self.in_time(self.backends[0].connection.command(&command))
             .await
     }

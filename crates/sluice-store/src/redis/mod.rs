@@ -17,6 +17,7 @@ mod connect;
 mod counter;
 mod pipeline;
 pub mod replicas;
+mod reports;
 mod scripts;
 mod shards;
 pub mod span;

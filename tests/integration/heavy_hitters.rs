@@ -1,0 +1,321 @@
+//! Who is being limited (docs/heavy-hitters.md), through the admin port and /metrics: each
+//! limit's heaviest values by hits and by denials, one value's counts and state, the bounded
+//! Prometheus series, the lists merged across two replicas on one Redis, a reload, and no
+//! answer without credentials.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::admin::{admin, admin_call, block_on, AdminFlags, TOKEN};
+use crate::support::redis::RedisServer;
+use crate::support::{call, descriptor, http_request_with, request, Sluice};
+
+pub const CONFIG: &str = r#"
+domain: tenants
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: path
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+"#;
+
+/// `calls` calls of `tenant=value` on `sluice`.
+pub fn drive(sluice: &Sluice, value: &str, calls: usize) {
+    block_on(async {
+        let mut client = sluice.client().await;
+        for _ in 0..calls {
+            call(
+                &mut client,
+                request("tenants", vec![descriptor(&[("tenant", value)])]),
+            )
+            .await;
+        }
+    });
+}
+
+fn top(sluice: &Sluice, query: &str) -> Value {
+    let (status, body) = admin(sluice, "GET", &format!("/v1/top?{query}"), Value::Null);
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The values of a top list with their counts, in order.
+fn listed(top: &Value) -> Vec<(String, u64)> {
+    top["values"]
+        .as_array()
+        .map(|values| {
+            values
+                .iter()
+                .map(|v| {
+                    let value = v["value"].as_str().unwrap_or_default().to_string();
+                    (value, v["count"].as_u64().unwrap_or(0))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn on_each_store(test: impl Fn(&Sluice)) {
+    let flags = AdminFlags::new();
+    let memory = Sluice::start(CONFIG, &flags.args());
+    test(&memory);
+    drop(memory);
+    let (_redis, on_redis) = Sluice::on_own_redis(&[("config.yaml", CONFIG)], &flags.args(), &[]);
+    test(&on_redis);
+}
+
+#[test]
+fn the_top_lists_name_the_heaviest_values_by_hits_and_by_denials() {
+    on_each_store(|sluice| {
+        drive(sluice, "a", 2);
+        drive(sluice, "b", 4);
+        drive(sluice, "c", 12);
+        let (status, limits) = admin(sluice, "GET", "/v1/top", Value::Null);
+        assert_eq!(status, 200, "{limits}");
+        assert_eq!(
+            limits["limits"],
+            json!([{"domain": "tenants", "limit": "tenants.tenant"}])
+        );
+        let hits = top(sluice, "domain=tenants&limit=tenants.tenant");
+        assert_eq!(
+            listed(&hits),
+            [
+                ("tenant=c".into(), 12),
+                ("tenant=b".into(), 4),
+                ("tenant=a".into(), 2)
+            ]
+        );
+        assert_eq!(hits["total"], 18);
+        assert_eq!(hits["bound"], 0, "three values fit the sketch: exact");
+        assert_eq!(hits["window"], "1m");
+        assert_eq!(
+            hits["values"][0]["descriptor"],
+            json!([{"key": "tenant", "value": "c"}])
+        );
+        // Only c went past its 5 an hour: 7 denials, over the last minute and the last hour.
+        for window in ["1m", "1h"] {
+            let denials = top(
+                sluice,
+                &format!("domain=tenants&limit=tenants.tenant&by=denials&window={window}"),
+            );
+            assert_eq!(listed(&denials), [("tenant=c".into(), 7)], "{window}");
+        }
+        let one = top(sluice, "domain=tenants&limit=tenants.tenant&k=1");
+        assert_eq!(listed(&one), [("tenant=c".into(), 12)]);
+    });
+}
+
+#[test]
+fn one_value_tells_its_counts_its_limit_in_force_and_whether_it_is_denied_now() {
+    on_each_store(|sluice| {
+        drive(sluice, "a", 2);
+        drive(sluice, "c", 8);
+        let value = |v: &str| {
+            let path =
+                format!("/v1/top/value?domain=tenants&limit=tenants.tenant&value=tenant%3D{v}");
+            let (status, body) = admin(sluice, "GET", &path, Value::Null);
+            assert_eq!(status, 200, "{body}");
+            body
+        };
+        let c = value("c");
+        assert_eq!(c["denied_now"], true);
+        assert_eq!(c["windows"]["1m"]["hits"]["count"], 8);
+        assert_eq!(c["windows"]["1h"]["denials"]["count"], 3);
+        assert_eq!(c["state"]["limits"][0]["requests_per_unit"], 5);
+        assert_eq!(c["state"]["limits"][0]["used"], 5);
+        assert_eq!(c["state"]["limits"][0]["remaining"], 0);
+        let a = value("a");
+        assert_eq!(a["denied_now"], false);
+        assert_eq!(a["windows"]["1m"]["denials"]["count"], 0);
+        assert_eq!(a["state"]["limits"][0]["remaining"], 3);
+    });
+}
+
+#[test]
+fn errors_name_the_field_and_an_untracked_limit_is_not_found() {
+    let flags = AdminFlags::new();
+    let sluice = Sluice::start(CONFIG, &flags.args());
+    drive(&sluice, "a", 1);
+    let (status, body) = admin(
+        &sluice,
+        "GET",
+        "/v1/top?domain=tenants&limit=tenants.tenant&by=most",
+        Value::Null,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "INVALID_ARGUMENT");
+    let (status, body) = admin(
+        &sluice,
+        "GET",
+        "/v1/top?domain=tenants&limit=tenants.tenant&k=100000",
+        Value::Null,
+    );
+    assert_eq!((status, body["field"].as_str()), (400, Some("k")), "{body}");
+    let (status, body) = admin(&sluice, "GET", "/v1/top?limit=tenants.tenant", Value::Null);
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("domain")),
+        "{body}"
+    );
+    let (status, body) = admin(
+        &sluice,
+        "GET",
+        "/v1/top?domain=tenants&limit=tenants.path",
+        Value::Null,
+    );
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["code"], "NOT_FOUND");
+}
+
+#[test]
+fn nothing_is_told_without_credentials_and_a_browser_s_basic_credentials_are_taken() {
+    let flags = AdminFlags::new();
+    let sluice = Sluice::start(CONFIG, &flags.args());
+    drive(&sluice, "secret-tenant", 1);
+    let addr = sluice.admin_addr.expect("the admin port");
+    for path in [
+        "/dashboard",
+        "/v1/dashboard",
+        "/v1/top",
+        "/v1/top/value?domain=tenants&limit=tenants.tenant&value=tenant%3Dsecret-tenant",
+    ] {
+        let (status, body) = admin_call(addr, None, "GET", path, &Value::Null);
+        assert_eq!(status, 401, "{path}: {body}");
+        let (status, _) = admin_call(
+            addr,
+            Some("not-the-token-0123456789"),
+            "GET",
+            path,
+            &Value::Null,
+        );
+        assert_eq!(status, 401, "{path}");
+    }
+    let basic = |password: &str| {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(format!("ops:{password}"));
+        let header = format!("Basic {encoded}");
+        http_request_with(
+            addr,
+            "GET",
+            "/v1/top",
+            &[("Authorization", header.as_str())],
+            "",
+        )
+    };
+    assert_eq!(basic(TOKEN).0, 200);
+    assert_eq!(basic("wrong-token-0123456789").0, 401);
+    let (status, page) = http_request_with(
+        addr,
+        "GET",
+        "/dashboard",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+        "",
+    );
+    assert_eq!(status, 200);
+    assert!(page.contains("who is being limited"), "{page}");
+    for elsewhere in ["src=\"http", "href=\"http", "@import", "url(http"] {
+        assert!(
+            !page.contains(elsewhere),
+            "the page loads nothing from elsewhere: {elsewhere}"
+        );
+    }
+}
+
+#[test]
+fn prometheus_carries_at_most_top_values_a_limit_with_their_ranks() {
+    let flags = AdminFlags::new();
+    let mut args = flags.args();
+    args.extend(["--heavy-hitters-top", "2"]);
+    let sluice = Sluice::start(CONFIG, &args);
+    drive(&sluice, "a", 1);
+    drive(&sluice, "b", 3);
+    drive(&sluice, "c", 9);
+    let (_, text) = sluice.http_get("/metrics");
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("sluice_heavy_hitter_hits{") && l.contains("window=\"1m\""))
+        .collect();
+    assert_eq!(
+        series,
+        [
+            r#"sluice_heavy_hitter_hits{domain="tenants",limit="tenants.tenant",window="1m",rank="1",value="tenant=c"} 9"#,
+            r#"sluice_heavy_hitter_hits{domain="tenants",limit="tenants.tenant",window="1m",rank="2",value="tenant=b"} 3"#,
+        ]
+    );
+    assert!(text.contains(
+        r#"sluice_heavy_hitter_denials{domain="tenants",limit="tenants.tenant",window="1h",rank="1",value="tenant=c"} 4"#
+    ));
+    assert!(text.contains(
+        r#"sluice_heavy_hitter_error_bound{domain="tenants",limit="tenants.tenant",window="1m",by="hits"} 0"#
+    ));
+}
+
+#[test]
+fn two_replicas_on_one_redis_answer_with_the_merged_lists() {
+    let flags = AdminFlags::new();
+    let redis = RedisServer::start(&[]);
+    let files = [("config.yaml", CONFIG)];
+    let first = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    let second = Sluice::on_redis_url(&files, &redis.url(), &flags.args(), &[]);
+    drive(&first, "c", 4);
+    drive(&second, "c", 6);
+    drive(&second, "b", 3);
+    drive(&first, "a", 1);
+    // Each replica shares its lists every 2 seconds.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let want = vec![
+        ("tenant=c".to_string(), 10),
+        ("tenant=b".to_string(), 3),
+        ("tenant=a".to_string(), 1),
+    ];
+    for sluice in [&first, &second] {
+        loop {
+            let hits = top(sluice, "domain=tenants&limit=tenants.tenant");
+            if listed(&hits) == want {
+                assert_eq!(hits["total"], 14);
+                break;
+            }
+            assert!(Instant::now() < deadline, "never merged: {hits}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    // c is denied past 5 across both: 5 denials, merged.
+    let denials = top(&first, "domain=tenants&limit=tenants.tenant&by=denials");
+    assert_eq!(listed(&denials), [("tenant=c".into(), 5)]);
+    // A replica that stops is left out once its lists are older than 10 seconds; until then
+    // its counts stand. Its lists are gone from Redis after that.
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let hits = top(&first, "domain=tenants&limit=tenants.tenant");
+        if listed(&hits) == [("tenant=c".into(), 4), ("tenant=a".into(), 1)] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped replica stayed: {hits}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn a_reload_keeps_what_was_counted() {
+    let flags = AdminFlags::new();
+    let sluice = Sluice::start(CONFIG, &flags.args());
+    drive(&sluice, "c", 7);
+    let raised = CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 6");
+    std::fs::write(sluice.config_dir.path().join("config.yaml"), raised).expect("written");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sluice.log().contains("config reloaded") {
+        assert!(Instant::now() < deadline, "no reload");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drive(&sluice, "c", 1);
+    let hits = top(&sluice, "domain=tenants&limit=tenants.tenant");
+    assert_eq!(listed(&hits), [("tenant=c".into(), 8)]);
+    let denials = top(&sluice, "domain=tenants&limit=tenants.tenant&by=denials");
+    // 5 admitted and 2 denied before; the raised limit admits the 8th: still 2.
+    assert_eq!(listed(&denials), [("tenant=c".into(), 2)]);
+}
