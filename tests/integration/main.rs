@@ -18,6 +18,7 @@ mod calendar_windows;
 mod circuit_breaker;
 mod concurrency;
 mod config_compat;
+mod dashboard;
 mod docs_links;
 mod first_hit_windows;
 mod grpc_service;

@@ -6,6 +6,7 @@
 //! start the real `sluice` binary (`Sluice::process`).
 
 pub mod admin;
+pub mod browser;
 pub mod redis;
 pub mod scenario;
 pub mod stores;
