@@ -78,6 +78,9 @@ def rows():
     found = [
         (baseline_row("bare tonic server (the floor)"), ONE),
         (sluice_row("sluice, memory", CONFIG), ONE),
+        # Who is being limited, off: what tracking heavy hitters costs a call.
+        (sluice_row("sluice, memory, heavy hitters off", CONFIG,
+                    extra=["--heavy-hitters-capacity", "0"]), ONE),
     ]
     limitador = os.environ.get("LIMITADOR_BIN")
     reference = os.environ.get("REFERENCE_BIN")
@@ -89,6 +92,8 @@ def rows():
                                     sluice_as_limitador(LINKS), limitador_limits,
                                     ["memory"], cel=True), ONE))
     found.append((sluice_row("sluice, Redis, fixed window", CONFIG, REDIS_PORT), ONE))
+    found.append((sluice_row("sluice, Redis, fixed window, heavy hitters off", CONFIG, REDIS_PORT,
+                             extra=["--heavy-hitters-capacity", "0"]), ONE))
     if reference:
         found.append((reference_row("envoyproxy/ratelimit, Redis, fixed window", reference,
                                     REFERENCE_CONFIG, REDIS_PORT), ONE))

@@ -236,7 +236,9 @@ impl HeavyHitters {
             hasher.write_u8(b',');
         }
         let hash = hasher.finish();
-        let value = || value_text(entries);
+        // The value's text, written at most once, when it first takes a counter.
+        let text: std::cell::OnceCell<Arc<str>> = std::cell::OnceCell::new();
+        let value = || text.get_or_init(|| Arc::from(value_text(entries))).clone();
         let now = self.now();
         let mut tracker = tracked.lock();
         tracker.minute.add(now, hash, cost, denied, &value);

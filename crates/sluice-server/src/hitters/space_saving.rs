@@ -10,28 +10,35 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 
 /// One counter: the value it counts, its count, and how much of the count may belong to the
 /// values it counted before.
 #[derive(Debug, Clone)]
 pub struct Counted {
-    pub value: String,
+    pub value: Arc<str>,
     pub count: u64,
     pub error: u64,
     hash: u64,
 }
 
-/// The sketch.
+/// The sketch. Counters stay in their place (`counters`); the heap orders their places by
+/// count, and `position` says where each place is in the heap, so reordering the heap writes
+/// two numbers and finds nothing by hash.
 #[derive(Debug, Clone)]
 pub struct SpaceSaving {
     capacity: usize,
-    /// A value's hash to its counter's place in `heap`.
-    places: HashMap<u64, usize, NoHash>,
-    heap: Vec<Counted>,
+    /// A value's hash to its counter's place.
+    places: HashMap<u64, u32, NoHash>,
+    counters: Vec<Counted>,
+    /// Places, a min-heap by count.
+    heap: Vec<u32>,
+    /// Each place's index in `heap`.
+    position: Vec<u32>,
     total: u64,
 }
 
-/// A hash of a value, made by the caller (`hash_of`), is its own key.
+/// A hash of a value, made by the caller, is its own key.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoHash;
 
@@ -74,54 +81,62 @@ impl SpaceSaving {
     /// An empty sketch of `capacity` counters (at least one).
     pub fn new(capacity: usize) -> SpaceSaving {
         SpaceSaving {
-            capacity: capacity.max(1),
+            capacity: capacity.clamp(1, u32::MAX as usize),
             places: HashMap::default(),
+            counters: Vec::new(),
             heap: Vec::new(),
+            position: Vec::new(),
             total: 0,
         }
     }
 
-    /// Adds `weight` to the value whose hash is `hash`; `value` writes its text, called only
+    /// Adds `weight` to the value whose hash is `hash`; `value` gives its text, asked only
     /// when the value takes a counter.
-    pub fn add(&mut self, hash: u64, weight: u64, value: impl FnOnce() -> String) {
+    pub fn add(&mut self, hash: u64, weight: u64, value: impl FnOnce() -> Arc<str>) {
         self.total = self.total.saturating_add(weight);
         if let Some(&place) = self.places.get(&hash) {
-            self.heap[place].count = self.heap[place].count.saturating_add(weight);
-            self.sift_down(place);
+            let counter = &mut self.counters[place as usize];
+            counter.count = counter.count.saturating_add(weight);
+            self.sift_down(self.position[place as usize] as usize);
             return;
         }
-        if self.heap.len() < self.capacity {
-            let place = self.heap.len();
-            self.heap.push(Counted {
+        if self.counters.len() < self.capacity {
+            let place = self.counters.len() as u32;
+            self.counters.push(Counted {
                 value: value(),
                 count: weight,
                 error: 0,
                 hash,
             });
             self.places.insert(hash, place);
-            self.sift_up(place);
+            self.heap.push(place);
+            self.position.push(place);
+            self.sift_up(place as usize);
             return;
         }
         // Full: the value takes the counter with the least count, and that count as its error.
-        let root = &mut self.heap[0];
-        self.places.remove(&root.hash);
-        let floor = root.count;
-        *root = Counted {
+        let place = self.heap[0];
+        let counter = &mut self.counters[place as usize];
+        self.places.remove(&counter.hash);
+        let floor = counter.count;
+        *counter = Counted {
             value: value(),
             count: floor.saturating_add(weight),
             error: floor,
             hash,
         };
-        self.places.insert(hash, 0);
+        self.places.insert(hash, place);
         self.sift_down(0);
     }
 
     /// The most a value it does not hold may have counted: the least count when full, else 0.
     pub fn floor(&self) -> u64 {
-        if self.heap.len() < self.capacity {
+        if self.counters.len() < self.capacity {
             0
         } else {
-            self.heap.first().map_or(0, |c| c.count)
+            self.heap
+                .first()
+                .map_or(0, |&place| self.counters[place as usize].count)
         }
     }
 
@@ -132,62 +147,71 @@ impl SpaceSaving {
 
     /// The counter of the value whose hash is `hash`, when it holds one.
     pub fn get(&self, hash: u64) -> Option<&Counted> {
-        self.places.get(&hash).map(|&place| &self.heap[place])
+        self.places
+            .get(&hash)
+            .map(|&place| &self.counters[place as usize])
     }
 
     /// Every counter, in no order.
     pub fn counters(&self) -> &[Counted] {
-        &self.heap
+        &self.counters
     }
 
     /// Empties it, keeping its room.
     pub fn clear(&mut self) {
         self.places.clear();
+        self.counters.clear();
         self.heap.clear();
+        self.position.clear();
         self.total = 0;
     }
 
     /// The bytes it holds (its counters, their values' text and its index).
     pub fn bytes(&self) -> usize {
-        let text: usize = self.heap.iter().map(|c| c.value.capacity()).sum();
-        self.heap.capacity() * std::mem::size_of::<Counted>()
-            + self.places.capacity() * (2 * std::mem::size_of::<u64>() + 1)
+        let text: usize = self.counters.iter().map(|c| c.value.len()).sum();
+        self.counters.capacity() * std::mem::size_of::<Counted>()
+            + (self.heap.capacity() + self.position.capacity()) * 4
+            + self.places.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
             + text
+    }
+
+    fn count_at(&self, index: usize) -> u64 {
+        self.counters[self.heap[index] as usize].count
     }
 
     fn swap(&mut self, a: usize, b: usize) {
         self.heap.swap(a, b);
-        self.places.insert(self.heap[a].hash, a);
-        self.places.insert(self.heap[b].hash, b);
+        self.position[self.heap[a] as usize] = a as u32;
+        self.position[self.heap[b] as usize] = b as u32;
     }
 
-    fn sift_up(&mut self, mut place: usize) {
-        while place > 0 {
-            let parent = (place - 1) / 2;
-            if self.heap[parent].count <= self.heap[place].count {
+    fn sift_up(&mut self, mut index: usize) {
+        while index > 0 {
+            let parent = (index - 1) / 2;
+            if self.count_at(parent) <= self.count_at(index) {
                 break;
             }
-            self.swap(parent, place);
-            place = parent;
+            self.swap(parent, index);
+            index = parent;
         }
     }
 
-    fn sift_down(&mut self, mut place: usize) {
+    fn sift_down(&mut self, mut index: usize) {
         loop {
-            let left = 2 * place + 1;
+            let left = 2 * index + 1;
             let right = left + 1;
-            let mut least = place;
-            if left < self.heap.len() && self.heap[left].count < self.heap[least].count {
+            let mut least = index;
+            if left < self.heap.len() && self.count_at(left) < self.count_at(least) {
                 least = left;
             }
-            if right < self.heap.len() && self.heap[right].count < self.heap[least].count {
+            if right < self.heap.len() && self.count_at(right) < self.count_at(least) {
                 least = right;
             }
-            if least == place {
+            if least == index {
                 return;
             }
-            self.swap(least, place);
-            place = least;
+            self.swap(least, index);
+            index = least;
         }
     }
 }
@@ -198,7 +222,7 @@ mod tests {
 
     fn add(sketch: &mut SpaceSaving, value: &str, weight: u64) {
         let hash = foldhash::fast::FixedState::with_seed(7).hash_one(value);
-        sketch.add(hash, weight, || value.to_string());
+        sketch.add(hash, weight, || Arc::from(value));
     }
 
     fn count(sketch: &SpaceSaving, value: &str) -> Option<u64> {
@@ -226,7 +250,7 @@ mod tests {
         add(&mut sketch, "b", 3);
         add(&mut sketch, "c", 1);
         assert_eq!(count(&sketch, "b"), None);
-        let c = sketch.counters().iter().find(|c| c.value == "c").cloned();
+        let c = sketch.counters().iter().find(|c| &*c.value == "c").cloned();
         let c = c.map(|c| (c.count, c.error));
         assert_eq!(c, Some((4, 3)));
         assert_eq!(sketch.floor(), 4);
@@ -252,7 +276,7 @@ mod tests {
         let bound = sketch.total() / 16;
         assert!(sketch.floor() <= bound);
         for counted in sketch.counters() {
-            let truth = exact[&counted.value];
+            let truth = exact[&*counted.value];
             assert!(
                 counted.count >= truth,
                 "{} under: {} < {truth}",

@@ -4,6 +4,8 @@
 //! that does not hold it adding that slot's floor, so the merged count is never under the
 //! true one and over it by at most the sum of the slots' floors (the window's bound).
 
+use std::sync::Arc;
+
 use super::space_saving::SpaceSaving;
 
 /// Hits and denials of one slot of time.
@@ -74,7 +76,7 @@ impl Window {
         hash: u64,
         weight: u64,
         denied: bool,
-        value: &dyn Fn() -> String,
+        value: &dyn Fn() -> Arc<str>,
     ) {
         let at = now / self.width;
         let index = (at % self.slots.len() as u64) as usize;
@@ -150,7 +152,7 @@ fn merge(sketches: &[&SpaceSaving], k: usize) -> Top {
                 }
             }
             values.push(Heavy {
-                value: counted.value.clone(),
+                value: counted.value.to_string(),
                 count,
                 error,
             });
@@ -176,7 +178,7 @@ mod tests {
 
     fn add(window: &mut Window, now: u64, value: &str, denied: bool) {
         let hash = foldhash::fast::FixedState::with_seed(3).hash_one(value);
-        window.add(now, hash, 1, denied, &|| value.to_string());
+        window.add(now, hash, 1, denied, &|| Arc::from(value));
     }
 
     use std::hash::BuildHasher;
