@@ -85,6 +85,14 @@ fn the_page_shows_who_is_denied_within_seconds_and_refuses_without_credentials()
         ),
         json!(true)
     );
+    // The limit in force, as the configuration says it.
+    assert_eq!(
+        browser.eval(
+            &page,
+            "document.querySelector('[data-limit=\"tenants.tenant\"] .in-force').textContent"
+        ),
+        json!("in force: fixed_window: 5 per hour")
+    );
     // The override in force is listed.
     assert_eq!(
         browser.eval(

@@ -328,7 +328,10 @@ async fn everything(State(dashboard): State<Dashboard>) -> Response {
     let admin = &dashboard.admin;
     let hitters = admin.metrics().heavy_hitters();
     let (summaries, replicas_error) = shared::summaries(hitters, admin.store()).await;
-    let limits = shared::merged_views(&summaries, hitters.settings().top);
+    let mut limits = shared::merged_views(&summaries, hitters.settings().top);
+    for view in &mut limits {
+        view.in_force = admin.limits_of(&view.domain, &view.limit);
+    }
     let replicas_error = replicas_error.map(|e| format!("the other replicas' lists: {e}"));
     let mut overrides = Vec::new();
     for domain in admin.domain_names() {

@@ -97,6 +97,37 @@ impl Admin {
         &self.store
     }
 
+    /// The limits in force of the rule whose stats key is `stats_key` in `domain` (`name:
+    /// limit`, `unlimited` for an unlimited rule), none for a rule whose stats key carries
+    /// request values.
+    pub fn limits_of(&self, domain: &str, stats_key: &str) -> Vec<String> {
+        let config = self.config.load();
+        let Some(domain) = config.domain(domain) else {
+            return Vec::new();
+        };
+        let rules = domain.rules();
+        let Some(rule) = rules.iter().find(|rule| {
+            rule.metric_labels
+                .as_ref()
+                .is_some_and(|labels| labels.stats_key == stats_key)
+        }) else {
+            return Vec::new();
+        };
+        rule.limits
+            .iter()
+            .map(|named| {
+                let limit = named
+                    .limit
+                    .as_ref()
+                    .map_or_else(|| "unlimited".to_string(), ToString::to_string);
+                match &named.name {
+                    Some(name) => format!("{name}: {limit}"),
+                    None => limit,
+                }
+            })
+            .collect()
+    }
+
     /// The domains of the configuration in force.
     pub fn domain_names(&self) -> Vec<String> {
         let config = self.config.load();

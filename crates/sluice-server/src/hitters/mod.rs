@@ -129,6 +129,8 @@ impl Tracked {
 pub struct LimitView {
     pub domain: String,
     pub limit: String,
+    /// The rule's limits in force as the configuration says them (filled by the admin port).
+    pub in_force: Vec<String>,
     /// Hits and denials over the last minute, as counted by the sketches' totals.
     pub hits_last_minute: u64,
     pub denials_last_minute: u64,

@@ -166,6 +166,7 @@ pub fn merged_views(summaries: &[Summary], k: usize) -> Vec<LimitView> {
             LimitView {
                 domain: name.domain,
                 limit: name.limit,
+                in_force: Vec::new(),
                 hits_last_minute: top_hits.total,
                 denials_last_minute: top_denials.total,
                 timeline: steps.into_values().collect(),
