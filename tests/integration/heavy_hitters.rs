@@ -301,6 +301,110 @@ fn two_replicas_on_one_redis_answer_with_the_merged_lists() {
 }
 
 #[test]
+fn many_concurrent_clients_are_each_counted_exactly() {
+    let flags = AdminFlags::new();
+    let sluice = Sluice::start(CONFIG, &flags.args());
+    block_on(async {
+        let mut clients = Vec::new();
+        for client in 0..16usize {
+            let mut connection = sluice.client().await;
+            clients.push(tokio::spawn(async move {
+                // Tenant t<client % 8>: two clients each, 30 calls a client.
+                let tenant = format!("t{}", client % 8);
+                for _ in 0..30 {
+                    call(
+                        &mut connection,
+                        request("tenants", vec![descriptor(&[("tenant", &tenant)])]),
+                    )
+                    .await;
+                }
+            }));
+        }
+        for client in clients {
+            client.await.expect("a client");
+        }
+    });
+    let hits = top(&sluice, "domain=tenants&limit=tenants.tenant&k=20");
+    assert_eq!(hits["total"], 480);
+    let counts: Vec<u64> = listed(&hits).iter().map(|(_, count)| *count).collect();
+    assert_eq!(counts, [60; 8], "{hits}");
+    // Each tenant: 5 admitted of 60.
+    let denials = top(
+        &sluice,
+        "domain=tenants&limit=tenants.tenant&by=denials&k=20",
+    );
+    assert_eq!(denials["total"], 440, "{denials}");
+}
+
+#[test]
+fn the_dashboard_s_data_tells_the_circuit_reservations_overrides_and_the_replay_report() {
+    let flags = AdminFlags::new();
+    let dir = tempfile::tempdir().expect("a directory");
+    let report = dir.path().join("replay.json");
+    let report_path = report.display().to_string();
+    let mut args = flags.args();
+    args.extend(["--admin-replay-report", report_path.as_str()]);
+    args.extend(["--store-circuit-failures", "3"]);
+    let config = format!(
+        "{CONFIG}  - key: llm\n    rate_limit: {{unit: hour, requests_per_unit: 100, reserve: {{amount: 40}}}}\n"
+    );
+    let (_redis, sluice) = Sluice::on_own_redis(&[("config.yaml", &config)], &args, &[]);
+    drive(&sluice, "a", 1);
+    block_on(async {
+        let mut client = sluice.client().await;
+        call(
+            &mut client,
+            request("tenants", vec![descriptor(&[("llm", "team")])]),
+        )
+        .await;
+    });
+    let dashboard = || {
+        let (status, body) = admin(&sluice, "GET", "/v1/dashboard", Value::Null);
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let body = dashboard();
+    let gauge = |body: &Value, name: &str| {
+        body["gauges"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|g| g["name"] == name)
+            .map(|g| {
+                (
+                    g["labels"].as_str().unwrap_or_default().to_string(),
+                    g["value"].clone(),
+                )
+            })
+    };
+    assert_eq!(
+        gauge(&body, "sluice_store_circuit_open").map(|(_, v)| v),
+        Some(json!("0"))
+    );
+    let (labels, held) = gauge(&body, "sluice_reserve_held").expect("the reservation held");
+    assert!(labels.contains("llm"), "{labels}");
+    assert_eq!(held, json!("40"));
+    assert!(
+        body["replay_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("replay.json")),
+        "{body}"
+    );
+    std::fs::write(
+        &report,
+        r#"{"baseline": "recorded", "calls": 10, "before": {"admitted": 9, "denied": 1}, "after": {"admitted": 7, "denied": 3}, "newly_denied": 2, "newly_admitted": 0}"#,
+    )
+    .expect("written");
+    let body = dashboard();
+    assert_eq!(body["replay"]["newly_denied"], 2, "{body}");
+    assert!(body["replay"]["written_at"].is_string());
+    assert_eq!(
+        body["limits"][0]["in_force"],
+        json!(["fixed_window: 5 per hour"])
+    );
+}
+
+#[test]
 fn a_reload_keeps_what_was_counted() {
     let flags = AdminFlags::new();
     let sluice = Sluice::start(CONFIG, &flags.args());

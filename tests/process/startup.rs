@@ -39,6 +39,17 @@ fn the_admin_port_does_not_open_without_authentication() {
 }
 
 #[test]
+fn more_heavy_hitters_told_than_a_sketch_holds_stops_sluice() {
+    let log = stopped_with(
+        2,
+        &["--heavy-hitters-capacity", "8"],
+        &[("SLUICE_HEAVY_HITTERS_TOP", "9")],
+    );
+    assert!(log.contains("SLUICE_HEAVY_HITTERS_TOP"), "{log}");
+    assert!(log.contains("sketches of 8 counters"), "{log}");
+}
+
+#[test]
 fn tls_asked_for_without_its_files_stops_sluice() {
     let stderr = stopped_with(2, &[], &[("GRPC_SERVER_USE_TLS", "true")]);
     assert!(stderr.contains("GRPC_SERVER_TLS_CERT"), "{stderr}");
