@@ -223,10 +223,19 @@ fn nothing_is_told_without_credentials_and_a_browser_s_basic_credentials_are_tak
 }
 
 #[test]
+fn prometheus_carries_no_value_unless_asked_to() {
+    let sluice = Sluice::start(CONFIG, &[]);
+    drive(&sluice, "secret-tenant", 3);
+    let (_, text) = sluice.http_get("/metrics");
+    assert!(!text.contains("secret-tenant"), "{text}");
+    assert!(!text.contains("sluice_heavy_hitter"), "{text}");
+}
+
+#[test]
 fn prometheus_carries_at_most_top_values_a_limit_with_their_ranks() {
     let flags = AdminFlags::new();
     let mut args = flags.args();
-    args.extend(["--heavy-hitters-top", "2"]);
+    args.extend(["--heavy-hitters-top", "2", "--heavy-hitters-metrics"]);
     let sluice = Sluice::start(CONFIG, &args);
     drive(&sluice, "a", 1);
     drive(&sluice, "b", 3);

@@ -617,6 +617,8 @@ async fn the_dashboard_queries_only_metrics_sluice_exports() {
             &url,
             "--redis-command-timeout",
             "300ms",
+            // The heavy hitters' series are exported only when asked for.
+            "--heavy-hitters-metrics",
         ],
         &[("LOCAL_CACHE_SIZE_IN_BYTES", "65536")],
     );

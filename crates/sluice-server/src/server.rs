@@ -181,10 +181,13 @@ pub async fn run(
         .series()
         .add_reporter(Arc::new(admin::OverrideCount(overrides.clone())));
     if store.redis().is_some() {
-        tokio::spawn(crate::hitters::shared::publish(
-            Arc::downgrade(metrics.heavy_hitters()),
-            Arc::downgrade(&store),
-        ));
+        // The admin port reads the lists every replica shares; without it, none are shared.
+        if settings.admin.is_some() {
+            tokio::spawn(crate::hitters::shared::publish(
+                Arc::downgrade(metrics.heavy_hitters()),
+                Arc::downgrade(&store),
+            ));
+        }
         tokio::spawn(admin::sync::follow(
             Arc::downgrade(&store),
             overrides.clone(),

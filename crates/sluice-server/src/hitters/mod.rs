@@ -41,6 +41,9 @@ pub struct HittersSettings {
     pub top: usize,
     /// Limits tracked at most; a limit first seen past it is not tracked.
     pub max_limits: usize,
+    /// The top values are on /metrics (`exposition`); off by default, values being tenants'
+    /// names and /metrics unauthenticated.
+    pub exported: bool,
 }
 
 impl Default for HittersSettings {
@@ -49,6 +52,7 @@ impl Default for HittersSettings {
             capacity: 128,
             top: 10,
             max_limits: 200,
+            exported: false,
         }
     }
 }
@@ -282,11 +286,14 @@ impl HeavyHitters {
             .sum()
     }
 
-    /// The top values as Prometheus series: `sluice_heavy_hitter_hits` and
+    /// The top values as Prometheus series, when exported: `sluice_heavy_hitter_hits` and
     /// `sluice_heavy_hitter_denials` by `domain`, `limit`, `window` (`1m`, `1h`), `rank` (1 to
     /// `top`) and `value`; `sluice_heavy_hitter_error_bound` by the same less rank and value.
     pub fn exposition(&self) -> String {
         use std::fmt::Write;
+        if !self.settings.exported {
+            return String::new();
+        }
         let names = self.names();
         if names.is_empty() {
             return String::new();

@@ -40,6 +40,10 @@ pub struct ObservabilityArgs {
     /// Limits whose heavy hitters are tracked at most (the first seen).
     #[arg(long, env = "SLUICE_HEAVY_HITTERS_LIMITS", default_value_t = 200)]
     pub heavy_hitters_limits: usize,
+    /// Export each limit's top values on /metrics (`sluice_heavy_hitter_*`): values are
+    /// tenants' names, and /metrics has no authentication, so this is off unless asked for.
+    #[arg(long, env = "SLUICE_HEAVY_HITTERS_METRICS", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub heavy_hitters_metrics: bool,
     /// Send the stats to statsd too, under the reference's names (over TCP, as the reference).
     /// Off by default (the reference's default is on: sluice's metrics are Prometheus first).
     #[arg(long, env = "USE_STATSD", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
@@ -117,6 +121,7 @@ impl ObservabilityArgs {
                 capacity: self.heavy_hitters_capacity,
                 top: self.heavy_hitters_top,
                 max_limits: self.heavy_hitters_limits,
+                exported: self.heavy_hitters_metrics,
             },
             statsd: self.statsd()?,
             tracing: self.tracing.settings()?,
