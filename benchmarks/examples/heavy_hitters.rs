@@ -20,6 +20,7 @@ fn labels() -> LimitLabels {
         key2: None,
         from_request: false,
         stats_key: "d.tenant".into(),
+        series: Default::default(),
     }
 }
 

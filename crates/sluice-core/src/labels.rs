@@ -1,7 +1,11 @@
 //! What a limit's metric labels are made of, shared by `config` (which fixes the labels of
 //! rules at load time) and `metrics` (which counts under them): how each entry of a descriptor
 //! matched (`MatchedLevel`), and the labels built from that by envoyproxy/ratelimit's
-//! stats-key rules (`LimitLabels`). Depends on nothing else in the crate.
+//! stats-key rules (`LimitLabels`), with a slot the metrics keep their series' handle in
+//! (`HandleSlot`). Depends on nothing else in the crate.
+
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
 
 /// How one entry matched a node.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +41,50 @@ impl<'a> MatchedLevel<'a> {
     }
 }
 
+/// Where the metrics keep the handle of a label set's series once found, so that a rule's
+/// labels (fixed at load) reach their series without a lookup on every decision. It belongs
+/// to one owner (a number the owner chose: a replay runs two services on one process); a
+/// copy starts empty; it takes no part in equality or hashing.
+#[derive(Default)]
+pub struct HandleSlot(OnceLock<(usize, Arc<dyn Any + Send + Sync>)>);
+
+impl HandleSlot {
+    /// The handle `owner` kept here, if it kept one of type `T`.
+    pub fn get<T: Any>(&self, owner: usize) -> Option<&T> {
+        let (kept_by, handle) = self.0.get()?;
+        (*kept_by == owner).then(|| handle.downcast_ref::<T>())?
+    }
+
+    /// Keeps `handle` for `owner`, unless an owner kept one already.
+    pub fn keep(&self, owner: usize, handle: Arc<dyn Any + Send + Sync>) {
+        let _ = self.0.set((owner, handle));
+    }
+}
+
+impl Clone for HandleSlot {
+    fn clone(&self) -> Self {
+        HandleSlot::default()
+    }
+}
+
+impl PartialEq for HandleSlot {
+    fn eq(&self, _: &HandleSlot) -> bool {
+        true
+    }
+}
+
+impl Eq for HandleSlot {}
+
+impl std::hash::Hash for HandleSlot {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl std::fmt::Debug for HandleSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HandleSlot")
+    }
+}
+
 /// The labels of one limit's series: `domain`, `key1`, `key2`, the first levels of its stats key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LimitLabels {
@@ -48,6 +96,8 @@ pub struct LimitLabels {
     pub from_request: bool,
     /// The whole sanitised stats key (`domain.key_value.subkey`): statsd's stat names.
     pub stats_key: String,
+    /// The metrics' handle of these labels' series.
+    pub series: HandleSlot,
 }
 
 impl LimitLabels {
@@ -95,6 +145,7 @@ impl LimitLabels {
             key2: parts.next().map(str::to_string),
             from_request,
             stats_key: sanitized.clone(),
+            series: Default::default(),
         }
     }
 }

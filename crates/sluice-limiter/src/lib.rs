@@ -209,39 +209,48 @@ impl<S: Store> Limiter<S> {
         } else {
             0
         };
-        let mut planned: SmallVec<[plan::Planned<'_>; 2]> = request
-            .descriptors
-            .iter()
-            .enumerate()
-            .map(|(index, descriptor)| {
-                let overrides = found.get(index).and_then(Option::as_deref);
-                let in_force = overrides.map(|overrides| plan::InForce { overrides, now_us });
-                plan::plan(
-                    domain,
-                    &request.domain,
-                    descriptor,
-                    default_cost,
-                    in_force,
-                    shape,
-                )
-            })
-            .collect();
         let limitador = domain.is_some_and(|d| !d.cel_limits.is_empty());
+        // Built in its box: a request's plan is moved once, not again into the box.
+        let mut pending = Box::new(Pending {
+            limitador,
+            planned: SmallVec::new(),
+            hits: plan::Hits::new(),
+            tokens: plan::Tokens::default(),
+        });
+        let Pending {
+            planned,
+            hits,
+            tokens,
+            ..
+        } = &mut *pending;
+        planned.extend(
+            request
+                .descriptors
+                .iter()
+                .enumerate()
+                .map(|(index, descriptor)| {
+                    let overrides = found.get(index).and_then(Option::as_deref);
+                    let in_force = overrides.map(|overrides| plan::InForce { overrides, now_us });
+                    plan::plan(
+                        domain,
+                        &request.domain,
+                        descriptor,
+                        default_cost,
+                        in_force,
+                        shape,
+                    )
+                }),
+        );
         if let Some(domain) = domain.filter(|_| limitador) {
             let seen = (self.seen.as_ref(), SystemClock.now_us());
             planned.extend(plan::counters(domain, request, default_cost, shape, seen));
         }
-        plan::apply_replaces(&mut planned);
+        plan::apply_replaces(planned);
         if self.options.quota_mode {
-            plan::all_in_quota_mode(&mut planned);
+            plan::all_in_quota_mode(planned);
         }
-        let (hits, tokens) = plan::hits(&mut planned, &self.tokens);
-        Box::new(Pending {
-            limitador,
-            planned,
-            hits,
-            tokens,
-        })
+        *tokens = plan::hits(planned, &self.tokens, hits);
+        pending
     }
 
     /// The answer to `request` once the store decided its hits: the binding limit of each
@@ -264,11 +273,11 @@ impl<S: Store> Limiter<S> {
         let bound = plan::bind(planned, decisions);
         let statuses: Vec<_> = bound
             .iter()
-            .map(|s| response::status(&s.verdict, s.decision.as_ref()))
+            .map(|s| response::status(&s.verdict, s.decision().as_ref()))
             .collect();
         let limits_decided: LimitDecisions = bound
             .iter()
-            .map(|s| match (&s.verdict, s.decision) {
+            .map(|s| match (&s.verdict, s.decision()) {
                 (Verdict::Limited(_), Some(decision)) => Some(decision.admitted),
                 _ => None,
             })
@@ -280,7 +289,7 @@ impl<S: Store> Limiter<S> {
         let said = said(&bound);
         let acquired = bound
             .iter()
-            .filter_map(|s| s.lease)
+            .filter_map(plan::Bound::lease)
             .any(|lease| lease.taken(denied));
         // A denied request holds nothing (its openings were taken back).
         let opened = tokens

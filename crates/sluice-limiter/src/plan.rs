@@ -63,6 +63,8 @@ pub fn plan<'a>(
     overrides: Option<InForce<'a>>,
     shape: Option<Shape<'_>>,
 ) -> Planned<'a> {
+    // Most descriptors carry no token: nothing to look for.
+    let tokens = ticket::carries_token(descriptor);
     let mut planned = Planned {
         unlimited: false,
         limits: SmallVec::new(),
@@ -70,9 +72,9 @@ pub fn plan<'a>(
         cost: descriptor.hits_addend.unwrap_or(default_cost),
         replaces: &[],
         labels: None,
-        release: ticket::released_lease(descriptor),
-        returned: ticket::returned(descriptor),
-        named: ticket::named(descriptor),
+        release: tokens.then(|| ticket::released_lease(descriptor)).flatten(),
+        returned: tokens.then(|| ticket::returned(descriptor)).flatten(),
+        named: tokens.then(|| ticket::named(descriptor)).flatten(),
         own_cost: descriptor.hits_addend,
     };
     let Some(domain) = domain else {
@@ -311,9 +313,9 @@ pub struct Tokens {
 /// token, or acquires under the request's, issued by `tokens` when the first is needed; the
 /// hit of a limit whose modifier has a ticket returns the descriptor's token at the cost, or
 /// opens under the descriptor's own name for it or the request's token.
-/// Returns the tokens given too.
-pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens) {
-    let mut hits = Hits::with_capacity(planned.len());
+/// They are added to `hits`; returns the tokens given.
+pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens, hits: &mut Hits) -> Tokens {
+    hits.reserve(planned.len());
     let mut issued = None;
     let mut given = Tokens::default();
     for p in planned {
@@ -356,23 +358,45 @@ pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens) -> (Hits, Tokens)
             });
         }
     }
-    (hits, given)
+    given
 }
 
-/// What each descriptor got: its verdict, the binding limit's decision, the cost, the
-/// metric labels, its lease limit's decision (the first, when it has several), and the
-/// decision of each of its limits with the cost each was asked (what its modifiers noted,
-/// for the metrics and the response).
+/// What each descriptor got: its verdict, the cost, the metric labels, and the decision of
+/// each of its limits with the cost each was asked (what its modifiers noted, for the metrics
+/// and the response); the binding limit's decision and its lease limit's (the first, when it
+/// has several) are places among them, read by `decision` and `lease` (so that a descriptor
+/// moved from one step to the next stays small).
 pub struct Bound<'a> {
     pub verdict: Verdict<'a>,
-    pub decision: Option<Decision>,
     pub cost: u64,
     pub labels: Option<Labels<'a>>,
-    pub lease: Option<LeaseOutcome>,
     pub taken: SmallVec<[(Decision, u64); 1]>,
     /// The name the binding limit that denied the descriptor goes by (`name`, else its
     /// stats key), when its modifiers name their denials.
     pub denied_by: Option<String>,
+    binding: Option<u8>,
+    lease_at: Option<u8>,
+    releases: bool,
+}
+
+impl Bound<'_> {
+    /// The binding limit's decision (none when no limit applied).
+    pub fn decision(&self) -> Option<Decision> {
+        self.binding
+            .and_then(|at| self.taken.get(usize::from(at)))
+            .map(|(decision, _)| *decision)
+    }
+
+    /// What its lease limit did, when it has one.
+    pub fn lease(&self) -> Option<LeaseOutcome> {
+        let (decision, _) = self.taken.get(usize::from(self.lease_at?))?;
+        Some(LeaseOutcome {
+            decision: *decision,
+            cost: self.cost,
+            releases: self.releases,
+            descriptor_denied: self.taken.iter().any(|(d, _)| !d.admitted),
+        })
+    }
 }
 
 /// Whether a decision of the request opened what `ticket` gives a token for (a request that
@@ -394,34 +418,39 @@ pub fn bind<'a>(
     planned
         .into_iter()
         .map(|p| {
-            let taken: SmallVec<[Decision; 1]> =
-                decisions.by_ref().take(p.limits.len()).copied().collect();
-            let lease = p
+            let taken: SmallVec<[(Decision, u64); 1]> = p
                 .limits
                 .iter()
-                .zip(&taken)
-                .find(|(applied, _)| applied.limit.algorithm().leases())
-                .map(|(_, decision)| LeaseOutcome {
-                    decision: *decision,
-                    cost: p.cost,
-                    releases: p.release.is_some(),
-                    descriptor_denied: taken.iter().any(|d| !d.admitted),
-                });
-            let costs: SmallVec<[u64; 1]> = p.limits.iter().map(|a| p.cost_of(&a.limit)).collect();
-            let with_costs = taken.iter().copied().zip(costs.iter().copied()).collect();
-            let bound = engine::binding(&taken).and_then(|index| {
+                .zip(decisions.by_ref())
+                .map(|(applied, decision)| (*decision, p.cost_of(&applied.limit)))
+                .collect();
+            let lease_at = p
+                .limits
+                .iter()
+                .take(taken.len())
+                .position(|applied| applied.limit.algorithm().leases())
+                .and_then(|at| u8::try_from(at).ok());
+            let binding = if taken.len() == 1 {
+                Some(0)
+            } else {
+                let only: SmallVec<[Decision; 2]> = taken.iter().map(|(d, _)| *d).collect();
+                engine::binding(&only)
+            };
+            let bound = binding.and_then(|index| {
+                let (decision, cost) = *taken.get(index)?;
                 let applied = p.limits.into_iter().nth(index)?;
-                Some((applied, *taken.get(index)?, *costs.get(index)?))
+                Some((applied, decision, cost, u8::try_from(index).ok()?))
             });
             match bound {
-                Some((applied, decision, cost)) => Bound {
+                Some((applied, decision, cost, at)) => Bound {
                     cost,
                     denied_by: denied_by(&applied, &decision, p.labels.as_deref()),
                     verdict: Verdict::Limited(applied),
-                    decision: Some(decision),
                     labels: p.labels,
-                    lease,
-                    taken: with_costs,
+                    taken,
+                    binding: Some(at),
+                    lease_at,
+                    releases: p.release.is_some(),
                 },
                 None => Bound {
                     verdict: if p.unlimited {
@@ -429,12 +458,13 @@ pub fn bind<'a>(
                     } else {
                         Verdict::NoLimit
                     },
-                    decision: None,
                     cost: p.cost,
                     labels: None,
-                    lease: None,
-                    taken: with_costs,
+                    taken,
                     denied_by: None,
+                    binding: None,
+                    lease_at: None,
+                    releases: false,
                 },
             }
         })

@@ -12,6 +12,18 @@ use sluice_core::lease::{self, LEASE_KEY};
 use sluice_core::modifier::{Modifiers, Ticket};
 use sluice_proto::{RateLimitDescriptor, RateLimitResponse};
 
+/// What every entry that returns or names a token starts with (a lease's, each ticket's: a
+/// test holds them to it), so that a descriptor without one is known at a glance.
+pub const TOKEN_PREFIX: &str = "sluice.";
+
+/// Whether a descriptor may carry a token: an entry under a key of `TOKEN_PREFIX`.
+pub fn carries_token(descriptor: &RateLimitDescriptor) -> bool {
+    descriptor
+        .entries
+        .iter()
+        .any(|entry| entry.key.starts_with(TOKEN_PREFIX))
+}
+
 /// Why a descriptor entry cannot return or name a token, when its key says it does.
 pub fn refused_entry(key: &str, value: &str) -> Option<&'static str> {
     if key == LEASE_KEY {
@@ -93,5 +105,21 @@ pub fn token_in(response: &RateLimitResponse, key: &str) -> Option<String> {
     match &value.kind {
         Some(Kind::StringValue(token)) => Some(token.clone()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_token_s_entry_starts_with_the_prefix() {
+        assert!(LEASE_KEY.starts_with(TOKEN_PREFIX));
+        for (_, ticket) in Modifiers::tickets() {
+            assert!(ticket.key.starts_with(TOKEN_PREFIX), "{}", ticket.key);
+            if let Some(named) = ticket.named_key {
+                assert!(named.starts_with(TOKEN_PREFIX), "{named}");
+            }
+        }
     }
 }

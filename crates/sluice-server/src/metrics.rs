@@ -100,7 +100,12 @@ pub struct Metrics {
     limitador: limitador::LimitadorSeries,
     /// Who is being limited (`hitters`).
     hitters: Arc<HeavyHitters>,
+    /// This instance's number, under which label sets keep its counters' handle.
+    owner: usize,
 }
+
+/// The numbers `Metrics::owner` is taken from.
+static OWNERS: AtomicUsize = AtomicUsize::new(1);
 
 impl Metrics {
     /// The service's metrics on a recorder of their own. `near_limit_ratio`: the share of a
@@ -140,6 +145,7 @@ impl Metrics {
             loads: loads::ConfigLoads::new(),
             limitador: limitador::LimitadorSeries::new(&series),
             hitters: Arc::default(),
+            owner: OWNERS.fetch_add(1, Ordering::Relaxed),
             series,
         }
     }
@@ -239,15 +245,15 @@ impl Metrics {
     }
 
     /// Counts one limited descriptor's hits, split as envoyproxy/ratelimit's base limiter
-    /// splits them (`split_hits`).
+    /// splits them (`split_hits`). A rule's labels keep their counters' handle
+    /// (`LimitLabels::series`), so most decisions look nothing up.
     pub fn record_limit(&self, labels: &LimitLabels, outcome: &LimitOutcome) {
-        let known = self.limits.load();
-        if let Some(counters) = known.get(labels) {
-            self.count(counters, outcome);
-        } else {
-            drop(known);
-            self.count(&self.register_limit(labels), outcome);
+        if let Some(counters) = labels.series.get::<LimitCounters>(self.owner) {
+            return self.count(counters, outcome);
         }
+        let counters = self.counters_of(labels);
+        labels.series.keep(self.owner, counters.clone());
+        self.count(&counters, outcome);
     }
 
     /// What a descriptor's lease limit did to its leases; `request_denied`: the request
@@ -369,6 +375,7 @@ impl Metrics {
                 key2: None,
                 from_request: false,
                 stats_key: format!("{}.{OVERFLOW_LABEL}", labels.domain),
+                series: Default::default(),
             }
         } else {
             labels.clone()

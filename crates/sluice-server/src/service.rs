@@ -176,14 +176,14 @@ impl<S: Store> RateLimiter<S> {
                     self.metrics.record_modifiers(labels, decision, *cost);
                 }
             }
-            if let (Some(lease), Some(labels)) = (s.lease, s.labels.as_deref()) {
+            if let (Some(lease), Some(labels)) = (s.lease(), s.labels.as_deref()) {
                 self.metrics.record_lease(labels, &lease, denied);
                 if lease.releases {
                     continue;
                 }
             }
             let (Verdict::Limited(applied), Some(decision), Some(labels)) =
-                (&s.verdict, s.decision, s.labels.as_deref())
+                (&s.verdict, s.decision(), s.labels.as_deref())
             else {
                 continue;
             };
@@ -208,7 +208,7 @@ impl<S: Store> RateLimiter<S> {
 pub fn limiting_name(bound: &[Bound<'_>]) -> String {
     bound
         .iter()
-        .find_map(|s| match (&s.verdict, s.decision) {
+        .find_map(|s| match (&s.verdict, s.decision()) {
             (Verdict::Limited(applied), Some(decision)) if !decision.admitted => {
                 Some(applied.name.to_string())
             }

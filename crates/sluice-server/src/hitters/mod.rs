@@ -440,6 +440,7 @@ mod tests {
             key2: None,
             from_request: false,
             stats_key: "d.tenant".into(),
+            series: Default::default(),
         };
         let tracked = hitters.tracker(&labels).expect("tracked");
         let mut cumulative = Vec::with_capacity(VALUES);
