@@ -123,33 +123,33 @@ pub fn plan<'a>(
     planned.replaces = &rule.replaces;
     let releases = planned.release.is_some();
     let returns_to = planned.returned.map(|(row, _)| row);
-    let Some(mut limits) = limits_in_force(rule, overrides) else {
-        planned.unlimited = true;
-        return planned;
-    };
-    if let Some(shape) = shape {
-        limits.iter_mut().for_each(|named| shape(&mut named.limit));
-    }
-    planned.limits = limits
-        .into_iter()
-        .filter(|named| !releases || named.limit.algorithm().leases())
-        .filter(|named| {
-            returns_to.is_none() || named.limit.modifiers.ticket().map(|(row, _)| row) == returns_to
-        })
-        .map(|mut named| Applied {
-            limit: {
-                // What the limit's modifiers read of the descriptor.
-                named.limit.modifiers.take_entries(pairs.iter().copied());
-                named.limit
-            },
+    let limits = &mut planned.limits;
+    let limited = limits_in_force(rule, overrides, |mut named| {
+        if let Some(shape) = shape {
+            shape(&mut named.limit);
+        }
+        let returned_to = || named.limit.modifiers.ticket().map(|(row, _)| row);
+        if (releases && !named.limit.algorithm().leases())
+            || (returns_to.is_some() && returned_to() != returns_to)
+        {
+            return;
+        }
+        // What the limit's modifiers read of the descriptor.
+        named.limit.modifiers.take_entries(pairs.iter().copied());
+        limits.push(Applied {
+            limit: named.limit,
             name: named.name,
             shadow_mode: named.shadow_mode,
             quota_mode: rule.quota_mode,
             metadata: rule.metadata.as_ref(),
             slot: named.slot,
             beside_passing_quota: false,
-        })
-        .collect();
+        });
+    });
+    if !limited {
+        planned.unlimited = true;
+        return planned;
+    }
     planned.key = identity::descriptor_key(domain_name, matched.counted_entries());
     planned.labels = Some(match &rule.metric_labels {
         Some(labels) => Labels::Rule(labels),
@@ -196,55 +196,56 @@ struct Named<'a> {
     shadow_mode: bool,
 }
 
-/// The limits that apply to a descriptor under `rule`; `None` when it is unlimited. An override of every
-/// limit replaces them all with its one, counted under the descriptor's own key (named as
-/// the rule's limit when it has one); an override of a name replaces that limit in its slot.
+/// Gives `each` the limits that apply to a descriptor under `rule`, in order; false when it
+/// is unlimited. An override of every limit replaces them all with its one, counted under the
+/// descriptor's own key (named as the rule's limit when it has one); an override of a name
+/// replaces that limit in its slot.
 fn limits_in_force<'a>(
     rule: &'a Rule,
     overrides: Option<InForce<'a>>,
-) -> Option<SmallVec<[Named<'a>; 2]>> {
+    mut each: impl FnMut(Named<'a>),
+) -> bool {
     let several = rule.limits.len() > 1;
     let name_of = |named: &'a NamedLimit| named.name.as_deref().unwrap_or_default();
     if let Some(every) = overrides.and_then(|o| o.overrides.every_limit(o.now_us)) {
-        let limit = every.limit.clone()?;
+        let Some(limit) = every.limit.clone() else {
+            return false;
+        };
         let name = match rule.limits.as_slice() {
             [only] => name_of(only),
             _ => "",
         };
         let shadow_mode = every.shadow_mode.unwrap_or(rule.shadow_mode);
-        let named = Named {
+        each(Named {
             slot: None,
             limit,
             name,
             shadow_mode,
-        };
-        return Some(smallvec::smallvec![named]);
+        });
+        return true;
     }
     if rule.is_unlimited() {
-        return None;
+        return false;
     }
-    let limits = rule
-        .limits
-        .iter()
-        .enumerate()
-        .filter_map(|(slot, named)| {
-            let name = name_of(named);
-            let replaced = overrides
-                .filter(|_| !name.is_empty())
-                .and_then(|o| o.overrides.of_name(name, o.now_us));
-            let (limit, shadow_mode) = match replaced {
-                Some(o) => (o.limit.clone()?, o.shadow_mode.unwrap_or(rule.shadow_mode)),
-                None => (named.limit.clone()?, rule.shadow_mode),
-            };
-            Some(Named {
+    for (slot, named) in rule.limits.iter().enumerate() {
+        let name = name_of(named);
+        let replaced = overrides
+            .filter(|_| !name.is_empty())
+            .and_then(|o| o.overrides.of_name(name, o.now_us));
+        let (limit, shadow_mode) = match replaced {
+            Some(o) => (o.limit.clone(), o.shadow_mode.unwrap_or(rule.shadow_mode)),
+            None => (named.limit.clone(), rule.shadow_mode),
+        };
+        if let Some(limit) = limit {
+            each(Named {
                 slot: several.then_some(slot),
                 limit,
                 name,
                 shadow_mode,
-            })
-        })
-        .collect();
-    Some(limits)
+            });
+        }
+    }
+    true
 }
 
 impl Planned<'_> {

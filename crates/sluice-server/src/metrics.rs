@@ -271,10 +271,17 @@ impl Metrics {
     fn count(&self, counters: &LimitCounters, outcome: &LimitOutcome) {
         let split = split_hits(outcome, self.near_limit_ratio);
         counters.total.increment(outcome.cost);
-        counters.within.increment(split.within);
-        counters.near.increment(split.near);
-        counters.over.increment(split.over);
-        counters.shadow.increment(split.shadow);
+        // Most decisions add to one of the four: the others are not touched.
+        for (counter, value) in [
+            (&counters.within, split.within),
+            (&counters.near, split.near),
+            (&counters.over, split.over),
+            (&counters.shadow, split.shadow),
+        ] {
+            if value > 0 {
+                counter.increment(value);
+            }
+        }
         if let Some(statsd) = &counters.statsd {
             let values = [
                 outcome.cost,
