@@ -316,7 +316,6 @@ pub struct Tokens {
 /// opens under the descriptor's own name for it or the request's token.
 /// They are added to `hits`; returns the tokens given.
 pub fn hits(planned: &mut [Planned<'_>], tokens: &LeaseTokens, hits: &mut Hits) -> Tokens {
-    hits.reserve(planned.len());
     let mut issued = None;
     let mut given = Tokens::default();
     for p in planned {

@@ -23,6 +23,7 @@ use super::{Admin, AdminError};
 use crate::hitters::shared::{self, Summary};
 use crate::hitters::{By, LimitName, LimitView, Span, Top};
 use sluice_config::overrides::{EntryDoc, OverrideDoc};
+use sluice_core::modifier::{Modifiers, SeriesKind};
 
 /// The page.
 const PAGE: &str = include_str!("dashboard.html");
@@ -30,13 +31,17 @@ const PAGE: &str = include_str!("dashboard.html");
 /// The largest replay report shown (a report of many rules is larger; its head is not JSON).
 const MAX_REPORT_BYTES: u64 = 8 << 20;
 
-/// The series of the Prometheus text the page shows: the circuit breaker, reservations held,
-/// clients blocked by a penalty.
-const GAUGES: [&str; 3] = [
-    "sluice_store_circuit_open",
-    "sluice_reserve_held",
-    "sluice_penalty_blocked_clients",
-];
+/// The store's series the page shows beside the modifiers' gauges (`gauges`).
+const STORE_GAUGES: [&str; 1] = ["sluice_store_circuit_open"];
+
+/// The series of the Prometheus text the page shows: the circuit breaker, and every gauge a
+/// limit's modifiers keep (what they hold for requests in flight, the clients they block).
+fn gauges() -> Vec<&'static str> {
+    let kept = Modifiers::series()
+        .filter(|series| matches!(series.kind, SeriesKind::Gauge))
+        .map(|series| series.name);
+    STORE_GAUGES.into_iter().chain(kept).collect()
+}
 
 #[derive(Clone)]
 struct Dashboard {
@@ -340,10 +345,11 @@ async fn everything(State(dashboard): State<Dashboard>) -> Response {
         }
     }
     let text = admin.metrics().render();
+    let names = gauges();
     let gauges = text
         .lines()
         .filter_map(|line| {
-            let name = GAUGES.iter().find(|name| {
+            let name = names.iter().find(|name| {
                 line.strip_prefix(**name)
                     .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
             })?;
