@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use sluice_core::labels::LimitLabels;
 use sluice_proto::rate_limit_descriptor::Entry;
+use sluice_server::hitters::zipf::Zipf;
 use sluice_server::hitters::{By, HeavyHitters, HittersSettings, LimitName, Span};
 
 fn labels() -> LimitLabels {
@@ -40,10 +41,6 @@ impl Stream {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -79,17 +76,8 @@ fn main() {
     const HITS: usize = 2_000_000;
     let hitters = HeavyHitters::new(settings);
     let tracked = hitters.tracker(&labels()).expect("tracked");
-    let mut cumulative = Vec::with_capacity(VALUES);
-    let mut sum = 0.0;
-    for rank in 1..=VALUES {
-        sum += 1.0 / rank as f64;
-        cumulative.push(sum);
-    }
     let mut exact = vec![0u64; VALUES];
-    let mut stream = Stream(0x2545_f491_4f6c_dd1d);
-    for _ in 0..HITS {
-        let u = stream.unit() * sum;
-        let index = cumulative.partition_point(|c| *c < u).min(VALUES - 1);
+    for index in Zipf::new(VALUES, 0x2545_f491_4f6c_dd1d).take(HITS) {
         exact[index] += 1;
         hitters.record(&tracked, &entry(index as u64), 1, false);
     }

@@ -12,6 +12,7 @@ pub mod shared;
 pub mod space_saving;
 mod timeline;
 pub mod window;
+pub mod zipf;
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -443,20 +444,8 @@ mod tests {
             series: Default::default(),
         };
         let tracked = hitters.tracker(&labels).expect("tracked");
-        let mut cumulative = Vec::with_capacity(VALUES);
-        let mut sum = 0.0;
-        for rank in 1..=VALUES {
-            sum += 1.0 / rank as f64;
-            cumulative.push(sum);
-        }
         let mut exact = vec![0u64; VALUES];
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..HITS {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let u = (state >> 11) as f64 / (1u64 << 53) as f64 * sum;
-            let index = cumulative.partition_point(|c| *c < u).min(VALUES - 1);
+        for index in zipf::Zipf::new(VALUES, 0x2545_f491_4f6c_dd1d).take(HITS) {
             exact[index] += 1;
             // Every tenth hit of a value is denied.
             let denied = exact[index] % 10 == 0;

@@ -9,8 +9,10 @@
 //! 64-bit hash: a value's text is stored once, when it takes a counter.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
+
+use sluice_core::keyed_id::PassThrough;
 
 /// One counter: the value it counts, its count, and how much of the count may belong to the
 /// values it counted before.
@@ -29,45 +31,13 @@ pub struct Counted {
 pub struct SpaceSaving {
     capacity: usize,
     /// A value's hash to its counter's place.
-    places: HashMap<u64, u32, NoHash>,
+    places: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
     counters: Vec<Counted>,
     /// Places, a min-heap by count.
     heap: Vec<u32>,
     /// Each place's index in `heap`.
     position: Vec<u32>,
     total: u64,
-}
-
-/// A hash of a value, made by the caller, is its own key.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoHash;
-
-impl BuildHasher for NoHash {
-    type Hasher = PassThrough;
-
-    fn build_hasher(&self) -> PassThrough {
-        PassThrough(0)
-    }
-}
-
-/// Hashes a `u64` to itself.
-#[derive(Debug, Default)]
-pub struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
 }
 
 impl Counted {
@@ -219,6 +189,7 @@ impl SpaceSaving {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::BuildHasher;
 
     fn add(sketch: &mut SpaceSaving, value: &str, weight: u64) {
         let hash = foldhash::fast::FixedState::with_seed(7).hash_one(value);
