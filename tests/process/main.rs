@@ -10,6 +10,7 @@ mod support;
 
 mod cli;
 mod deploy;
+mod heavy_hitters;
 mod lifecycle;
 mod limitador_server;
 mod load_tools;
