@@ -132,6 +132,79 @@ fn one_value_tells_its_counts_its_limit_in_force_and_whether_it_is_denied_now() 
     });
 }
 
+/// grpcurl (by reflection) calling `method` of the admin service of `sluice` with `data`.
+fn grpc(sluice: &Sluice, method: &str, data: &str) -> Value {
+    let addr = sluice.admin_addr.expect("the admin port").to_string();
+    let bearer = format!("authorization: Bearer {TOKEN}");
+    let output = std::process::Command::new("grpcurl")
+        .args(["-plaintext", "-H", &bearer, "-d", data, &addr])
+        .arg(format!("sluice.admin.v1.Admin/{method}"))
+        .output()
+        .expect("grpcurl runs (scripts/test builds it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{method}: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn the_grpc_face_answers_as_the_json_one() {
+    let flags = AdminFlags::new();
+    let sluice = Sluice::start(CONFIG, &flags.args());
+    drive(&sluice, "b", 2);
+    drive(&sluice, "c", 8);
+    let limits = grpc(&sluice, "TrackedLimits", r#"{"domain":"tenants"}"#);
+    assert_eq!(
+        limits["limits"],
+        json!([{"domain": "tenants", "limit": "tenants.tenant"}])
+    );
+    let top = grpc(
+        &sluice,
+        "Top",
+        r#"{"domain":"tenants","limit":"tenants.tenant","by":"denials","window":"1h"}"#,
+    );
+    assert_eq!(top["values"][0]["value"], "tenant=c", "{top}");
+    assert_eq!(top["values"][0]["count"], "3", "{top}");
+    assert_eq!(
+        top["values"][0]["descriptor"],
+        json!([{"key": "tenant", "value": "c"}])
+    );
+    assert_eq!(
+        (top["by"].as_str(), top["window"].as_str()),
+        (Some("denials"), Some("1h"))
+    );
+    let value = grpc(
+        &sluice,
+        "TopValue",
+        r#"{"domain":"tenants","limit":"tenants.tenant","value":"tenant=b"}"#,
+    );
+    assert_eq!(value["windows"]["1m"]["hits"]["count"], "2", "{value}");
+    assert!(value.get("deniedNow").is_none(), "b is not denied: {value}");
+    assert_eq!(value["state"]["limits"][0]["remaining"], "3", "{value}");
+    // A wrong `by` is INVALID_ARGUMENT naming it.
+    let addr = sluice.admin_addr.expect("the admin port").to_string();
+    let output = std::process::Command::new("grpcurl")
+        .args([
+            "-plaintext",
+            "-H",
+            &format!("authorization: Bearer {TOKEN}"),
+        ])
+        .args([
+            "-d",
+            r#"{"domain":"tenants","limit":"tenants.tenant","by":"most"}"#,
+            &addr,
+        ])
+        .arg("sluice.admin.v1.Admin/Top")
+        .output()
+        .expect("grpcurl runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("InvalidArgument") && stderr.contains("by"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn errors_name_the_field_and_an_untracked_limit_is_not_found() {
     let flags = AdminFlags::new();

@@ -1,9 +1,8 @@
-//! Who is being limited, on the admin port (docs/heavy-hitters.md), behind its authentication:
-//! `GET /v1/top` (a limit's heaviest values by hits or denials over a window), `GET
-//! /v1/top/value` (one value: its counts, and its limits in force with used, remaining and
-//! reset, and whether it is denied now), `GET /v1/dashboard` (everything the page shows, in
-//! one answer) and `GET /dashboard` (the page: one HTML file with its script and chart inline,
-//! loading nothing from elsewhere, polling `/v1/dashboard` every second).
+//! Who is being limited, over HTTP on the admin port (docs/heavy-hitters.md), behind its
+//! authentication: `GET /v1/top` and `GET /v1/top/value` (the calls of `top`), `GET
+//! /v1/dashboard` (everything the page shows, in one answer) and `GET /dashboard` (the page:
+//! one HTML file with its script and chart inline, loading nothing from elsewhere, polling
+//! `/v1/dashboard` every second).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,11 +17,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::http::{answer, invalid_query};
-use super::model::{DescriptorRef, DescriptorState};
+use super::top::{by_named, window_named};
 use super::{Admin, AdminError};
-use crate::hitters::shared::{self, Summary};
-use crate::hitters::{By, LimitName, LimitView, Span, Top};
-use sluice_config::overrides::{EntryDoc, OverrideDoc};
+use crate::hitters::shared;
+use crate::hitters::{LimitName, LimitView};
+use sluice_config::overrides::OverrideDoc;
 use sluice_core::modifier::{Modifiers, SeriesKind};
 
 /// The page.
@@ -73,156 +72,43 @@ async fn page() -> Response {
         .into_response()
 }
 
-/// `GET /v1/top?domain=&limit=&by=hits|denials&window=1m|1h&k=`.
+/// `GET /v1/top?domain=&limit=&by=hits|denials&window=1m|1h&k=`; without `limit`, the limits
+/// tracked (of `domain`, when given).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TopQuery {
     domain: Option<String>,
     limit: Option<String>,
-    #[serde(default = "hits")]
-    by: By,
-    #[serde(default = "minute")]
-    window: Span,
+    #[serde(default)]
+    by: String,
+    #[serde(default)]
+    window: String,
     k: Option<usize>,
 }
 
-fn hits() -> By {
-    By::Hits
-}
-
-fn minute() -> Span {
-    Span::Minute
-}
-
-/// A top list as answered: the limit, what it is by, over which window, and the list.
-#[derive(Debug, Serialize)]
-struct TopAnswer {
-    domain: String,
-    limit: String,
-    by: By,
-    window: Span,
-    #[serde(flatten)]
-    top: TopWithDescriptors,
-}
-
-#[derive(Debug, Serialize)]
-struct TopWithDescriptors {
-    values: Vec<HeavyValue>,
-    total: u64,
-    bound: u64,
-}
-
-/// One heavy value, with its descriptor (what `/v1/descriptors/get` takes).
-#[derive(Debug, Serialize)]
-struct HeavyValue {
-    value: String,
-    descriptor: Vec<EntryDoc>,
-    count: u64,
-    error: u64,
-}
-
-fn with_descriptors(top: Top) -> TopWithDescriptors {
-    TopWithDescriptors {
-        values: top
-            .values
-            .into_iter()
-            .map(|heavy| HeavyValue {
-                descriptor: descriptor_of(&heavy.value),
-                value: heavy.value,
-                count: heavy.count,
-                error: heavy.error,
-            })
-            .collect(),
-        total: top.total,
-        bound: top.bound,
-    }
-}
-
-/// The entries a value's text names (`crate::hitters::value_text`'s inverse).
-fn descriptor_of(value: &str) -> Vec<EntryDoc> {
-    crate::hitters::entries_of(value)
-        .into_iter()
-        .map(|(key, value)| EntryDoc { key, value })
-        .collect()
-}
-
-impl Dashboard {
-    /// The `k` to tell: the setting's, or the query's up to the sketch's capacity.
-    fn k(&self, asked: Option<usize>) -> Result<usize, AdminError> {
-        let settings = self.admin.metrics().heavy_hitters().settings();
-        match asked {
-            None => Ok(settings.top),
-            Some(k) if (1..=settings.capacity).contains(&k) => Ok(k),
-            Some(k) => Err(AdminError::invalid(
-                "k",
-                format!(
-                    "{k} is not between 1 and the sketches' capacity, {}",
-                    settings.capacity
-                ),
-            )),
-        }
-    }
-
-    /// Every replica's lists: this one's, and those the others shared through Redis (an error
-    /// reading theirs answers UNAVAILABLE: a partial answer would pass for the whole).
-    async fn summaries(&self) -> Result<Vec<Summary>, AdminError> {
-        let hitters = self.admin.metrics().heavy_hitters();
-        match shared::summaries(hitters, self.admin.store()).await {
-            (summaries, None) => Ok(summaries),
-            (_, Some(error)) => Err(AdminError::Store(error)),
-        }
-    }
-
-    async fn top(
-        &self,
-        query: TopQuery,
-        domain: String,
-        limit: String,
-    ) -> Result<TopAnswer, AdminError> {
-        let k = self.k(query.k)?;
-        let name = LimitName { domain, limit };
-        let summaries = self.summaries().await?;
-        let top = shared::merged_top(&summaries, &name, query.window, query.by, k)
-            .ok_or_else(|| not_tracked(&name))?;
-        Ok(TopAnswer {
-            domain: name.domain,
-            limit: name.limit,
-            by: query.by,
-            window: query.window,
-            top: with_descriptors(top),
-        })
-    }
-}
-
-fn not_tracked(name: &LimitName) -> AdminError {
-    AdminError::NotFound(format!(
-        "no limit '{}' of domain '{}' is tracked (GET /v1/top lists those that are)",
-        name.limit, name.domain
-    ))
-}
-
-/// A limit's top list; without `limit`, the limits tracked (of `domain`, when given).
 async fn top(
     State(dashboard): State<Dashboard>,
     query: Result<Query<TopQuery>, QueryRejection>,
 ) -> Response {
+    let admin = &dashboard.admin;
     let result = match query.map_err(invalid_query) {
-        Ok(Query(mut query)) => match (query.domain.take(), query.limit.take()) {
-            (Some(domain), Some(limit)) => dashboard
-                .top(query, domain, limit)
-                .await
-                .map(|answer| json!(answer)),
+        Ok(Query(query)) => match (query.domain, query.limit) {
+            (Some(domain), Some(limit)) => match (by_named(&query.by), window_named(&query.window))
+            {
+                (Ok(by), Ok(window)) => admin
+                    .top(LimitName { domain, limit }, by, window, query.k)
+                    .await
+                    .map(|answer| json!(answer)),
+                (Err(error), _) | (_, Err(error)) => Err(error),
+            },
             (None, Some(_)) => Err(AdminError::invalid(
                 "domain",
                 "a limit is named within its domain: set domain too",
             )),
-            (domain, None) => dashboard.summaries().await.map(|summaries| {
-                let names: Vec<LimitName> = shared::merged_names(&summaries)
-                    .into_iter()
-                    .filter(|n| domain.as_ref().is_none_or(|d| &n.domain == d))
-                    .collect();
-                json!({ "limits": names })
-            }),
+            (domain, None) => admin
+                .tracked_limits(domain.as_deref())
+                .await
+                .map(|limits| json!({ "limits": limits })),
         },
         Err(error) => Err(error),
     };
@@ -238,73 +124,20 @@ struct ValueQuery {
     value: String,
 }
 
-/// One value: its counts in each window (never under the true ones; over by at most
-/// `error`), and its descriptor's limits in force as `/v1/descriptors/get` reads them.
-#[derive(Debug, Serialize)]
-struct ValueAnswer {
-    domain: String,
-    limit: String,
-    value: String,
-    descriptor: Vec<EntryDoc>,
-    windows: serde_json::Map<String, serde_json::Value>,
-    /// A limit in force (not in shadow mode) has nothing left: its next hit is denied.
-    denied_now: bool,
-    state: DescriptorState,
-}
-
 async fn value(
     State(dashboard): State<Dashboard>,
     query: Result<Query<ValueQuery>, QueryRejection>,
 ) -> Response {
-    let query = match query.map_err(invalid_query) {
-        Ok(Query(query)) => query,
-        Err(error) => return answer::<()>(Err(error)),
-    };
-    let name = LimitName {
-        domain: query.domain.clone(),
-        limit: query.limit.clone(),
-    };
-    let summaries = match dashboard.summaries().await {
-        Ok(summaries) => summaries,
-        Err(error) => return answer::<()>(Err(error)),
-    };
-    let mut windows = serde_json::Map::new();
-    for span in Span::ALL {
-        let mut counts = serde_json::Map::new();
-        for (by, field) in [(By::Hits, "hits"), (By::Denials, "denials")] {
-            // Every value any replica lists: the one asked for is found if it is listed.
-            let Some(top) = shared::merged_top(&summaries, &name, span, by, usize::MAX) else {
-                return answer::<()>(Err(not_tracked(&name)));
+    let result = match query.map_err(invalid_query) {
+        Ok(Query(query)) => {
+            let name = LimitName {
+                domain: query.domain,
+                limit: query.limit,
             };
-
-            let found = top.values.iter().find(|h| h.value == query.value);
-            // A value the sketches do not hold counted at most their bound.
-            let (count, error) = found.map_or((top.bound, top.bound), |h| (h.count, h.error));
-            counts.insert(field.to_string(), json!({"count": count, "error": error}));
+            dashboard.admin.top_value(name, query.value).await
         }
-        windows.insert(span.as_str().to_string(), counts.into());
-    }
-    let descriptor = descriptor_of(&query.value);
-    let target = DescriptorRef {
-        domain: query.domain.clone(),
-        descriptor: descriptor.clone(),
-        name: None,
+        Err(error) => Err(error),
     };
-    let result = dashboard.admin.get(target).await.map(|state| {
-        let denied_now = state
-            .limits
-            .iter()
-            .any(|limit| !limit.shadow_mode && limit.remaining == 0);
-        ValueAnswer {
-            domain: query.domain,
-            limit: query.limit,
-            value: query.value,
-            descriptor,
-            windows,
-            denied_now,
-            state,
-        }
-    });
     answer(result)
 }
 

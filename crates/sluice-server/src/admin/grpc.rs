@@ -10,7 +10,8 @@ use tonic::{Request, Response, Status};
 
 use super::auth::Caller;
 use super::model::{self, DescriptorState, LimitState};
-use super::{Admin, AdminError};
+use super::{top, Admin, AdminError};
+use crate::hitters::LimitName;
 use sluice_config::overrides::{EntryDoc, OverrideDoc};
 use sluice_proto::sluice::admin::v1 as pb;
 use sluice_proto::sluice::admin::v1::admin_server::Admin as AdminService;
@@ -245,6 +246,92 @@ impl AdminService for AdminGrpc {
         let state = self.0.credit(&who, credit).await?;
         Ok(Response::new(pb::CreditResponse {
             state: Some(pb_state(state)),
+        }))
+    }
+
+    async fn tracked_limits(
+        &self,
+        request: Request<pb::TrackedLimitsRequest>,
+    ) -> Result<Response<pb::TrackedLimitsResponse>, Status> {
+        let domain = request.into_inner().domain;
+        let domain = (!domain.is_empty()).then_some(domain.as_str());
+        let limits = self.0.tracked_limits(domain).await?;
+        Ok(Response::new(pb::TrackedLimitsResponse {
+            limits: limits
+                .into_iter()
+                .map(|name| pb::TrackedLimit {
+                    domain: name.domain,
+                    limit: name.limit,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn top(
+        &self,
+        request: Request<pb::TopRequest>,
+    ) -> Result<Response<pb::TopResponse>, Status> {
+        let request = request.into_inner();
+        let by = top::by_named(&request.by)?;
+        let window = top::window_named(&request.window)?;
+        let k = (request.k > 0).then_some(request.k as usize);
+        let name = LimitName {
+            domain: request.domain,
+            limit: request.limit,
+        };
+        let answer = self.0.top(name, by, window, k).await?;
+        Ok(Response::new(pb::TopResponse {
+            domain: answer.domain,
+            limit: answer.limit,
+            by: answer.by.as_str().to_string(),
+            window: answer.window.as_str().to_string(),
+            values: answer
+                .values
+                .into_iter()
+                .map(|heavy| pb::HeavyValue {
+                    descriptor: pb_entries(&heavy.descriptor),
+                    value: heavy.value,
+                    count: heavy.count,
+                    error: heavy.error,
+                })
+                .collect(),
+            total: answer.total,
+            bound: answer.bound,
+        }))
+    }
+
+    async fn top_value(
+        &self,
+        request: Request<pb::TopValueRequest>,
+    ) -> Result<Response<pb::TopValueResponse>, Status> {
+        let request = request.into_inner();
+        let name = LimitName {
+            domain: request.domain,
+            limit: request.limit,
+        };
+        let answer = self.0.top_value(name, request.value).await?;
+        let count = |c: top::Count| pb::Count {
+            count: c.count,
+            error: c.error,
+        };
+        Ok(Response::new(pb::TopValueResponse {
+            descriptor: pb_entries(&answer.descriptor),
+            domain: answer.domain,
+            limit: answer.limit,
+            value: answer.value,
+            windows: answer
+                .windows
+                .into_iter()
+                .map(|(window, counts)| {
+                    let counts = pb::WindowCounts {
+                        hits: Some(count(counts.hits)),
+                        denials: Some(count(counts.denials)),
+                    };
+                    (window.to_string(), counts)
+                })
+                .collect(),
+            denied_now: answer.denied_now,
+            state: Some(pb_state(answer.state)),
         }))
     }
 }

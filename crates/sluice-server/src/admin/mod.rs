@@ -14,6 +14,7 @@ pub mod grpc;
 pub mod http;
 pub mod model;
 pub mod sync;
+pub mod top;
 
 use std::sync::Arc;
 

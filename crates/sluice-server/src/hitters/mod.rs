@@ -301,11 +301,12 @@ impl HeavyHitters {
         }
         let mut out = String::new();
         let kinds = [
-            (By::Hits, "sluice_heavy_hitter_hits", "hits"),
-            (By::Denials, "sluice_heavy_hitter_denials", "denials"),
+            (By::Hits, "sluice_heavy_hitter_hits"),
+            (By::Denials, "sluice_heavy_hitter_denials"),
         ];
         let mut bounds = String::new();
-        for (by, metric, kind) in kinds {
+        for (by, metric) in kinds {
+            let kind = by.as_str();
             let _ = writeln!(
                 out,
                 "# HELP {metric} The {kind} of a limit's heaviest values over the window (never under the true count; over it by at most sluice_heavy_hitter_error_bound).\n# TYPE {metric} gauge"

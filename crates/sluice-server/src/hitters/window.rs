@@ -25,6 +25,16 @@ pub enum By {
     Denials,
 }
 
+impl By {
+    /// Its name in the calls: `hits`, `denials`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            By::Hits => "hits",
+            By::Denials => "denials",
+        }
+    }
+}
+
 /// One value of a window's top list: its count (never under the true one), the most that
 /// count may be over (`error`), and its entries' text.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
