@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::admin::{admin, admin_call, block_on, AdminFlags, TOKEN};
+use crate::support::admin::{admin, admin_call, admitted, block_on, AdminFlags, TOKEN};
 use crate::support::redis::RedisServer;
 use crate::support::{call, descriptor, http_request_with, request, Sluice};
 
@@ -22,16 +22,7 @@ descriptors:
 
 /// `calls` calls of `tenant=value` on `sluice`.
 pub fn drive(sluice: &Sluice, value: &str, calls: usize) {
-    block_on(async {
-        let mut client = sluice.client().await;
-        for _ in 0..calls {
-            call(
-                &mut client,
-                request("tenants", vec![descriptor(&[("tenant", value)])]),
-            )
-            .await;
-        }
-    });
+    block_on(admitted(sluice, &[("tenant", value)], calls));
 }
 
 fn top(sluice: &Sluice, query: &str) -> Value {

@@ -8,22 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::admin::{admin, AdminFlags};
+use crate::support::admin::{admin, admitted, AdminFlags};
 use crate::support::redis::RedisServer;
 use crate::support::*;
 
 const CONFIG: &str = "domain: tenants\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 100}\n";
-
-async fn drive(sluice: &Sluice, value: &str, calls: usize) {
-    let mut client = sluice.client().await;
-    for _ in 0..calls {
-        call(
-            &mut client,
-            request("tenants", vec![descriptor(&[("tenant", value)])]),
-        )
-        .await;
-    }
-}
 
 /// `tenant=c`'s hits over the last minute, as `sluice`'s admin port answers.
 fn hits_of_c(sluice: &Sluice) -> Option<u64> {
@@ -63,8 +52,8 @@ async fn a_killed_replica_s_lists_age_out_and_its_restart_counts_nothing_twice()
     let files = [("config.yaml", CONFIG)];
     let first = Sluice::process_with(&files, &args, &[]);
     let second = Sluice::process_with(&files, &args, &[]);
-    drive(&first, "c", 4).await;
-    drive(&second, "c", 6).await;
+    admitted(&first, &[("tenant", "c")], 4).await;
+    admitted(&second, &[("tenant", "c")], 6).await;
     eventually(&first, 10, Duration::from_secs(10));
     let status = Command::new("kill")
         .args(["-KILL", &second.pid().to_string()])
@@ -74,7 +63,7 @@ async fn a_killed_replica_s_lists_age_out_and_its_restart_counts_nothing_twice()
     // Its last lists stand for up to 10 seconds, then leave.
     eventually(&first, 4, Duration::from_secs(20));
     let restarted = Sluice::process_with(&files, &args, &[]);
-    drive(&restarted, "c", 1).await;
+    admitted(&restarted, &[("tenant", "c")], 1).await;
     // The restart counts the one call it saw, not the six before the crash.
     eventually(&first, 5, Duration::from_secs(10));
     eventually(&restarted, 5, Duration::from_secs(10));
