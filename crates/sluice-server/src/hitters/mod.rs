@@ -232,6 +232,18 @@ impl HeavyHitters {
     /// Counts `cost` hits of the descriptor `entries` on `tracked`, denied or not (a lease's
     /// or a ticket's token is not part of the value).
     pub fn record(&self, tracked: &Tracked, entries: &[Entry], cost: u64, denied: bool) {
+        self.record_at(self.now(), tracked, entries, cost, denied);
+    }
+
+    /// `record`, at second `now` since the epoch.
+    pub fn record_at(
+        &self,
+        now: u64,
+        tracked: &Tracked,
+        entries: &[Entry],
+        cost: u64,
+        denied: bool,
+    ) {
         if entries.is_empty() {
             return;
         }
@@ -246,7 +258,6 @@ impl HeavyHitters {
         // The value's text, written at most once, when it first takes a counter.
         let text: std::cell::OnceCell<Arc<str>> = std::cell::OnceCell::new();
         let value = || text.get_or_init(|| Arc::from(value_text(entries))).clone();
-        let now = self.now();
         let mut tracker = tracked.lock();
         tracker.minute.add(now, hash, cost, denied, &value);
         tracker.hour.add(now, hash, cost, denied, &value);
@@ -265,8 +276,12 @@ impl HeavyHitters {
     /// The `k` values of `name` with the most hits or denials over `span`; `None` for a limit
     /// not tracked.
     pub fn top(&self, name: &LimitName, span: Span, by: By, k: usize) -> Option<Top> {
+        self.top_at(self.now(), name, span, by, k)
+    }
+
+    /// `top`, at second `now` since the epoch.
+    pub fn top_at(&self, now: u64, name: &LimitName, span: Span, by: By, k: usize) -> Option<Top> {
         let tracked = self.find(name)?;
-        let now = self.now();
         let top = tracked.lock().window(span).top(now, by, k);
         Some(top)
     }
@@ -435,6 +450,7 @@ mod tests {
     fn on_a_skewed_stream_of_a_million_values_the_counts_hold_their_bound() {
         const VALUES: usize = 1_000_000;
         const HITS: usize = 2_000_000;
+        const NOW: u64 = 1_800_000_000;
         let hitters = HeavyHitters::new(HittersSettings::default());
         let labels = LimitLabels {
             domain: "d".into(),
@@ -450,19 +466,16 @@ mod tests {
             exact[index] += 1;
             // Every tenth hit of a value is denied.
             let denied = exact[index] % 10 == 0;
-            hitters.record(
-                &tracked,
-                &[entry("tenant", &format!("v{index}"))],
-                1,
-                denied,
-            );
+            let entries = [entry("tenant", &format!("v{index}"))];
+            // One second for the whole stream: one slot, whatever the test's own speed.
+            hitters.record_at(NOW, &tracked, &entries, 1, denied);
         }
         let name = LimitName {
             domain: "d".into(),
             limit: "d.tenant".into(),
         };
         let top = hitters
-            .top(&name, Span::Minute, By::Hits, 10)
+            .top_at(NOW, &name, Span::Minute, By::Hits, 10)
             .expect("tracked");
         assert_eq!(top.total, HITS as u64);
         let capacity = HittersSettings::default().capacity as u64;
@@ -491,7 +504,7 @@ mod tests {
             assert!(heavy.error <= top.bound);
         }
         let denials = hitters
-            .top(&name, Span::Hour, By::Denials, 3)
+            .top_at(NOW, &name, Span::Hour, By::Denials, 3)
             .expect("tracked");
         let truth: u64 = exact[ranked[0]] / 10;
         assert_eq!(denials.values[0].value, want[0]);
