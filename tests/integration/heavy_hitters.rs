@@ -125,6 +125,12 @@ fn one_value_tells_its_counts_its_limit_in_force_and_whether_it_is_denied_now() 
 
 /// grpcurl (by reflection) calling `method` of the admin service of `sluice` with `data`.
 fn grpc(sluice: &Sluice, method: &str, data: &str) -> Value {
+    let (answer, stderr) = grpc_call(sluice, method, data);
+    answer.unwrap_or_else(|| panic!("{method}: {stderr}"))
+}
+
+/// The same, its answer's JSON when it succeeds, and what grpcurl says on stderr.
+fn grpc_call(sluice: &Sluice, method: &str, data: &str) -> (Option<Value>, String) {
     let addr = sluice.admin_addr.expect("the admin port").to_string();
     let bearer = format!("authorization: Bearer {TOKEN}");
     let output = std::process::Command::new("grpcurl")
@@ -133,9 +139,12 @@ fn grpc(sluice: &Sluice, method: &str, data: &str) -> Value {
         .output()
         .expect("grpcurl runs (scripts/test builds it)");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{method}: {stderr}");
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let answer = output
+        .status
+        .success()
+        .then(|| serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}")));
+    (answer, stderr)
 }
 
 #[test]
@@ -173,23 +182,12 @@ fn the_grpc_face_answers_as_the_json_one() {
     assert!(value.get("deniedNow").is_none(), "b is not denied: {value}");
     assert_eq!(value["state"]["limits"][0]["remaining"], "3", "{value}");
     // A wrong `by` is INVALID_ARGUMENT naming it.
-    let addr = sluice.admin_addr.expect("the admin port").to_string();
-    let output = std::process::Command::new("grpcurl")
-        .args([
-            "-plaintext",
-            "-H",
-            &format!("authorization: Bearer {TOKEN}"),
-        ])
-        .args([
-            "-d",
-            r#"{"domain":"tenants","limit":"tenants.tenant","by":"most"}"#,
-            &addr,
-        ])
-        .arg("sluice.admin.v1.Admin/Top")
-        .output()
-        .expect("grpcurl runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success());
+    let (answer, stderr) = grpc_call(
+        &sluice,
+        "Top",
+        r#"{"domain":"tenants","limit":"tenants.tenant","by":"most"}"#,
+    );
+    assert!(answer.is_none());
     assert!(
         stderr.contains("InvalidArgument") && stderr.contains("by"),
         "{stderr}"

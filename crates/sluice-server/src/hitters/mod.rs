@@ -310,10 +310,11 @@ impl HeavyHitters {
         if !self.settings.exported {
             return String::new();
         }
-        let names = self.names();
-        if names.is_empty() {
+        let tracked = self.tracked();
+        if tracked.is_empty() {
             return String::new();
         }
+        let now = self.now();
         let mut out = String::new();
         let kinds = [
             (By::Hits, "sluice_heavy_hitter_hits"),
@@ -326,11 +327,10 @@ impl HeavyHitters {
                 out,
                 "# HELP {metric} The {kind} of a limit's heaviest values over the window (never under the true count; over it by at most sluice_heavy_hitter_error_bound).\n# TYPE {metric} gauge"
             );
-            for name in &names {
+            for limit in &tracked {
+                let name = &limit.name;
                 for span in Span::ALL {
-                    let Some(top) = self.top(name, span, by, self.settings.top) else {
-                        continue;
-                    };
+                    let top = limit.lock().window(span).top(now, by, self.settings.top);
                     let labels = format!(
                         "domain=\"{}\",limit=\"{}\",window=\"{}\"",
                         escape(&name.domain),

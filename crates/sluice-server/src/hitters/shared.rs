@@ -6,13 +6,12 @@
 //! the replicas' floors: the merged answer's bound. A replica's lists are at most
 //! `PUBLISH_EVERY` old; one not heard from for `MAX_AGE` is left out (and its report deleted).
 
-use std::collections::HashMap;
 use std::sync::Weak;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::window::top_k;
+use super::window::{self, Part};
 use super::{By, Heavy, HeavyHitters, LimitName, LimitView, Point, Span, Top};
 use sluice_store::any::AnyStore;
 use sluice_store::StoreError;
@@ -196,41 +195,19 @@ pub async fn summaries(
 
 /// The `k` values of `lists` (one a replica) with the highest merged count.
 pub fn merge(lists: &[&List], k: usize) -> Top {
-    let mut merged: HashMap<&str, ()> = HashMap::new();
-    for list in lists {
-        for heavy in &list.values {
-            merged.insert(heavy.value.as_str(), ());
-        }
-    }
-    let mut values: Vec<Heavy> = merged
-        .keys()
-        .map(|value| {
-            let (mut count, mut error) = (0u64, 0u64);
-            for list in lists {
-                match list.values.iter().find(|h| h.value == *value) {
-                    Some(h) => {
-                        count += h.count;
-                        error += h.error;
-                    }
-                    None => {
-                        count += list.floor;
-                        error += list.floor;
-                    }
-                }
-            }
-            Heavy {
-                value: value.to_string(),
-                count,
-                error,
-            }
+    let parts: Vec<Part<'_>> = lists
+        .iter()
+        .map(|list| Part {
+            values: list
+                .values
+                .iter()
+                .map(|h| (h.value.as_str(), h.count, h.error))
+                .collect(),
+            total: list.total,
+            floor: list.floor,
         })
         .collect();
-    top_k(&mut values, k);
-    Top {
-        values,
-        total: lists.iter().map(|l| l.total).sum(),
-        bound: lists.iter().map(|l| l.floor).sum(),
-    }
+    window::merge(&parts, k)
 }
 
 /// The other replicas' summaries, read from Redis (none on the memory store, where a

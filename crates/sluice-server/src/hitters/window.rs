@@ -118,14 +118,14 @@ impl Window {
 
     /// `top`, over the newest `last` slots only.
     pub fn top_of_last(&self, now: u64, by: By, k: usize, last: usize) -> Top {
-        let sketches: Vec<&SpaceSaving> = self
+        let parts: Vec<Part<'_>> = self
             .live(now, last)
             .map(|slot| match by {
-                By::Hits => &slot.hits,
-                By::Denials => &slot.denials,
+                By::Hits => slot.hits.part(),
+                By::Denials => slot.denials.part(),
             })
             .collect();
-        merge(&sketches, k)
+        merge(&parts, k)
     }
 
     /// The bytes its sketches hold.
@@ -137,42 +137,59 @@ impl Window {
     }
 }
 
-/// The `k` values with the highest merged count of `sketches`.
-fn merge(sketches: &[&SpaceSaving], k: usize) -> Top {
-    let total = sketches.iter().map(|s| s.total()).sum();
-    let bound = sketches.iter().map(|s| s.floor()).sum();
-    let mut seen = std::collections::HashSet::new();
-    let mut values: Vec<Heavy> = Vec::new();
-    for sketch in sketches {
-        for counted in sketch.counters() {
-            if !seen.insert(counted.hash_key()) {
-                continue;
-            }
-            let (mut count, mut error) = (0u64, 0u64);
-            for other in sketches {
-                match other.get(counted.hash_key()) {
-                    Some(c) => {
-                        count += c.count;
-                        error += c.error;
-                    }
-                    None => {
-                        count += other.floor();
-                        error += other.floor();
-                    }
-                }
-            }
-            values.push(Heavy {
-                value: counted.value.to_string(),
-                count,
-                error,
-            });
+/// One list to merge: the values it holds with their counts and errors, its total, and the
+/// most a value it does not hold may have counted (its floor).
+pub struct Part<'a> {
+    pub values: Vec<(&'a str, u64, u64)>,
+    pub total: u64,
+    pub floor: u64,
+}
+
+/// The `k` values with the highest merged count of `parts` (a window's slots, or replicas'
+/// lists): a value's counts and errors summed, each part that does not hold it adding its
+/// floor to both, so the merged count stays never under the true one and over it by at most
+/// the sum of the floors (the merged bound).
+pub fn merge(parts: &[Part<'_>], k: usize) -> Top {
+    let total = parts.iter().map(|p| p.total).sum();
+    let bound: u64 = parts.iter().map(|p| p.floor).sum();
+    // Per value: its counts and errors where held, and the floors of the parts holding it.
+    let mut held: std::collections::HashMap<&str, (u64, u64, u64)> = Default::default();
+    for part in parts {
+        for &(value, count, error) in &part.values {
+            let sums = held.entry(value).or_default();
+            sums.0 += count;
+            sums.1 += error;
+            sums.2 += part.floor;
         }
     }
+    let mut values: Vec<Heavy> = held
+        .into_iter()
+        .map(|(value, (count, error, floors))| Heavy {
+            value: value.to_string(),
+            count: count + (bound - floors),
+            error: error + (bound - floors),
+        })
+        .collect();
     top_k(&mut values, k);
     Top {
         values,
         total,
         bound,
+    }
+}
+
+impl SpaceSaving {
+    /// The sketch as a part of a merge.
+    fn part(&self) -> Part<'_> {
+        Part {
+            values: self
+                .counters()
+                .iter()
+                .map(|c| (&*c.value, c.count, c.error))
+                .collect(),
+            total: self.total(),
+            floor: self.floor(),
+        }
     }
 }
 
