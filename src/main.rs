@@ -1,6 +1,9 @@
 //! The `sluice` command: `serve` (the default), `check-config`, `simulate` and `replay`; run as
 //! `limitador-server`, Limitador's command line. Parses arguments, sets up logging and
 //! signals, and hands over to the library; exit codes are decided here only.
+// The async bodies over the served store (its regions, its failure answer, Redis behind its
+// layers) are deeper than the compiler's default layout query depth.
+#![recursion_limit = "256"]
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -175,6 +178,9 @@ fn main() -> ExitCode {
             LoadOptions {
                 merge_domain_config,
                 debt,
+                // A file is checked as a server in a region would hold it: a `global` limit is
+                // explained with its bounds.
+                regions: true,
                 ..LoadOptions::default()
             },
             overrides.as_deref(),
@@ -317,6 +323,8 @@ fn simulation(args: &SimulateArgs) -> Result<Simulation, String> {
             debt: args.debt,
             without_tickets: args.without_reserve,
             every_hit: false,
+            // One replica simulated: a `global` limit counts as the whole limit there.
+            regions: true,
             ..LoadOptions::default()
         },
         domain: args.domain.clone(),

@@ -25,6 +25,7 @@ const NO_MERGE: LoadOptions = LoadOptions {
     without_tickets: false,
     every_hit: false,
     limits_file_leasing: None,
+    regions: false,
 };
 const MERGE: LoadOptions = LoadOptions {
     merge_domain_config: true,
@@ -32,6 +33,7 @@ const MERGE: LoadOptions = LoadOptions {
     without_tickets: false,
     every_hit: false,
     limits_file_leasing: None,
+    regions: false,
 };
 
 fn refused(paths: &[PathBuf], options: LoadOptions) -> String {
@@ -502,7 +504,7 @@ fn warm_up_takes_a_warmup_and_a_cold_factor_within_what_its_integers_hold() {
     let message = load_str("x.yaml", text, NO_MERGE).unwrap_err().to_string();
     assert!(
         message.contains(
-            "unlimited takes no algorithm, unit_multiplier, debt, penalty, reserve, budget_leasing, on_store_failure, tiers, window, burst, warmup or cold_factor"
+            "unlimited takes no algorithm, unit_multiplier, debt, penalty, reserve, budget_leasing, on_store_failure, tiers, global, window, burst, warmup or cold_factor"
         ),
         "{message}"
     );
@@ -568,7 +570,7 @@ fn several_limits_and_debt_are_validated() {
     let unlimited_debt = refused("    rate_limit: {unlimited: true, debt: true}\n");
     assert!(
         unlimited_debt.contains(
-            "unlimited takes no algorithm, unit_multiplier, debt, penalty, reserve, budget_leasing, on_store_failure, tiers, window, burst"
+            "unlimited takes no algorithm, unit_multiplier, debt, penalty, reserve, budget_leasing, on_store_failure, tiers, global, window, burst"
         ),
         "{unlimited_debt}"
     );

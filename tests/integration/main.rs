@@ -38,6 +38,7 @@ mod redis_pipelining;
 mod redis_refusing_writes;
 mod redis_store;
 mod reference_cases;
+mod regions;
 mod response_extras;
 mod rlqs;
 mod rules;

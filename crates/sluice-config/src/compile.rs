@@ -178,6 +178,7 @@ impl<'a> FileCompiler<'a> {
             }
             self.check_modifiers(limit, node_path)?;
             self.check_leasing(limit, &path)?;
+            self.check_global(limit, &format!("{node_path}.global"))?;
             *limit = self.as_kept(limit.clone());
         }
         Some(limits)
@@ -216,6 +217,21 @@ impl<'a> FileCompiler<'a> {
             return Some(());
         }
         match leasing_refusal(limit, self.options.every_hit) {
+            Some(reason) => {
+                self.error(path, reason);
+                None
+            }
+            None => Some(()),
+        }
+    }
+
+    /// Refuses a global limit where its bound cannot be kept (`global_refusal`), or where the
+    /// server holds no limit across regions.
+    fn check_global(&mut self, limit: &Limit, path: &str) -> Option<()> {
+        if limit.modifiers.global.is_none() {
+            return Some(());
+        }
+        match global_refusal(limit, self.options) {
             Some(reason) => {
                 self.error(path, reason);
                 None
@@ -417,6 +433,7 @@ impl<'a> FileCompiler<'a> {
         };
         self.check_modifiers(&limit, path)?;
         self.check_leasing(&limit, &format!("{path}.budget_leasing"))?;
+        self.check_global(&limit, &format!("{path}.global"))?;
         Some(self.as_kept(limit))
     }
 
@@ -487,6 +504,31 @@ fn insert(level: &mut Level, key: &str, value: &str, node: Node) -> bool {
         nodes.exact.insert(value.to_string(), node);
     }
     true
+}
+
+/// Why `limit` cannot be held across regions, if it cannot: regions take chunks of a window's
+/// budget from home, which only a fixed window of the replicas' clock without debt bears
+/// (its windows are the same in every region); and the server must hold limits across
+/// regions (`LoadOptions::regions`), else each region would admit the whole limit.
+fn global_refusal(limit: &Limit, options: LoadOptions) -> Option<String> {
+    let reason = if limit.algorithm() != Algorithm::FixedWindow {
+        "only a fixed_window is held across regions: chunks of a window's budget are taken ahead, which the other algorithms' state cannot bear"
+    } else if limit.counting.calendar().is_some() || limit.from_first_hit() {
+        "only a window of whole units is held across regions: every region must see the same windows"
+    } else if limit.debt {
+        "a limit taking debt charges every cost when it lands: there is nothing to take ahead"
+    } else if limit.modifiers.budget_leasing.is_some() {
+        "a global limit is already taken in chunks by each region: it takes no budget_leasing"
+    } else if let Some(reason) = limit.modifiers.chunk_refusal() {
+        reason
+    } else if options.every_hit {
+        "with the reference's counting (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false) a denied hit is charged too, which a region's chunk cannot bear"
+    } else if !options.regions {
+        "this server holds no limit across regions: start it with --region and --global-home-redis-url (docs/regions.md), else each region would admit the whole limit"
+    } else {
+        return None;
+    };
+    Some(reason.to_string())
 }
 
 /// Why `limit` cannot be leased to replicas in chunks, if it cannot: a chunk is charged when

@@ -36,6 +36,9 @@ pub struct LoadOptions {
     /// Limitador's `redis_cached`), each in chunks of at most `max_chunk` and a tenth of its
     /// `max_value`; a limit whose tenth is below 2 keeps the exact path.
     pub limits_file_leasing: Option<leasing::Policy>,
+    /// The server holds limits across regions (`--region`, docs/regions.md): a limit may be
+    /// `global`. Without it a global limit is refused, since each region would admit it whole.
+    pub regions: bool,
 }
 
 /// Loads every configuration file under `paths`. Any error refuses the whole load.

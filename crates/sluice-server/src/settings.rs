@@ -30,7 +30,7 @@ pub use ports::{
     ConnectionLimits, NetworkSettings, PortSettings, PortsArgs, PrometheusListener, TlsSettings,
 };
 pub use record::RecordArgs;
-pub use redis::{RedisArgs, RedisSettings};
+pub use redis::{GlobalSettings, RedisArgs, RedisSettings};
 pub use requests::RequestArgs;
 use sluice_core::engine::Charging;
 use sluice_core::modifier::on_store_failure::Policy;
@@ -93,7 +93,17 @@ impl ServeArgs {
         let failure_mode: Policy = self.requests.failure_mode.into();
         source.load_options.every_hit = service.charging == Charging::EveryHit;
         let healthcheck_store = self.store.checks_health();
+        let region_given = self.store.redis.region.is_some();
         let mut store = self.store.into_settings()?;
+        match &store {
+            StoreSettings::Redis(redis) => source.load_options.regions = redis.global.is_some(),
+            StoreSettings::Memory { .. } if region_given => {
+                return Err(SettingsError::Redis(
+                    "--region needs --store redis: a region's replicas share its Redis".into(),
+                ))
+            }
+            StoreSettings::Memory { .. } => {}
+        }
         if let StoreSettings::Redis(redis) = &mut store {
             // A failure mode of local shares needs the replica count, breaker or not.
             redis.circuit.learn_replicas |= failure_mode == Policy::LocalShare;

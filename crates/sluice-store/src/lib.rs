@@ -19,6 +19,7 @@ pub mod memory;
 pub mod on_failure;
 pub mod quota_budget;
 pub mod redis;
+pub mod regions;
 pub mod series;
 
 use std::future::Future;

@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod browser;
+pub mod link;
 pub mod redis;
 pub mod scenario;
 pub mod stores;
@@ -179,7 +180,7 @@ impl Sluice {
             .unwrap_or_else(|error| panic!("the test's flags: {error}"))
             .serve
             .into_settings()
-            .unwrap_or_else(|error| panic!("the test's settings: {error}"));
+            .map_err(|error| format!("settings refused: {error}"))?;
         let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
         let (grpc, http) = (bind(), bind());
         let prometheus = settings

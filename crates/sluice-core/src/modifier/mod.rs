@@ -6,11 +6,12 @@
 //! `rate_limit`, its field in a limit's `Modifiers` and its Lua source in the Redis script;
 //! its policy says how a limit's description names it (`ModifierPolicy::shown`); what it writes to the dynamic metadata is its own
 //! module's (`penalty::METADATA_KEY`). The engine runs a hit's modifiers around its
-//! algorithm (`engine::decide`). Two rows have no Lua and no part in the engine, because they
-//! act between a replica and its store: budget leasing (`leasing`) and the answer when the
-//! store fails (`on_store_failure`).
+//! algorithm (`engine::decide`). Three rows have no Lua and no part in the engine, because they
+//! act between a replica and its store: budget leasing (`leasing`), the answer when the
+//! store fails (`on_store_failure`) and a limit held across regions (`global`).
 
 pub mod edges;
+pub mod global;
 pub mod leasing;
 pub mod on_store_failure;
 pub mod penalty;
@@ -378,4 +379,5 @@ registry! {
     budget_leasing: leasing::Policy;
     on_store_failure: on_store_failure::Policy;
     tiers: tiers::Policy;
+    global: global::Policy;
 }

@@ -25,6 +25,7 @@ use sluice_proto::rate_limit_response::Code;
 use sluice_proto::RateLimitDescriptor;
 use sluice_store::admin::{AdminStore, Reading};
 use sluice_store::on_failure::WithFailureAnswer;
+use sluice_store::regions::WithRegions;
 use sluice_store::{Clock, Store, StoreError, SystemClock};
 use std::future::Future;
 
@@ -161,14 +162,14 @@ pub async fn counters<S: Store + ReadsCounter>(
 }
 
 /// A store whose counters can be read without a charge (the admin API's read): the served
-/// store reads through its failure answer to the store itself.
+/// store reads through its regions and its failure answer to the store itself.
 pub trait ReadsCounter {
     fn read_counter(&self, hit: &Hit) -> impl Future<Output = Result<Reading, StoreError>> + Send;
 }
 
-impl<S: Store + AdminStore> ReadsCounter for WithFailureAnswer<Arc<S>> {
+impl<S: Store + AdminStore> ReadsCounter for WithRegions<WithFailureAnswer<Arc<S>>> {
     async fn read_counter(&self, hit: &Hit) -> Result<Reading, StoreError> {
-        self.inner().read(hit).await
+        self.inner().inner().read(hit).await
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::server::ServerError;
-use crate::settings::{RedisSettings, Settings, StoreSettings};
+use crate::settings::{GlobalSettings, RedisSettings, Settings, StoreSettings};
 use sluice_store::any::AnyStore;
 use sluice_store::memory::journal;
 use sluice_store::memory::snapshot::{self, Snapshotting, Written};
@@ -18,6 +18,7 @@ use sluice_store::memory::MemoryStore;
 use sluice_store::on_failure::WithFailureAnswer;
 use sluice_store::quota_budget::AnyBudget;
 use sluice_store::redis::{RedisStore, RedisTargets};
+use sluice_store::regions::{RegionSettings, Regions, WithRegions};
 use sluice_store::{Clock, StoreError, StrictClock, SystemClock};
 
 /// How often the memory store drops the expired state of one of its shards: a whole pass
@@ -33,18 +34,26 @@ pub struct Stores {
     pub budget: Arc<AnyBudget>,
 }
 
-/// The store requests are decided on (`Stores::served`): its failures answered as
-/// `--failure-mode` and each limit say, a shared store's on this replica's share.
-pub type Served = WithFailureAnswer<Arc<AnyStore>>;
+/// The store requests are decided on (`Stores::served`): its global limits decided on their
+/// region's allowance (with `--region`), its failures answered as `--failure-mode` and each
+/// limit say, a shared store's on this replica's share.
+pub type Served = WithRegions<WithFailureAnswer<Arc<AnyStore>>>;
 
 impl Stores {
     /// The stores `settings` names, with the failure layer in front for the requests;
     /// `ordered` as `build` takes it.
     pub async fn build(settings: &Settings, ordered: bool) -> Result<Stores, ServerError> {
         let (store, budget) = build(&settings.store, ordered).await?;
-        let served = Arc::new(WithFailureAnswer::over_any(
-            store.clone(),
-            settings.failure_mode,
+        let regions = match &settings.store {
+            StoreSettings::Redis(redis) => match &redis.global {
+                Some(global) => Some(regions(global, redis, store.clone()).await?),
+                None => None,
+            },
+            StoreSettings::Memory { .. } => None,
+        };
+        let served = Arc::new(WithRegions::new(
+            WithFailureAnswer::over_any(store.clone(), settings.failure_mode),
+            regions,
         ));
         Ok(Stores {
             store,
@@ -128,6 +137,36 @@ async fn redis_store(redis: &RedisSettings) -> Result<AnyStore, StoreError> {
         cache_bytes,
         Arc::new(SystemClock),
     ))
+}
+
+/// The region `global` names, asking its home Redis (connected as the region's own is, with
+/// the link's timeout), for the global limits decided on `store`.
+async fn regions(
+    global: &GlobalSettings,
+    redis: &RedisSettings,
+    store: Arc<AnyStore>,
+) -> Result<Arc<Regions>, StoreError> {
+    tracing::info!(region = %global.region, home = %global.home.describe(), "connecting to the home of global limits");
+    let targets = RedisTargets {
+        main: &global.home,
+        per_second: None,
+    };
+    let home = RedisStore::connect(
+        targets,
+        redis.redis_startup_wait,
+        redis.cache_key_prefix.clone(),
+        redis.redis_time,
+        Arc::new(SystemClock),
+    )
+    .await?;
+    home.load_global_scripts().await?;
+    if let Some(region) = store.redis() {
+        region.load_global_scripts().await?;
+    }
+    let settings = RegionSettings {
+        name: global.region.clone(),
+    };
+    Ok(Regions::start(settings, home, store, Arc::new(SystemClock)))
 }
 
 /// Drops the expired state of one memory-store shard every `SWEEP_INTERVAL`, shard after

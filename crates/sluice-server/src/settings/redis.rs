@@ -138,6 +138,38 @@ pub struct RedisArgs {
     /// Unset: learnt from Redis while it answers (a heartbeat of each replica every second).
     #[arg(long, env = "SLUICE_STORE_REPLICAS")]
     pub store_replicas: Option<u32>,
+    /// The region this replica serves, for limits held across regions (`global`,
+    /// docs/regions.md): its replicas share this Redis, and ask --global-home-redis-url for
+    /// each window's budget. Unset: a `global` limit is refused.
+    #[arg(long, env = "SLUICE_REGION")]
+    pub region: Option<String>,
+    /// The home Redis of limits held across regions (URLs as --redis-url); in the home region,
+    /// its own Redis.
+    #[arg(
+        long,
+        env = "SLUICE_GLOBAL_HOME_REDIS_URL",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub global_home_redis_url: Vec<String>,
+    /// The home Redis's type, as --redis-type.
+    #[arg(long, env = "SLUICE_GLOBAL_HOME_REDIS_TYPE", default_value = "single", value_parser = parse_kind)]
+    pub global_home_redis_type: RedisKind,
+    /// Time allowed for a call to home; past it the region counts as cut off from home.
+    #[arg(long, env = "SLUICE_GLOBAL_LINK_TIMEOUT", default_value = "1s", value_parser = duration::parse)]
+    pub global_link_timeout: Duration,
+}
+
+/// The most bytes of a region's name.
+const MAX_REGION_NAME: usize = 64;
+
+/// Where a replica takes part in limits held across regions.
+#[derive(Debug, Clone)]
+pub struct GlobalSettings {
+    /// `--region`.
+    pub region: String,
+    /// `--global-home-redis-url`, with `--global-link-timeout` as its command timeout.
+    pub home: RedisTarget,
 }
 
 /// One Redis deployment as the flags describe it.
@@ -168,6 +200,8 @@ pub struct RedisSettings {
     pub local_cache_size_in_bytes: usize,
     /// The circuit breaker, and the replica count of local shares.
     pub circuit: CircuitSettings,
+    /// Limits held across regions (`--region`), when this replica takes part in them.
+    pub global: Option<GlobalSettings>,
 }
 
 /// Time for one request's round trip when no setting says.
@@ -231,6 +265,7 @@ impl RedisArgs {
             None
         };
         let circuit = self.circuit()?;
+        let global = self.global()?;
         Ok(RedisSettings {
             target: main,
             per_second,
@@ -239,7 +274,53 @@ impl RedisArgs {
             local_cache_size_in_bytes: self.local_cache_size_in_bytes,
             redis_time: self.redis_time.into(),
             circuit,
+            global,
         })
+    }
+
+    /// `--region` and the home Redis, validated: both or neither.
+    fn global(&self) -> Result<Option<GlobalSettings>, SettingsError> {
+        let region = match (&self.region, self.global_home_redis_url.is_empty()) {
+            (None, true) => return Ok(None),
+            (Some(_), true) => {
+                return Err(SettingsError::Redis(
+                    "--region is set but --global-home-redis-url is not: a region takes its global limits' budget from home".into(),
+                ))
+            }
+            (None, false) => {
+                return Err(SettingsError::Redis(
+                    "--global-home-redis-url is set but --region is not: home knows each region by its name".into(),
+                ))
+            }
+            (Some(region), false) => region.trim(),
+        };
+        let valid = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+        if region.is_empty() || region.len() > MAX_REGION_NAME || !region.chars().all(valid) {
+            return Err(SettingsError::Redis(format!(
+                "--region '{region}': a name of 1 to {MAX_REGION_NAME} letters, digits, '-', '_' or '.'"
+            )));
+        }
+        if self.global_link_timeout.is_zero() {
+            return Err(SettingsError::Redis(
+                "--global-link-timeout must be longer than 0".into(),
+            ));
+        }
+        let home = Endpoint {
+            url_variable: "--global-home-redis-url / SLUICE_GLOBAL_HOME_REDIS_URL",
+            urls: &self.global_home_redis_url,
+            kind: self.global_home_redis_type,
+            sentinel_master: None,
+            auth: None,
+            sentinel_auth: None,
+            tls: false,
+            socket_type: "tcp",
+            command_timeout: self.global_link_timeout,
+            pipelining: Pipelining::default(),
+        };
+        Ok(Some(GlobalSettings {
+            region: region.to_string(),
+            home: self.target(home)?,
+        }))
     }
 
     /// The circuit breaker's flags, validated.

@@ -158,6 +158,8 @@ impl SourceArgs {
                 without_tickets: false,
                 every_hit: false,
                 limits_file_leasing,
+                // Set with the store's settings (`--region`).
+                regions: false,
             },
             xds,
             watch_config: self.watch_config,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis::{RedisResult, Script, ScriptInvocation};
+use redis::{Script, ScriptInvocation};
 
 use super::{Ask, Budget};
 use crate::redis::{store_error, Connection, RedisStore, STORE};
@@ -36,7 +36,7 @@ impl RedisBudget {
 
     /// Runs `invocation`, within the command timeout.
     async fn run(&self, invocation: ScriptInvocation<'_>) -> Result<Vec<i64>, StoreError> {
-        let call = invoke(&self.connection, &invocation);
+        let call = self.connection.invoke(&invocation);
         match tokio::time::timeout(self.timeout, call).await {
             Ok(reply) => reply.map_err(store_error),
             Err(_) => Err(StoreError::Timeout {
@@ -44,17 +44,6 @@ impl RedisBudget {
                 after: self.timeout,
             }),
         }
-    }
-}
-
-async fn invoke(
-    connection: &Connection,
-    invocation: &ScriptInvocation<'_>,
-) -> RedisResult<Vec<i64>> {
-    match connection {
-        Connection::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
-        Connection::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
-        Connection::Sentinel(sentinel) => invocation.invoke_async(&mut sentinel.primary()).await,
     }
 }
 

@@ -38,7 +38,7 @@ impl RedisStore {
     }
 
     /// `future` within the command timeout, its Redis error as a store error.
-    async fn in_time<T>(
+    pub(super) async fn in_time<T>(
         &self,
         future: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {

@@ -13,7 +13,7 @@ use redis::io::tcp::TcpSettings;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
     Client, Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisResult,
-    TlsCertificates, TlsMode,
+    ScriptInvocation, TlsCertificates, TlsMode,
 };
 use tokio::sync::Mutex;
 
@@ -88,6 +88,24 @@ impl Connection {
             Connection::Sentinel(sentinel) => {
                 Box::pin(async {
                     let result = command.query_async(&mut sentinel.primary()).await;
+                    after_failure(sentinel, &result).await;
+                    result
+                })
+                .await
+            }
+        }
+    }
+
+    /// Runs a script with EVALSHA (sent again whole after NOSCRIPT), boxed as `command` is.
+    pub async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
+        match self {
+            Connection::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => {
+                Box::pin(invocation.invoke_async(&mut cluster.clone())).await
+            }
+            Connection::Sentinel(sentinel) => {
+                Box::pin(async {
+                    let result = invocation.invoke_async(&mut sentinel.primary()).await;
                     after_failure(sentinel, &result).await;
                     result
                 })

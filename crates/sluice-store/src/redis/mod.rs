@@ -16,6 +16,7 @@ mod condition;
 mod connect;
 mod counter;
 mod pipeline;
+pub mod regions;
 pub mod replicas;
 mod reports;
 mod scripts;

@@ -1,0 +1,327 @@
+//! One limit across regions (`global`, docs/regions.md): three regions, each its own
+//! redis-server and two replicas, the two far regions reaching home through links that add
+//! 50 ms each way and can be cut. A hot key driven from every region at twice its limit admits
+//! at most the limit and at least the limit less regions x chunk; a region cut off keeps to
+//! its share; when the link returns, what it admitted alone is counted at home once.
+
+use std::time::Duration;
+
+use crate::support::link::Link;
+use crate::support::redis::RedisServer;
+use crate::support::{call, clear_of_a_windows_end, descriptor, overall, request, series, Sluice};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+const LIMIT: usize = 600;
+const CHUNK: usize = 40;
+const REGIONS: usize = 3;
+const PERIOD: Duration = Duration::from_secs(10);
+
+fn config() -> String {
+    format!(
+        "domain: world\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: second\n      \
+         unit_multiplier: 10\n      requests_per_unit: {LIMIT}\n      \
+         global: {{chunk: {CHUNK}, regions: {REGIONS}}}\n"
+    )
+}
+
+/// Three regions: `a` is home (its replicas reach home on their own Redis), `b` and `c` reach
+/// it through their links.
+struct World {
+    redis: Vec<RedisServer>,
+    links: Vec<Link>,
+    /// Each replica, with its region's place.
+    replicas: Vec<(usize, Sluice)>,
+}
+
+const NAMES: [&str; REGIONS] = ["a", "b", "c"];
+
+impl World {
+    fn start() -> World {
+        let redis: Vec<RedisServer> = (0..REGIONS).map(|_| RedisServer::start(&[])).collect();
+        let home_addr = format!("127.0.0.1:{}", redis[0].port)
+            .parse()
+            .expect("an address");
+        let links: Vec<Link> = (1..REGIONS)
+            .map(|_| Link::start(home_addr, Duration::from_millis(50)))
+            .collect();
+        let config = config();
+        let mut replicas = Vec::new();
+        for (region, name) in NAMES.iter().enumerate() {
+            let home = match region {
+                0 => redis[0].url(),
+                far => links[far - 1].url(),
+            };
+            let own = redis[region].url();
+            for _ in 0..2 {
+                let args = [
+                    "--store",
+                    "redis",
+                    "--redis-url",
+                    &own,
+                    "--region",
+                    name,
+                    "--global-home-redis-url",
+                    &home,
+                ];
+                let sluice = Sluice::start_with(&[("config.yaml", &config)], &args, &[]);
+                replicas.push((region, sluice));
+            }
+        }
+        World {
+            redis,
+            links,
+            replicas,
+        }
+    }
+
+    /// What each region admitted of `per_caller` calls on `tenant=hot` by two callers at each
+    /// replica of the regions `driven`, a call every `pace`.
+    async fn drive(&self, driven: &[usize], per_caller: usize, pace: Duration) -> [usize; REGIONS] {
+        let mut tasks = Vec::new();
+        for (region, sluice) in self.replicas.iter().filter(|(r, _)| driven.contains(r)) {
+            for _ in 0..2 {
+                let mut client = sluice.client().await;
+                let region = *region;
+                tasks.push(tokio::spawn(async move {
+                    let mut admitted = 0;
+                    for _ in 0..per_caller {
+                        let ask = request("world", vec![descriptor(&[("tenant", "hot")])]);
+                        admitted += usize::from(overall(&call(&mut client, ask).await) == Code::Ok);
+                        tokio::time::sleep(pace).await;
+                    }
+                    (region, admitted)
+                }));
+            }
+        }
+        let mut admitted = [0; REGIONS];
+        for task in tasks {
+            let (region, count) = task.await.expect("caller");
+            admitted[region] += count;
+        }
+        admitted
+    }
+
+    /// The sum of `name` over the replicas of `region`.
+    fn metric(&self, region: usize, name: &str) -> f64 {
+        self.replicas
+            .iter()
+            .filter(|(r, _)| *r == region)
+            .map(|(_, sluice)| series(&sluice.http_get("/metrics").1, name).unwrap_or(0.0))
+            .sum()
+    }
+}
+
+/// The start, in seconds, of the window holding now.
+fn window_start_s() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    now - now % PERIOD.as_secs()
+}
+
+/// What home holds of window `start_s`, field by field (`t:<region>`, `a:<region>`).
+fn home_fields(world: &World, start_s: u64) -> std::collections::HashMap<String, usize> {
+    let key = format!("global_world_tenant_hot_10_{start_s}_home");
+    let text = world.redis[0].cli(&["HGETALL", &key]);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .chunks(2)
+        .filter_map(|pair| Some((pair.first()?.to_string(), pair.get(1)?.parse().ok()?)))
+        .collect()
+}
+
+/// What region `region`'s own Redis counted in window `start_s`.
+fn region_count(world: &World, region: usize, start_s: u64) -> usize {
+    let key = format!("world_tenant_hot_{start_s}");
+    world.redis[region]
+        .cli(&["GET", &key])
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_driven_from_three_regions_admits_the_limit_within_its_bound() {
+    let world = World::start();
+    clear_of_a_windows_end(PERIOD, Duration::from_secs(8)).await;
+    let start_s = window_start_s();
+    // 12 callers x 100 calls: twice the limit, spread over about 7 seconds of the window.
+    let admitted = world
+        .drive(&[0, 1, 2], 100, Duration::from_millis(60))
+        .await;
+    assert_eq!(window_start_s(), start_s, "the drive stayed in one window");
+    let total: usize = admitted.iter().sum();
+    eprintln!("admitted by region: {admitted:?} = {total}");
+    let floor = LIMIT - REGIONS * CHUNK;
+    assert!(
+        (floor..=LIMIT).contains(&total),
+        "admitted {admitted:?} = {total}: within [{floor}, {LIMIT}]"
+    );
+    for (region, count) in admitted.iter().enumerate() {
+        assert!(*count > 0, "region {} admitted nothing", NAMES[region]);
+    }
+    let rlconfig = world.replicas[3].1.http_get("/rlconfig").1;
+    assert!(
+        rlconfig.contains(
+            "world.tenant: unit=SECOND requests_per_unit=600, shadow_mode: false, algorithm: fixed_window, period: 10 x second, global: chunk 40, regions 3, cut_off_share limit / 3 (bound: never admits more than the limit across 3 regions; denies at most 3 x 40 while budget remains; a region cut off admits at most limit / 3 a window)"
+        ),
+        "{rlconfig}"
+    );
+    // Every admission is counted at home: granted across regions covers what was admitted.
+    let home = home_fields(&world, start_s);
+    let granted: usize = home
+        .iter()
+        .filter(|(f, _)| f.starts_with("t:"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(granted <= LIMIT, "home granted {granted}: {home:?}");
+    assert!(
+        granted >= total,
+        "home granted {granted} for {total} admitted"
+    );
+    // The far regions call home a few times per chunk, not per call.
+    for region in [1, 2] {
+        let calls = world.metric(
+            region,
+            &format!(
+                "sluice_global_link_calls_total{{region=\"{}\",outcome=\"answered\"}}",
+                NAMES[region]
+            ),
+        );
+        let per_admitted = calls / admitted[region].max(1) as f64;
+        eprintln!(
+            "region {}: {calls} calls to home, {per_admitted:.3} per admitted call",
+            NAMES[region]
+        );
+        assert!(
+            per_admitted <= 0.25,
+            "region {}: {calls} calls to home for {} admitted",
+            NAMES[region],
+            admitted[region]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_cut_off_keeps_to_its_share_and_healing_counts_nothing_twice() {
+    let world = World::start();
+    clear_of_a_windows_end(PERIOD, Duration::from_secs(9)).await;
+    let start_s = window_start_s();
+    let share = LIMIT / REGIONS;
+    // Region c takes its first chunk, then loses its link.
+    let before = world.drive(&[2], 5, Duration::from_millis(20)).await;
+    world.links[1].cut();
+    let during = world.drive(&[0, 1, 2], 80, Duration::from_millis(50)).await;
+    assert_eq!(window_start_s(), start_s, "the drive stayed in one window");
+    let alone = before[2] + during[2];
+    eprintln!("cut off: admitted {during:?}, region c {alone} in all");
+    assert!(
+        (share - CHUNK..=share).contains(&alone),
+        "region c, cut off, admitted {alone}: its share is {share}"
+    );
+    let connected = during[0] + during[1];
+    assert!(connected <= LIMIT, "regions a and b admitted {connected}");
+    assert!(
+        connected + alone <= LIMIT + share,
+        "the window admitted {}: at most the limit and one region's share",
+        connected + alone
+    );
+    // The link returns: region c reports what it admitted past its grants, once.
+    world.links[1].join();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let counted_c = region_count(&world, 2, start_s);
+    assert_eq!(counted_c, alone, "region c's Redis counted its admissions");
+    loop {
+        let home = home_fields(&world, start_s);
+        let reported =
+            home.get("t:c").copied().unwrap_or(0) + home.get("a:c").copied().unwrap_or(0);
+        if reported >= counted_c {
+            assert_eq!(
+                reported, counted_c,
+                "home counts region c's window as what it admitted: {home:?}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "region c's admissions never reached home: {home:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Reported again and again (both replicas, every look), it is counted once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let home = home_fields(&world, start_s);
+    let used: usize = home.values().sum();
+    eprintln!("home after healing: {home:?}");
+    let counted: usize = (0..REGIONS).map(|r| region_count(&world, r, start_s)).sum();
+    assert!(
+        (counted..=counted + REGIONS * CHUNK).contains(&used),
+        "home counts {used} for {counted} admitted: {home:?}"
+    );
+    let cut_offs = world.metric(
+        2,
+        "sluice_global_link_transitions_total{region=\"c\",to=\"cut_off\"}",
+    );
+    let joins = world.metric(
+        2,
+        "sluice_global_link_transitions_total{region=\"c\",to=\"joined\"}",
+    );
+    assert_eq!(
+        (cut_offs, joins),
+        (2.0, 2.0),
+        "each replica of c: one cut, one join"
+    );
+    for (_, sluice) in world.replicas.iter().filter(|(r, _)| *r == 2) {
+        let log = sluice.log();
+        assert_eq!(log.matches("cut off from home").count(), 1, "{log}");
+        assert_eq!(log.matches("home answers again").count(), 1, "{log}");
+    }
+}
+
+#[test]
+fn a_global_limit_needs_a_region_and_a_region_needs_redis() {
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let refused = Sluice::try_start_with(
+        &[("config.yaml", &config())],
+        &["--store", "redis", "--redis-url", &url],
+        &[],
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(
+        refused.contains("descriptors[0].rate_limit.global") && refused.contains("--region"),
+        "{refused}"
+    );
+    let refused = Sluice::try_start_with(
+        &[("config.yaml", &config())],
+        &["--region", "a", "--global-home-redis-url", &url],
+        &[],
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(refused.contains("--store redis"), "{refused}");
+}
+
+#[test]
+fn check_config_states_the_bounds_of_a_global_limit() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("world.yaml");
+    std::fs::write(&path, config()).expect("write the config");
+    let options = sluice_config::LoadOptions {
+        regions: true,
+        ..Default::default()
+    };
+    let report = sluice::check::check(&[path], options, None);
+    let text = report.out;
+    assert!(report.passed, "{text}{}", report.err);
+    assert!(
+        text.contains("world.tenant: global across 3 regions")
+            && text.contains("a window never admits more than 600 while regions reach home")
+            && text.contains("at most 3 x 40 is denied while budget remains")
+            && text.contains("a region cut off from home admits at most 200 a window")
+            && text.contains("with k regions cut off admits at most 600 + k x 200"),
+        "{text}"
+    );
+}

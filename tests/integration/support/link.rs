@@ -1,0 +1,132 @@
+//! A link between regions, as the tests make one: a TCP proxy on a thread of its own that
+//! delays every byte by a fixed time in each direction (a round trip of twice that), and that
+//! can be cut (every connection closed, new ones closed as they come) and joined again.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// A delaying, cuttable proxy to one upstream address.
+pub struct Link {
+    pub addr: SocketAddr,
+    cut: watch::Sender<bool>,
+    stopped: Arc<AtomicBool>,
+}
+
+impl Link {
+    /// A link to `upstream` adding `delay` each way.
+    pub fn start(upstream: SocketAddr, delay: Duration) -> Link {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let addr = listener.local_addr().expect("an address");
+        let (cut, cut_seen) = watch::channel(false);
+        let stopped = Arc::new(AtomicBool::new(false));
+        let stop = stopped.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let listener = TcpListener::from_std(listener).expect("a listener");
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(Ok((client, _))) =
+                        tokio::time::timeout(Duration::from_millis(100), listener.accept()).await
+                    else {
+                        continue;
+                    };
+                    if *cut_seen.borrow() {
+                        drop(client);
+                        continue;
+                    }
+                    tokio::spawn(carry(client, upstream, delay, cut_seen.clone()));
+                }
+            });
+        });
+        Link { addr, cut, stopped }
+    }
+
+    /// The link's address as a Redis URL.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Cuts the link: every connection is closed, and so is every new one.
+    pub fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    /// Joins the link again.
+    pub fn join(&self) {
+        self.cut.send_replace(false);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.cut.send_replace(true);
+    }
+}
+
+/// Carries one connection both ways, each byte `delay` late, until either side closes or the
+/// link is cut.
+async fn carry(
+    client: TcpStream,
+    upstream: SocketAddr,
+    delay: Duration,
+    mut cut: watch::Receiver<bool>,
+) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    tokio::select! {
+        _ = delayed(client_read, server_write, delay) => {}
+        _ = delayed(server_read, client_write, delay) => {}
+        _ = cut.wait_for(|cut| *cut) => {}
+    }
+}
+
+/// Copies `from` to `to`, each read written `delay` after it was read, in order.
+async fn delayed(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    let (sender, mut receiver) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let writer = async move {
+        while let Some((due, bytes)) = receiver.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    };
+    let reader = async move {
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => {
+                    if sender
+                        .send((Instant::now() + delay, buffer[..read].to_vec()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    tokio::join!(reader, writer);
+}
