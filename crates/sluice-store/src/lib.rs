@@ -1,7 +1,7 @@
 //! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
 //! the embedded in-memory store (`memory`), the Redis store (`redis`), the local over-limit
 //! cache that can sit in front of a remote store (`local_cache`), budget leasing in front of
-//! it (`leasing`), the answer when it fails (`on_failure`, with a replica's own share of its
+//! it (`leasing`), limits held across regions in front of that (`regions`), the answer when it fails (`on_failure`, with a replica's own share of its
 //! limits: `local_share`), the one store value the server serves with
 //! (`any`), and what the admin API asks of them (`admin`).
 
