@@ -44,34 +44,38 @@ impl World {
         let links: Vec<Link> = (1..REGIONS)
             .map(|_| Link::start(home_addr, Duration::from_millis(50)))
             .collect();
-        let config = config();
-        let mut replicas = Vec::new();
-        for (region, name) in NAMES.iter().enumerate() {
-            let home = match region {
-                0 => redis[0].url(),
-                far => links[far - 1].url(),
-            };
-            let own = redis[region].url();
-            for _ in 0..2 {
-                let args = [
-                    "--store",
-                    "redis",
-                    "--redis-url",
-                    &own,
-                    "--region",
-                    name,
-                    "--global-home-redis-url",
-                    &home,
-                ];
-                let sluice = Sluice::start_with(&[("config.yaml", &config)], &args, &[]);
-                replicas.push((region, sluice));
-            }
-        }
-        World {
+        let mut world = World {
             redis,
             links,
-            replicas,
+            replicas: Vec::new(),
+        };
+        for region in 0..REGIONS {
+            for _ in 0..2 {
+                let sluice = world.start_replica(region);
+                world.replicas.push((region, sluice));
+            }
         }
+        world
+    }
+
+    /// A replica of `region`.
+    fn start_replica(&self, region: usize) -> Sluice {
+        let home = match region {
+            0 => self.redis[0].url(),
+            far => self.links[far - 1].url(),
+        };
+        let own = self.redis[region].url();
+        let args = [
+            "--store",
+            "redis",
+            "--redis-url",
+            &own,
+            "--region",
+            NAMES[region],
+            "--global-home-redis-url",
+            &home,
+        ];
+        Sluice::start_with(&[("config.yaml", &config())], &args, &[])
     }
 
     /// What each region admitted of `per_caller` calls on `tenant=hot` by two callers at each
@@ -279,6 +283,68 @@ async fn a_region_cut_off_keeps_to_its_share_and_healing_counts_nothing_twice() 
     }
 }
 
+/// Waits up to 5 seconds for what home counts of region `region`'s window `start_s` to reach
+/// what the region's Redis counted; that count.
+async fn reported_at_home(world: &World, region: usize, start_s: u64) -> usize {
+    let counted = region_count(world, region, start_s);
+    let (granted, alone) = (
+        format!("t:{}", NAMES[region]),
+        format!("a:{}", NAMES[region]),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let home = home_fields(world, start_s);
+        let reported =
+            home.get(&granted).copied().unwrap_or(0) + home.get(&alone).copied().unwrap_or(0);
+        if reported >= counted {
+            assert!(
+                reported <= counted + CHUNK,
+                "home counts {reported} for {counted}: {home:?}"
+            );
+            return counted;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "region {}'s {counted} admissions never reached home: {home:?}",
+            NAMES[region]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_while_its_region_is_cut_off_serves_its_share_then_joins() {
+    let mut world = World::start();
+    clear_of_a_windows_end(PERIOD, Duration::from_secs(8)).await;
+    let start_s = window_start_s();
+    world.links[1].cut();
+    let started = world.start_replica(2);
+    world.replicas.push((2, started));
+    let admitted = world.drive(&[2], 50, Duration::from_millis(10)).await;
+    assert_eq!(window_start_s(), start_s, "the drive stayed in one window");
+    let share = LIMIT / REGIONS;
+    assert!(
+        (share - CHUNK..=share).contains(&admitted[2]),
+        "region c, cut off from its replicas' start, admitted {}: its share is {share}",
+        admitted[2]
+    );
+    world.links[1].join();
+    let counted = reported_at_home(&world, 2, start_s).await;
+    assert_eq!(counted, admitted[2]);
+    let (_, newest) = world.replicas.last().expect("the new replica");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !newest.log().contains("global limits: connected to home") {
+        assert!(std::time::Instant::now() < deadline, "{}", newest.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        newest.log().matches("cut off from home").count(),
+        1,
+        "{}",
+        newest.log()
+    );
+}
+
 #[test]
 fn a_global_limit_needs_a_region_and_a_region_needs_redis() {
     let redis = RedisServer::start(&[]);
@@ -324,4 +390,59 @@ fn check_config_states_the_bounds_of_a_global_limit() {
             && text.contains("with k regions cut off admits at most 600 + k x 200"),
         "{text}"
     );
+}
+
+#[test]
+fn the_admin_api_reads_a_global_limit_but_refuses_to_reset_or_credit_it() {
+    use crate::support::admin::{admin, block_on, entry_list, AdminFlags};
+    use serde_json::json;
+    let redis = RedisServer::start(&[]);
+    let url = redis.url();
+    let flags = AdminFlags::new();
+    let mut args = vec![
+        "--store",
+        "redis",
+        "--redis-url",
+        &url,
+        "--region",
+        "a",
+        "--global-home-redis-url",
+        &url,
+    ];
+    args.extend(flags.args());
+    let sluice = Sluice::start_with(&[("config.yaml", &config())], &args, &[]);
+    let admitted = block_on(async {
+        let mut client = sluice.client().await;
+        let mut admitted = 0;
+        for _ in 0..5 {
+            let ask = request("world", vec![descriptor(&[("tenant", "hot")])]);
+            admitted += usize::from(overall(&call(&mut client, ask).await) == Code::Ok);
+        }
+        admitted
+    });
+    assert_eq!(admitted, 5);
+    let descriptor = json!({"domain": "world", "descriptor": entry_list(&[("tenant", "hot")])});
+    let (status, state) = admin(&sluice, "POST", "/v1/descriptors/get", descriptor.clone());
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["limits"][0]["used"], 5, "{state}");
+    for (path, body) in [
+        ("/v1/descriptors/reset", descriptor.clone()),
+        (
+            "/v1/descriptors/credit",
+            json!({"domain": "world", "descriptor": entry_list(&[("tenant", "hot")]), "amount": 3}),
+        ),
+    ] {
+        let (status, refused) = admin(&sluice, "POST", path, body);
+        assert_eq!(
+            (status, refused["code"].as_str()),
+            (400, Some("FAILED_PRECONDITION")),
+            "{path}: {refused}"
+        );
+        assert!(
+            refused["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("a global limit's window is counted at home")),
+            "{path}: {refused}"
+        );
+    }
 }

@@ -17,5 +17,6 @@ mod load_tools;
 mod memory_snapshot;
 mod otel_traces;
 mod record_replay;
+mod regions;
 mod startup;
 mod statsd;

@@ -337,6 +337,7 @@ impl Admin {
     pub async fn reset(&self, who: &str, reset: Reset) -> Result<ResetOutcome, AdminError> {
         let name = named(reset.name);
         let limits = self.targets(&reset.domain, &reset.descriptor, name.as_deref())?;
+        refuse_global(&limits, &name, "reset")?;
         let mut kept = Vec::new();
         let hits: Vec<Hit> = limits
             .iter()
@@ -377,6 +378,7 @@ impl Admin {
         }
         let name = named(credit.name);
         let limits = self.targets(&credit.domain, &credit.descriptor, name.as_deref())?;
+        refuse_global(&limits, &name, "credit")?;
         let field = if name.is_some() { "name" } else { "descriptor" };
         for limit in &limits {
             if let Some(reason) = limit.limit.algorithm().credit_refusal() {
@@ -589,4 +591,24 @@ fn decode_token(token: &str) -> Option<String> {
         .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
         .collect();
     String::from_utf8(bytes?).ok()
+}
+
+/// Refuses a reset or a credit (`what`) of limits among which one is held across regions: its
+/// window is counted at home and in every region, and a change of this region's count alone
+/// would let the region admit again what home already counted (docs/regions.md).
+fn refuse_global(
+    limits: &[LimitInForce],
+    name: &Option<String>,
+    what: &str,
+) -> Result<(), AdminError> {
+    match limits.iter().find(|l| l.limit.modifiers.global.is_some()) {
+        Some(limit) => Err(AdminError::Refused {
+            field: if name.is_some() { "name" } else { "descriptor" }.to_string(),
+            reason: format!(
+                "{}: a global limit's window is counted at home and in every region: a {what} of this region's count would admit again what home already counted",
+                shown_name(limit)
+            ),
+        }),
+        None => Ok(()),
+    }
 }

@@ -45,10 +45,10 @@ impl Stores {
     pub async fn build(settings: &Settings, ordered: bool) -> Result<Stores, ServerError> {
         let (store, budget) = build(&settings.store, ordered).await?;
         let regions = match &settings.store {
-            StoreSettings::Redis(redis) => match &redis.global {
-                Some(global) => Some(regions(global, redis, store.clone()).await?),
-                None => None,
-            },
+            StoreSettings::Redis(redis) => redis
+                .global
+                .as_ref()
+                .map(|global| regions(global, redis, store.clone())),
             StoreSettings::Memory { .. } => None,
         };
         let served = Arc::new(WithRegions::new(
@@ -139,34 +139,17 @@ async fn redis_store(redis: &RedisSettings) -> Result<AnyStore, StoreError> {
     ))
 }
 
-/// The region `global` names, asking its home Redis (connected as the region's own is, with
-/// the link's timeout), for the global limits decided on `store`.
-async fn regions(
-    global: &GlobalSettings,
-    redis: &RedisSettings,
-    store: Arc<AnyStore>,
-) -> Result<Arc<Regions>, StoreError> {
-    tracing::info!(region = %global.region, home = %global.home.describe(), "connecting to the home of global limits");
-    let targets = RedisTargets {
-        main: &global.home,
-        per_second: None,
-    };
-    let home = RedisStore::connect(
-        targets,
-        redis.redis_startup_wait,
-        redis.cache_key_prefix.clone(),
-        redis.redis_time,
-        Arc::new(SystemClock),
-    )
-    .await?;
-    home.load_global_scripts().await?;
-    if let Some(region) = store.redis() {
-        region.load_global_scripts().await?;
-    }
+/// The region `global` names, asking its home Redis (connected to in the background, as the
+/// region's own Redis is named, with the link's timeout), for the global limits decided on
+/// `store`.
+fn regions(global: &GlobalSettings, redis: &RedisSettings, store: Arc<AnyStore>) -> Arc<Regions> {
+    tracing::info!(region = %global.region, home = %global.home.describe(), "global limits: home is");
     let settings = RegionSettings {
         name: global.region.clone(),
+        home: global.home.clone(),
+        key_prefix: redis.cache_key_prefix.clone(),
     };
-    Ok(Regions::start(settings, home, store, Arc::new(SystemClock)))
+    Regions::start(settings, store, Arc::new(SystemClock))
 }
 
 /// Drops the expired state of one memory-store shard every `SWEEP_INTERVAL`, shard after

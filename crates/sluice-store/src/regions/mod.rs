@@ -19,14 +19,14 @@ mod link;
 mod window;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::any::AnyStore;
 use crate::redis::regions::{Ask, Held};
-use crate::redis::RedisStore;
+use crate::redis::{RedisStore, RedisTarget, RedisTargets, TimeSource};
 use crate::series::{Reporting, Series};
-use crate::{Clock, Store, StoreError};
+use crate::{Clock, Store, StoreError, SystemClock};
 use link::Link;
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Decision, Hit, MICROS_PER_SECOND};
@@ -47,17 +47,27 @@ const IDLE: Duration = Duration::from_secs(10);
 /// this (about 300 bytes each). A key's window that finds it full admits nothing.
 const MAX_WINDOWS: usize = 100_000;
 
+/// How often a replica that could not connect to home tries again.
+const RECONNECT: Duration = Duration::from_secs(1);
+
 /// How a replica takes part in limits held across regions.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RegionSettings {
     /// The region's name, as home knows it (`--region`).
     pub name: String,
+    /// The home Redis; its command timeout is the link's.
+    pub home: RedisTarget,
+    /// The key prefix at home (`CACHE_KEY_PREFIX`, as in the region).
+    pub key_prefix: String,
 }
 
 /// The windows of global limits a replica follows, its region, and its link to home.
 pub struct Regions {
     name: String,
-    home: RedisStore,
+    /// Home, once connected (a replica may start while its region is cut off).
+    home: OnceLock<RedisStore>,
+    /// How long a call to home may take.
+    link_timeout: Duration,
     /// The region's own store (its Redis, behind leasing and the local cache).
     region: Arc<AnyStore>,
     clock: Arc<dyn Clock>,
@@ -69,24 +79,38 @@ pub struct Regions {
 type WindowId = (String, u64, u64);
 
 impl Regions {
-    /// The region `settings` names, on `region`'s Redis, asking `home`; its windows are
-    /// tended by a task on the current runtime.
+    /// The region `settings` names, on `region`'s Redis, asking its home; home is connected
+    /// to by a task (until then the region is cut off), and the windows are tended by another,
+    /// both on the current runtime.
     pub fn start(
         settings: RegionSettings,
-        home: RedisStore,
         region: Arc<AnyStore>,
         clock: Arc<dyn Clock>,
     ) -> Arc<Regions> {
         let regions = Arc::new(Regions {
             name: settings.name,
-            home,
+            home: OnceLock::new(),
+            link_timeout: settings.home.command_timeout,
             region,
             clock,
             windows: Mutex::new(HashMap::new()),
             link: Link::default(),
         });
+        tokio::spawn(connect_home(
+            Arc::downgrade(&regions),
+            settings.home,
+            settings.key_prefix,
+        ));
         tokio::spawn(tend(Arc::downgrade(&regions)));
         regions
+    }
+
+    /// Home, or why it cannot be asked yet.
+    fn home(&self) -> Result<&RedisStore, StoreError> {
+        self.home.get().ok_or_else(|| StoreError::Unreachable {
+            store: "home Redis",
+            source: "not connected yet".into(),
+        })
     }
 
     /// The region's name.
@@ -120,7 +144,7 @@ impl Regions {
             let allowance = match self.window_of(hit, policy, now_us) {
                 Some(window) => {
                     if !window.heard() {
-                        window.first_heard(self.home.command_timeout()).await;
+                        window.first_heard(self.link_timeout).await;
                     }
                     window.allowance()
                 }
@@ -216,7 +240,14 @@ impl Regions {
         if want == 0 && !window.admitted_alone() && !self.link.cut_off() {
             return;
         }
-        let home_key = self.home.global_key(&window.hit, window.start_s, "home");
+        let home = match self.home() {
+            Ok(home) => home,
+            Err(error) => {
+                self.link.failed(&error, self.clock.now_us());
+                return;
+            }
+        };
+        let home_key = home.global_key(&window.hit, window.start_s, "home");
         let known = window.granted();
         let ask = Ask {
             key: &home_key,
@@ -228,7 +259,7 @@ impl Regions {
             ttl_ms,
         };
         let started = Instant::now();
-        let held = match self.home.global_grant(&ask).await {
+        let held = match home.global_grant(&ask).await {
             Ok(held) => {
                 self.link.answered(started.elapsed(), self.clock.now_us());
                 held
@@ -300,6 +331,46 @@ impl Regions {
             .filter(|w| w.start_s * MICROS_PER_SECOND <= now_us && now_us < w.end_us)
             .map(|w| w.unspent())
             .sum()
+    }
+}
+
+/// Connects to home (with its scripts loaded, and the region's), trying again every
+/// `RECONNECT` until it answers or the regions are gone.
+async fn connect_home(regions: Weak<Regions>, home: RedisTarget, key_prefix: String) {
+    loop {
+        let targets = RedisTargets {
+            main: &home,
+            per_second: None,
+        };
+        let connected = RedisStore::connect(
+            targets,
+            home.command_timeout,
+            key_prefix.clone(),
+            TimeSource::Sluice,
+            Arc::new(SystemClock),
+        )
+        .await;
+        let Some(regions) = regions.upgrade() else {
+            return;
+        };
+        let loaded = match connected {
+            Ok(store) => store.load_global_scripts().await.map(|()| store),
+            Err(error) => Err(error),
+        };
+        match loaded {
+            Ok(store) => {
+                if let Some(region) = regions.region.redis() {
+                    // Without them the first calls send each script twice: no harm.
+                    let _ = region.load_global_scripts().await;
+                }
+                tracing::info!(home = %home.describe(), region = %regions.name, "global limits: connected to home");
+                let _ = regions.home.set(store);
+                return;
+            }
+            Err(error) => regions.link.failed(&error, regions.clock.now_us()),
+        }
+        drop(regions);
+        tokio::time::sleep(RECONNECT).await;
     }
 }
 
