@@ -345,6 +345,41 @@ async fn a_replica_started_while_its_region_is_cut_off_serves_its_share_then_joi
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_raises_a_global_limit_within_the_window_it_counted() {
+    let world = World::start();
+    clear_of_a_windows_end(PERIOD, Duration::from_secs(9)).await;
+    let start_s = window_start_s();
+    let first = world
+        .drive(&[0, 1, 2], 100, Duration::from_millis(15))
+        .await;
+    let first: usize = first.iter().sum();
+    assert!(first <= LIMIT, "admitted {first} of {LIMIT}");
+    let raised = config().replace("requests_per_unit: 600", "requests_per_unit: 900");
+    for (_, sluice) in &world.replicas {
+        let file = sluice.config_dir.path().join("config.yaml");
+        std::fs::write(&file, &raised).expect("rewrite the config");
+    }
+    for (_, sluice) in &world.replicas {
+        let rlconfig = || sluice.http_get("/rlconfig").1;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !rlconfig().contains("requests_per_unit=900") {
+            assert!(std::time::Instant::now() < deadline, "{}", sluice.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let second = world.drive(&[0, 1, 2], 50, Duration::from_millis(15)).await;
+    let second: usize = second.iter().sum();
+    assert_eq!(window_start_s(), start_s, "the drive stayed in one window");
+    let total = first + second;
+    eprintln!("before the reload {first}, after {second}");
+    assert!(
+        (900 - REGIONS * CHUNK..=900).contains(&total),
+        "admitted {first} + {second} = {total} in the window: within [{}, 900]",
+        900 - REGIONS * CHUNK
+    );
+}
+
 #[test]
 fn a_global_limit_needs_a_region_and_a_region_needs_redis() {
     let redis = RedisServer::start(&[]);

@@ -185,9 +185,14 @@ impl Regions {
         let id = (hit.key.clone(), period_s, start_s);
         let mut windows = self.windows();
         if let Some(window) = windows.get(&id) {
-            return Some((window.clone(), false));
-        }
-        if windows.len() >= MAX_WINDOWS {
+            let same = window.hit.limit.requests_per_unit == hit.limit.requests_per_unit
+                && window.policy == policy;
+            if same {
+                return Some((window.clone(), false));
+            }
+            // The limit changed (a reload): the window is followed afresh, from what the
+            // region holds in its Redis, and home is asked with the new limit.
+        } else if windows.len() >= MAX_WINDOWS {
             self.link.note_full();
             return None;
         }
@@ -441,12 +446,8 @@ impl<S: Store> Store for WithRegions<S> {
         self.inner.healthy().await
     }
 
-    /// The windows are followed again from their region's Redis: their limits may have
-    /// changed.
+    /// A window whose limit changed is followed afresh at its next hit (`Regions::follow`).
     fn config_changed(&self) {
-        if let Some(regions) = &self.regions {
-            regions.windows().clear();
-        }
         self.inner.config_changed();
     }
 }
