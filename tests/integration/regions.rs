@@ -380,6 +380,61 @@ async fn a_reload_raises_a_global_limit_within_the_window_it_counted() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn home_and_a_region_on_a_cluster_keep_the_same_bounds() {
+    use crate::support::redis::start_cluster;
+    let cluster = start_cluster();
+    let single = RedisServer::start(&[]);
+    let cluster_urls: Vec<String> = cluster.iter().map(RedisServer::url).collect();
+    let cluster_urls = cluster_urls.join(",");
+    let single_url = single.url();
+    let home = [
+        "--global-home-redis-type",
+        "cluster",
+        "--global-home-redis-url",
+        &cluster_urls,
+    ];
+    // Region a's own Redis is the Cluster that is home; region b is on a single node.
+    let mut on_cluster = vec!["--store", "redis", "--redis-type", "cluster", "--redis-url"];
+    on_cluster.extend([cluster_urls.as_str(), "--region", "a"]);
+    on_cluster.extend(home);
+    let mut on_single = vec![
+        "--store",
+        "redis",
+        "--redis-url",
+        &single_url,
+        "--region",
+        "b",
+    ];
+    on_single.extend(home);
+    let files = [("config.yaml", config())];
+    let files: Vec<(&str, &str)> = files.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    let mut replicas = Vec::new();
+    for (region, args) in [
+        (0, &on_cluster),
+        (0, &on_cluster),
+        (1, &on_single),
+        (1, &on_single),
+    ] {
+        replicas.push((region, Sluice::start_with(&files, args, &[])));
+    }
+    let world = World {
+        redis: Vec::new(),
+        links: Vec::new(),
+        replicas,
+    };
+    clear_of_a_windows_end(PERIOD, Duration::from_secs(8)).await;
+    let start_s = window_start_s();
+    let admitted = world.drive(&[0, 1], 150, Duration::from_millis(25)).await;
+    assert_eq!(window_start_s(), start_s, "the drive stayed in one window");
+    let total = admitted[0] + admitted[1];
+    let floor = LIMIT - 2 * CHUNK;
+    assert!(
+        (floor..=LIMIT).contains(&total) && admitted[0] > 0 && admitted[1] > 0,
+        "admitted {admitted:?}: within [{floor}, {LIMIT}]"
+    );
+}
+
 #[test]
 fn a_global_limit_needs_a_region_and_a_region_needs_redis() {
     let redis = RedisServer::start(&[]);
