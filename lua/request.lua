@@ -481,8 +481,10 @@ local function write_standing(hits, s, read_only)
   return last, 0
 end
 
--- The reply: each hit's decision (an admitted hit left uncharged reports what remains
--- without it, as its key stays), with the time it was decided at when `with_time`.
+-- The reply: each hit's decision (an admitted hit left uncharged stays admitted and reports
+-- what remains without it, as its key stays: other hits of the request may have charged the
+-- key past the limit, which never turns its admission into a denial), with the time it was
+-- decided at when `with_time`.
 local function replies_of(hits, s, last, fields, with_time)
   local replies = {}
   for j = 1, #hits do
@@ -497,6 +499,8 @@ local function replies_of(hits, s, last, fields, with_time)
         state = s.original[hit.key]
       end
       d = decide(with_cost(hit, 0), state)
+      d[1] = 1
+      d[4] = 0
     end
     local at = fields * (j - 1)
     for k = 1, DECISION_FIELDS do

@@ -100,6 +100,19 @@ fn with_cost(hit: &Hit, cost: u64) -> Hit {
     }
 }
 
+/// What an admitted hit whose charge did not stand (its descriptor or its request denied
+/// elsewhere) is told: admitted still, with what remains of `state` as its key stays. Other
+/// hits of the request may have charged the key past the limit; that never turns the hit's
+/// own admission into a denial (a hit's decision never depends on a later hit).
+pub fn uncharged(hit: &Hit, state: Option<&State>, now_us: u64) -> Decision {
+    let read = decide_hit(&with_cost(hit, 0), Charging::AllOrNothing, state, now_us).decision;
+    Decision {
+        admitted: true,
+        retry_after_us: 0,
+        ..read
+    }
+}
+
 /// Whether the charge of `hit` stands: debt and a lease's release always do, and with
 /// `EveryHit` every hit but a lease's acquire; otherwise only when no limit of its descriptor
 /// denied and the request is not vetoed. (A lease is taken only by an admitted request in
@@ -394,13 +407,7 @@ impl<K> Decided<K> {
     ) -> Vec<Decision> {
         for (i, decision) in self.decisions.iter_mut().enumerate() {
             if decision.admitted && hits[i].cost > 0 && !self.charged[i] && !hits[i].releases() {
-                *decision = decide_hit(
-                    &with_cost(&hits[i], 0),
-                    Charging::AllOrNothing,
-                    stored(i),
-                    now_us,
-                )
-                .decision;
+                *decision = uncharged(&hits[i], stored(i), now_us);
             }
         }
         self.decisions

@@ -103,3 +103,33 @@ fn checks_agree_admit_as_the_charge_would_and_write_nothing() {
         "{admitted_checks} checks admitted, {denied_checks} denied"
     );
 }
+
+/// Found by the property above: a hit admitted in a descriptor that a shadow hit denied is
+/// not charged, and a later descriptor's reservation charged its key past the limit. The hit
+/// stays admitted (it is told what remains, 0), so the request is admitted by its charge as by
+/// its check, on both stores.
+#[test]
+fn an_uncharged_hit_stays_admitted_when_a_later_hit_fills_its_key() {
+    use sluice_core::limit::{Role, Unit};
+    let fixture = Fixture::new();
+    let zero = Limit::fixed_window(0, Unit::Second);
+    let mut reserved = Limit::fixed_window(3, Unit::Second);
+    reserved.modifiers.reserve = Some(sluice_core::modifier::reserve::Policy {
+        amount: 1,
+        max_fraction_ppm: 100_000,
+        max_hold_us: 100_000,
+        max_holds: 1,
+    });
+    let limits = vec![zero.clone(), reserved, zero];
+    let hits = vec![
+        (2, 1, Role::Shadow, false),
+        (1, 1, Role::Enforced, true),
+        (1, 8, Role::Enforced, false),
+    ];
+    let checked = run(&fixture, &limits, &[(0, hits)], true);
+    assert_eq!(checked.denied, vec![(false, false)]);
+    assert_eq!(checked.charges.0, checked.charges.1, "memory and Redis");
+    let uncharged = &checked.charges.0[1];
+    assert!(uncharged.admitted, "{uncharged:?}");
+    assert_eq!((uncharged.remaining, uncharged.retry_after_us), (0, 0));
+}

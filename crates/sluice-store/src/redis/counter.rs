@@ -97,11 +97,7 @@ impl RedisStore {
                     .position(|other| Some(other.key.as_str()) == redis_key)
                     .unwrap_or(index);
                 let state = state_of(first, count(first));
-                let read = Hit {
-                    cost: 0,
-                    ..hit.clone()
-                };
-                engine::decide_hit(&read, charging, state.as_ref(), now_us).decision
+                engine::uncharged(hit, state.as_ref(), now_us)
             })
             .collect();
         Some(Ok(decisions))
