@@ -74,6 +74,9 @@ impl World {
             NAMES[region],
             "--global-home-redis-url",
             &home,
+            // A link slowed by a machine running many tests must not count as cut.
+            "--global-link-timeout",
+            "3s",
         ];
         Sluice::start_with(&[("config.yaml", &config())], &args, &[])
     }
@@ -172,17 +175,13 @@ async fn a_hot_key_driven_from_three_regions_admits_the_limit_within_its_bound()
         ),
         "{rlconfig}"
     );
-    // Every admission is counted at home: granted across regions covers what was admitted.
+    // Every admission is counted at home: what it granted and was told was admitted alone.
     let home = home_fields(&world, start_s);
-    let granted: usize = home
-        .iter()
-        .filter(|(f, _)| f.starts_with("t:"))
-        .map(|(_, v)| v)
-        .sum();
-    assert!(granted <= LIMIT, "home granted {granted}: {home:?}");
+    let used: usize = home.values().sum();
+    assert!(used <= LIMIT, "home counts {used}: {home:?}");
     assert!(
-        granted >= total,
-        "home granted {granted} for {total} admitted"
+        used >= total,
+        "home counts {used} for {total} admitted: {home:?}"
     );
     // The far regions call home a few times per chunk, not per call.
     for region in [1, 2] {
