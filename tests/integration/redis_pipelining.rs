@@ -1,5 +1,5 @@
-//! Implicit pipelining (`REDIS_PIPELINE_WINDOW`, `REDIS_PIPELINE_LIMIT`), on the real binary
-//! and a real `redis-server`: concurrent requests' calls go to Redis in shared pipelines, every
+//! Implicit pipelining (adaptive by default; `REDIS_PIPELINE_WINDOW`, `REDIS_PIPELINE_LIMIT`),
+//! on a real `redis-server`: concurrent requests' calls go to Redis in shared pipelines, every
 //! call still gets exactly its own decision, a flushed script is healed call by call, and a
 //! lost Redis fails every waiting call fast.
 
@@ -60,10 +60,35 @@ async fn a_window_under_a_millisecond_keeps_every_decision_exact() {
     assert!(calls >= 800.0 && pipelines >= 1.0, "{calls} in {pipelines}");
 }
 
-#[tokio::test]
-async fn without_the_settings_calls_are_not_pipelined() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_settings_a_lone_call_goes_straight_and_concurrent_calls_share_pipelines() {
     let redis = RedisServer::start(&[]);
     let sluice = sluice_on(&redis, &[]);
+    let mut client = sluice.client().await;
+    let ask = request("r", vec![descriptor(&[("envoy", "plain")])]);
+    for _ in 0..5 {
+        assert_eq!(overall(&call(&mut client, ask.clone()).await), Code::Ok);
+    }
+    assert_eq!(
+        pipelined(&sluice),
+        (0.0, 0.0),
+        "one call at a time goes straight to Redis"
+    );
+    for algorithm in ALGORITHMS {
+        let admitted = admitted_by(&[&sluice], 16, 10, algorithm).await;
+        assert_eq!(admitted, 100, "{algorithm}: 160 calls on a limit of 100");
+    }
+    let (pipelines, calls) = pipelined(&sluice);
+    assert!(
+        calls > pipelines && pipelines >= 1.0,
+        "16 clients at once share pipelines: {calls} calls in {pipelines}"
+    );
+}
+
+#[tokio::test]
+async fn the_reference_s_window_of_0_turns_pipelining_off() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--redis-pipeline-window", "0"]);
     let mut client = sluice.client().await;
     let ask = request("r", vec![descriptor(&[("envoy", "plain")])]);
     assert_eq!(overall(&call(&mut client, ask).await), Code::Ok);

@@ -69,11 +69,11 @@ pub struct RedisArgs {
     /// Implicit pipelining: how long the script calls of concurrent requests are gathered
     /// before they go to Redis together, in one pipeline (e.g. 150us). 0 (with
     /// --redis-pipeline-limit 0): off, every call is sent as it comes.
-    #[arg(long, env = "REDIS_PIPELINE_WINDOW", default_value = "0", value_parser = duration::parse)]
-    pub redis_pipeline_window: Duration,
+    #[arg(long, env = "REDIS_PIPELINE_WINDOW", value_parser = duration::parse)]
+    pub redis_pipeline_window: Option<Duration>,
     /// Implicit pipelining: the most calls in one pipeline; 0: no limit but the window.
-    #[arg(long, env = "REDIS_PIPELINE_LIMIT", default_value_t = 0)]
-    pub redis_pipeline_limit: usize,
+    #[arg(long, env = "REDIS_PIPELINE_LIMIT")]
+    pub redis_pipeline_limit: Option<usize>,
     /// How long startup waits for Redis, retrying with backoff, before giving up.
     #[arg(long, env = "SLUICE_REDIS_STARTUP_WAIT", default_value = "30s", value_parser = duration::parse)]
     pub redis_startup_wait: Duration,
@@ -117,11 +117,11 @@ pub struct RedisArgs {
     #[arg(long, env = "REDIS_PERSECOND_TIMEOUT", value_parser = duration::parse)]
     pub redis_persecond_timeout: Option<Duration>,
     /// The per-second Redis's pipelining window, as --redis-pipeline-window.
-    #[arg(long, env = "REDIS_PERSECOND_PIPELINE_WINDOW", default_value = "0", value_parser = duration::parse)]
-    pub redis_persecond_pipeline_window: Duration,
+    #[arg(long, env = "REDIS_PERSECOND_PIPELINE_WINDOW", value_parser = duration::parse)]
+    pub redis_persecond_pipeline_window: Option<Duration>,
     /// The per-second Redis's pipelining limit, as --redis-pipeline-limit.
-    #[arg(long, env = "REDIS_PERSECOND_PIPELINE_LIMIT", default_value_t = 0)]
-    pub redis_persecond_pipeline_limit: usize,
+    #[arg(long, env = "REDIS_PERSECOND_PIPELINE_LIMIT")]
+    pub redis_persecond_pipeline_limit: Option<usize>,
     /// The per-second Redis's socket type, as --redis-socket-type.
     #[arg(long, env = "REDIS_PERSECOND_SOCKET_TYPE", default_value = "tcp")]
     pub redis_persecond_socket_type: String,
@@ -210,6 +210,19 @@ const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 /// Where Redis is when no URL is given.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
+/// The pipelining a Redis's two flags ask for: adaptive when neither is given, else the
+/// reference's (a window of 0 and a limit of 0: off).
+fn pipelining(window: Option<Duration>, limit: Option<usize>) -> Pipelining {
+    match (window, limit) {
+        (None, None) => Pipelining::ADAPTIVE,
+        (window, limit) => Pipelining {
+            window: window.unwrap_or_default(),
+            limit: limit.unwrap_or_default(),
+            adaptive: false,
+        },
+    }
+}
+
 fn parse_kind(text: &str) -> Result<RedisKind, String> {
     RedisKindChoice::from_str(text, true)
         .map(RedisKind::from)
@@ -233,10 +246,7 @@ impl RedisArgs {
             tls: self.redis_tls,
             socket_type: &self.redis_socket_type,
             command_timeout,
-            pipelining: Pipelining {
-                window: self.redis_pipeline_window,
-                limit: self.redis_pipeline_limit,
-            },
+            pipelining: pipelining(self.redis_pipeline_window, self.redis_pipeline_limit),
         };
         let main = self.target(main)?;
         let per_second = if self.redis_persecond {
@@ -255,10 +265,10 @@ impl RedisArgs {
                 tls: self.redis_persecond_tls,
                 socket_type: &self.redis_persecond_socket_type,
                 command_timeout: self.redis_persecond_timeout.unwrap_or(command_timeout),
-                pipelining: Pipelining {
-                    window: self.redis_persecond_pipeline_window,
-                    limit: self.redis_persecond_pipeline_limit,
-                },
+                pipelining: pipelining(
+                    self.redis_persecond_pipeline_window,
+                    self.redis_persecond_pipeline_limit,
+                ),
             };
             Some(self.target(endpoint)?)
         } else {
@@ -617,7 +627,10 @@ mod tests {
         assert_eq!(per_second.urls, ["rediss://:pw@fast:6380"]);
         assert_eq!(s.target.urls, ["redis://main:6379"]);
         assert_eq!(s.target.command_timeout, Duration::from_millis(500));
-        assert!(!s.target.pipelining.enabled() && !per_second.pipelining.enabled());
+        assert_eq!(s.target.pipelining, Pipelining::ADAPTIVE);
+        assert_eq!(per_second.pipelining, Pipelining::ADAPTIVE);
+        let off = settings(&["--redis-pipeline-window", "0"]).unwrap();
+        assert!(!off.target.pipelining.enabled(), "the reference's 0: off");
         let s = settings(&[
             "--redis-pipeline-window",
             "150us",
@@ -633,6 +646,7 @@ mod tests {
         let expected = Pipelining {
             window: Duration::from_micros(150),
             limit: 8,
+            adaptive: false,
         };
         assert_eq!(s.target.pipelining, expected);
         let per_second = s.per_second.expect("a per-second target");

@@ -23,7 +23,7 @@ mod scripts;
 mod shards;
 pub mod span;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,10 @@ struct Backend {
     connection: Connection,
     /// With implicit pipelining: where script calls wait for their batch.
     pipeliner: Option<Pipeliner>,
+    /// Calls join a batch only while another is in flight (`Pipelining::adaptive`).
+    adaptive: bool,
+    /// Script calls in flight now.
+    in_flight: AtomicUsize,
     /// Whether it took the function library (Redis 7+): calls are FCALL, else EVALSHA.
     functions: AtomicBool,
     /// Whether the scripts were ever loaded (the first load is logged either way).
@@ -79,6 +83,8 @@ impl Backend {
     ) -> Backend {
         let pipelining = target.pipelining;
         let pipeliner = match &connection {
+            // Adaptive batching is the default: a Cluster without it is nothing to report.
+            Connection::Cluster(_) if pipelining.adaptive => None,
             Connection::Cluster(_) if pipelining.enabled() => {
                 tracing::warn!(
                     redis = role,
@@ -97,18 +103,45 @@ impl Backend {
         Backend {
             connection,
             pipeliner,
+            adaptive: pipelining.adaptive,
+            in_flight: AtomicUsize::new(0),
             functions: AtomicBool::new(false),
             loaded_once: AtomicBool::new(false),
             role,
         }
     }
 
-    /// Sends a script call, in the next pipeline when calls are pipelined.
+    /// Sends a script call, in the next pipeline when calls are pipelined (adaptively: only
+    /// while another call is in flight).
     async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
+        let _in_flight = InFlight::of(&self.in_flight);
         match &self.pipeliner {
-            Some(pipeliner) => pipeliner.send(command).await,
-            None => self.connection.command(&command).await,
+            Some(pipeliner) if !self.adaptive || _in_flight.others > 0 => {
+                pipeliner.send(command).await
+            }
+            _ => self.connection.command(&command).await,
         }
+    }
+}
+
+/// A script call in flight on a backend, counted while it lives (a call given up at its
+/// deadline is dropped, and uncounted, with it).
+struct InFlight<'a> {
+    count: &'a AtomicUsize,
+    /// The calls in flight when this one started.
+    others: usize,
+}
+
+impl<'a> InFlight<'a> {
+    fn of(count: &'a AtomicUsize) -> InFlight<'a> {
+        let others = count.fetch_add(1, Ordering::AcqRel);
+        InFlight { count, others }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
