@@ -8,16 +8,19 @@
 //! PATH=$PWD/target/tools:$PATH cargo run --profile dist --example global_latency
 //! ```
 
-// The tests' proxy: only its delay is used here.
+// The tests' proxy (only its delay is used here) and their `redis-server`s.
 #[allow(dead_code)]
 #[path = "../../tests/integration/support/link.rs"]
 mod link;
+#[allow(dead_code)]
+#[path = "../../tests/integration/support/redis.rs"]
+mod redis_server;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use redis_server::RedisServer;
 use sluice_core::engine::Charging;
 use sluice_core::limit::{Hit, Limit, Role, Unit};
 use sluice_core::modifier::global::Policy;
@@ -29,42 +32,6 @@ use sluice_store::{Store, SystemClock};
 
 const CALLS: usize = 20_000;
 const PACE: Duration = Duration::from_micros(250);
-
-/// A `redis-server` on a free port, stopped when dropped.
-struct Redis(Child, u16);
-
-impl Redis {
-    fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (scripts/test installs one in target/tools)");
-        std::thread::sleep(Duration::from_millis(300));
-        Redis(child, port)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.1)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-    }
-}
 
 async fn connect(url: &str, timeout: Duration) -> RedisStore {
     let target = RedisTarget::single(url, timeout);
@@ -130,8 +97,10 @@ fn row(name: &str, latencies: &Histogram<u64>, link_calls: Option<f64>, admitted
 
 #[tokio::main]
 async fn main() {
-    let (home, region) = (Redis::start(), Redis::start());
-    let home_addr = format!("127.0.0.1:{}", home.1).parse().expect("an address");
+    let (home, region) = (RedisServer::start(&[]), RedisServer::start(&[]));
+    let home_addr = format!("127.0.0.1:{}", home.port)
+        .parse()
+        .expect("an address");
     let link = link::Link::start(home_addr, Duration::from_millis(50));
     let regional = hit_of(None);
     let global = hit_of(Some(Policy {

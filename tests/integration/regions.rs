@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::support::link::Link;
+use crate::support::link::{global_config, Link};
 use crate::support::redis::RedisServer;
 use crate::support::{call, clear_of_a_windows_end, descriptor, overall, request, series, Sluice};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -17,11 +17,7 @@ const REGIONS: usize = 3;
 const PERIOD: Duration = Duration::from_secs(10);
 
 fn config() -> String {
-    format!(
-        "domain: world\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: second\n      \
-         unit_multiplier: 10\n      requests_per_unit: {LIMIT}\n      \
-         global: {{chunk: {CHUNK}, regions: {REGIONS}}}\n"
-    )
+    global_config(PERIOD.as_secs(), LIMIT, CHUNK, REGIONS)
 }
 
 /// Three regions: `a` is home (its replicas reach home on their own Redis), `b` and `c` reach
@@ -120,11 +116,7 @@ impl World {
 
 /// The start, in seconds, of the window holding now.
 fn window_start_s() -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    now - now % PERIOD.as_secs()
+    crate::support::link::window_start_s(PERIOD)
 }
 
 /// What home holds of window `start_s`, field by field (`t:<region>`, `a:<region>`).

@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::link::Link;
+use crate::support::link::{global_config, Link};
 use crate::support::redis::RedisServer;
 use crate::support::*;
 
@@ -15,11 +15,7 @@ const CHUNK: usize = 40;
 const PERIOD: Duration = Duration::from_secs(20);
 
 fn config() -> String {
-    format!(
-        "domain: world\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: second\n      \
-         unit_multiplier: 20\n      requests_per_unit: {LIMIT}\n      \
-         global: {{chunk: {CHUNK}, regions: 2}}\n"
-    )
+    global_config(PERIOD.as_secs(), LIMIT, CHUNK, 2)
 }
 
 /// What `per_caller` calls on `tenant=hot` by two callers at each of `sluices`, a call every
@@ -48,11 +44,7 @@ async fn drive(sluices: &[&Sluice], per_caller: usize) -> usize {
 }
 
 fn window_start_s() -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    now - now % PERIOD.as_secs()
+    crate::support::link::window_start_s(PERIOD)
 }
 
 /// The flags of a replica of region `name` on its `own` Redis, asking `home`.

@@ -1,6 +1,7 @@
 //! A link between regions, as the tests make one: a TCP proxy on a thread of its own that
 //! delays every byte by a fixed time in each direction (a round trip of twice that), and that
-//! can be cut (every connection closed, new ones closed as they come) and joined again.
+//! can be cut (every connection closed, new ones closed as they come) and joined again; and
+//! the global limit the region tests drive, and the window they count in.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -129,4 +130,23 @@ async fn delayed(
         }
     };
     tokio::join!(reader, writer);
+}
+
+/// The config of one global limit on `tenant` (domain `world`): `limit` a window of `period_s`
+/// seconds, held across `regions` in chunks of `chunk`.
+pub fn global_config(period_s: u64, limit: usize, chunk: usize, regions: usize) -> String {
+    format!(
+        "domain: world\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: second\n      \
+         unit_multiplier: {period_s}\n      requests_per_unit: {limit}\n      \
+         global: {{chunk: {chunk}, regions: {regions}}}\n"
+    )
+}
+
+/// The start, in seconds, of the window of `period` holding now.
+pub fn window_start_s(period: Duration) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    now - now % period.as_secs().max(1)
 }
