@@ -180,9 +180,7 @@ mod tests {
     use super::*;
 
     fn policy(yaml: &str) -> Result<Policy, Refusal> {
-        let value: serde_yaml::Value =
-            serde_yaml::from_str(yaml).map_err(|e| Refusal::new("yaml", e.to_string()))?;
-        Policy::parse(&value, 60_000_000)
+        crate::modifier::parsed(yaml)
     }
 
     #[test]

@@ -350,6 +350,14 @@ pub(crate) fn duration_of(
     }
 }
 
+/// A modifier's policy parsed from `yaml` for a limit of a minute (the tests' way to write one).
+#[cfg(test)]
+pub(crate) fn parsed<P: ModifierPolicy>(yaml: &str) -> Result<P, Refusal> {
+    let value: serde_yaml::Value =
+        serde_yaml::from_str(yaml).map_err(|e| Refusal::new("yaml", e.to_string()))?;
+    P::parse(&value, 60_000_000)
+}
+
 /// A non-negative decimal number (`1.5`, `0.25`, or a string of one) with at most `places`
 /// decimals, scaled by 10^`places`; `None` for anything else.
 pub(crate) fn fixed_point(value: &serde_yaml::Value, places: usize) -> Option<u64> {
