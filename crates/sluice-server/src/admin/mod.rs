@@ -4,10 +4,12 @@
 //! the index the rate limit service looks descriptors up in; `sync` keeps every replica's
 //! index in step with the store. Every change is one log line (who, what, before, after) and
 //! a count. `auth` checks who calls; `http` and `grpc` are the two faces of the same calls
-//! (`Admin`); the server's `admin_port` serves them on the port they share.
+//! (`Admin`), the reset and credit of counters are `counters`; the server's `admin_port`
+//! serves them on the port they share.
 
 pub mod auth;
 pub mod body;
+mod counters;
 pub mod dashboard;
 mod error;
 pub mod grpc;
@@ -23,12 +25,11 @@ use smallvec::SmallVec;
 
 use crate::metrics::Metrics;
 pub use error::AdminError;
-use model::{Credit, DescriptorRef, DescriptorState, LimitState, PutOverride, Reset, ResetOutcome};
+use model::{DescriptorRef, DescriptorState, LimitState, PutOverride};
 use sluice_config::overrides::{
     self, check_descriptor, configured_rule, EntryDoc, OverrideDoc, OverrideIndex,
 };
 use sluice_config::{Config, LoadOptions};
-use sluice_core::limit::Hit;
 use sluice_limiter::plan::{self, DescriptorInForce, InForce, LimitInForce};
 use sluice_proto::rate_limit_descriptor::Entry;
 use sluice_proto::RateLimitDescriptor;
@@ -332,121 +333,6 @@ impl Admin {
         })
     }
 
-    /// Clears the counters of a descriptor's limits (or of one by name); a lease limit's
-    /// leases in flight and what modifiers hold for requests in flight stay.
-    pub async fn reset(&self, who: &str, reset: Reset) -> Result<ResetOutcome, AdminError> {
-        let name = named(reset.name);
-        let limits = self.targets(&reset.domain, &reset.descriptor, name.as_deref())?;
-        refuse_global(&limits, &name, "reset")?;
-        let mut kept = Vec::new();
-        let hits: Vec<Hit> = limits
-            .iter()
-            .filter(|limit| {
-                let leases = limit.limit.algorithm().leases();
-                if leases {
-                    kept.push(format!(
-                        "{}: leases in flight are never freed",
-                        shown_name(limit)
-                    ));
-                }
-                !leases
-            })
-            .map(|limit| limit.hit.clone())
-            .collect();
-        let target = DescriptorRef {
-            domain: reset.domain,
-            descriptor: reset.descriptor,
-            name,
-        };
-        let before = self.get(target.clone()).await?;
-        let cleared = self.store.reset(&hits, reset.records).await?;
-        let state = self.get(target.clone()).await?;
-        let what = describe(&target.domain, &target.descriptor, target.name.as_deref());
-        self.changed(who, "reset", &what, &used_of(&before), &used_of(&state));
-        Ok(ResetOutcome {
-            cleared,
-            kept,
-            state,
-        })
-    }
-
-    /// Grants `amount` more now to a descriptor's limits (or one by name): refused whole
-    /// when a limit's algorithm takes no credit.
-    pub async fn credit(&self, who: &str, credit: Credit) -> Result<DescriptorState, AdminError> {
-        if credit.amount == 0 {
-            return Err(AdminError::invalid("amount", "must be at least 1"));
-        }
-        let name = named(credit.name);
-        let limits = self.targets(&credit.domain, &credit.descriptor, name.as_deref())?;
-        refuse_global(&limits, &name, "credit")?;
-        let field = if name.is_some() { "name" } else { "descriptor" };
-        for limit in &limits {
-            if let Some(reason) = limit.limit.algorithm().credit_refusal() {
-                return Err(AdminError::Refused {
-                    field: field.to_string(),
-                    reason: format!("{}: {reason}", shown_name(limit)),
-                });
-            }
-        }
-        let target = DescriptorRef {
-            domain: credit.domain,
-            descriptor: credit.descriptor,
-            name,
-        };
-        let before = self.get(target.clone()).await?;
-        for limit in &limits {
-            let hit = Hit {
-                cost: credit.amount,
-                ..limit.hit.clone()
-            };
-            self.store.credit(&hit).await?;
-        }
-        let state = self.get(target.clone()).await?;
-        let what = format!(
-            "{} by {}",
-            describe(&target.domain, &target.descriptor, target.name.as_deref()),
-            credit.amount
-        );
-        self.changed(who, "credit", &what, &used_of(&before), &used_of(&state));
-        Ok(state)
-    }
-
-    /// The limits a reset or a credit acts on: the descriptor's (or the one named).
-    fn targets(
-        &self,
-        domain: &str,
-        entries: &[EntryDoc],
-        name: Option<&str>,
-    ) -> Result<Vec<LimitInForce>, AdminError> {
-        let (in_force, _) = self.in_force(domain, entries)?;
-        let limits = match in_force {
-            DescriptorInForce::NoRule => {
-                return Err(AdminError::invalid(
-                    "descriptor",
-                    "no rule of the domain matches it",
-                ))
-            }
-            DescriptorInForce::Unlimited { .. } => {
-                return Err(AdminError::Refused {
-                    field: "descriptor".into(),
-                    reason: "it is unlimited: nothing counts it".into(),
-                })
-            }
-            DescriptorInForce::Limits { limits, .. } => limits,
-        };
-        let Some(name) = name else {
-            return Ok(limits);
-        };
-        let named: Vec<LimitInForce> = limits.into_iter().filter(|l| l.name == name).collect();
-        if named.is_empty() {
-            return Err(AdminError::invalid(
-                "name",
-                format!("no limit named '{name}' applies to the descriptor"),
-            ));
-        }
-        Ok(named)
-    }
-
     /// What applies to a descriptor, as a request finds it, and its overrides' expiries
     /// (by the name they replace).
     fn in_force(
@@ -591,24 +477,4 @@ fn decode_token(token: &str) -> Option<String> {
         .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
         .collect();
     String::from_utf8(bytes?).ok()
-}
-
-/// Refuses a reset or a credit (`what`) of limits among which one is held across regions: its
-/// window is counted at home and in every region, and a change of this region's count alone
-/// would let the region admit again what home already counted (docs/regions.md).
-fn refuse_global(
-    limits: &[LimitInForce],
-    name: &Option<String>,
-    what: &str,
-) -> Result<(), AdminError> {
-    match limits.iter().find(|l| l.limit.modifiers.global.is_some()) {
-        Some(limit) => Err(AdminError::Refused {
-            field: if name.is_some() { "name" } else { "descriptor" }.to_string(),
-            reason: format!(
-                "{}: a global limit's window is counted at home and in every region: a {what} of this region's count would admit again what home already counted",
-                shown_name(limit)
-            ),
-        }),
-        None => Ok(()),
-    }
 }

@@ -10,6 +10,7 @@
 
 mod admin;
 mod args;
+mod backend;
 pub mod breaker;
 mod call;
 mod condition;
@@ -23,19 +24,20 @@ mod scripts;
 mod shards;
 pub mod span;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use redis::{Cmd, RedisError, RedisResult};
+use redis::{RedisError, RedisResult};
 
 pub use args::ScriptArgs;
+use backend::Backend;
 use breaker::{Breaker, BreakerSettings};
 use call::{HitCall, Mode};
 use condition::Condition;
 pub use connect::{Connection, Pipelining, RedisKind, RedisTarget};
-use pipeline::{PipelineCounts, Pipeliner};
+use pipeline::PipelineCounts;
 use replicas::ReplicaCount;
 use scripts::Script;
 
@@ -53,96 +55,6 @@ pub enum TimeSource {
     Redis,
     /// sluice's clock, passed as an argument (for Redis services that refuse TIME).
     Sluice,
-}
-
-/// One Redis deployment the scripts run on, and what sluice learnt of it.
-struct Backend {
-    connection: Connection,
-    /// With implicit pipelining: where script calls wait for their batch.
-    pipeliner: Option<Pipeliner>,
-    /// Calls join a batch only while another is in flight (`Pipelining::adaptive`).
-    adaptive: bool,
-    /// Script calls in flight now.
-    in_flight: AtomicUsize,
-    /// Whether it took the function library (Redis 7+): calls are FCALL, else EVALSHA.
-    functions: AtomicBool,
-    /// Whether the scripts were ever loaded (the first load is logged either way).
-    loaded_once: AtomicBool,
-    /// For logs: "main" or "per-second".
-    role: &'static str,
-}
-
-impl Backend {
-    /// The backend of `connection`, its calls pipelined as `target` says (not on a Cluster,
-    /// whose calls go to their slots' nodes).
-    fn new(
-        connection: Connection,
-        target: &RedisTarget,
-        counts: &Arc<PipelineCounts>,
-        role: &'static str,
-    ) -> Backend {
-        let pipelining = target.pipelining;
-        let pipeliner = match &connection {
-            // Adaptive batching is the default: a Cluster without it is nothing to report.
-            Connection::Cluster(_) if pipelining.adaptive => None,
-            Connection::Cluster(_) if pipelining.enabled() => {
-                tracing::warn!(
-                    redis = role,
-                    "implicit pipelining is not applied on a Cluster: each call goes to its slot's node as it comes"
-                );
-                None
-            }
-            _ if pipelining.enabled() => Some(Pipeliner::start(
-                connection.clone(),
-                pipelining,
-                target.command_timeout,
-                counts.clone(),
-            )),
-            _ => None,
-        };
-        Backend {
-            connection,
-            pipeliner,
-            adaptive: pipelining.adaptive,
-            in_flight: AtomicUsize::new(0),
-            functions: AtomicBool::new(false),
-            loaded_once: AtomicBool::new(false),
-            role,
-        }
-    }
-
-    /// Sends a script call, in the next pipeline when calls are pipelined (adaptively: only
-    /// while another call is in flight).
-    async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
-        let _in_flight = InFlight::of(&self.in_flight);
-        match &self.pipeliner {
-            Some(pipeliner) if !self.adaptive || _in_flight.others > 0 => {
-                pipeliner.send(command).await
-            }
-            _ => self.connection.command(&command).await,
-        }
-    }
-}
-
-/// A script call in flight on a backend, counted while it lives (a call given up at its
-/// deadline is dropped, and uncounted, with it).
-struct InFlight<'a> {
-    count: &'a AtomicUsize,
-    /// The calls in flight when this one started.
-    others: usize,
-}
-
-impl<'a> InFlight<'a> {
-    fn of(count: &'a AtomicUsize) -> InFlight<'a> {
-        let others = count.fetch_add(1, Ordering::AcqRel);
-        InFlight { count, others }
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// The Redis store.

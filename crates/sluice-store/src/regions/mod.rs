@@ -68,7 +68,7 @@ pub struct Regions {
     home: OnceLock<RedisStore>,
     /// How long a call to home may take.
     link_timeout: Duration,
-    /// The region's own store (its Redis, behind leasing and the local cache).
+    /// The region's own store (its Redis, with the layers in front of it).
     region: Arc<AnyStore>,
     clock: Arc<dyn Clock>,
     windows: Mutex<HashMap<WindowId, Arc<Window>>>,
@@ -229,7 +229,7 @@ impl Regions {
         let ttl_ms = window.end_us.saturating_sub(now_us) / 1_000 + 60_000;
         let region_key = region.global_key(&window.hit, window.start_s, "region");
         let counter = region.counter_key(&window.hit, window.start_s * MICROS_PER_SECOND);
-        // A region whose own Redis fails answers its requests as `on_store_failure` says;
+        // A region whose own Redis fails answers its requests as the failure layer says;
         // there is nothing to top up meanwhile.
         let Ok((held, count)) = region.region_read(&region_key, &counter).await else {
             return;
