@@ -113,16 +113,6 @@ impl Regions {
         })
     }
 
-    /// The region's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Whether the region is cut off from home now.
-    pub fn cut_off(&self) -> bool {
-        self.link.cut_off()
-    }
-
     fn windows(&self) -> MutexGuard<'_, HashMap<WindowId, Arc<Window>>> {
         self.windows
             .lock()
@@ -420,11 +410,6 @@ impl<S: Store> WithRegions<S> {
     /// The store behind the layer.
     pub fn inner(&self) -> &S {
         &self.inner
-    }
-
-    /// The regions, when the server holds limits across them.
-    pub fn regions(&self) -> Option<&Arc<Regions>> {
-        self.regions.as_ref()
     }
 }
 
