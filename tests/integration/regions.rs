@@ -527,3 +527,53 @@ fn the_admin_api_reads_a_global_limit_but_refuses_to_reset_or_credit_it() {
         );
     }
 }
+
+#[test]
+fn a_global_limit_whose_bound_cannot_hold_is_refused_with_its_place() {
+    let cases = [
+        (
+            "minute",
+            "algorithm: token_bucket",
+            "only a fixed_window is held across regions",
+        ),
+        ("minute", "debt: true", "a limit taking debt"),
+        (
+            "minute",
+            "budget_leasing: {max_chunk: 10}",
+            "it takes no budget_leasing",
+        ),
+        (
+            "minute",
+            "penalty: {after: 3, within: 1m, block: 1m}",
+            "penalty",
+        ),
+        (
+            "day",
+            "window: {calendar: day, time_zone: UTC}",
+            "only a window of whole units",
+        ),
+    ];
+    for (unit, extra, reason) in cases {
+        let yaml = format!(
+            "domain: world\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: {unit}\n      \
+             requests_per_unit: 600\n      global: {{chunk: 40, regions: 3}}\n      {extra}\n"
+        );
+        let dir = tempfile::tempdir().expect("a directory");
+        let path = dir.path().join("world.yaml");
+        std::fs::write(&path, &yaml).expect("write the config");
+        let options = sluice_config::LoadOptions {
+            regions: true,
+            ..Default::default()
+        };
+        let refused = match sluice_config::load(&[path], options) {
+            Ok(_) => panic!("{yaml} loaded but must be refused"),
+            Err(errors) => errors.to_string(),
+        };
+        assert!(
+            refused.contains("world.yaml:")
+                && refused.contains("descriptors[0].rate_limit")
+                && refused.contains(reason),
+            "{extra}: {refused}"
+        );
+    }
+}
