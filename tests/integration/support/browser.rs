@@ -45,6 +45,9 @@ impl Browser {
         };
         let profile = tempfile::tempdir().expect("a profile directory");
         let mut command = Command::new(binary);
+        // A group of its own: Debian's launcher is a shell script whose browser is its child,
+        // and the whole group is killed on drop (killing the script alone left the browser).
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         if *binary != BROWSERS[0] {
             command.arg("--headless=new");
         }
@@ -172,6 +175,8 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
