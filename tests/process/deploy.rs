@@ -619,6 +619,11 @@ async fn the_dashboard_queries_only_metrics_sluice_exports() {
             "300ms",
             // The heavy hitters' series are exported only when asked for.
             "--heavy-hitters-metrics",
+            // The regions' series only when the replica takes part in global limits.
+            "--region",
+            "a",
+            "--global-home-redis-url",
+            &url,
         ],
         &[("LOCAL_CACHE_SIZE_IN_BYTES", "65536")],
     );
