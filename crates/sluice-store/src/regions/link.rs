@@ -27,7 +27,7 @@ pub struct Link {
     latency_us: AtomicU64,
     refills: AtomicU64,
     granted: AtomicU64,
-    full: AtomicU64,
+    forgotten: AtomicU64,
 }
 
 impl Link {
@@ -78,11 +78,11 @@ impl Link {
         }
     }
 
-    /// A new window found the replica following as many as it may.
-    pub fn note_full(&self) {
-        if self.full.fetch_add(1, Ordering::Relaxed) == 0 {
+    /// A full table forgot `count` idle windows.
+    pub fn forgot(&self, count: usize) {
+        if self.forgotten.fetch_add(count as u64, Ordering::Relaxed) == 0 {
             tracing::warn!(
-                "global limits: too many windows followed; a new key's window admits nothing"
+                "global limits: as many windows followed as a replica keeps; the idlest are forgotten and read again at their next call"
             );
         }
     }
@@ -134,7 +134,7 @@ impl Link {
             .counter("sluice_global_granted_total", labels())
             .absolute(self.granted.load(Ordering::Relaxed));
         series
-            .counter("sluice_global_windows_refused_total", labels())
-            .absolute(self.full.load(Ordering::Relaxed));
+            .counter("sluice_global_windows_forgotten_total", labels())
+            .absolute(self.forgotten.load(Ordering::Relaxed));
     }
 }

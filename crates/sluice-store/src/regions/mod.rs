@@ -44,8 +44,13 @@ const PREFETCH: Duration = Duration::from_secs(1);
 const IDLE: Duration = Duration::from_secs(10);
 
 /// The most windows a replica follows: a client naming ever new keys cannot grow it past
-/// this (about 300 bytes each). A key's window that finds it full admits nothing.
+/// this (about 300 bytes each). A window is only a view of what its region's Redis holds, so
+/// when it is full the idlest `EVICTED` are forgotten (each is read again at its next call).
 const MAX_WINDOWS: usize = 100_000;
+
+/// How many windows a full table forgets at once (so that a flood of new keys scans it once
+/// every so many, not at every key).
+const EVICTED: usize = 1_000;
 
 /// How often a replica that could not connect to home tries again.
 const RECONNECT: Duration = Duration::from_secs(1);
@@ -131,15 +136,11 @@ impl Regions {
             let Some(policy) = hit.limit.modifiers.global else {
                 continue;
             };
-            let allowance = match self.window_of(hit, policy, now_us) {
-                Some(window) => {
-                    if !window.heard() {
-                        window.first_heard(self.link_timeout).await;
-                    }
-                    window.allowance()
-                }
-                None => 0,
-            };
+            let window = self.window_of(hit, policy, now_us);
+            if !window.heard() {
+                window.first_heard(self.link_timeout).await;
+            }
+            let allowance = window.allowance();
             let allowed = if self.link.cut_off() {
                 allowance.max(u64::from(policy.share(hit.limit.requests_per_unit)))
             } else {
@@ -151,26 +152,20 @@ impl Regions {
     }
 
     /// The window of `hit` holding `now_us`, made (and its first call to home started) when
-    /// new; `None` when the replica follows as many windows as it may.
-    fn window_of(self: &Arc<Self>, hit: &Hit, policy: Policy, now_us: u64) -> Option<Arc<Window>> {
+    /// new.
+    fn window_of(self: &Arc<Self>, hit: &Hit, policy: Policy, now_us: u64) -> Arc<Window> {
         let period_us = hit.limit.period_us().max(1);
         let start_s = (now_us - now_us % period_us) / MICROS_PER_SECOND;
-        let (window, new) = self.follow(hit, policy, start_s, now_us)?;
+        let (window, new) = self.follow(hit, policy, start_s, now_us);
         window.touch(now_us);
         if new {
             self.spawn_call(window.clone());
         }
-        Some(window)
+        window
     }
 
     /// The window of `hit` starting at `start_s`, and whether it is new.
-    fn follow(
-        &self,
-        hit: &Hit,
-        policy: Policy,
-        start_s: u64,
-        now_us: u64,
-    ) -> Option<(Arc<Window>, bool)> {
+    fn follow(&self, hit: &Hit, policy: Policy, start_s: u64, now_us: u64) -> (Arc<Window>, bool) {
         let period_s = hit.limit.period_us() / MICROS_PER_SECOND;
         let id = (hit.key.clone(), period_s, start_s);
         let mut windows = self.windows();
@@ -178,13 +173,13 @@ impl Regions {
             let same = window.hit.limit.requests_per_unit == hit.limit.requests_per_unit
                 && window.policy == policy;
             if same {
-                return Some((window.clone(), false));
+                return (window.clone(), false);
             }
             // The limit changed (a reload): the window is followed afresh, from what the
             // region holds in its Redis, and home is asked with the new limit.
         } else if windows.len() >= MAX_WINDOWS {
-            self.link.note_full();
-            return None;
+            let forgotten = forget_idlest(&mut windows, EVICTED);
+            self.link.forgot(forgotten);
         }
         let template = Hit {
             cost: 1,
@@ -193,7 +188,7 @@ impl Regions {
         };
         let window = Arc::new(Window::new(template, policy, start_s, now_us));
         windows.insert(id, window.clone());
-        Some((window, true))
+        (window, true)
     }
 
     fn spawn_call(self: &Arc<Self>, window: Arc<Window>) {
@@ -307,7 +302,7 @@ impl Regions {
         }
         for window in next {
             let start_s = window.end_us / MICROS_PER_SECOND;
-            if let Some((successor, true)) =
+            if let (successor, true) =
                 self.follow(&window.hit, window.policy, start_s, window.used_us())
             {
                 self.spawn_call(successor);
@@ -367,6 +362,26 @@ async fn connect_home(regions: Weak<Regions>, home: RedisTarget, key_prefix: Str
         drop(regions);
         tokio::time::sleep(RECONNECT).await;
     }
+}
+
+/// Forgets the `count` windows of `windows` used longest ago; how many it forgot.
+fn forget_idlest<K: Clone + Eq + std::hash::Hash>(
+    windows: &mut HashMap<K, Arc<Window>>,
+    count: usize,
+) -> usize {
+    let mut by_use: Vec<(u64, K)> = windows
+        .iter()
+        .map(|(id, window)| (window.used_us(), id.clone()))
+        .collect();
+    let count = count.min(by_use.len());
+    if count == 0 {
+        return 0;
+    }
+    by_use.select_nth_unstable_by_key(count - 1, |(used_us, _)| *used_us);
+    for (_, id) in by_use.into_iter().take(count) {
+        windows.remove(&id);
+    }
+    count
 }
 
 /// Looks at the windows every `TICK` until the regions are gone.
@@ -443,5 +458,48 @@ impl<S: Store> Reporting for WithRegions<S> {
         if let Some(regions) = &self.regions {
             regions.report(series);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::limit::{Limit, Role, Unit};
+
+    fn window_used_at(used_us: u64) -> Arc<Window> {
+        let hit = Hit {
+            key: "d_k_v_".into(),
+            limit: Limit::fixed_window(100, Unit::Minute),
+            cost: 1,
+            role: Role::Enforced,
+            joins_previous: false,
+            lease: None,
+        };
+        let policy = Policy {
+            chunk: 10,
+            regions: 2,
+            cut_off_share: None,
+        };
+        Arc::new(Window::new(hit, policy, 0, used_us))
+    }
+
+    #[test]
+    fn a_full_table_forgets_its_idlest_windows_only() {
+        let mut windows: HashMap<u64, Arc<Window>> =
+            (0..10).map(|i| (i, window_used_at(1_000 + i))).collect();
+        assert_eq!(forget_idlest(&mut windows, 3), 3);
+        let mut kept: Vec<u64> = windows.keys().copied().collect();
+        kept.sort_unstable();
+        assert_eq!(
+            kept,
+            (3..10).collect::<Vec<_>>(),
+            "the three used longest ago go"
+        );
+        assert_eq!(
+            forget_idlest(&mut windows, 100),
+            7,
+            "never more than there are"
+        );
+        assert!(windows.is_empty());
     }
 }
