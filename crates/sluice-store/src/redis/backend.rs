@@ -69,11 +69,9 @@ impl Backend {
     /// Sends a script call, in the next pipeline when calls are pipelined (adaptively: only
     /// while another call is in flight).
     pub(super) async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
-        let _in_flight = InFlight::of(&self.in_flight);
+        let call = InFlight::of(&self.in_flight);
         match &self.pipeliner {
-            Some(pipeliner) if !self.adaptive || _in_flight.others > 0 => {
-                pipeliner.send(command).await
-            }
+            Some(pipeliner) if !self.adaptive || call.others > 0 => pipeliner.send(command).await,
             _ => self.connection.command(&command).await,
         }
     }

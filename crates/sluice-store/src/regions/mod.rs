@@ -124,12 +124,9 @@ impl Regions {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// `hits` with each global limit's hit decided on what its region may admit now; `None`
-    /// when the request has no such hit.
-    pub async fn allowances(self: &Arc<Self>, hits: &[Hit]) -> Option<Vec<Hit>> {
-        if !hits.iter().any(|hit| hit.limit.modifiers.global.is_some()) {
-            return None;
-        }
+    /// `hits` with each global limit's hit decided on what its region may admit now (for a
+    /// request with such a hit: `has_global`).
+    pub async fn allowances(self: &Arc<Self>, hits: &[Hit]) -> Vec<Hit> {
         let now_us = self.clock.now_us();
         let mut regional = hits.to_vec();
         for hit in &mut regional {
@@ -148,7 +145,7 @@ impl Regions {
             };
             hit.limit.requests_per_unit = u32::try_from(allowed).unwrap_or(u32::MAX);
         }
-        Some(regional)
+        regional
     }
 
     /// The window of `hit` holding `now_us`, made (and its first call to home started) when
@@ -287,9 +284,10 @@ impl Regions {
                 now_us < window.end_us && now_us.saturating_sub(window.used_us()) < idle_us
                     || window.start_s * MICROS_PER_SECOND > now_us
             });
+            let cut_off = self.link.cut_off();
             for window in windows.values() {
                 let started = window.start_s * MICROS_PER_SECOND <= now_us;
-                let alone = window.admitted_alone() || self.link.cut_off();
+                let alone = window.admitted_alone() || cut_off;
                 if window.used_us() >= recent_us || (alone && started) {
                     tended.push(window.clone());
                 }
@@ -364,6 +362,11 @@ async fn connect_home(regions: Weak<Regions>, home: RedisTarget, key_prefix: Str
     }
 }
 
+/// Whether a request's `hits` include a global limit's.
+fn has_global(hits: &[Hit]) -> bool {
+    hits.iter().any(|hit| hit.limit.modifiers.global.is_some())
+}
+
 /// Forgets the `count` windows of `windows` used longest ago; how many it forgot.
 fn forget_idlest<K: Clone + Eq + std::hash::Hash>(
     windows: &mut HashMap<K, Arc<Window>>,
@@ -434,12 +437,15 @@ impl<S: Store> Store for WithRegions<S> {
     }
 
     async fn charge(&self, hits: &[Hit], charging: Charging) -> Result<Vec<Decision>, StoreError> {
-        if let Some(regions) = &self.regions {
-            if let Some(regional) = Box::pin(regions.allowances(hits)).await {
-                return self.inner.charge(&regional, charging).await;
+        // A request without a global limit's hit (most) goes straight through: nothing is
+        // boxed or copied for it.
+        match &self.regions {
+            Some(regions) if has_global(hits) => {
+                let regional = Box::pin(regions.allowances(hits)).await;
+                self.inner.charge(&regional, charging).await
             }
+            _ => self.inner.charge(hits, charging).await,
         }
-        self.inner.charge(hits, charging).await
     }
 
     async fn healthy(&self) -> bool {
