@@ -12,9 +12,9 @@ Runs sluice and the bare tonic server from target/dist (`cargo build --profile d
 --examples` first); envoyproxy/ratelimit and Limitador only when their binaries are given
 (built from their sources, outside this repository). Every row: h2load -n CALLS -c 8 -m 32,
 one request on a limit that no call reaches, the server alone on the machine with one Redis;
-ROUNDS alternating rounds, medians printed. Per call: the server's CPU (user + system), Redis's
-CPU (the process's, network included), Redis's commands, and their command time (INFO
-commandstats). Rows:
+ROUNDS alternating rounds, medians printed. Per call: the server's CPU (user + system, and the
+user part), its context switches, Redis's CPU (the process's, network included), Redis's commands, and
+their command time (INFO commandstats). Rows:
 
 - the bare tonic server (the floor), sluice and Limitador on their memory stores;
 - one descriptor on a fixed window on Redis (the reference's own case): sluice, the
@@ -39,7 +39,8 @@ import tempfile
 import time
 
 from peers import (DIST, Row, baseline_row, cpu_seconds, free_port, h2load, limitador_row,
-                   redis_cli, redis_commandstats, redis_pid, reference_row, request_body,
+                   process_counters, redis_cli, redis_commandstats, redis_pid, reference_row,
+                   request_body,
                    sluice_as_limitador, sluice_row, start_redis, wait_port)
 
 REDIS_PORT = 7797
@@ -140,11 +141,13 @@ def measure(row, descriptors, calls):
             h2load([port], body, calls=min(calls, 20000))  # warm up
             redis = redis_pid(REDIS_PORT)
             stats_before = redis_commandstats(REDIS_PORT)
-            cpu_before, redis_before = cpu_seconds(process.pid), cpu_seconds(redis)
+            counters_before = process_counters(process.pid)
+            redis_before = cpu_seconds(redis)
             began = time.time()
             done = h2load([port], body, calls=calls)
             elapsed = time.time() - began
-            cpu = cpu_seconds(process.pid) - cpu_before
+            counters = process_counters(process.pid)
+            spent = {key: counters[key] - counters_before[key] for key in counters}
             redis_cpu = cpu_seconds(redis) - redis_before
             stats = redis_commandstats(REDIS_PORT)
         finally:
@@ -154,7 +157,9 @@ def measure(row, descriptors, calls):
     done = max(done, 1)
     return {
         "calls_per_second": done / elapsed,
-        "server_cpu_us": cpu / done * 1e6,
+        "server_cpu_us": (spent["user"] + spent["system"]) / done * 1e6,
+        "server_user_us": spent["user"] / done * 1e6,
+        "server_switches": spent["switches"] / done,
         "redis_cpu_us": redis_cpu / done * 1e6,
         "redis_commands": commands / done,
         "redis_command_us": command_us / done,
@@ -174,6 +179,8 @@ def timings(args):
             "row": row.name,
             "calls_per_second": [round(r["calls_per_second"]) for r in runs],
             "server_cpu_us_per_call": round(median["server_cpu_us"], 1),
+            "of_which_user_us": round(median["server_user_us"], 1),
+            "context_switches_per_call": round(median["server_switches"], 3),
             "redis_cpu_us_per_call": round(median["redis_cpu_us"], 2),
             "redis_commands_per_call": round(median["redis_commands"], 2),
             "redis_command_us_per_call": round(median["redis_command_us"], 2),

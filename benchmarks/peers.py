@@ -35,6 +35,25 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TCK
 
 
+def process_counters(pid):
+    """What a process has spent so far, its threads included: user and system seconds, and
+    context switches, voluntary and not."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    counters = {"user": int(fields[11]) / TCK, "system": int(fields[12]) / TCK}
+    switches = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        switches += int(line.split()[1])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    counters["switches"] = switches
+    return counters
+
+
 def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
                           text=True, check=True).stdout

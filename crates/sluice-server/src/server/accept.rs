@@ -3,7 +3,8 @@
 //! when it sends nothing within `handshake_timeout`; an accept that fails for want of file
 //! descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) backs off, from 10 ms doubling to
 //! 1 s, and is logged at most once a minute, so that connections already open keep being
-//! served instead of the accept loop spinning.
+//! served instead of the accept loop spinning. Under load, a connection's writes wait one turn
+//! of the runtime to carry the answers finished meanwhile (`Gathering`).
 
 use std::future::Future;
 use std::io;
@@ -114,6 +115,8 @@ pub struct Connection {
     _place: OwnedSemaphorePermit,
     /// Until the first bytes arrive: when the connection is given up.
     handshake: Option<Pin<Box<Sleep>>>,
+    /// Whether writes wait to carry more.
+    gathering: Gathering,
 }
 
 impl Connection {
@@ -122,7 +125,58 @@ impl Connection {
             stream,
             _place: place,
             handshake: Some(Box::pin(tokio::time::sleep(timeout))),
+            gathering: Gathering::default(),
         }
+    }
+
+    /// Puts a write off once, behind the tasks already waiting to run, so that one system
+    /// call carries the answers of every call that finishes meanwhile (`Gathering`).
+    fn gather_writes(&mut self, cx: &mut Context<'_>, bytes: usize) -> Poll<()> {
+        if self.gathering.put_off(bytes) {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(())
+    }
+}
+
+/// When a connection's writes wait a turn.
+///
+/// An HTTP/2 connection writes whenever one of its streams has answered, and the runtime
+/// runs the task it has just woken first: under load the connection would write each answer
+/// alone, one `send` per call. Put off by one turn of the runtime, a write carries every
+/// answer finished meanwhile. Waiting pays only under load, so it goes on while the writes
+/// it puts off grow, and is otherwise tried once every `TRY_EVERY` writes: a connection with
+/// one call at a time writes at once.
+#[derive(Default)]
+struct Gathering {
+    /// The bytes of the write put off, while it is.
+    waiting: Option<usize>,
+    /// Whether the last write put off had grown meanwhile.
+    pays: bool,
+    /// Writes made at once since waiting was last tried.
+    at_once: u8,
+}
+
+impl Gathering {
+    /// How often waiting is tried while it does not pay.
+    const TRY_EVERY: u8 = 8;
+
+    /// Whether a write of `bytes` waits a turn.
+    fn put_off(&mut self, bytes: usize) -> bool {
+        if let Some(before) = self.waiting.take() {
+            self.pays = bytes > before;
+            return false;
+        }
+        if !self.pays {
+            self.at_once += 1;
+            if self.at_once < Self::TRY_EVERY {
+                return false;
+            }
+        }
+        self.at_once = 0;
+        self.waiting = Some(bytes);
+        true
     }
 }
 
@@ -158,6 +212,7 @@ impl AsyncWrite for Connection {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        std::task::ready!(self.gather_writes(cx, buf.len()));
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
@@ -174,6 +229,8 @@ impl AsyncWrite for Connection {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let bytes = bufs.iter().map(|b| b.len()).sum();
+        std::task::ready!(self.gather_writes(cx, bytes));
         Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 
@@ -234,6 +291,24 @@ impl AsyncWrite for GrpcConnection {
             GrpcConnection::Tls(c) => Pin::new(c.as_mut()).poll_shutdown(cx),
         }
     }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(c) => Pin::new(c).poll_write_vectored(cx, bufs),
+            GrpcConnection::Tls(c) => Pin::new(c.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            GrpcConnection::Plain(c) => c.is_write_vectored(),
+            GrpcConnection::Tls(c) => c.is_write_vectored(),
+        }
+    }
 }
 
 impl tonic::transport::server::Connected for GrpcConnection {
@@ -291,4 +366,58 @@ pub fn incoming(
             Some((connection, handshaken))
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn writes_wait_while_waiting_gathers_more() {
+        let mut gathering = Gathering::default();
+        // Waiting is tried at the eighth write while it has not paid yet.
+        for _ in 1..Gathering::TRY_EVERY {
+            assert!(!gathering.put_off(40));
+        }
+        assert!(gathering.put_off(40));
+        // It gathered: the write grew from 40 to 400 bytes meanwhile.
+        assert!(!gathering.put_off(400));
+        assert!(
+            gathering.put_off(40),
+            "waiting paid, so the next write waits"
+        );
+        // It gathered nothing: writes go at once again, but for one in eight.
+        assert!(!gathering.put_off(40));
+        let waited = (0..2 * Gathering::TRY_EVERY)
+            .filter(|_| gathering.put_off(40) && !gathering.put_off(40))
+            .count();
+        assert_eq!(waited, 2);
+    }
+
+    #[tokio::test]
+    async fn a_write_put_off_reaches_the_peer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let accepting = Accepting::new(
+            listener,
+            ConnectionLimits {
+                max_connections: 1,
+                handshake_timeout: Duration::from_secs(5),
+            },
+            "test",
+        );
+        let (mut connection, _) = accepting.accept().await;
+        // Waiting pays for the first writes (each grows): every one is put off, none is lost.
+        connection.gathering.pays = true;
+        for round in 0..3u8 {
+            connection.write_all(&[round; 10]).await.unwrap();
+            connection.flush().await.unwrap();
+            let mut got = [0u8; 10];
+            peer.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, [round; 10]);
+        }
+    }
 }
