@@ -14,7 +14,8 @@ Runs sluice and the bare tonic server from target/dist (`cargo build --profile d
 one request on a limit that no call reaches, the server alone on the machine with one Redis;
 ROUNDS alternating rounds, medians printed. Per call: the server's CPU (user + system, and the
 user part), its context switches, Redis's CPU (the process's, network included), Redis's commands, and
-their command time (INFO commandstats). Rows:
+their command time (INFO commandstats); then the ratios the targets are stated in, taken
+round by round, and their medians. Rows:
 
 - the bare tonic server (the floor), sluice and Limitador on their memory stores;
 - one descriptor on a fixed window on Redis (the reference's own case): sluice, the
@@ -185,6 +186,33 @@ def timings(args):
             "redis_commands_per_call": round(median["redis_commands"], 2),
             "redis_command_us_per_call": round(median["redis_command_us"], 2),
         }), flush=True)
+    paired_ratios(results)
+
+
+# The ratios the issue's targets are stated in: (numerator row, denominator row, measure).
+RATIOS = [
+    ("sluice, memory", "bare tonic server (the floor)", "server_cpu_us"),
+    ("sluice, memory", "Limitador, memory", "server_cpu_us"),
+    ("sluice, Redis, fixed window", "sluice, memory", "server_cpu_us"),
+    ("sluice, Redis, fixed window", "envoyproxy/ratelimit, Redis, fixed window", "redis_cpu_us"),
+    ("sluice, Redis, 3 descriptors", "envoyproxy/ratelimit, Redis, 3 descriptors",
+     "redis_cpu_us"),
+]
+
+
+def paired_ratios(results):
+    """Each ratio of `RATIOS` whose rows ran, taken within each round (a round's rows run
+    within a minute or two of each other, under the same load from the machine's
+    neighbours), and the median of the rounds'."""
+    for top, bottom, measure in RATIOS:
+        if top not in results or bottom not in results:
+            continue
+        rounds = [a[measure] / b[measure] for a, b in zip(results[top], results[bottom])
+                  if b[measure] > 0]
+        if rounds:
+            print(json.dumps({"ratio": f"{top} / {bottom}, {measure}",
+                              "per_round": [round(r, 2) for r in rounds],
+                              "median": round(statistics.median(rounds), 2)}), flush=True)
 
 
 def callgrind_total(out_file):
