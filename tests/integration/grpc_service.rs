@@ -480,3 +480,45 @@ async fn undecodable_and_oversized_requests_are_the_callers_fault() {
     let fine = call_one(&mut client, "test", &[("counted", "r")]).await;
     assert_eq!(overall(&fine), Code::Ok);
 }
+
+/// Under load the gRPC port's writes wait a turn to carry several answers at once
+/// (`server/accept.rs`): every call on one connection still gets its own answer, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_calls_at_once_on_one_connection_each_get_their_own_answer() {
+    let sluice = server();
+    let client = sluice.client().await;
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..600usize {
+        // A channel's clones share its one HTTP/2 connection.
+        let mut client = client.clone();
+        calls.spawn(async move {
+            let value = format!("v{}", i % 200);
+            let entries = if i % 2 == 0 {
+                [("counted", value.as_str())]
+            } else {
+                [("free", value.as_str())]
+            };
+            (i, call_one(&mut client, "test", &entries).await)
+        });
+    }
+    let mut admitted_per_value = std::collections::HashMap::<String, usize>::new();
+    while let Some(joined) = calls.join_next().await {
+        let (i, response) = joined.expect("the call's task ends");
+        let status = &response.statuses[0];
+        if i % 2 == 0 {
+            let limit = status.current_limit.as_ref().expect("the counted limit");
+            assert_eq!(limit.requests_per_unit, 3, "call {i} answered as its own");
+            if code(status) == Code::Ok {
+                *admitted_per_value
+                    .entry(format!("v{}", i % 200))
+                    .or_default() += 1;
+            }
+        } else {
+            assert_eq!(status.current_limit, None, "call {i} answered as its own");
+            assert_eq!(status.limit_remaining, 4_294_967_295);
+        }
+    }
+    // 300 counted calls over 100 values, 3 each: every one admitted, each counted once.
+    assert_eq!(admitted_per_value.len(), 100);
+    assert!(admitted_per_value.values().all(|&n| n == 3));
+}

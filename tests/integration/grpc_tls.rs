@@ -129,3 +129,51 @@ async fn mtls_admits_only_clients_with_the_right_certificate_and_rotates_without
     // The connection made before keeps being answered.
     assert!(answered(gateway).await);
 }
+
+/// Over TLS too, a connection's writes gathered under load (`server/accept.rs`, beneath the
+/// TLS stream) still carry every call's own answer, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_calls_at_once_over_one_tls_connection_are_each_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificate(
+        d,
+        "ca",
+        "server",
+        "DNS:localhost,IP:127.0.0.1",
+        "serverAuth",
+    );
+    let path = |name: &str| d.join(name).display().to_string();
+    let sluice = Sluice::start_with(
+        &[("config.yaml", CONFIG)],
+        &[],
+        &[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", &path("server.crt")),
+            ("GRPC_SERVER_TLS_KEY", &path("server.key")),
+        ],
+    );
+    let channel = connect(&sluice, d, "ca", None)
+        .await
+        .expect("the client connects");
+    let client =
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..400usize {
+        let mut client = client.clone();
+        calls.spawn(async move {
+            let value = format!("v{}", i % 4);
+            call_one(&mut client, "t", &[("k", value.as_str())]).await
+        });
+    }
+    let mut remaining = Vec::new();
+    while let Some(joined) = calls.join_next().await {
+        let response = joined.expect("the call's task ends");
+        assert_eq!(overall(&response), Code::Ok);
+        remaining.push(response.statuses[0].limit_remaining);
+    }
+    // Four values, 100 calls each on a limit of 1,000: each count from 999 down to 900 once.
+    remaining.sort_unstable();
+    let expected: Vec<u32> = (900..1000).flat_map(|n| [n; 4]).collect();
+    assert_eq!(remaining, expected);
+}
