@@ -13,9 +13,9 @@ Runs sluice and the bare tonic server from target/dist (`cargo build --profile d
 (built from their sources, outside this repository). Every row: h2load -n CALLS -c 8 -m 32,
 one request on a limit that no call reaches, the server alone on the machine with one Redis;
 ROUNDS alternating rounds, medians printed. Per call: the server's CPU (user + system, and the
-user part), its context switches, Redis's CPU (the process's, network included), Redis's commands, and
-their command time (INFO commandstats); then the ratios the targets are stated in, taken
-round by round, and their medians. Rows:
+user part), its context switches, Redis's CPU (the process's, network included), Redis's
+commands, and their command time (INFO commandstats); then the ratios the targets are stated
+in, taken round by round, and their medians. Rows:
 
 - the bare tonic server (the floor), sluice and Limitador on their memory stores;
 - one descriptor on a fixed window on Redis (the reference's own case): sluice, the
@@ -41,8 +41,7 @@ import time
 
 from peers import (DIST, Row, baseline_row, cpu_seconds, free_port, h2load, limitador_row,
                    process_counters, redis_cli, redis_commandstats, redis_pid, reference_row,
-                   request_body,
-                   sluice_as_limitador, sluice_row, start_redis, wait_port)
+                   request_body, sluice_as_limitador, sluice_row, start_redis, wait_port)
 
 REDIS_PORT = 7797
 # Where the `limitador-server` link to sluice lives for the run.

@@ -28,19 +28,22 @@ def wait_port(port, seconds=20):
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def cpu_seconds(pid):
-    """A process's user + system time, its threads included."""
+def user_and_system_seconds(pid):
+    """A process's user time and system time, its threads included."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TCK
+    return int(fields[11]) / TCK, int(fields[12]) / TCK
+
+
+def cpu_seconds(pid):
+    """A process's user + system time, its threads included."""
+    return sum(user_and_system_seconds(pid))
 
 
 def process_counters(pid):
     """What a process has spent so far, its threads included: user and system seconds, and
     context switches, voluntary and not."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    counters = {"user": int(fields[11]) / TCK, "system": int(fields[12]) / TCK}
+    user, system = user_and_system_seconds(pid)
     switches = 0
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -50,8 +53,7 @@ def process_counters(pid):
                         switches += int(line.split()[1])
         except FileNotFoundError:  # a thread that ended meanwhile
             pass
-    counters["switches"] = switches
-    return counters
+    return {"user": user, "system": system, "switches": switches}
 
 
 def redis_cli(port, *args):
