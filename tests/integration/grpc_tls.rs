@@ -51,28 +51,38 @@ async fn answered(channel: Channel) -> bool {
         .is_ok()
 }
 
-#[tokio::test]
-async fn mtls_admits_only_clients_with_the_right_certificate_and_rotates_without_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// sluice serving TLS on its gRPC port with a certificate for localhost, signed by `ca`,
+/// made in `dir`; `more` adds settings (the client checks of mTLS).
+fn tls_server(dir: &Path, more: &[(&str, &str)]) -> Sluice {
     certificate(
-        d,
+        dir,
         "ca",
         "server",
         "DNS:localhost,IP:127.0.0.1",
         "serverAuth",
     );
+    let path = |name: &str| dir.join(name).display().to_string();
+    let (cert, key) = (path("server.crt"), path("server.key"));
+    let mut settings = vec![
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", cert.as_str()),
+        ("GRPC_SERVER_TLS_KEY", key.as_str()),
+    ];
+    settings.extend_from_slice(more);
+    Sluice::start_with(&[("config.yaml", CONFIG)], &[], &settings)
+}
+
+#[tokio::test]
+async fn mtls_admits_only_clients_with_the_right_certificate_and_rotates_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
     certificate(d, "clients", "gateway", "DNS:envoy-gateway", "clientAuth");
     certificate(d, "clients", "stranger", "DNS:someone-else", "clientAuth");
-    let path = |name: &str| d.join(name).display().to_string();
-    let sluice = Sluice::start_with(
-        &[("config.yaml", CONFIG)],
-        &[],
+    let clients = d.join("clients.crt").display().to_string();
+    let sluice = tls_server(
+        d,
         &[
-            ("GRPC_SERVER_USE_TLS", "true"),
-            ("GRPC_SERVER_TLS_CERT", &path("server.crt")),
-            ("GRPC_SERVER_TLS_KEY", &path("server.key")),
-            ("GRPC_CLIENT_TLS_CACERT", &path("clients.crt")),
+            ("GRPC_CLIENT_TLS_CACERT", &clients),
             ("GRPC_CLIENT_TLS_SAN", "envoy-gateway"),
         ],
     );
@@ -136,23 +146,7 @@ async fn mtls_admits_only_clients_with_the_right_certificate_and_rotates_without
 async fn many_calls_at_once_over_one_tls_connection_are_each_answered() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    certificate(
-        d,
-        "ca",
-        "server",
-        "DNS:localhost,IP:127.0.0.1",
-        "serverAuth",
-    );
-    let path = |name: &str| d.join(name).display().to_string();
-    let sluice = Sluice::start_with(
-        &[("config.yaml", CONFIG)],
-        &[],
-        &[
-            ("GRPC_SERVER_USE_TLS", "true"),
-            ("GRPC_SERVER_TLS_CERT", &path("server.crt")),
-            ("GRPC_SERVER_TLS_KEY", &path("server.key")),
-        ],
-    );
+    let sluice = tls_server(d, &[]);
     let channel = connect(&sluice, d, "ca", None)
         .await
         .expect("the client connects");
