@@ -191,3 +191,60 @@ async fn on_a_cluster_pipelining_is_reported_and_not_applied() {
         "{metrics}"
     );
 }
+
+/// 400 calls at once, 50 on each of 8 connections to `sluice`, each on a key of its own
+/// (`c<connection>-<i>`) with hits `hits(connection, i)`; each call's response.
+async fn at_once(
+    sluice: &Sluice,
+    hits: fn(usize, usize) -> u64,
+) -> Vec<(usize, usize, RateLimitResponse)> {
+    let mut calls = tokio::task::JoinSet::new();
+    for connection in 0..8usize {
+        let client = sluice.client().await;
+        for i in 0..50usize {
+            // Clones share their HTTP/2 connection.
+            let mut client = client.clone();
+            calls.spawn(async move {
+                let value = format!("c{connection}-{i}");
+                let entries = [("fixed_window", value.as_str())];
+                let ask = request(
+                    "r",
+                    vec![descriptor_with_hits(&entries, hits(connection, i))],
+                );
+                (connection, i, call(&mut client, ask).await)
+            });
+        }
+    }
+    let mut responses = Vec::new();
+    while let Some(joined) = calls.join_next().await {
+        responses.push(joined.expect("the call's task ends"));
+    }
+    responses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_sharing_the_connection_each_get_their_own_reply_in_order() {
+    let redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &[]);
+    // Every key starts from a count of its own, so that each reply tells its call apart.
+    let before = |connection: usize, i: usize| 1 + ((connection * 50 + i) % 60) as u64;
+    let then = |connection: usize, i: usize| 1 + ((connection + i) % 7) as u64;
+    for (_, _, response) in at_once(&sluice, before).await {
+        assert_eq!(overall(&response), Code::Ok);
+    }
+    for (connection, i, response) in at_once(&sluice, then).await {
+        let status = &response.statuses[0];
+        assert_eq!(code(status), Code::Ok);
+        let used = before(connection, i) + then(connection, i);
+        assert_eq!(
+            u64::from(status.limit_remaining),
+            100 - used,
+            "call {i} on connection {connection} is answered with its own key's count"
+        );
+    }
+    let (pipelines, calls) = pipelined(&sluice);
+    assert!(
+        calls > pipelines && pipelines >= 1.0,
+        "calls at once share writes: {calls} calls in {pipelines}"
+    );
+}

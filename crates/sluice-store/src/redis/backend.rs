@@ -7,12 +7,16 @@ use std::sync::Arc;
 
 use redis::{Cmd, RedisResult};
 
-use super::connect::{Connection, RedisTarget};
+use super::connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use super::pipeline::{PipelineCounts, Pipeliner};
+use super::wire::Wire;
 
 /// One Redis deployment the scripts run on, and what sluice learnt of it.
 pub(super) struct Backend {
     pub(super) connection: Connection,
+    /// A single node over plain TCP without TLS files, pipelined adaptively (the default):
+    /// the script calls' own connection.
+    pub(super) wire: Option<Wire>,
     /// With implicit pipelining: where script calls wait for their batch.
     pub(super) pipeliner: Option<Pipeliner>,
     /// Calls join a batch only while another is in flight (`Pipelining::adaptive`).
@@ -37,7 +41,24 @@ impl Backend {
         role: &'static str,
     ) -> Backend {
         let pipelining = target.pipelining;
+        let wire = match (&connection, target.urls.first()) {
+            (Connection::Single(_), Some(url))
+                if target.kind == RedisKind::Single
+                    && pipelining == Pipelining::ADAPTIVE
+                    && target.tls_ca_file.is_none()
+                    && target.tls_client.is_none() =>
+            {
+                Wire::of(
+                    url,
+                    target.connect_timeout,
+                    target.command_timeout,
+                    counts.clone(),
+                )
+            }
+            _ => None,
+        };
         let pipeliner = match &connection {
+            _ if wire.is_some() => None,
             // Adaptive batching is the default: a Cluster without it is nothing to report.
             Connection::Cluster(_) if pipelining.adaptive => None,
             Connection::Cluster(_) if pipelining.enabled() => {
@@ -57,6 +78,7 @@ impl Backend {
         };
         Backend {
             connection,
+            wire,
             pipeliner,
             adaptive: pipelining.adaptive,
             in_flight: AtomicUsize::new(0),
@@ -69,6 +91,9 @@ impl Backend {
     /// Sends a script call, in the next pipeline when calls are pipelined (adaptively: only
     /// while another call is in flight).
     pub(super) async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
+        if let Some(wire) = &self.wire {
+            return wire.send(command).await;
+        }
         let call = InFlight::of(&self.in_flight);
         match &self.pipeliner {
             Some(pipeliner) if !self.adaptive || call.others > 0 => pipeliner.send(command).await,

@@ -23,6 +23,7 @@ mod reports;
 mod scripts;
 mod shards;
 pub mod span;
+mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -389,7 +390,11 @@ impl Reporting for RedisStore {
         self.condition.report(series);
         self.breaker.report(series);
         series.level("sluice_store_replicas", u64::from(self.replicas()));
-        if self.backends.iter().any(|b| b.pipeliner.is_some()) {
+        if self
+            .backends
+            .iter()
+            .any(|b| b.pipeliner.is_some() || b.wire.is_some())
+        {
             let counts = &self.pipeline_counts;
             let pipelines = counts.pipelines.load(Ordering::Relaxed);
             series.total("sluice_redis_pipelines_total", pipelines);
