@@ -13,6 +13,7 @@ mod queue;
 mod resp;
 mod serve;
 
+use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ use tokio::sync::oneshot;
 
 use super::pipeline::PipelineCounts;
 use queue::Queue;
-use serve::{lost, Serving};
+use serve::Serving;
 
 /// How long after a failed attempt to connect the next one is made.
 const RETRY_AFTER: Duration = Duration::from_millis(50);
@@ -37,7 +38,7 @@ pub(super) struct Wire {
     connect_timeout: Duration,
     /// How long the oldest call on a connection may wait before the connection counts as
     /// dead (`dead_after`).
-    answer_timeout: Duration,
+    give_up_after: Duration,
     counts: Arc<PipelineCounts>,
     open: ArcSwapOption<Open>,
     /// One attempt to connect at a time; the last failed one, to fail calls at once until
@@ -89,7 +90,7 @@ impl Wire {
             address: format!("{host}:{port}"),
             greeting,
             connect_timeout,
-            answer_timeout: dead_after(command_timeout),
+            give_up_after: dead_after(command_timeout),
             counts,
             open: ArcSwapOption::empty(),
             connecting: tokio::sync::Mutex::new(None),
@@ -154,18 +155,13 @@ impl Wire {
         };
         let (stream, leftover) = tokio::time::timeout(self.connect_timeout, opening)
             .await
-            .map_err(|_| {
-                RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connecting to Redis timed out",
-                ))
-            })??;
+            .map_err(|_| io_error(ErrorKind::TimedOut, "connecting to Redis timed out"))??;
         let calls = Arc::new(Queue::default());
         tokio::spawn(Serving::new(
             stream,
             calls.clone(),
             &leftover,
-            self.answer_timeout,
+            self.give_up_after,
             self.counts.clone(),
         ));
         Ok(Open { calls })
@@ -193,7 +189,7 @@ async fn read_one_reply(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> RedisRe
         }
         let read = stream.read(&mut chunk).await?;
         if read == 0 {
-            return Err(lost("Redis closed the connection"));
+            return Err(closed_by_redis());
         }
         buffer.extend_from_slice(&chunk[..read]);
     }
@@ -201,5 +197,19 @@ async fn read_one_reply(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> RedisRe
 
 /// The error of a call whose connection went away before it was answered.
 fn gone() -> RedisError {
-    lost("the connection to Redis was lost")
+    io_error(
+        ErrorKind::ConnectionAborted,
+        "the connection to Redis was lost",
+    )
+}
+
+/// The error of a connection Redis closed.
+fn closed_by_redis() -> RedisError {
+    io_error(ErrorKind::ConnectionAborted, "Redis closed the connection")
+}
+
+/// A failure of the connection itself, as redis-rs reports one (an I/O error: the store
+/// counts Redis unreachable).
+fn io_error(kind: ErrorKind, what: &'static str) -> RedisError {
+    RedisError::from(std::io::Error::new(kind, what))
 }

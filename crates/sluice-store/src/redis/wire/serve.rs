@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::io::ErrorKind;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::queue::{Queue, Reply};
 use super::resp::next_reply;
+use super::{closed_by_redis, io_error};
 use crate::redis::pipeline::PipelineCounts;
 
 /// The most bytes of calls one write gathers before it goes.
@@ -27,15 +29,6 @@ const MAX_WRITE: usize = 64 * 1024;
 
 /// How much is read at once.
 const READ_CHUNK: usize = 16 * 1024;
-
-/// What taking the calls left found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Taken {
-    /// Every call left so far (the task is woken by the next).
-    All,
-    /// None, and the store let the connection go.
-    Ended,
-}
 
 /// A call written and waiting for its reply.
 struct Waiting {
@@ -63,7 +56,7 @@ pub(super) struct Serving {
     /// that grows.
     held: Option<usize>,
     /// How long the oldest call may wait on Redis before the connection counts as dead.
-    answer_timeout: Duration,
+    give_up_after: Duration,
     /// Armed while calls wait: when the oldest of them is overdue.
     overdue: Pin<Box<Sleep>>,
     armed: bool,
@@ -76,7 +69,7 @@ impl Serving {
         stream: TcpStream,
         calls: Arc<Queue>,
         leftover: &[u8],
-        answer_timeout: Duration,
+        give_up_after: Duration,
         counts: Arc<PipelineCounts>,
     ) -> Serving {
         let mut input = vec![0; READ_CHUNK.max(leftover.len() * 2)];
@@ -92,19 +85,10 @@ impl Serving {
             filled: leftover.len(),
             halfway: false,
             held: None,
-            answer_timeout,
-            overdue: Box::pin(tokio::time::sleep(answer_timeout)),
+            give_up_after,
+            overdue: Box::pin(tokio::time::sleep(give_up_after)),
             armed: false,
             counts,
-        }
-    }
-
-    /// Takes the calls left so far into `out`.
-    fn take_calls(&mut self, cx: &mut Context<'_>) -> Taken {
-        if self.calls.take(cx.waker(), &mut self.out, &mut self.unsent) {
-            Taken::All
-        } else {
-            Taken::Ended
         }
     }
 
@@ -138,7 +122,7 @@ impl Serving {
         let mut written = 0;
         while written < self.out.len() {
             match Pin::new(&mut self.stream).poll_write(cx, &self.out[written..]) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(lost("Redis closed the connection"))),
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(closed_by_redis())),
                 Poll::Ready(Ok(n)) => written += n,
                 Poll::Ready(Err(error)) => return Poll::Ready(Err(error.into())),
                 Poll::Pending => break,
@@ -162,9 +146,7 @@ impl Serving {
             }
             let mut buffer = ReadBuf::new(&mut self.input[self.filled..]);
             match Pin::new(&mut self.stream).poll_read(cx, &mut buffer) {
-                Poll::Ready(Ok(())) if buffer.filled().is_empty() => {
-                    return Err(lost("Redis closed the connection"))
-                }
+                Poll::Ready(Ok(())) if buffer.filled().is_empty() => return Err(closed_by_redis()),
                 Poll::Ready(Ok(())) => {
                     self.filled += buffer.filled().len();
                     read_any = true;
@@ -194,7 +176,10 @@ impl Serving {
         while let Some((reply, length)) = next_reply(&self.input[self.taken..self.filled]) {
             self.taken += length;
             let Some(call) = self.waiting.pop_front() else {
-                return Err(lost("Redis sent a reply no call asked for"));
+                return Err(io_error(
+                    ErrorKind::ConnectionAborted,
+                    "Redis sent a reply no call asked for",
+                ));
             };
             // A caller past its deadline has gone: its reply has no one to read it.
             let _ = call.reply.send(reply);
@@ -214,7 +199,7 @@ impl Serving {
         let Some(oldest) = self.waiting.front() else {
             return Ok(());
         };
-        let due = oldest.written + self.answer_timeout;
+        let due = oldest.written + self.give_up_after;
         if !self.armed {
             self.overdue.as_mut().reset(due);
             self.armed = true;
@@ -223,12 +208,12 @@ impl Serving {
             let Some(oldest) = self.waiting.front() else {
                 break;
             };
-            let due = oldest.written + self.answer_timeout;
+            let due = oldest.written + self.give_up_after;
             if due <= Instant::now() {
-                return Err(RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
+                return Err(io_error(
+                    ErrorKind::TimedOut,
                     "Redis left a call unanswered for too long: the connection is replaced",
-                )));
+                ));
             }
             self.overdue.as_mut().reset(due);
         }
@@ -241,12 +226,13 @@ impl Serving {
         loop {
             // Replies first: the requests they wake send their next calls into this write.
             let read_any = self.read(cx)?;
-            let taken = self.take_calls(cx);
-            if taken == Taken::Ended && self.waiting.is_empty() && self.out.is_empty() {
+            // The calls left so far, into `out`; none, and the store let the connection go.
+            let ended = !self.calls.take(cx.waker(), &mut self.out, &mut self.unsent);
+            if ended && self.waiting.is_empty() && self.out.is_empty() {
                 return Poll::Ready(Ok(()));
             }
             if !self.out.is_empty() {
-                if !self.halfway && taken == Taken::All && self.hold() {
+                if !self.halfway && !ended && self.hold() {
                     // Behind the tasks ready to run: the requests just answered among them.
                     cx.waker().wake_by_ref();
                     self.watch(cx)?;
@@ -287,12 +273,4 @@ impl Future for Serving {
             }
         }
     }
-}
-
-/// The error of a connection Redis ended or broke.
-pub(super) fn lost(what: &'static str) -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::ConnectionAborted,
-        what,
-    ))
 }
