@@ -3,7 +3,10 @@
 //! call still gets exactly its own decision, a flushed script is healed call by call, and a
 //! lost Redis fails every waiting call fast.
 
+use std::time::Duration;
+
 use crate::redis_store::{admitted_by, fails_fast, recovers, sluice_on, ALGORITHMS, CONFIG};
+use crate::support::link::Link;
 use crate::support::redis::RedisServer;
 use crate::support::*;
 
@@ -163,6 +166,32 @@ async fn a_hung_redis_fails_pipelined_calls_at_the_command_timeout_and_they_reco
     redis.signal("STOP");
     fails_fast(&mut client, &ask(), "Redis did not answer within 300 ms").await;
     redis.signal("CONT");
+    recovers(&mut client, &ask()).await;
+}
+
+#[tokio::test]
+async fn a_connection_redis_never_answers_on_is_given_up_and_calls_recover() {
+    let redis = RedisServer::start(&[]);
+    let link = Link::start(
+        format!("127.0.0.1:{}", redis.port)
+            .parse()
+            .expect("an address"),
+        Duration::ZERO,
+    );
+    let sluice = Sluice::on_redis_url(
+        &[("config.yaml", CONFIG)],
+        &link.url(),
+        &["--redis-command-timeout", "300ms"],
+        &[],
+    );
+    let mut client = sluice.client().await;
+    let ask = || request("r", vec![descriptor(&[("fixed_window", "silent")])]);
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+    // The connection stays open and nothing comes back on it, as from a peer that vanished.
+    link.silence_open_connections();
+    fails_fast(&mut client, &ask(), "Redis did not answer within 300 ms").await;
+    // Past 5 x the command timeout (at least 2 s) sluice gives the connection up and opens
+    // another, which the link carries.
     recovers(&mut client, &ask()).await;
 }
 

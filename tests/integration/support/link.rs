@@ -1,6 +1,8 @@
 //! A link between regions, as the tests make one: a TCP proxy on a thread of its own that
 //! delays every byte by a fixed time in each direction (a round trip of twice that), and that
-//! can be cut (every connection closed, new ones closed as they come) and joined again; and
+//! can be cut (every connection closed, new ones closed as they come) and joined again, or
+//! can silence the connections open now (kept open, nothing carried: a peer gone without a
+//! word) while new ones are carried; and
 //! the global limit the region tests drive, and the window they count in.
 
 use std::net::SocketAddr;
@@ -17,6 +19,8 @@ use tokio::time::Instant;
 pub struct Link {
     pub addr: SocketAddr,
     cut: watch::Sender<bool>,
+    /// Raised by each silencing: a connection goes silent when it passes the one it began at.
+    silenced: watch::Sender<u64>,
     stopped: Arc<AtomicBool>,
 }
 
@@ -27,6 +31,7 @@ impl Link {
         listener.set_nonblocking(true).expect("non-blocking");
         let addr = listener.local_addr().expect("an address");
         let (cut, cut_seen) = watch::channel(false);
+        let (silenced, silenced_seen) = watch::channel(0);
         let stopped = Arc::new(AtomicBool::new(false));
         let stop = stopped.clone();
         std::thread::spawn(move || {
@@ -46,11 +51,17 @@ impl Link {
                         drop(client);
                         continue;
                     }
-                    tokio::spawn(carry(client, upstream, delay, cut_seen.clone()));
+                    let silent = Silent::from_now(silenced_seen.clone());
+                    tokio::spawn(carry(client, upstream, delay, cut_seen.clone(), silent));
                 }
             });
         });
-        Link { addr, cut, stopped }
+        Link {
+            addr,
+            cut,
+            silenced,
+            stopped,
+        }
     }
 
     /// The link's address as a Redis URL.
@@ -61,6 +72,12 @@ impl Link {
     /// Cuts the link: every connection is closed, and so is every new one.
     pub fn cut(&self) {
         self.cut.send_replace(true);
+    }
+
+    /// Silences every connection open now: kept open, nothing more carried either way (a
+    /// peer that stopped answering without closing); connections opened later are carried.
+    pub fn silence_open_connections(&self) {
+        self.silenced.send_modify(|generation| *generation += 1);
     }
 
     /// Joins the link again.
@@ -83,6 +100,7 @@ async fn carry(
     upstream: SocketAddr,
     delay: Duration,
     mut cut: watch::Receiver<bool>,
+    silent: Silent,
 ) {
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
@@ -92,17 +110,40 @@ async fn carry(
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     tokio::select! {
-        _ = delayed(client_read, server_write, delay) => {}
-        _ = delayed(server_read, client_write, delay) => {}
+        _ = delayed(client_read, server_write, delay, silent.clone()) => {}
+        _ = delayed(server_read, client_write, delay, silent) => {}
         _ = cut.wait_for(|cut| *cut) => {}
     }
 }
 
-/// Copies `from` to `to`, each read written `delay` after it was read, in order.
+/// Whether a connection has been silenced since it was opened.
+#[derive(Clone)]
+struct Silent {
+    silenced: watch::Receiver<u64>,
+    opened_at: u64,
+}
+
+impl Silent {
+    fn from_now(silenced: watch::Receiver<u64>) -> Silent {
+        let opened_at = *silenced.borrow();
+        Silent {
+            silenced,
+            opened_at,
+        }
+    }
+
+    fn is_silent(&self) -> bool {
+        *self.silenced.borrow() > self.opened_at
+    }
+}
+
+/// Copies `from` to `to`, each read written `delay` after it was read, in order; once
+/// `silent`, what is read is dropped.
 async fn delayed(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     delay: Duration,
+    silent: Silent,
 ) {
     let (sender, mut receiver) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let writer = async move {
@@ -118,6 +159,7 @@ async fn delayed(
         loop {
             match from.read(&mut buffer).await {
                 Ok(0) | Err(_) => return,
+                Ok(_) if silent.is_silent() => {}
                 Ok(read) => {
                     if sender
                         .send((Instant::now() + delay, buffer[..read].to_vec()))
