@@ -3,7 +3,11 @@
 //! call still gets exactly its own decision, a flushed script is healed call by call, and a
 //! lost Redis fails every waiting call fast.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tonic::Code as GrpcCode;
 
 use crate::redis_store::{admitted_by, fails_fast, recovers, sluice_on, ALGORITHMS, CONFIG};
 use crate::support::link::Link;
@@ -193,6 +197,63 @@ async fn a_connection_redis_never_answers_on_is_given_up_and_calls_recover() {
     // Past 5 x the command timeout (at least 2 s) sluice gives the connection up and opens
     // another, which the link carries.
     recovers(&mut client, &ask()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_under_concurrent_calls_fails_each_call_fast_and_all_recover() {
+    let mut redis = RedisServer::start(&[]);
+    let sluice = sluice_on(&redis, &["--redis-command-timeout", "500ms"]);
+    let running = Arc::new(AtomicBool::new(true));
+    let mut clients = tokio::task::JoinSet::new();
+    for index in 0..8usize {
+        let mut client = sluice.client().await;
+        let running = running.clone();
+        clients.spawn(async move {
+            // (answered OK, how long it took) for each call while Redis dies and comes back.
+            let mut calls = Vec::new();
+            let ask = |n: usize| {
+                let value = format!("killed-{index}-{n}");
+                request("r", vec![descriptor(&[("fixed_window", &value)])])
+            };
+            while running.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let answer = client.should_rate_limit(ask(calls.len())).await;
+                if let Err(status) = &answer {
+                    assert_eq!(status.code(), GrpcCode::Unavailable, "{status}");
+                }
+                calls.push((answer.is_ok(), started.elapsed()));
+            }
+            let last = client.should_rate_limit(ask(calls.len())).await;
+            (calls, last.map(|answer| overall(&answer.into_inner())))
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.stop(); // kill -9: every call in flight loses its connection
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    redis.restart();
+    let mut client = sluice.client().await;
+    recovers(
+        &mut client,
+        &request("r", vec![descriptor(&[("fixed_window", "back")])]),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.store(false, Ordering::Relaxed);
+    let mut failed = 0;
+    while let Some(joined) = clients.join_next().await {
+        let (calls, last) = joined.expect("the client's task ends");
+        for (_, took) in &calls {
+            assert!(*took < Duration::from_secs(2), "a call took {took:?}");
+        }
+        failed += calls.iter().filter(|(ok, _)| !ok).count();
+        assert!(calls.first().is_some_and(|(ok, _)| *ok), "answered before");
+        assert_eq!(
+            last.ok(),
+            Some(Code::Ok),
+            "answered again after the restart"
+        );
+    }
+    assert!(failed > 0, "calls failed while Redis was down");
 }
 
 #[tokio::test]
