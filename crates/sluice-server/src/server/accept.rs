@@ -142,10 +142,11 @@ impl Connection {
 
 /// When a connection's writes wait a turn.
 ///
-/// An HTTP/2 connection writes whenever one of its streams has answered, and the runtime
-/// runs the task it has just woken first: under load the connection would write each answer
-/// alone, one `send` per call. Put off by one turn of the runtime, a write carries every
-/// answer finished meanwhile. Waiting pays only under load, so it goes on while the writes
+/// An HTTP/2 connection writes whenever its task runs after one of its streams has answered.
+/// Under load, with more answers about to finish, that is a `send` for a few answers (for each
+/// one, in a build whose runtime keeps tokio's LIFO slot, which runs the task just woken
+/// first: `serving_runtime` in `src/main.rs`). Put off by one turn of the runtime, a write
+/// carries every answer finished meanwhile. Waiting pays only under load, so it goes on while the writes
 /// it puts off grow, and is otherwise tried once every `TRY_EVERY` writes: a connection with
 /// one call at a time writes at once.
 #[derive(Default)]

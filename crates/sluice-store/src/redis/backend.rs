@@ -2,14 +2,24 @@
 //! (adaptive: a call joins a batch only while another is in flight), the calls in flight, and
 //! what sluice learnt of it (whether it took the function library).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use futures_util::future::Either;
 use redis::{Cmd, RedisResult};
+use smallvec::SmallVec;
 
 use super::connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use super::pipeline::{PipelineCounts, Pipeliner};
 use super::wire::Wire;
+
+/// A script call's reply: a list of integers, kept inline when short (most are).
+pub(super) type Integers = SmallVec<[i64; 8]>;
+
+/// A reply on its way through redis-rs.
+pub(super) type BoxedReply<'a> = Pin<Box<dyn Future<Output = RedisResult<Integers>> + Send + 'a>>;
 
 /// One Redis deployment the scripts run on, and what sluice learnt of it.
 pub(super) struct Backend {
@@ -89,16 +99,26 @@ impl Backend {
     }
 
     /// Sends a script call, in the next pipeline when calls are pipelined (adaptively: only
-    /// while another call is in flight).
-    pub(super) async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
-        if let Some(wire) = &self.wire {
-            return wire.send(command).await;
+    /// while another call is in flight). On sluice's own connection the future holds little
+    /// more than the reply's channel; redis-rs's path is boxed, so that those calls do not
+    /// carry its size.
+    pub(super) fn send(
+        &self,
+        command: Cmd,
+    ) -> Either<impl Future<Output = RedisResult<Integers>> + Send + '_, BoxedReply<'_>> {
+        match &self.wire {
+            Some(wire) => Either::Left(wire.send(command)),
+            None => Either::Right(Box::pin(self.send_through_redis_rs(command))),
         }
+    }
+
+    async fn send_through_redis_rs(&self, command: Cmd) -> RedisResult<Integers> {
         let call = InFlight::of(&self.in_flight);
-        match &self.pipeliner {
+        let reply = match &self.pipeliner {
             Some(pipeliner) if !self.adaptive || call.others > 0 => pipeliner.send(command).await,
             _ => self.connection.command(&command).await,
-        }
+        };
+        reply.map(Integers::from_vec)
     }
 }
 

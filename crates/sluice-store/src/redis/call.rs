@@ -11,6 +11,7 @@ use tracing::Instrument;
 use smallvec::SmallVec;
 
 use super::args::ScriptArgs;
+use super::backend::Integers;
 use super::condition::refuses_writes;
 use super::span as spans;
 use super::{Backend, RedisStore};
@@ -26,7 +27,7 @@ impl RedisStore {
         backend: &Backend,
         calls: &[HitCall],
         mode: Mode,
-    ) -> RedisResult<Vec<i64>> {
+    ) -> RedisResult<Integers> {
         let refused = match self.call_writing(backend, calls, mode).await {
             Err(error)
                 if refuses_writes(&error) && !matches!(mode, Mode::Refund | Mode::Credit) =>
@@ -56,7 +57,7 @@ impl RedisStore {
         backend: &Backend,
         calls: &[HitCall],
         mode: Mode,
-    ) -> RedisResult<Vec<i64>> {
+    ) -> RedisResult<Integers> {
         let mut reply = self.call_read_only(backend, calls, mode).await?;
         reply.pop();
         Ok(reply)
@@ -70,7 +71,7 @@ impl RedisStore {
         backend: &Backend,
         calls: &[HitCall],
         mode: Mode,
-    ) -> RedisResult<Vec<i64>> {
+    ) -> RedisResult<Integers> {
         if backend.functions.load(Ordering::Relaxed) {
             let function = self.script.read_only_function();
             let result = backend
@@ -98,7 +99,7 @@ impl RedisStore {
         backend: &Backend,
         calls: &[HitCall],
         mode: Mode,
-    ) -> RedisResult<Vec<i64>> {
+    ) -> RedisResult<Integers> {
         let (command, script) = if backend.functions.load(Ordering::Relaxed) {
             ("FCALL", self.script.function())
         } else {

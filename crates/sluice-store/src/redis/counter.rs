@@ -34,20 +34,22 @@ impl RedisStore {
         now_us: u64,
     ) -> Option<Result<Vec<Decision>, StoreError>> {
         let backend = self.counter_backend(hits, calls)?;
-        let mut windows = smallvec::SmallVec::<[WindowArg; 2]>::new();
-        for hit in hits {
-            windows.push(if hit.limit.from_first_hit() {
-                WindowArg::FromFirstHit {
-                    period_us: hit.limit.period_us(),
-                    now_us,
-                }
-            } else {
-                WindowArg::Left(hit.limit.window_end_us(now_us)?.saturating_sub(now_us))
-            });
-        }
-        let every = charging == Charging::EveryHit;
-        let function = self.script.counter_function();
-        let command = counter_call(function, calls, &windows, every);
+        // Built before the wait, so that what the call holds while it waits is small.
+        let command = {
+            let mut windows = smallvec::SmallVec::<[WindowArg; 2]>::new();
+            for hit in hits {
+                windows.push(if hit.limit.from_first_hit() {
+                    WindowArg::FromFirstHit {
+                        period_us: hit.limit.period_us(),
+                        now_us,
+                    }
+                } else {
+                    WindowArg::Left(hit.limit.window_end_us(now_us)?.saturating_sub(now_us))
+                });
+            }
+            let every = charging == Charging::EveryHit;
+            counter_call(self.script.counter_function(), calls, &windows, every)
+        };
         let reply = backend
             .send(command)
             .instrument(spans::redis_span("FCALL", calls.len(), "counter"))

@@ -13,6 +13,7 @@ mod queue;
 mod resp;
 mod serve;
 
+use std::future::Future;
 use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,8 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
+use super::backend::Integers;
 use super::pipeline::PipelineCounts;
-use queue::Queue;
+use queue::{Queue, Reply};
 use serve::Serving;
 
 /// How long after a failed attempt to connect the next one is made.
@@ -97,21 +99,35 @@ impl Wire {
         })
     }
 
-    /// Sends `command` and waits for its reply, a list of integers.
-    pub(super) async fn send(&self, command: Cmd) -> RedisResult<Vec<i64>> {
+    /// Sends `command` and waits for its reply, a list of integers. The command is written
+    /// into the next write before the future is first polled; what the future holds while it
+    /// waits is the reply's channel (and, when a connection has to be opened first, a box of
+    /// that rarer wait).
+    pub(super) fn send(
+        &self,
+        command: Cmd,
+    ) -> impl Future<Output = RedisResult<Integers>> + Send + '_ {
         let (reply, answer) = oneshot::channel();
         let pushed = match &*self.open.load() {
             Some(open) => open.calls.push(&command, reply),
             None => Err(reply),
         };
-        if let Err(reply) = pushed {
-            // No connection, or the one there just failed.
-            let open = self.connect().await?;
-            open.calls.push(&command, reply).map_err(|_| gone())?;
+        // No connection, or the one there just failed.
+        let opening = pushed
+            .err()
+            .map(|reply| Box::pin(self.push_on_new(command, reply)));
+        async move {
+            if let Some(opening) = opening {
+                opening.await?;
+            }
+            answer.await.map_err(|_| gone())?
         }
-        drop(command);
-        let reply = answer.await.map_err(|_| gone())??;
-        Ok(reply.into_vec())
+    }
+
+    /// Pushes `command` on the open connection, opened now if needed.
+    async fn push_on_new(&self, command: Cmd, reply: Reply) -> RedisResult<()> {
+        let open = self.connect().await?;
+        open.calls.push(&command, reply).map_err(|_| gone())
     }
 
     /// The open connection, opened now if there is none (or another call just opened it).

@@ -8,11 +8,9 @@ use std::task::Waker;
 
 use futures_util::task::AtomicWaker;
 use redis::{Cmd, RedisError, RedisResult};
-use smallvec::SmallVec;
-use tokio::sync::oneshot;
 
-/// A reply of a script call: a list of integers, kept inline when short (most are).
-pub(super) type Integers = SmallVec<[i64; 8]>;
+use crate::redis::backend::Integers;
+use tokio::sync::oneshot;
 
 /// Where a call's reply goes.
 pub(super) type Reply = oneshot::Sender<RedisResult<Integers>>;

@@ -5,7 +5,7 @@
 
 use redis::{FromRedisValue, RedisResult};
 
-use super::queue::Integers;
+use crate::redis::backend::Integers;
 
 /// The next whole reply at the start of `bytes`, decoded, and its length; `None` while it has
 /// not all arrived.
