@@ -11,6 +11,7 @@ use futures_util::future::Either;
 use redis::{Cmd, RedisResult};
 use smallvec::SmallVec;
 
+use super::command::Command;
 use super::connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use super::pipeline::{PipelineCounts, Pipeliner};
 use super::wire::Wire;
@@ -104,11 +105,11 @@ impl Backend {
     /// carry its size.
     pub(super) fn send(
         &self,
-        command: Cmd,
+        command: impl Command,
     ) -> Either<impl Future<Output = RedisResult<Integers>> + Send + '_, BoxedReply<'_>> {
         match &self.wire {
             Some(wire) => Either::Left(wire.send(command)),
-            None => Either::Right(Box::pin(self.send_through_redis_rs(command))),
+            None => Either::Right(Box::pin(self.send_through_redis_rs(command.into_cmd()))),
         }
     }
 

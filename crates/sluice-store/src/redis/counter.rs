@@ -12,6 +12,7 @@ use redis::Cmd;
 use tracing::Instrument;
 
 use super::call::{lost, HitCall};
+use super::command::{Args, Command, Resp};
 use super::condition::refuses_writes;
 use super::span as spans;
 use super::{protocol, store_error, Backend, Connection, RedisStore};
@@ -34,8 +35,8 @@ impl RedisStore {
         now_us: u64,
     ) -> Option<Result<Vec<Decision>, StoreError>> {
         let backend = self.counter_backend(hits, calls)?;
-        // Built before the wait, so that what the call holds while it waits is small.
-        let command = {
+        // Written before the wait, so that what the call holds while it waits is small.
+        let sent = {
             let mut windows = smallvec::SmallVec::<[WindowArg; 2]>::new();
             for hit in hits {
                 windows.push(if hit.limit.from_first_hit() {
@@ -47,11 +48,14 @@ impl RedisStore {
                     WindowArg::Left(hit.limit.window_end_us(now_us)?.saturating_sub(now_us))
                 });
             }
-            let every = charging == Charging::EveryHit;
-            counter_call(self.script.counter_function(), calls, &windows, every)
+            backend.send(CounterCall {
+                function: self.script.counter_function(),
+                calls,
+                windows: &windows,
+                every: charging == Charging::EveryHit,
+            })
         };
-        let reply = backend
-            .send(command)
+        let reply = sent
             .instrument(spans::redis_span("FCALL", calls.len(), "counter"))
             .await;
         let reply = match reply {
@@ -145,32 +149,129 @@ enum WindowArg {
 
 /// FCALL of the counter `function` for `calls`, each hit's window as `windows` says,
 /// charging a hit that does not fit when `every`.
-fn counter_call(function: &str, calls: &[HitCall], windows: &[WindowArg], every: bool) -> Cmd {
-    let keys_len: usize = calls.iter().map(|call| call.key.len()).sum();
-    let mut cmd = Cmd::with_capacity(
-        4 + 5 * calls.len(),
-        function.len() + keys_len + 48 * calls.len() + 16,
-    );
-    cmd.arg("FCALL").arg(function).arg(calls.len());
-    for call in calls {
-        cmd.arg(&call.key);
+struct CounterCall<'a> {
+    function: &'a str,
+    calls: &'a [HitCall],
+    windows: &'a [WindowArg],
+    every: bool,
+}
+
+impl CounterCall<'_> {
+    /// FCALL, the function, the count of keys, the keys, `every`, then 4 a hit.
+    fn arg_count(&self) -> usize {
+        4 + 5 * self.calls.len()
     }
-    cmd.arg(if every { "1" } else { "0" });
-    for (call, window) in calls.iter().zip(windows) {
-        cmd.arg(call.args.cost).arg(call.args.requests_per_unit);
-        match window {
-            WindowArg::Left(left_us) => cmd.arg(ttl_ms(*left_us)),
-            WindowArg::FromFirstHit { period_us, now_us } => {
-                cmd.arg(format!("f{period_us}@{now_us}"))
+
+    /// About how many bytes the arguments take.
+    fn arg_bytes(&self) -> usize {
+        let keys: usize = self.calls.iter().map(|call| call.key.len()).sum();
+        self.function.len() + keys + 48 * self.calls.len() + 16
+    }
+
+    fn write(&self, out: &mut impl Args) {
+        out.bytes(b"FCALL");
+        out.bytes(self.function.as_bytes());
+        out.number(self.calls.len() as u64);
+        for call in self.calls {
+            out.bytes(call.key.as_bytes());
+        }
+        out.bytes(if self.every { b"1" } else { b"0" });
+        for (call, window) in self.calls.iter().zip(self.windows) {
+            out.number(call.args.cost);
+            out.number(u64::from(call.args.requests_per_unit));
+            match window {
+                WindowArg::Left(left_us) => out.number(ttl_ms(*left_us)),
+                WindowArg::FromFirstHit { period_us, now_us } => {
+                    out.bytes(format!("f{period_us}@{now_us}").as_bytes())
+                }
             }
-        };
-        cmd.arg(call.args.role.as_str());
+            out.bytes(call.args.role.as_str().as_bytes());
+        }
     }
-    cmd
+}
+
+impl Command for CounterCall<'_> {
+    fn write_resp(&self, out: &mut Vec<u8>) {
+        // Each argument's header and end take up to 8 bytes more.
+        let room = self.arg_bytes() + 8 * self.arg_count() + 8;
+        self.write(&mut Resp::array(out, self.arg_count(), room));
+    }
+
+    fn into_cmd(self) -> Cmd {
+        let mut cmd = Cmd::with_capacity(self.arg_count(), self.arg_bytes());
+        self.write(&mut cmd);
+        cmd
+    }
 }
 
 /// `us` microseconds as a key's time to live in milliseconds, as the general call writes it
 /// (`ttl_ms` in `lua/common.lua`): rounded up, plus one.
 fn ttl_ms(us: u64) -> u64 {
     us.div_ceil(1000) + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::args::ScriptArgs;
+    use sluice_core::limit::Role;
+
+    fn call(key: &str, cost: u64, requests_per_unit: u32, role: Role) -> HitCall {
+        HitCall {
+            key: key.into(),
+            modifier_keys: SmallVec::new(),
+            args: ScriptArgs {
+                algorithm: "fixed_window",
+                requests_per_unit,
+                period_us: 60_000_000,
+                cost,
+                capacity: u64::from(requests_per_unit),
+                now_us: Some(5),
+                nonce: None,
+                role,
+                debt: false,
+                group: 0,
+                lease: None,
+                headroom: 0,
+                modifiers: SmallVec::new(),
+                own: [0; 3],
+                own_count: 0,
+            },
+            backend: 0,
+        }
+    }
+
+    /// What sluice's own connection writes of a counter call is what redis-rs would send.
+    #[test]
+    fn the_counter_call_writes_the_bytes_redis_rs_would_send() {
+        let calls = [
+            call("rl:{d_k_v}:60", 1, 100, Role::Enforced),
+            call("rl:{d_k_v}:quota", 0, u32::MAX, Role::Quota),
+        ];
+        let windows = [
+            WindowArg::Left(59_999_001),
+            WindowArg::FromFirstHit {
+                period_us: 3_600_000_000,
+                now_us: 17,
+            },
+        ];
+        for every in [false, true] {
+            for count in [1, 2] {
+                let counter = || CounterCall {
+                    function: "sluice_counter_v9",
+                    calls: &calls[..count],
+                    windows: &windows[..count],
+                    every,
+                };
+                let mut written = Vec::new();
+                counter().write_resp(&mut written);
+                let packed = counter().into_cmd().get_packed_command();
+                assert_eq!(
+                    String::from_utf8_lossy(&written),
+                    String::from_utf8_lossy(&packed)
+                );
+                assert_eq!(counter().into_cmd().args_iter().count(), 4 + 5 * count);
+            }
+        }
+    }
 }

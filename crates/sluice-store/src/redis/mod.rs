@@ -13,6 +13,7 @@ mod args;
 mod backend;
 pub mod breaker;
 mod call;
+mod command;
 mod condition;
 mod connect;
 mod counter;

@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 use super::backend::Integers;
+use super::command::Command;
 use super::pipeline::PipelineCounts;
 use queue::{Queue, Reply};
 use serve::Serving;
@@ -105,7 +106,7 @@ impl Wire {
     /// that rarer wait).
     pub(super) fn send(
         &self,
-        command: Cmd,
+        command: impl Command,
     ) -> impl Future<Output = RedisResult<Integers>> + Send + '_ {
         let (reply, answer) = oneshot::channel();
         let pushed = match &*self.open.load() {
@@ -115,7 +116,7 @@ impl Wire {
         // No connection, or the one there just failed.
         let opening = pushed
             .err()
-            .map(|reply| Box::pin(self.push_on_new(command, reply)));
+            .map(|reply| Box::pin(self.push_on_new(command.into_cmd(), reply)));
         async move {
             if let Some(opening) = opening {
                 opening.await?;

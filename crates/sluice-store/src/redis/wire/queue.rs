@@ -7,9 +7,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 
 use futures_util::task::AtomicWaker;
-use redis::{Cmd, RedisError, RedisResult};
+use redis::{RedisError, RedisResult};
 
 use crate::redis::backend::Integers;
+use crate::redis::command::Command;
 use tokio::sync::oneshot;
 
 /// Where a call's reply goes.
@@ -40,12 +41,12 @@ impl Queue {
 
     /// Leaves `command` for the task; its reply goes to `reply`. `Err(reply)` when the
     /// connection takes no more calls.
-    pub(super) fn push(&self, command: &Cmd, reply: Reply) -> Result<(), Reply> {
+    pub(super) fn push(&self, command: &impl Command, reply: Reply) -> Result<(), Reply> {
         let mut calls = self.lock();
         if calls.closed {
             return Err(reply);
         }
-        command.write_packed_command(&mut calls.bytes);
+        command.write_resp(&mut calls.bytes);
         calls.replies.push(reply);
         let first = calls.replies.len() == 1;
         drop(calls);
