@@ -9,15 +9,11 @@ use std::sync::Arc;
 
 use futures_util::future::Either;
 use redis::{Cmd, RedisResult};
-use smallvec::SmallVec;
 
-use super::command::Command;
+use super::command::{Command, Integers};
 use super::connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use super::pipeline::{PipelineCounts, Pipeliner};
 use super::wire::Wire;
-
-/// A script call's reply: a list of integers, kept inline when short (most are).
-pub(super) type Integers = SmallVec<[i64; 8]>;
 
 /// A reply on its way through redis-rs.
 pub(super) type BoxedReply<'a> = Pin<Box<dyn Future<Output = RedisResult<Integers>> + Send + 'a>>;

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use smallvec::SmallVec;
 
 use super::args::ScriptArgs;
-use super::backend::Integers;
+use super::command::Integers;
 use super::condition::refuses_writes;
 use super::span as spans;
 use super::{Backend, RedisStore};

@@ -3,6 +3,10 @@
 //! arguments (`Args`) goes into the former directly, without building a `Cmd` first.
 
 use redis::{Cmd, RedisWrite};
+use smallvec::SmallVec;
+
+/// A script call's reply: a list of integers, kept inline when short (most are).
+pub(super) type Integers = SmallVec<[i64; 8]>;
 
 /// A command either connection can send.
 pub(super) trait Command: Send {
@@ -43,9 +47,9 @@ pub(super) struct Resp<'a>(&'a mut Vec<u8>);
 
 impl<'a> Resp<'a> {
     /// The array of `count` arguments, whose header is written now: exactly `count` must
-    /// follow. `room` is about how many bytes they take, reserved at once.
-    pub(super) fn array(out: &'a mut Vec<u8>, count: usize, room: usize) -> Resp<'a> {
-        out.reserve(room);
+    /// follow. (The buffer of a connection's writes keeps its size from one write to the
+    /// next, so it seldom grows.)
+    pub(super) fn array(out: &'a mut Vec<u8>, count: usize) -> Resp<'a> {
         header(out, b'*', count);
         Resp(out)
     }
@@ -89,7 +93,7 @@ mod tests {
             None => cmd.bytes(bytes),
         });
         let mut out = b"before".to_vec();
-        let mut resp = Resp::array(&mut out, 5, 0);
+        let mut resp = Resp::array(&mut out, 5);
         write(&mut |bytes, number| match number {
             Some(n) => resp.number(n),
             None => resp.bytes(bytes),

@@ -192,9 +192,7 @@ impl CounterCall<'_> {
 
 impl Command for CounterCall<'_> {
     fn write_resp(&self, out: &mut Vec<u8>) {
-        // Each argument's header and end take up to 8 bytes more.
-        let room = self.arg_bytes() + 8 * self.arg_count() + 8;
-        self.write(&mut Resp::array(out, self.arg_count(), room));
+        self.write(&mut Resp::array(out, self.arg_count()));
     }
 
     fn into_cmd(self) -> Cmd {

@@ -24,8 +24,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-use super::backend::Integers;
 use super::command::Command;
+use super::command::Integers;
 use super::pipeline::PipelineCounts;
 use queue::{Queue, Reply};
 use serve::Serving;

@@ -9,8 +9,8 @@ use std::task::Waker;
 use futures_util::task::AtomicWaker;
 use redis::{RedisError, RedisResult};
 
-use crate::redis::backend::Integers;
 use crate::redis::command::Command;
+use crate::redis::command::Integers;
 use tokio::sync::oneshot;
 
 /// Where a call's reply goes.

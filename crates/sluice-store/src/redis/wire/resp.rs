@@ -5,7 +5,7 @@
 
 use redis::{FromRedisValue, RedisResult};
 
-use crate::redis::backend::Integers;
+use crate::redis::command::Integers;
 
 /// The next whole reply at the start of `bytes`, decoded, and its length; `None` while it has
 /// not all arrived.
