@@ -37,7 +37,7 @@ impl RedisStore {
         let backend = self.counter_backend(hits, calls)?;
         // Written before the wait, so that what the call holds while it waits is small.
         let sent = {
-            let mut windows = smallvec::SmallVec::<[WindowArg; 2]>::new();
+            let mut windows = SmallVec::<[WindowArg; 2]>::new();
             for hit in hits {
                 windows.push(if hit.limit.from_first_hit() {
                     WindowArg::FromFirstHit {
@@ -162,12 +162,6 @@ impl CounterCall<'_> {
         4 + 5 * self.calls.len()
     }
 
-    /// About how many bytes the arguments take.
-    fn arg_bytes(&self) -> usize {
-        let keys: usize = self.calls.iter().map(|call| call.key.len()).sum();
-        self.function.len() + keys + 48 * self.calls.len() + 16
-    }
-
     fn write(&self, out: &mut impl Args) {
         out.bytes(b"FCALL");
         out.bytes(self.function.as_bytes());
@@ -196,7 +190,9 @@ impl Command for CounterCall<'_> {
     }
 
     fn into_cmd(self) -> Cmd {
-        let mut cmd = Cmd::with_capacity(self.arg_count(), self.arg_bytes());
+        let keys: usize = self.calls.iter().map(|call| call.key.len()).sum();
+        let bytes = self.function.len() + keys + 48 * self.calls.len() + 16;
+        let mut cmd = Cmd::with_capacity(self.arg_count(), bytes);
         self.write(&mut cmd);
         cmd
     }
