@@ -93,7 +93,8 @@ pub fn redis_key(prefix: &str, hit: &Hit, now_us: u64) -> String {
     match Shape::of(&hit.limit, now_us) {
         Shape::Window { start_s } => {
             key.push_str(descriptor.unwrap_or_default());
-            let _ = write!(key, "{start_s}");
+            // The common key: its number written without the formatting machinery.
+            key.push_str(itoa::Buffer::new().format(start_s));
         }
         Shape::Limited {
             algorithm,

@@ -5,6 +5,7 @@
 //! left off with plain commands.
 
 use std::future::Future;
+use std::time::Instant;
 
 use redis::{Cmd, FromRedisValue};
 
@@ -35,6 +36,11 @@ impl RedisStore {
     pub(super) async fn within<T: FromRedisValue>(&self, command: Cmd) -> Result<T, StoreError> {
         self.in_time(self.backends[0].connection.command(&command))
             .await
+    }
+
+    /// The deadline of a call made now.
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.command_timeout
     }
 
     /// `future` within the command timeout, its Redis error as a store error.
@@ -181,7 +187,12 @@ impl AdminStore for RedisStore {
         let call = self.hit_call(hit, 0, now_us);
         let backend = &self.backends[call.backend];
         let reply = self
-            .in_time(self.call(backend, std::slice::from_ref(&call), Mode::Credit))
+            .in_time(self.call(
+                backend,
+                std::slice::from_ref(&call),
+                Mode::Credit,
+                self.deadline(),
+            ))
             .await?;
         let (decision, _) = decisions(&reply, 1, Mode::Credit)?
             .pop()
@@ -205,7 +216,12 @@ impl AdminStore for RedisStore {
         let call = self.hit_call(&read, 0, now_us);
         let backend = &self.backends[call.backend];
         let reply = self
-            .in_time(self.call(backend, std::slice::from_ref(&call), Mode::Read))
+            .in_time(self.call(
+                backend,
+                std::slice::from_ref(&call),
+                Mode::Read,
+                self.deadline(),
+            ))
             .await?;
         let [.., used, held, at] = reply[..] else {
             return Err(protocol("no state in a read's reply"));

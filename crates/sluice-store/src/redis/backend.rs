@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::future::Either;
 use redis::{Cmd, RedisResult};
@@ -13,7 +14,7 @@ use redis::{Cmd, RedisResult};
 use super::command::{Command, Integers};
 use super::connect::{Connection, Pipelining, RedisKind, RedisTarget};
 use super::pipeline::{PipelineCounts, Pipeliner};
-use super::wire::Wire;
+use super::wire::{past_deadline, Wire};
 
 /// A reply on its way through redis-rs.
 pub(super) type BoxedReply<'a> = Pin<Box<dyn Future<Output = RedisResult<Integers>> + Send + 'a>>;
@@ -96,26 +97,41 @@ impl Backend {
     }
 
     /// Sends a script call, in the next pipeline when calls are pipelined (adaptively: only
-    /// while another call is in flight). On sluice's own connection the future holds little
-    /// more than the reply's channel; redis-rs's path is boxed, so that those calls do not
-    /// carry its size.
+    /// while another call is in flight), and waits for its reply until `deadline`
+    /// (`past_deadline` then). On sluice's own connection the future holds little more than
+    /// the reply's channel, and the connection keeps the deadline; redis-rs's path is boxed,
+    /// so that those calls do not carry its size, and has a timer.
     pub(super) fn send(
         &self,
         command: impl Command,
+        deadline: Instant,
     ) -> Either<impl Future<Output = RedisResult<Integers>> + Send + '_, BoxedReply<'_>> {
         match &self.wire {
-            Some(wire) => Either::Left(wire.send(command)),
-            None => Either::Right(Box::pin(self.send_through_redis_rs(command.into_cmd()))),
+            Some(wire) => Either::Left(wire.send(command, deadline)),
+            None => Either::Right(Box::pin(
+                self.send_through_redis_rs(command.into_cmd(), deadline),
+            )),
         }
     }
 
-    async fn send_through_redis_rs(&self, command: Cmd) -> RedisResult<Integers> {
+    async fn send_through_redis_rs(
+        &self,
+        command: Cmd,
+        deadline: Instant,
+    ) -> RedisResult<Integers> {
         let call = InFlight::of(&self.in_flight);
-        let reply = match &self.pipeliner {
-            Some(pipeliner) if !self.adaptive || call.others > 0 => pipeliner.send(command).await,
-            _ => self.connection.command(&command).await,
+        let reply = async {
+            match &self.pipeliner {
+                Some(pipeliner) if !self.adaptive || call.others > 0 => {
+                    pipeliner.send(command).await
+                }
+                _ => self.connection.command(&command).await,
+            }
         };
-        reply.map(Integers::from_vec)
+        match tokio::time::timeout_at(deadline.into(), reply).await {
+            Ok(reply) => reply.map(Integers::from_vec),
+            Err(_) => Err(past_deadline()),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! Redis refuses writes (out of memory, a read-only replica).
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use redis::{Cmd, RedisError, RedisResult};
 use tracing::Instrument;
@@ -18,17 +19,18 @@ use super::{Backend, RedisStore};
 
 impl RedisStore {
     /// Runs one script call of `calls` (a request's hits, or one shard's) on `backend` as
-    /// `mode` says: FCALL of the library, or EVALSHA of the script. When Redis lost them (a
-    /// flush, a restart, a failover: "Function not found", NOSCRIPT), loads them again for
-    /// the calls to come and sends the code itself (EVAL), which cannot be lost even if
-    /// flushed again meanwhile.
+    /// `mode` says, by `deadline`: FCALL of the library, or EVALSHA of the script. When Redis
+    /// lost them (a flush, a restart, a failover: "Function not found", NOSCRIPT), loads them
+    /// again for the calls to come and sends the code itself (EVAL), which cannot be lost
+    /// even if flushed again meanwhile.
     pub(super) async fn call(
         &self,
         backend: &Backend,
         calls: &[HitCall],
         mode: Mode,
+        deadline: Instant,
     ) -> RedisResult<Integers> {
-        let refused = match self.call_writing(backend, calls, mode).await {
+        let refused = match self.call_writing(backend, calls, mode, deadline).await {
             Err(error)
                 if refuses_writes(&error) && !matches!(mode, Mode::Refund | Mode::Credit) =>
             {
@@ -38,7 +40,7 @@ impl RedisStore {
         };
         self.condition.note_refusal(&refused);
         // Boxed, as the healing below: rare paths must not grow every call's future.
-        match Box::pin(self.call_read_only(backend, calls, mode)).await {
+        match Box::pin(self.call_read_only(backend, calls, mode, deadline)).await {
             // The last field: whether the answer needed a write.
             Ok(mut reply) if reply.last() == Some(&0) => {
                 reply.pop();
@@ -57,8 +59,9 @@ impl RedisStore {
         backend: &Backend,
         calls: &[HitCall],
         mode: Mode,
+        deadline: Instant,
     ) -> RedisResult<Integers> {
-        let mut reply = self.call_read_only(backend, calls, mode).await?;
+        let mut reply = self.call_read_only(backend, calls, mode, deadline).await?;
         reply.pop();
         Ok(reply)
     }
@@ -71,11 +74,12 @@ impl RedisStore {
         backend: &Backend,
         calls: &[HitCall],
         mode: Mode,
+        deadline: Instant,
     ) -> RedisResult<Integers> {
         if backend.functions.load(Ordering::Relaxed) {
             let function = self.script.read_only_function();
             let result = backend
-                .send(script_call("FCALL_RO", function, calls, mode))
+                .send(script_call("FCALL_RO", function, calls, mode), deadline)
                 .instrument(spans::redis_span("FCALL_RO", calls.len(), mode.as_str()))
                 .await;
             if result.is_ok() {
@@ -83,12 +87,10 @@ impl RedisStore {
             }
         }
         backend
-            .send(script_call(
-                "EVAL",
-                self.script.read_only_code(),
-                calls,
-                mode,
-            ))
+            .send(
+                script_call("EVAL", self.script.read_only_code(), calls, mode),
+                deadline,
+            )
             .instrument(spans::redis_span("EVAL", calls.len(), mode.as_str()))
             .await
     }
@@ -99,6 +101,7 @@ impl RedisStore {
         backend: &Backend,
         calls: &[HitCall],
         mode: Mode,
+        deadline: Instant,
     ) -> RedisResult<Integers> {
         let (command, script) = if backend.functions.load(Ordering::Relaxed) {
             ("FCALL", self.script.function())
@@ -107,7 +110,7 @@ impl RedisStore {
         };
         let first = script_call(command, script, calls, mode);
         let result = backend
-            .send(first)
+            .send(first, deadline)
             .instrument(spans::redis_span(command, calls.len(), mode.as_str()))
             .await;
         if !matches!(&result, Err(e) if lost(e)) {
@@ -118,13 +121,13 @@ impl RedisStore {
             redis = backend.role,
             "Redis lost the scripts: loading them again"
         );
-        if let Err(error) = Box::pin(self.load_scripts_in_time(backend)).await {
+        if let Err(error) = Box::pin(self.load_scripts_by(backend, deadline)).await {
             // The retry below sends the code itself; the next calls will try again.
             tracing::warn!(%error, "cannot load the scripts into Redis");
         }
         let code = script_call("EVAL", self.script.code(), calls, mode);
         backend
-            .send(code)
+            .send(code, deadline)
             .instrument(spans::redis_span("EVAL", calls.len(), mode.as_str()))
             .await
     }

@@ -50,28 +50,44 @@ impl<'a> Resp<'a> {
     /// follow. (The buffer of a connection's writes keeps its size from one write to the
     /// next, so it seldom grows.)
     pub(super) fn array(out: &'a mut Vec<u8>, count: usize) -> Resp<'a> {
-        header(out, b'*', count);
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(count).as_bytes();
+        out.reserve(digits.len() + 3);
+        out.push(b'*');
+        out.extend_from_slice(digits);
+        out.extend_from_slice(b"\r\n");
         Resp(out)
     }
 }
 
 impl Args for Resp<'_> {
     fn bytes(&mut self, arg: &[u8]) {
-        header(self.0, b'$', arg.len());
-        self.0.extend_from_slice(arg);
-        self.0.extend_from_slice(b"\r\n");
+        let mut length = itoa::Buffer::new();
+        let length = length.format(arg.len()).as_bytes();
+        let out = &mut *self.0;
+        out.reserve(length.len() + arg.len() + 5);
+        out.push(b'$');
+        out.extend_from_slice(length);
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
     }
-}
 
-/// `*<n>\r\n` or `$<n>\r\n`, in one append.
-fn header(out: &mut Vec<u8>, kind: u8, n: usize) {
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(n).as_bytes();
-    let mut line = [0; 24];
-    line[0] = kind;
-    line[1..=digits.len()].copy_from_slice(digits);
-    line[digits.len() + 1..digits.len() + 3].copy_from_slice(b"\r\n");
-    out.extend_from_slice(&line[..digits.len() + 3]);
+    /// A number's digits (at most 20, so their count is one or two digits) in one reserve.
+    fn number(&mut self, n: u64) {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n).as_bytes();
+        let out = &mut *self.0;
+        out.reserve(digits.len() + 7);
+        out.push(b'$');
+        if digits.len() >= 10 {
+            out.push(b'0' + (digits.len() / 10) as u8);
+        }
+        out.push(b'0' + (digits.len() % 10) as u8);
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(digits);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 #[cfg(test)]
@@ -84,6 +100,8 @@ mod tests {
             out(b"FCALL", None);
             out(b"", None);
             out(b"", Some(0));
+            out(b"", Some(999_999_999));
+            out(b"", Some(1_000_000_000));
             out(b"", Some(u64::MAX));
             out("kéy:\r\n".as_bytes(), None);
         };
@@ -93,7 +111,7 @@ mod tests {
             None => cmd.bytes(bytes),
         });
         let mut out = b"before".to_vec();
-        let mut resp = Resp::array(&mut out, 5);
+        let mut resp = Resp::array(&mut out, 7);
         write(&mut |bytes, number| match number {
             Some(n) => resp.number(n),
             None => resp.bytes(bytes),

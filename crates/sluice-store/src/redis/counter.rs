@@ -7,6 +7,7 @@
 //! refusing writes, and a request across a Cluster's slots get the general call instead.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use redis::Cmd;
 use tracing::Instrument;
@@ -33,6 +34,7 @@ impl RedisStore {
         calls: &[HitCall],
         charging: Charging,
         now_us: u64,
+        deadline: Instant,
     ) -> Option<Result<Vec<Decision>, StoreError>> {
         let backend = self.counter_backend(hits, calls)?;
         // Written before the wait, so that what the call holds while it waits is small.
@@ -48,12 +50,13 @@ impl RedisStore {
                     WindowArg::Left(hit.limit.window_end_us(now_us)?.saturating_sub(now_us))
                 });
             }
-            backend.send(CounterCall {
+            let call = CounterCall {
                 function: self.script.counter_function(),
                 calls,
                 windows: &windows,
                 every: charging == Charging::EveryHit,
-            })
+            };
+            backend.send(call, deadline)
         };
         let reply = sent
             .instrument(spans::redis_span("FCALL", calls.len(), "counter"))

@@ -215,7 +215,17 @@ impl RedisStore {
 
     /// `load_scripts` within the command timeout.
     async fn load_scripts_in_time(&self, backend: &Backend) -> Result<(), StoreError> {
-        match tokio::time::timeout(self.command_timeout, self.load_scripts(backend)).await {
+        self.load_scripts_by(backend, Instant::now() + self.command_timeout)
+            .await
+    }
+
+    /// `load_scripts` by `deadline`.
+    async fn load_scripts_by(
+        &self,
+        backend: &Backend,
+        deadline: Instant,
+    ) -> Result<(), StoreError> {
+        match tokio::time::timeout_at(deadline.into(), self.load_scripts(backend)).await {
             Ok(loaded) => loaded.map_err(store_error),
             Err(_) => Err(self.timed_out()),
         }
@@ -317,6 +327,7 @@ impl RedisStore {
         hits: &[Hit],
         charging: Charging,
         now_us: u64,
+        deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
         let mut calls: Vec<HitCall> = Vec::with_capacity(hits.len());
         for group in descriptor_groups(hits) {
@@ -325,26 +336,27 @@ impl RedisStore {
             }
         }
         if charging == Charging::Check {
-            return Box::pin(self.check_each_shard(calls)).await;
+            return Box::pin(self.check_each_shard(calls, deadline)).await;
         }
-        if let Some(decided) = self.decide_counted(hits, &calls, charging, now_us).await {
+        let counted = self.decide_counted(hits, &calls, charging, now_us, deadline);
+        if let Some(decided) = counted.await {
             return decided;
         }
         let backend = calls.first().map_or(0, |call| call.backend);
         let one_backend = calls.iter().all(|call| call.backend == backend);
         let on_cluster = matches!(self.backends[backend].connection, Connection::Cluster(_));
         if (!one_backend || on_cluster) && charging == Charging::EveryHit {
-            return Box::pin(self.decide_every_hit_across_shards(hits, calls)).await;
+            return Box::pin(self.decide_every_hit_across_shards(hits, calls, deadline)).await;
         }
         if !one_backend || on_cluster {
-            return Box::pin(self.decide_across_shards(hits, calls)).await;
+            return Box::pin(self.decide_across_shards(hits, calls, deadline)).await;
         }
         let mode = match charging {
             Charging::EveryHit => Mode::Every,
             Charging::AllOrNothing | Charging::Check => Mode::All,
         };
         let reply = self
-            .call(&self.backends[backend], &calls, mode)
+            .call(&self.backends[backend], &calls, mode, deadline)
             .await
             .map_err(store_error)?;
         Ok(decisions(&reply, calls.len(), mode)?
@@ -430,11 +442,13 @@ impl Store for RedisStore {
         }
         self.breaker.check()?;
         let now_us = self.clock.now_us();
+        // Every Redis call of the decision gets the one deadline (on sluice's own connection
+        // its task keeps it, so that a call costs no timer); a failure once it passed is the
+        // timeout, whatever the call that was cut short reported.
         let deadline = Instant::now() + self.command_timeout;
-        let decided = self.decide(hits, charging, now_us);
-        let result = match tokio::time::timeout_at(deadline.into(), decided).await {
-            Ok(decided) => decided,
-            Err(_) => Err(self.timed_out()),
+        let result = match self.decide(hits, charging, now_us, deadline).await {
+            Err(_) if Instant::now() >= deadline => Err(self.timed_out()),
+            result => result,
         };
         self.condition.note(&result);
         if self.breaker.note(&result) {

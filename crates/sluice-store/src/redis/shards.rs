@@ -2,6 +2,8 @@
 //! `REDIS_PERSECOND`): one script call per shard, concurrently, and, when charging is
 //! all-or-nothing, the charges that must not stand taken back before the answer goes out.
 
+use std::time::Instant;
+
 use futures_util::future::join_all;
 use redis::cluster_routing::Slot;
 
@@ -34,14 +36,16 @@ impl RedisStore {
         &self,
         hits: &[Hit],
         calls: Vec<HitCall>,
+        deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
-        let (mut decided, failure) = self.call_each_shard(&calls, Mode::Any).await;
+        let (mut decided, failure) = self.call_each_shard(&calls, Mode::Any, deadline).await;
         self.take_back(
             hits,
             &calls,
             &mut decided,
             Charging::AllOrNothing,
             failure.is_some(),
+            deadline,
         )
         .await;
         every_decided(decided, failure)
@@ -57,12 +61,13 @@ impl RedisStore {
         decided: &mut [Option<(Decision, u64)>],
         charging: Charging,
         failed: bool,
+        deadline: Instant,
     ) {
         let admitted = |index: usize| decided[index].is_some_and(|(d, _)| d.admitted);
         let stands = standing(hits, admitted, charging, failed);
         let undo: Vec<bool> = stands.iter().map(|&stands| !stands).collect();
         if undo.iter().any(|&undo| undo) {
-            for (index, decision) in self.refund(calls, decided, &undo).await {
+            for (index, decision) in self.refund(calls, decided, &undo, deadline).await {
                 decided[index] = Some(decision);
             }
         }
@@ -75,8 +80,11 @@ impl RedisStore {
         &self,
         hits: &[Hit],
         calls: Vec<HitCall>,
+        deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
-        let (mut decided, failure) = self.call_each_shard(&calls, Mode::EveryPart).await;
+        let (mut decided, failure) = self
+            .call_each_shard(&calls, Mode::EveryPart, deadline)
+            .await;
         if hits.iter().any(Hit::acquires) {
             self.take_back(
                 hits,
@@ -84,6 +92,7 @@ impl RedisStore {
                 &mut decided,
                 Charging::EveryHit,
                 failure.is_some(),
+                deadline,
             )
             .await;
         }
@@ -96,6 +105,7 @@ impl RedisStore {
     pub(super) async fn check_each_shard(
         &self,
         calls: Vec<HitCall>,
+        deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
         let shards = self.shards_of(&calls);
         let mode = if shards.len() == 1 && shards[0].0.slot.is_none() {
@@ -103,7 +113,9 @@ impl RedisStore {
         } else {
             Mode::Any
         };
-        let (decided, failure) = self.call_shards(&calls, &shards, mode, true).await;
+        let (decided, failure) = self
+            .call_shards(&calls, &shards, mode, true, deadline)
+            .await;
         every_decided(decided, failure)
     }
 
@@ -126,9 +138,11 @@ impl RedisStore {
         &self,
         calls: &[HitCall],
         mode: Mode,
+        deadline: Instant,
     ) -> (Vec<Option<(Decision, u64)>>, Option<StoreError>) {
         let shards = self.shards_of(calls);
-        self.call_shards(calls, &shards, mode, false).await
+        self.call_shards(calls, &shards, mode, false, deadline)
+            .await
     }
 
     /// The calls of `shards`, each shard's in one script call, concurrently; `read_only`: by
@@ -139,6 +153,7 @@ impl RedisStore {
         shards: &[(Shard, Vec<usize>)],
         mode: Mode,
         read_only: bool,
+        deadline: Instant,
     ) -> (Vec<Option<(Decision, u64)>>, Option<StoreError>) {
         let groups: Vec<Vec<HitCall>> = shards
             .iter()
@@ -148,9 +163,9 @@ impl RedisStore {
             let backend = &self.backends[shard.backend];
             async move {
                 if read_only {
-                    self.call_checking(backend, group, mode).await
+                    self.call_checking(backend, group, mode, deadline).await
                 } else {
-                    self.call(backend, group, mode).await
+                    self.call(backend, group, mode, deadline).await
                 }
             }
         }))
@@ -180,6 +195,7 @@ impl RedisStore {
         calls: &[HitCall],
         decided: &[Option<(Decision, u64)>],
         undo: &[bool],
+        deadline: Instant,
     ) -> Vec<(usize, (Decision, u64))> {
         let mut shards: Vec<(Shard, Vec<usize>, Vec<HitCall>)> = Vec::new();
         for (index, (call, decision)) in calls.iter().zip(decided).enumerate() {
@@ -200,9 +216,9 @@ impl RedisStore {
                 None => shards.push((shard, vec![index], vec![charged])),
             }
         }
-        let refunds = shards
-            .iter()
-            .map(|(shard, _, group)| self.call(&self.backends[shard.backend], group, Mode::Refund));
+        let refunds = shards.iter().map(|(shard, _, group)| {
+            self.call(&self.backends[shard.backend], group, Mode::Refund, deadline)
+        });
         let mut refunded = Vec::new();
         for ((_, indices, _), result) in shards.iter().zip(join_all(refunds).await) {
             match result

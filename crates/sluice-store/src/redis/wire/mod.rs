@@ -100,23 +100,25 @@ impl Wire {
         })
     }
 
-    /// Sends `command` and waits for its reply, a list of integers. The command is written
-    /// into the next write before the future is first polled; what the future holds while it
-    /// waits is the reply's channel (and, when a connection has to be opened first, a box of
-    /// that rarer wait).
+    /// Sends `command` and waits for its reply, a list of integers, until `deadline`
+    /// (`past_deadline` then). The command is written into the next write before the future
+    /// is first polled; what the future holds while it waits is the reply's channel (and,
+    /// when a connection has to be opened first, a box of that rarer wait). The connection's
+    /// task keeps the deadline, so that a call costs no timer of its own.
     pub(super) fn send(
         &self,
         command: impl Command,
+        deadline: Instant,
     ) -> impl Future<Output = RedisResult<Integers>> + Send + '_ {
         let (reply, answer) = oneshot::channel();
         let pushed = match &*self.open.load() {
-            Some(open) => open.calls.push(&command, reply),
+            Some(open) => open.calls.push(&command, reply, deadline),
             None => Err(reply),
         };
         // No connection, or the one there just failed.
         let opening = pushed
             .err()
-            .map(|reply| Box::pin(self.push_on_new(command.into_cmd(), reply)));
+            .map(|reply| Box::pin(self.push_on_new(command.into_cmd(), reply, deadline)));
         async move {
             if let Some(opening) = opening {
                 opening.await?;
@@ -125,10 +127,17 @@ impl Wire {
         }
     }
 
-    /// Pushes `command` on the open connection, opened now if needed.
-    async fn push_on_new(&self, command: Cmd, reply: Reply) -> RedisResult<()> {
-        let open = self.connect().await?;
-        open.calls.push(&command, reply).map_err(|_| gone())
+    /// Pushes `command` on the open connection, opened now if needed, by `deadline`.
+    async fn push_on_new(&self, command: Cmd, reply: Reply, deadline: Instant) -> RedisResult<()> {
+        let pushed = async {
+            let open = self.connect().await?;
+            open.calls
+                .push(&command, reply, deadline)
+                .map_err(|_| gone())
+        };
+        tokio::time::timeout_at(deadline.into(), pushed)
+            .await
+            .map_err(|_| past_deadline())?
     }
 
     /// The open connection, opened now if there is none (or another call just opened it).
@@ -212,6 +221,15 @@ async fn read_one_reply(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> RedisRe
     }
 }
 
+/// The error of a call whose deadline passed before Redis answered it (the store reports
+/// its own timeout for it).
+pub(super) fn past_deadline() -> RedisError {
+    io_error(
+        ErrorKind::TimedOut,
+        "Redis did not answer before the deadline",
+    )
+}
+
 /// The error of a call whose connection went away before it was answered.
 fn gone() -> RedisError {
     io_error(
@@ -229,4 +247,107 @@ fn closed_by_redis() -> RedisError {
 /// counts Redis unreachable).
 fn io_error(kind: ErrorKind, what: &'static str) -> RedisError {
     RedisError::from(std::io::Error::new(kind, what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// Reads from `redis` until it has been sent `calls` PINGs in all.
+    async fn read_pings(redis: &mut TcpStream, calls: usize, seen: &mut Vec<u8>) {
+        let mut chunk = [0u8; 256];
+        while seen.windows(4).filter(|w| w == b"PING").count() < calls {
+            let read = redis.read(&mut chunk).await.expect("a read");
+            assert!(read > 0, "the connection closed");
+            seen.extend_from_slice(&chunk[..read]);
+        }
+    }
+
+    #[tokio::test]
+    async fn each_call_is_told_at_its_own_deadline_and_late_replies_go_to_no_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let url = format!("redis://{}", listener.local_addr().expect("its address"));
+        let command_timeout = Duration::from_millis(150);
+        let counts = Arc::new(PipelineCounts::default());
+        let wire = Wire::of(&url, Duration::from_secs(1), command_timeout, counts).expect("TCP");
+        let accepted = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
+        let ping = || redis::cmd("PING");
+
+        // Redis reads the call and says nothing: the caller is told at its deadline.
+        let started = Instant::now();
+        let first = wire.send(ping(), started + command_timeout).await;
+        let waited = started.elapsed();
+        assert!(
+            first.is_err_and(|e| e.is_timeout()),
+            "the first call timed out"
+        );
+        assert!(
+            waited >= command_timeout && waited < Duration::from_secs(1),
+            "{waited:?}"
+        );
+        let mut redis = accepted.await.expect("accepted").expect("a connection");
+        let mut seen = Vec::new();
+        read_pings(&mut redis, 1, &mut seen).await;
+
+        // A call sent after the first expired has its own deadline, on the same connection,
+        // long before the connection itself would be given up (2 s).
+        let started = Instant::now();
+        let second = wire.send(ping(), started + command_timeout).await;
+        let waited = started.elapsed();
+        assert!(
+            second.is_err_and(|e| e.is_timeout()),
+            "the second call timed out"
+        );
+        assert!(waited < Duration::from_secs(1), "told in {waited:?}");
+
+        // Redis answers both at last, then the next call: each reply goes to its own call.
+        let third = tokio::spawn(async move {
+            let reply = wire
+                .send(ping(), Instant::now() + Duration::from_secs(5))
+                .await;
+            (reply, wire)
+        });
+        read_pings(&mut redis, 3, &mut seen).await;
+        redis
+            .write_all(b"*1\r\n:1\r\n*1\r\n:2\r\n*1\r\n:3\r\n")
+            .await
+            .expect("replies written");
+        let (third, _wire) = third.await.expect("the third call");
+        assert_eq!(third.expect("answered").as_slice(), [3]);
+    }
+
+    #[tokio::test]
+    async fn a_call_sent_behind_a_later_deadline_is_still_told_at_its_own() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let url = format!("redis://{}", listener.local_addr().expect("its address"));
+        let command_timeout = Duration::from_millis(150);
+        let counts = Arc::new(PipelineCounts::default());
+        let wire = Wire::of(&url, Duration::from_secs(1), command_timeout, counts).expect("TCP");
+        let accepted = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
+        let wire = Arc::new(wire);
+        // A call with a distant deadline first (Redis reads it and says nothing)...
+        let far = {
+            let wire = wire.clone();
+            tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_millis(1800);
+                wire.send(redis::cmd("PING"), deadline).await
+            })
+        };
+        let mut redis = accepted.await.expect("accepted").expect("a connection");
+        read_pings(&mut redis, 1, &mut Vec::new()).await;
+        // ...then one with a near one, as a retry of an earlier request sends.
+        let started = Instant::now();
+        let near = wire
+            .send(redis::cmd("PING"), started + command_timeout)
+            .await;
+        let waited = started.elapsed();
+        assert!(
+            near.is_err_and(|e| e.is_timeout()),
+            "the near call timed out"
+        );
+        assert!(waited < Duration::from_secs(1), "told in {waited:?}");
+        assert!(!far.is_finished(), "the distant call still waits");
+        far.abort();
+    }
 }

@@ -5,6 +5,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
+use std::time::Instant;
 
 use futures_util::task::AtomicWaker;
 use redis::{RedisError, RedisResult};
@@ -15,6 +16,12 @@ use tokio::sync::oneshot;
 
 /// Where a call's reply goes.
 pub(super) type Reply = oneshot::Sender<RedisResult<Integers>>;
+
+/// A call left for the task: where its reply goes, and when its caller stops waiting.
+pub(super) struct Pending {
+    pub(super) reply: Reply,
+    pub(super) deadline: Instant,
+}
 
 /// The calls left for a connection's task.
 #[derive(Default)]
@@ -27,7 +34,7 @@ pub(super) struct Queue {
 #[derive(Default)]
 pub(super) struct Calls {
     pub(super) bytes: Vec<u8>,
-    pub(super) replies: Vec<Reply>,
+    pub(super) replies: Vec<Pending>,
     /// No more calls are taken: the connection failed, or the store let it go.
     pub(super) closed: bool,
 }
@@ -39,15 +46,20 @@ impl Queue {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Leaves `command` for the task; its reply goes to `reply`. `Err(reply)` when the
-    /// connection takes no more calls.
-    pub(super) fn push(&self, command: &impl Command, reply: Reply) -> Result<(), Reply> {
+    /// Leaves `command` for the task; its reply goes to `reply`, by `deadline` or as a
+    /// timeout. `Err(reply)` when the connection takes no more calls.
+    pub(super) fn push(
+        &self,
+        command: &impl Command,
+        reply: Reply,
+        deadline: Instant,
+    ) -> Result<(), Reply> {
         let mut calls = self.lock();
         if calls.closed {
             return Err(reply);
         }
         command.write_resp(&mut calls.bytes);
-        calls.replies.push(reply);
+        calls.replies.push(Pending { reply, deadline });
         let first = calls.replies.len() == 1;
         drop(calls);
         if first {
@@ -63,7 +75,12 @@ impl Queue {
 
     /// Moves the calls left so far to the end of `bytes` and `replies`; `false` when the
     /// store let the connection go and none are left. The task is woken by the next call.
-    pub(super) fn take(&self, task: &Waker, bytes: &mut Vec<u8>, replies: &mut Vec<Reply>) -> bool {
+    pub(super) fn take(
+        &self,
+        task: &Waker,
+        bytes: &mut Vec<u8>,
+        replies: &mut Vec<Pending>,
+    ) -> bool {
         self.task.register(task);
         let mut calls = self.lock();
         if calls.replies.is_empty() {
@@ -94,8 +111,8 @@ impl Queue {
             calls.bytes.clear();
             std::mem::take(&mut calls.replies)
         };
-        for reply in replies {
-            let _ = reply.send(Err(error.clone()));
+        for call in replies {
+            let _ = call.reply.send(Err(error.clone()));
         }
     }
 }

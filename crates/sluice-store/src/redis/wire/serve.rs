@@ -2,8 +2,13 @@
 //! hands each reply to its call, in order. One task does both, so that a call costs one
 //! hand-off there and one back. While earlier calls wait on Redis, a write is put off as long
 //! as putting it off lets more calls join it (the requests woken by the last replies send
-//! theirs meanwhile); a call alone goes at once. A connection that fails, or leaves its oldest
-//! call unanswered for far too long, fails every call on it; the next call opens another.
+//! theirs meanwhile); a call alone goes at once.
+//!
+//! The task also keeps its calls' deadlines, with one timer for all of them: a call whose
+//! deadline passes is told it timed out, and its reply, when it comes, is read and dropped.
+//! (Calls are answered in order, so the next deadline is almost always the oldest waiting
+//! call's.) A connection that fails, or leaves its oldest call unanswered for far too long,
+//! fails every call on it; the next call opens another.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -19,9 +24,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::queue::{Queue, Reply};
+use super::queue::{Pending, Queue, Reply};
 use super::resp::next_reply;
-use super::{closed_by_redis, io_error};
+use super::{closed_by_redis, io_error, past_deadline};
 use crate::redis::pipeline::PipelineCounts;
 
 /// The most bytes of calls one write gathers before it goes.
@@ -32,7 +37,9 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// A call written and waiting for its reply.
 struct Waiting {
-    reply: Reply,
+    /// Where the reply goes; `None` once the caller was told its deadline passed.
+    reply: Option<Reply>,
+    deadline: Instant,
     written: Instant,
 }
 
@@ -43,9 +50,17 @@ pub(super) struct Serving {
     /// Bytes of calls not yet written.
     out: Vec<u8>,
     /// The calls whose bytes are in `out`, in order.
-    unsent: Vec<Reply>,
+    unsent: Vec<Pending>,
     /// The calls written, in order: each reply is the first one's.
     waiting: VecDeque<Waiting>,
+    /// How many of the first `waiting` calls were told their deadline passed.
+    expired: usize,
+    /// The latest deadline of the calls written so far.
+    latest: Instant,
+    /// The soonest deadline of the calls written after one with a later deadline (a retry,
+    /// or a request that sent its call a moment after one that started later), not yet
+    /// told: they are not in deadline order, so they are looked for.
+    straggler: Option<Instant>,
     /// Bytes read and not yet taken as replies: `input[taken..filled]`.
     input: Vec<u8>,
     taken: usize,
@@ -57,9 +72,10 @@ pub(super) struct Serving {
     held: Option<usize>,
     /// How long the oldest call may wait on Redis before the connection counts as dead.
     give_up_after: Duration,
-    /// Armed while calls wait: when the oldest of them is overdue.
+    /// Set while calls wait: the next deadline, or when the oldest call is overdue.
     overdue: Pin<Box<Sleep>>,
-    armed: bool,
+    /// When `overdue` is set to fire (`None` once it fired).
+    due: Option<Instant>,
     counts: Arc<PipelineCounts>,
 }
 
@@ -80,6 +96,9 @@ impl Serving {
             out: Vec::with_capacity(4096),
             unsent: Vec::new(),
             waiting: VecDeque::new(),
+            expired: 0,
+            latest: Instant::now(),
+            straggler: None,
             input,
             taken: 0,
             filled: leftover.len(),
@@ -87,7 +106,7 @@ impl Serving {
             held: None,
             give_up_after,
             overdue: Box::pin(tokio::time::sleep(give_up_after)),
-            armed: false,
+            due: None,
             counts,
         }
     }
@@ -108,11 +127,19 @@ impl Serving {
         if !self.unsent.is_empty() {
             let now = Instant::now();
             let calls = self.unsent.len() as u64;
-            self.waiting
-                .extend(self.unsent.drain(..).map(|reply| Waiting {
-                    reply,
+            for call in self.unsent.drain(..) {
+                let deadline = Instant::from_std(call.deadline);
+                if deadline < self.latest {
+                    self.straggler = Some(self.straggler.map_or(deadline, |s| s.min(deadline)));
+                } else {
+                    self.latest = deadline;
+                }
+                self.waiting.push_back(Waiting {
+                    reply: Some(call.reply),
+                    deadline,
                     written: now,
-                }));
+                });
+            }
             // A write of several calls is a pipeline, as implicit pipelining counts them.
             if calls > 1 {
                 self.counts.pipelines.fetch_add(1, Ordering::Relaxed);
@@ -181,43 +208,102 @@ impl Serving {
                     "Redis sent a reply no call asked for",
                 ));
             };
-            // A caller past its deadline has gone: its reply has no one to read it.
-            let _ = call.reply.send(reply);
+            self.expired = self.expired.saturating_sub(1);
+            // A caller past its deadline was told so: its reply has no one to read it.
+            if let Some(caller) = call.reply {
+                let _ = caller.send(reply);
+            }
         }
         if self.taken == self.filled {
             self.taken = 0;
             self.filled = 0;
         }
-        if self.waiting.is_empty() {
-            self.armed = false;
-        }
         Ok(())
     }
 
-    /// Fails the connection when its oldest call has waited too long on Redis.
+    /// Tells the calls whose deadline passed so, and fails the connection when its oldest
+    /// call has waited too long on Redis.
     fn watch(&mut self, cx: &mut Context<'_>) -> RedisResult<()> {
-        let Some(oldest) = self.waiting.front() else {
-            return Ok(());
-        };
-        let due = oldest.written + self.give_up_after;
-        if !self.armed {
-            self.overdue.as_mut().reset(due);
-            self.armed = true;
-        }
-        while self.overdue.as_mut().poll(cx).is_ready() {
-            let Some(oldest) = self.waiting.front() else {
-                break;
+        loop {
+            // Nothing waits: the timer is left as it is, to be set when something is due
+            // sooner than it fires.
+            let Some(next) = self.next_due() else {
+                return Ok(());
             };
-            let due = oldest.written + self.give_up_after;
-            if due <= Instant::now() {
-                return Err(io_error(
-                    ErrorKind::TimedOut,
-                    "Redis left a call unanswered for too long: the connection is replaced",
-                ));
+            // Set again only when something is due sooner: most often the timer is left to
+            // fire early, at a deadline of calls answered since, and set then.
+            if self.due.is_none_or(|due| next < due) {
+                self.overdue.as_mut().reset(next);
+                self.due = Some(next);
             }
-            self.overdue.as_mut().reset(due);
+            if self.overdue.as_mut().poll(cx).is_pending() {
+                return Ok(());
+            }
+            self.due = None;
+            let now = Instant::now();
+            self.expire(now);
+            if let Some(oldest) = self.waiting.front() {
+                if oldest.written + self.give_up_after <= now {
+                    return Err(io_error(
+                        ErrorKind::TimedOut,
+                        "Redis left a call unanswered for too long: the connection is replaced",
+                    ));
+                }
+            }
         }
-        Ok(())
+    }
+
+    /// When the calls waiting must next be looked at: the first deadline not yet passed (in
+    /// order, or a straggler's), or when the oldest call makes the connection count as
+    /// dead, whichever is sooner.
+    fn next_due(&self) -> Option<Instant> {
+        let oldest = self.waiting.front()?;
+        let mut due = oldest.written + self.give_up_after;
+        if let Some(next) = self.waiting.get(self.expired) {
+            due = due.min(next.deadline);
+        }
+        if let Some(straggler) = self.straggler {
+            due = due.min(straggler);
+        }
+        Some(due)
+    }
+
+    /// Tells each call past its deadline that it timed out: those in order, oldest first,
+    /// then, when one is due, the stragglers among the rest.
+    fn expire(&mut self, now: Instant) {
+        while let Some(call) = self.waiting.get_mut(self.expired) {
+            if call.deadline > now {
+                break;
+            }
+            if let Some(caller) = call.reply.take() {
+                let _ = caller.send(Err(past_deadline()));
+            }
+            self.expired += 1;
+        }
+        if self.straggler.is_none_or(|straggler| straggler > now) {
+            return;
+        }
+        // Rare: a look at every call not yet told, and the soonest left out of order.
+        self.straggler = None;
+        let mut before = None;
+        for call in self.waiting.iter_mut().skip(self.expired) {
+            if call.reply.is_none() {
+                continue;
+            }
+            if call.deadline <= now {
+                if let Some(caller) = call.reply.take() {
+                    let _ = caller.send(Err(past_deadline()));
+                }
+                continue;
+            }
+            if before.is_some_and(|before| call.deadline < before) {
+                let soonest = self
+                    .straggler
+                    .map_or(call.deadline, |s| s.min(call.deadline));
+                self.straggler = Some(soonest);
+            }
+            before = Some(before.map_or(call.deadline, |b: Instant| b.max(call.deadline)));
+        }
     }
 
     /// Replies in, calls out, until there is nothing to do but wait; `Ready(Ok)` when the
@@ -250,8 +336,9 @@ impl Serving {
 
     /// Fails every call on the connection with `error`, and every call sent to it after.
     fn fail_all(&mut self, error: &RedisError) {
-        let waiting = self.waiting.drain(..).map(|call| call.reply);
-        for reply in waiting.chain(self.unsent.drain(..)) {
+        let waiting = self.waiting.drain(..).filter_map(|call| call.reply);
+        let unsent = self.unsent.drain(..).map(|call| call.reply);
+        for reply in waiting.chain(unsent) {
             let _ = reply.send(Err(error.clone()));
         }
         self.calls.fail(error);
