@@ -89,7 +89,11 @@ impl Breaker {
     pub fn note<T>(&self, result: &Result<T, StoreError>) -> bool {
         match result {
             Ok(_) => {
-                self.state.failed_in_a_row.store(0, Ordering::Relaxed);
+                // Written only when it changes: every call on every thread reads it, and a
+                // write each call would move its cache line between cores.
+                if self.state.failed_in_a_row.load(Ordering::Relaxed) != 0 {
+                    self.state.failed_in_a_row.store(0, Ordering::Relaxed);
+                }
                 false
             }
             Err(StoreError::Full { .. } | StoreError::CircuitOpen { .. }) => false,

@@ -122,32 +122,37 @@ impl Condition {
 
     /// Notes what a call found, logging a change of condition.
     pub fn note<T>(&self, result: &Result<T, StoreError>) {
-        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let error = match result {
             Ok(_) => {
                 let state = self.state.load(Ordering::Relaxed);
+                // The common case, read and nothing written: no clock, no shared write.
+                if state == NORMAL {
+                    return;
+                }
                 // Error replies come and go with what a call writes: only a quiet spell ends
                 // them. A connection that answers again is back at once.
-                let replies = !matches!(state, NORMAL | TIMING_OUT | UNREACHABLE);
+                let replies = !matches!(state, TIMING_OUT | UNREACHABLE);
+                let now_ms = self.now_ms();
                 let quiet = now_ms.saturating_sub(self.last_failure_ms.load(Ordering::Relaxed));
                 let settled = !replies || quiet >= QUIET_SPELL.as_millis() as u64;
-                if state != NORMAL
-                    && settled
-                    && self.state.swap(NORMAL, Ordering::Relaxed) != NORMAL
-                {
+                if settled && self.state.swap(NORMAL, Ordering::Relaxed) != NORMAL {
                     tracing::info!("{}", CONDITIONS[usize::from(NORMAL)].says);
                 }
                 return;
             }
             Err(error) => error,
         };
-        self.note_failure(condition_of(error), error, now_ms);
+        self.note_failure(condition_of(error), error, self.now_ms());
     }
 
     /// Notes a write Redis refused, whether or not the call was then answered read-only.
     pub fn note_refusal(&self, error: &redis::RedisError) {
-        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.note_failure(condition_of_reply(error), error, now_ms);
+        self.note_failure(condition_of_reply(error), error, self.now_ms());
+    }
+
+    /// Milliseconds since the condition was first noted.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     fn note_failure(&self, state: u8, error: &dyn std::fmt::Display, now_ms: u64) {
