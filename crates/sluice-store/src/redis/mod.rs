@@ -355,8 +355,9 @@ impl RedisStore {
             Charging::EveryHit => Mode::Every,
             Charging::AllOrNothing | Charging::Check => Mode::All,
         };
-        let reply = self
-            .call(&self.backends[backend], &calls, mode, deadline)
+        // Boxed: the plain counter call above is the common case, and every layer above
+        // the store moves this future whole, at its largest.
+        let reply = Box::pin(self.call(&self.backends[backend], &calls, mode, deadline))
             .await
             .map_err(store_error)?;
         Ok(decisions(&reply, calls.len(), mode)?
