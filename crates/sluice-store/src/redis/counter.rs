@@ -5,6 +5,8 @@
 //! request; the general call costs Redis several times as much. A Redis without the function
 //! library, a library lost (it is loaded again by the general call that follows), a Redis
 //! refusing writes, and a request across a Cluster's slots get the general call instead.
+//! The call is built from the hits alone: the general call's arguments are built only when
+//! the counter call cannot take the request.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -12,54 +14,69 @@ use std::time::Instant;
 use redis::Cmd;
 use tracing::Instrument;
 
-use super::call::{lost, HitCall};
+use super::call::lost;
 use super::command::{Args, Command, Resp};
 use super::condition::refuses_writes;
 use super::span as spans;
 use super::{protocol, store_error, Backend, Connection, RedisStore};
-use crate::StoreError;
+use crate::{key, StoreError};
 use sluice_core::algorithm::fixed_window::Window;
-use sluice_core::algorithm::State;
+use sluice_core::algorithm::{Algorithm, State};
 use sluice_core::engine::{self, Charging};
-use sluice_core::limit::{Decision, Hit};
+use sluice_core::limit::{Decision, Hit, Role};
 use smallvec::SmallVec;
 
 impl RedisStore {
-    /// Decides `hits`, called as `calls`, with the plain counter call when it can: `None`
-    /// when a hit or the backend cannot take it, or the call failed in a way the general call
-    /// answers (the library lost, writes refused).
+    /// Decides `hits` with the plain counter call when it can: `None` when a hit or the
+    /// backend cannot take it, or the call failed in a way the general call answers (the
+    /// library lost, writes refused).
     pub(super) async fn decide_counted(
         &self,
         hits: &[Hit],
-        calls: &[HitCall],
         charging: Charging,
         now_us: u64,
         deadline: Instant,
     ) -> Option<Result<Vec<Decision>, StoreError>> {
-        let backend = self.counter_backend(hits, calls)?;
-        // Written before the wait, so that what the call holds while it waits is small.
-        let sent = {
-            let mut windows = SmallVec::<[WindowArg; 2]>::new();
+        let backend = self.counter_backend(hits)?;
+        // Written before the wait, so that what the call holds while it waits is small: of
+        // the keys, only which hit is the first on each.
+        let (sent, first_on_key) = {
+            let mut counted = SmallVec::<[CountedHit; 2]>::new();
             for hit in hits {
-                windows.push(if hit.limit.from_first_hit() {
+                let window = if hit.limit.from_first_hit() {
                     WindowArg::FromFirstHit {
                         period_us: hit.limit.period_us(),
                         now_us,
                     }
                 } else {
                     WindowArg::Left(hit.limit.window_end_us(now_us)?.saturating_sub(now_us))
+                };
+                counted.push(CountedHit {
+                    key: key::redis_key(&self.key_prefix, hit, now_us),
+                    cost: hit.cost,
+                    requests_per_unit: hit.limit.requests_per_unit,
+                    role: hit.role,
+                    window,
                 });
             }
+            let first_on_key: SmallVec<[usize; 2]> = (0..counted.len())
+                .map(|index| {
+                    let key = &counted[index].key;
+                    counted
+                        .iter()
+                        .position(|other| other.key == *key)
+                        .unwrap_or(index)
+                })
+                .collect();
             let call = CounterCall {
                 function: self.script.counter_function(),
-                calls,
-                windows: &windows,
+                hits: &counted,
                 every: charging == Charging::EveryHit,
             };
-            backend.send(call, deadline)
+            (backend.send(call, deadline), first_on_key)
         };
         let reply = sent
-            .instrument(spans::redis_span("FCALL", calls.len(), "counter"))
+            .instrument(spans::redis_span("FCALL", hits.len(), "counter"))
             .await;
         let reply = match reply {
             Ok(reply) => reply,
@@ -100,11 +117,7 @@ impl RedisStore {
                 }
                 // Vetoed: nothing was charged, so an admitted hit is told what remains on the
                 // count its Redis key holds (the first hit's on it), as the general call tells.
-                let redis_key = calls.get(index).map(|call| call.key.as_str());
-                let first = calls
-                    .iter()
-                    .position(|other| Some(other.key.as_str()) == redis_key)
-                    .unwrap_or(index);
+                let first = first_on_key.get(index).copied().unwrap_or(index);
                 let state = state_of(first, count(first));
                 engine::uncharged(hit, state.as_ref(), now_us)
             })
@@ -115,31 +128,41 @@ impl RedisStore {
     /// The backend that takes the counter call of `hits`: every hit a plain counter, its
     /// descriptor's only limit, all on one backend that took the function library, and on a
     /// Cluster only a call of one hit (one slot).
-    fn counter_backend(&self, hits: &[Hit], calls: &[HitCall]) -> Option<&Backend> {
-        let first = calls.first()?;
-        let backend = &self.backends[first.backend];
+    fn counter_backend(&self, hits: &[Hit]) -> Option<&Backend> {
+        let index = self.backend_of(hits.first()?);
+        let backend = &self.backends[index];
         let on_cluster = matches!(backend.connection, Connection::Cluster(_));
         let takes = backend.functions.load(Ordering::Relaxed)
-            && !(on_cluster && calls.len() > 1)
-            && calls
-                .iter()
-                .all(|call| call.backend == first.backend && is_plain_counter(call))
-            && hits.iter().all(|hit| !hit.joins_previous);
+            && !(on_cluster && hits.len() > 1)
+            && hits.iter().all(|hit| {
+                self.backend_of(hit) == index && self.is_plain_counter(hit) && !hit.joins_previous
+            });
         takes.then_some(backend)
+    }
+
+    /// Whether `hit` is a plain counter's, as its script arguments would say: a fixed window
+    /// without debt (its key names its window, or it starts at the first hit, and sluice's
+    /// clock is given), with no lease, no modifier with a script (nor so its parts' keys)
+    /// and no headroom.
+    fn is_plain_counter(&self, hit: &Hit) -> bool {
+        let limit = &hit.limit;
+        let modifiers = &limit.modifiers;
+        limit.algorithm() == Algorithm::FixedWindow
+            && !limit.debt
+            && self.gives_its_clock(hit)
+            && hit.lease.is_none()
+            && modifiers.headroom(limit.capacity()) == 0
+            && (modifiers.is_empty() || modifiers.script_args(None, 0).iter().all(Option::is_none))
     }
 }
 
-/// Whether `call` is a plain counter's: a fixed window without debt (its key names its
-/// window, or it starts at the first hit, and sluice's clock is given), with no lease, no
-/// modifier's argument (nor so its parts' keys) and no headroom.
-fn is_plain_counter(call: &HitCall) -> bool {
-    let args = &call.args;
-    args.algorithm == "fixed_window"
-        && !args.debt
-        && args.now_us.is_some()
-        && args.lease.is_none()
-        && args.headroom == 0
-        && args.modifiers.iter().all(Option::is_none)
+/// A hit as the counter call sends it.
+struct CountedHit {
+    key: String,
+    cost: u64,
+    requests_per_unit: u32,
+    role: Role,
+    window: WindowArg,
 }
 
 /// What the counter call is told of a hit's window.
@@ -150,39 +173,38 @@ enum WindowArg {
     FromFirstHit { period_us: u64, now_us: u64 },
 }
 
-/// FCALL of the counter `function` for `calls`, each hit's window as `windows` says,
-/// charging a hit that does not fit when `every`.
+/// FCALL of the counter `function` for `hits`, charging a hit that does not fit when
+/// `every`.
 struct CounterCall<'a> {
     function: &'a str,
-    calls: &'a [HitCall],
-    windows: &'a [WindowArg],
+    hits: &'a [CountedHit],
     every: bool,
 }
 
 impl CounterCall<'_> {
     /// FCALL, the function, the count of keys, the keys, `every`, then 4 a hit.
     fn arg_count(&self) -> usize {
-        4 + 5 * self.calls.len()
+        4 + 5 * self.hits.len()
     }
 
     fn write(&self, out: &mut impl Args) {
         out.bytes(b"FCALL");
         out.bytes(self.function.as_bytes());
-        out.number(self.calls.len() as u64);
-        for call in self.calls {
-            out.bytes(call.key.as_bytes());
+        out.number(self.hits.len() as u64);
+        for hit in self.hits {
+            out.bytes(hit.key.as_bytes());
         }
         out.bytes(if self.every { b"1" } else { b"0" });
-        for (call, window) in self.calls.iter().zip(self.windows) {
-            out.number(call.args.cost);
-            out.number(u64::from(call.args.requests_per_unit));
-            match window {
-                WindowArg::Left(left_us) => out.number(ttl_ms(*left_us)),
+        for hit in self.hits {
+            out.number(hit.cost);
+            out.number(u64::from(hit.requests_per_unit));
+            match hit.window {
+                WindowArg::Left(left_us) => out.number(ttl_ms(left_us)),
                 WindowArg::FromFirstHit { period_us, now_us } => {
                     out.bytes(format!("f{period_us}@{now_us}").as_bytes())
                 }
             }
-            out.bytes(call.args.role.as_str().as_bytes());
+            out.bytes(hit.role.as_str().as_bytes());
         }
     }
 }
@@ -193,8 +215,8 @@ impl Command for CounterCall<'_> {
     }
 
     fn into_cmd(self) -> Cmd {
-        let keys: usize = self.calls.iter().map(|call| call.key.len()).sum();
-        let bytes = self.function.len() + keys + 48 * self.calls.len() + 16;
+        let keys: usize = self.hits.iter().map(|hit| hit.key.len()).sum();
+        let bytes = self.function.len() + keys + 48 * self.hits.len() + 16;
         let mut cmd = Cmd::with_capacity(self.arg_count(), bytes);
         self.write(&mut cmd);
         cmd
@@ -210,54 +232,50 @@ fn ttl_ms(us: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::args::ScriptArgs;
-    use sluice_core::limit::Role;
 
-    fn call(key: &str, cost: u64, requests_per_unit: u32, role: Role) -> HitCall {
-        HitCall {
+    fn hit(
+        key: &str,
+        cost: u64,
+        requests_per_unit: u32,
+        role: Role,
+        window: WindowArg,
+    ) -> CountedHit {
+        CountedHit {
             key: key.into(),
-            modifier_keys: SmallVec::new(),
-            args: ScriptArgs {
-                algorithm: "fixed_window",
-                requests_per_unit,
-                period_us: 60_000_000,
-                cost,
-                capacity: u64::from(requests_per_unit),
-                now_us: Some(5),
-                nonce: None,
-                role,
-                debt: false,
-                group: 0,
-                lease: None,
-                headroom: 0,
-                modifiers: SmallVec::new(),
-                own: [0; 3],
-                own_count: 0,
-            },
-            backend: 0,
+            cost,
+            requests_per_unit,
+            role,
+            window,
         }
     }
 
     /// What sluice's own connection writes of a counter call is what redis-rs would send.
     #[test]
     fn the_counter_call_writes_the_bytes_redis_rs_would_send() {
-        let calls = [
-            call("rl:{d_k_v}:60", 1, 100, Role::Enforced),
-            call("rl:{d_k_v}:quota", 0, u32::MAX, Role::Quota),
-        ];
-        let windows = [
-            WindowArg::Left(59_999_001),
-            WindowArg::FromFirstHit {
-                period_us: 3_600_000_000,
-                now_us: 17,
-            },
+        let hits = [
+            hit(
+                "rl:{d_k_v}:60",
+                1,
+                100,
+                Role::Enforced,
+                WindowArg::Left(59_999_001),
+            ),
+            hit(
+                "rl:{d_k_v}:quota",
+                0,
+                u32::MAX,
+                Role::Quota,
+                WindowArg::FromFirstHit {
+                    period_us: 3_600_000_000,
+                    now_us: 17,
+                },
+            ),
         ];
         for every in [false, true] {
             for count in [1, 2] {
                 let counter = || CounterCall {
                     function: "sluice_counter_v9",
-                    calls: &calls[..count],
-                    windows: &windows[..count],
+                    hits: &hits[..count],
                     every,
                 };
                 let mut written = Vec::new();

@@ -262,16 +262,21 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Whether the script call of `hit` is given sluice's clock. A key that names its window
+    /// was built with sluice's clock (as envoyproxy/ratelimit does for fixed windows): the
+    /// script must use the same one. A window from the first hit opens at sluice's clock
+    /// too, so that the plain counter call can take it.
+    fn gives_its_clock(&self, hit: &Hit) -> bool {
+        hit.limit.key_holds_window()
+            || hit.limit.from_first_hit()
+            || self.time_source == TimeSource::Sluice
+    }
+
     /// The script arguments of `hit` at `now_us`, in the group starting at hit `group`.
     fn script_args(&self, hit: &Hit, group: usize, now_us: u64) -> ScriptArgs {
         let algorithm = hit.limit.algorithm();
         let rate = hit.limit.rate();
-        // A key that names its window was built with sluice's clock (as envoyproxy/ratelimit
-        // does for fixed windows): the script must use the same one. A window from the first
-        // hit opens at sluice's clock too, so that the plain counter call can take it.
-        let sluice_clock = hit.limit.key_holds_window()
-            || hit.limit.from_first_hit()
-            || self.time_source == TimeSource::Sluice;
+        let sluice_clock = self.gives_its_clock(hit);
         ScriptArgs {
             algorithm: algorithm.as_str(),
             requests_per_unit: hit.limit.requests_per_unit,
@@ -329,6 +334,12 @@ impl RedisStore {
         now_us: u64,
         deadline: Instant,
     ) -> Result<Vec<Decision>, StoreError> {
+        if charging != Charging::Check {
+            let counted = self.decide_counted(hits, charging, now_us, deadline);
+            if let Some(decided) = counted.await {
+                return decided;
+            }
+        }
         let mut calls: Vec<HitCall> = Vec::with_capacity(hits.len());
         for group in descriptor_groups(hits) {
             for hit in &hits[group.clone()] {
@@ -337,10 +348,6 @@ impl RedisStore {
         }
         if charging == Charging::Check {
             return Box::pin(self.check_each_shard(calls, deadline)).await;
-        }
-        let counted = self.decide_counted(hits, &calls, charging, now_us, deadline);
-        if let Some(decided) = counted.await {
-            return decided;
         }
         let backend = calls.first().map_or(0, |call| call.backend);
         let one_backend = calls.iter().all(|call| call.backend == backend);
