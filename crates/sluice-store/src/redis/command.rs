@@ -34,6 +34,34 @@ pub(super) trait Args {
     fn number(&mut self, n: u64) {
         self.bytes(itoa::Buffer::new().format(n).as_bytes());
     }
+
+    /// Arguments that every call of a kind starts with, and `encoded`, their RESP bytes
+    /// (`Encoded`), which RESP takes whole.
+    fn constant(&mut self, constant: &Encoded) {
+        for arg in &constant.args {
+            self.bytes(arg);
+        }
+    }
+}
+
+/// Arguments encoded as RESP bulk strings once, for the calls that all start with them.
+pub(super) struct Encoded {
+    args: Vec<Vec<u8>>,
+    resp: Vec<u8>,
+}
+
+impl Encoded {
+    pub(super) fn new(args: &[&[u8]]) -> Encoded {
+        let mut resp = Vec::new();
+        let mut writer = Resp(&mut resp);
+        for arg in args {
+            writer.bytes(arg);
+        }
+        Encoded {
+            args: args.iter().map(|arg| arg.to_vec()).collect(),
+            resp,
+        }
+    }
 }
 
 impl Args for Cmd {
@@ -73,8 +101,14 @@ impl Args for Resp<'_> {
         out.extend_from_slice(b"\r\n");
     }
 
-    /// A number's digits (at most 20, so their count is one or two digits) in one reserve.
+    /// A number's digits (at most 20, so their count is one or two digits) in one reserve;
+    /// a single digit (a count of keys, a cost of 1) in one append.
     fn number(&mut self, n: u64) {
+        if n < 10 {
+            self.0
+                .extend_from_slice(&[b'$', b'1', b'\r', b'\n', b'0' + n as u8, b'\r', b'\n']);
+            return;
+        }
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(n).as_bytes();
         let out = &mut *self.0;
@@ -88,6 +122,10 @@ impl Args for Resp<'_> {
         out.extend_from_slice(digits);
         out.extend_from_slice(b"\r\n");
     }
+
+    fn constant(&mut self, constant: &Encoded) {
+        self.0.extend_from_slice(&constant.resp);
+    }
 }
 
 #[cfg(test)]
@@ -100,6 +138,8 @@ mod tests {
             out(b"FCALL", None);
             out(b"", None);
             out(b"", Some(0));
+            out(b"", Some(9));
+            out(b"", Some(10));
             out(b"", Some(999_999_999));
             out(b"", Some(1_000_000_000));
             out(b"", Some(u64::MAX));
@@ -111,7 +151,7 @@ mod tests {
             None => cmd.bytes(bytes),
         });
         let mut out = b"before".to_vec();
-        let mut resp = Resp::array(&mut out, 7);
+        let mut resp = Resp::array(&mut out, 9);
         write(&mut |bytes, number| match number {
             Some(n) => resp.number(n),
             None => resp.bytes(bytes),

@@ -15,7 +15,7 @@ use redis::Cmd;
 use tracing::Instrument;
 
 use super::call::lost;
-use super::command::{Args, Command, Resp};
+use super::command::{Args, Command, Encoded, Resp};
 use super::condition::refuses_writes;
 use super::span as spans;
 use super::{protocol, store_error, Backend, Connection, RedisStore};
@@ -69,7 +69,7 @@ impl RedisStore {
                 })
                 .collect();
             let call = CounterCall {
-                function: self.script.counter_function(),
+                head: self.script.counter_call(),
                 hits: &counted,
                 every: charging == Charging::EveryHit,
             };
@@ -173,10 +173,10 @@ enum WindowArg {
     FromFirstHit { period_us: u64, now_us: u64 },
 }
 
-/// FCALL of the counter `function` for `hits`, charging a hit that does not fit when
-/// `every`.
+/// FCALL of the counter function (`head`: the two) for `hits`, charging a hit that does
+/// not fit when `every`.
 struct CounterCall<'a> {
-    function: &'a str,
+    head: &'a Encoded,
     hits: &'a [CountedHit],
     every: bool,
 }
@@ -188,13 +188,12 @@ impl CounterCall<'_> {
     }
 
     fn write(&self, out: &mut impl Args) {
-        out.bytes(b"FCALL");
-        out.bytes(self.function.as_bytes());
+        out.constant(self.head);
         out.number(self.hits.len() as u64);
         for hit in self.hits {
             out.bytes(hit.key.as_bytes());
         }
-        out.bytes(if self.every { b"1" } else { b"0" });
+        out.number(u64::from(self.every));
         for hit in self.hits {
             out.number(hit.cost);
             out.number(u64::from(hit.requests_per_unit));
@@ -216,7 +215,7 @@ impl Command for CounterCall<'_> {
 
     fn into_cmd(self) -> Cmd {
         let keys: usize = self.hits.iter().map(|hit| hit.key.len()).sum();
-        let bytes = self.function.len() + keys + 48 * self.hits.len() + 16;
+        let bytes = keys + 48 * self.hits.len() + 64;
         let mut cmd = Cmd::with_capacity(self.arg_count(), bytes);
         self.write(&mut cmd);
         cmd
@@ -271,10 +270,11 @@ mod tests {
                 },
             ),
         ];
+        let head = Encoded::new(&[b"FCALL", b"sluice_counter_v9"]);
         for every in [false, true] {
             for count in [1, 2] {
                 let counter = || CounterCall {
-                    function: "sluice_counter_v9",
+                    head: &head,
                     hits: &hits[..count],
                     every,
                 };

@@ -17,6 +17,7 @@
 //! read-only replica): the library's `<function>_ro`, flagged `no-writes` (called with
 //! FCALL_RO), and a script sent whole with EVAL (only while Redis refuses writes).
 
+use super::command::Encoded;
 use sluice_core::limit::Algorithm;
 use sluice_core::modifier::Modifiers;
 
@@ -32,7 +33,8 @@ pub struct Script {
     library: String,
     function: String,
     read_only_function: String,
-    counter_function: String,
+    /// `FCALL` and the counter function, encoded once.
+    counter_call: Encoded,
 }
 
 impl Script {
@@ -75,13 +77,14 @@ impl Script {
             library,
             function,
             read_only_function,
-            counter_function,
+            counter_call: Encoded::new(&[b"FCALL", counter_function.as_bytes()]),
         }
     }
 
-    /// The library's plain counter function (`lua/counter.lua`).
-    pub fn counter_function(&self) -> &str {
-        &self.counter_function
+    /// `FCALL` of the library's plain counter function (`lua/counter.lua`), the arguments
+    /// every counter call starts with.
+    pub fn counter_call(&self) -> &Encoded {
+        &self.counter_call
     }
 
     /// The Lua code of the script.
