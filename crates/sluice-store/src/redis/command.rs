@@ -80,7 +80,6 @@ impl<'a> Resp<'a> {
     pub(super) fn array(out: &'a mut Vec<u8>, count: usize) -> Resp<'a> {
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(count).as_bytes();
-        out.reserve(digits.len() + 3);
         out.push(b'*');
         out.extend_from_slice(digits);
         out.extend_from_slice(b"\r\n");
@@ -93,7 +92,6 @@ impl Args for Resp<'_> {
         let mut length = itoa::Buffer::new();
         let length = length.format(arg.len()).as_bytes();
         let out = &mut *self.0;
-        out.reserve(length.len() + arg.len() + 5);
         out.push(b'$');
         out.extend_from_slice(length);
         out.extend_from_slice(b"\r\n");
@@ -101,8 +99,8 @@ impl Args for Resp<'_> {
         out.extend_from_slice(b"\r\n");
     }
 
-    /// A number's digits (at most 20, so their count is one or two digits) in one reserve;
-    /// a single digit (a count of keys, a cost of 1) in one append.
+    /// A number's digits (at most 20, so their count is one or two digits); a single digit
+    /// (a count of keys, a cost of 1) in one append.
     fn number(&mut self, n: u64) {
         if n < 10 {
             self.0
@@ -112,7 +110,6 @@ impl Args for Resp<'_> {
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(n).as_bytes();
         let out = &mut *self.0;
-        out.reserve(digits.len() + 7);
         out.push(b'$');
         if digits.len() >= 10 {
             out.push(b'0' + (digits.len() / 10) as u8);

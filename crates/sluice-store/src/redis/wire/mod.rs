@@ -254,6 +254,33 @@ mod tests {
     use super::*;
     use tokio::net::TcpListener;
 
+    /// The command timeout of the tests' connections (they are given up after 2 s).
+    const COMMAND_TIMEOUT: Duration = Duration::from_millis(150);
+
+    /// A connection to a Redis the test plays (a listener that hands over what it accepts),
+    /// opened at the first call.
+    async fn wire_to_played_redis() -> (Wire, tokio::task::JoinHandle<std::io::Result<TcpStream>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let url = format!("redis://{}", listener.local_addr().expect("its address"));
+        let counts = Arc::new(PipelineCounts::default());
+        let wire = Wire::of(&url, Duration::from_secs(1), COMMAND_TIMEOUT, counts).expect("TCP");
+        let accepted = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
+        (wire, accepted)
+    }
+
+    /// Sends a PING due in `COMMAND_TIMEOUT` that Redis does not answer: it times out, and is
+    /// told so within a second (not when the connection is given up); how long it waited.
+    async fn unanswered_call(wire: &Wire) -> Duration {
+        let started = Instant::now();
+        let reply = wire
+            .send(redis::cmd("PING"), started + COMMAND_TIMEOUT)
+            .await;
+        let waited = started.elapsed();
+        assert!(reply.is_err_and(|e| e.is_timeout()), "the call timed out");
+        assert!(waited < Duration::from_secs(1), "told in {waited:?}");
+        waited
+    }
+
     /// Reads from `redis` until it has been sent `calls` PINGs in all.
     async fn read_pings(redis: &mut TcpStream, calls: usize, seen: &mut Vec<u8>) {
         let mut chunk = [0u8; 256];
@@ -266,45 +293,22 @@ mod tests {
 
     #[tokio::test]
     async fn each_call_is_told_at_its_own_deadline_and_late_replies_go_to_no_one() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-        let url = format!("redis://{}", listener.local_addr().expect("its address"));
-        let command_timeout = Duration::from_millis(150);
-        let counts = Arc::new(PipelineCounts::default());
-        let wire = Wire::of(&url, Duration::from_secs(1), command_timeout, counts).expect("TCP");
-        let accepted = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
-        let ping = || redis::cmd("PING");
-
+        let (wire, accepted) = wire_to_played_redis().await;
         // Redis reads the call and says nothing: the caller is told at its deadline.
-        let started = Instant::now();
-        let first = wire.send(ping(), started + command_timeout).await;
-        let waited = started.elapsed();
-        assert!(
-            first.is_err_and(|e| e.is_timeout()),
-            "the first call timed out"
-        );
-        assert!(
-            waited >= command_timeout && waited < Duration::from_secs(1),
-            "{waited:?}"
-        );
+        let waited = unanswered_call(&wire).await;
+        assert!(waited >= COMMAND_TIMEOUT, "told early, in {waited:?}");
         let mut redis = accepted.await.expect("accepted").expect("a connection");
         let mut seen = Vec::new();
         read_pings(&mut redis, 1, &mut seen).await;
 
         // A call sent after the first expired has its own deadline, on the same connection,
         // long before the connection itself would be given up (2 s).
-        let started = Instant::now();
-        let second = wire.send(ping(), started + command_timeout).await;
-        let waited = started.elapsed();
-        assert!(
-            second.is_err_and(|e| e.is_timeout()),
-            "the second call timed out"
-        );
-        assert!(waited < Duration::from_secs(1), "told in {waited:?}");
+        unanswered_call(&wire).await;
 
         // Redis answers both at last, then the next call: each reply goes to its own call.
         let third = tokio::spawn(async move {
             let reply = wire
-                .send(ping(), Instant::now() + Duration::from_secs(5))
+                .send(redis::cmd("PING"), Instant::now() + Duration::from_secs(5))
                 .await;
             (reply, wire)
         });
@@ -319,12 +323,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_sent_behind_a_later_deadline_is_still_told_at_its_own() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-        let url = format!("redis://{}", listener.local_addr().expect("its address"));
-        let command_timeout = Duration::from_millis(150);
-        let counts = Arc::new(PipelineCounts::default());
-        let wire = Wire::of(&url, Duration::from_secs(1), command_timeout, counts).expect("TCP");
-        let accepted = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
+        let (wire, accepted) = wire_to_played_redis().await;
         let wire = Arc::new(wire);
         // A call with a distant deadline first (Redis reads it and says nothing)...
         let far = {
@@ -337,16 +336,7 @@ mod tests {
         let mut redis = accepted.await.expect("accepted").expect("a connection");
         read_pings(&mut redis, 1, &mut Vec::new()).await;
         // ...then one with a near one, as a retry of an earlier request sends.
-        let started = Instant::now();
-        let near = wire
-            .send(redis::cmd("PING"), started + command_timeout)
-            .await;
-        let waited = started.elapsed();
-        assert!(
-            near.is_err_and(|e| e.is_timeout()),
-            "the near call timed out"
-        );
-        assert!(waited < Duration::from_secs(1), "told in {waited:?}");
+        unanswered_call(&wire).await;
         assert!(!far.is_finished(), "the distant call still waits");
         far.abort();
     }
