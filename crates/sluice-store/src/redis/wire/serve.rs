@@ -43,6 +43,20 @@ struct Waiting {
     written: Instant,
 }
 
+impl Waiting {
+    /// Tells the caller its deadline passed, if it was not told yet.
+    fn tell_timed_out(&mut self) {
+        if let Some(caller) = self.reply.take() {
+            let _ = caller.send(Err(past_deadline()));
+        }
+    }
+}
+
+/// The sooner of `soonest` so far, if any, and `deadline`.
+fn sooner(soonest: Option<Instant>, deadline: Instant) -> Instant {
+    soonest.map_or(deadline, |soonest| soonest.min(deadline))
+}
+
 /// The connection task's state.
 pub(super) struct Serving {
     stream: TcpStream,
@@ -130,7 +144,7 @@ impl Serving {
             for call in self.unsent.drain(..) {
                 let deadline = Instant::from_std(call.deadline);
                 if deadline < self.latest {
-                    self.straggler = Some(self.straggler.map_or(deadline, |s| s.min(deadline)));
+                    self.straggler = Some(sooner(self.straggler, deadline));
                 } else {
                     self.latest = deadline;
                 }
@@ -275,9 +289,7 @@ impl Serving {
             if call.deadline > now {
                 break;
             }
-            if let Some(caller) = call.reply.take() {
-                let _ = caller.send(Err(past_deadline()));
-            }
+            call.tell_timed_out();
             self.expired += 1;
         }
         if self.straggler.is_none_or(|straggler| straggler > now) {
@@ -285,24 +297,19 @@ impl Serving {
         }
         // Rare: a look at every call not yet told, and the soonest left out of order.
         self.straggler = None;
-        let mut before = None;
+        let mut latest: Option<Instant> = None;
         for call in self.waiting.iter_mut().skip(self.expired) {
             if call.reply.is_none() {
                 continue;
             }
             if call.deadline <= now {
-                if let Some(caller) = call.reply.take() {
-                    let _ = caller.send(Err(past_deadline()));
-                }
+                call.tell_timed_out();
                 continue;
             }
-            if before.is_some_and(|before| call.deadline < before) {
-                let soonest = self
-                    .straggler
-                    .map_or(call.deadline, |s| s.min(call.deadline));
-                self.straggler = Some(soonest);
+            if latest.is_some_and(|latest| call.deadline < latest) {
+                self.straggler = Some(sooner(self.straggler, call.deadline));
             }
-            before = Some(before.map_or(call.deadline, |b: Instant| b.max(call.deadline)));
+            latest = Some(latest.map_or(call.deadline, |latest| latest.max(call.deadline)));
         }
     }
 
