@@ -451,14 +451,41 @@ impl tonic::codec::Decoder for RawBytes {
 
 /// Sends `body` as a ShouldRateLimit request; the status it gets.
 async fn raw_call(sluice: &Sluice, body: Vec<u8>) -> tonic::Status {
+    raw_call_to(
+        sluice,
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        body,
+    )
+    .await
+}
+
+/// Sends `body` to `path`; the status it gets.
+async fn raw_call_to(sluice: &Sluice, path: &'static str, body: Vec<u8>) -> tonic::Status {
     let mut grpc = tonic::client::Grpc::new(sluice.channel().await);
     grpc.ready().await.expect("ready");
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
-        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-    );
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
     grpc.unary(tonic::Request::new(body), path, RawBytes)
         .await
         .expect_err("refused")
+}
+
+/// ShouldRateLimit has a way in of its own, ahead of the router (`server/rls_route.rs`): the
+/// service's other names, and other services' paths, still get the router's answers.
+#[tokio::test]
+async fn paths_beside_should_rate_limit_are_answered_as_grpc_says() {
+    let sluice = server();
+    for path in [
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimitTwice",
+        "/envoy.service.ratelimit.v3.RateLimitService/",
+        "/envoy.service.ratelimit.v2.RateLimitService/ShouldRateLimit",
+        "/no.such.Service/Call",
+    ] {
+        let refused = raw_call_to(&sluice, path, Vec::new()).await;
+        assert_eq!(refused.code(), GrpcCode::Unimplemented, "{path}: {refused}");
+    }
+    // An empty ShouldRateLimit is decided, and refused for its missing domain.
+    let empty = raw_call(&sluice, Vec::new()).await;
+    assert_eq!(empty.code(), GrpcCode::InvalidArgument, "{empty}");
 }
 
 #[tokio::test]

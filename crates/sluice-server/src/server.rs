@@ -8,6 +8,7 @@ mod admin_port;
 mod grpc;
 pub use accept::ConnectionLimits;
 mod http_serve;
+mod rls_route;
 mod status_codes;
 mod stores;
 use stores::{Served, Stores};

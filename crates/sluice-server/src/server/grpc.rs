@@ -12,6 +12,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use super::accept::{self, Accepting};
+use super::rls_route::RlsFirstLayer;
 use super::{status_codes, ServerError, TlsConfig};
 use crate::http::Readiness;
 use crate::kuadrant::KuadrantService;
@@ -81,6 +82,9 @@ pub fn serve(
         .layer(tower::util::MapResponseLayer::new(
             status_codes::caller_faults::<tonic::body::Body>,
         ))
+        .layer(RlsFirstLayer::new(RateLimitServiceServer::from_arc(
+            services.limiter.clone(),
+        )))
         .add_service(health_service)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
