@@ -233,19 +233,22 @@ impl<S: Store> RateLimitService for RateLimiter<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
-        let span = self.limiter.options().tracing.and_then(|ratio| {
-            spans::request_span(request.metadata().as_ref(), request.get_ref(), ratio)
-        });
+        // The headers and extensions go before the store is waited on: only the message is
+        // read after it, and what a call frees while it is still in the cache costs less.
+        let (metadata, extensions, request) = request.into_parts();
+        let span = self
+            .limiter
+            .options()
+            .tracing
+            .and_then(|ratio| spans::request_span(metadata.as_ref(), &request, ratio));
+        drop((metadata, extensions));
         let response = match span {
             Some(span) => {
-                let response = self
-                    .decide(request.get_ref())
-                    .instrument(span.clone())
-                    .await;
-                spans::record_answer(&span, request.get_ref(), response.as_ref());
+                let response = self.decide(&request).instrument(span.clone()).await;
+                spans::record_answer(&span, &request, response.as_ref());
                 response
             }
-            None => self.decide(request.get_ref()).await,
+            None => self.decide(&request).await,
         };
         self.metrics.record_request(started.elapsed().as_secs_f64());
         response.map(Response::new).map_err(status_of)
