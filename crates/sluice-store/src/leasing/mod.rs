@@ -444,7 +444,10 @@ impl<S: Store + AdminStore> Store for WithLeasing<S> {
         if charging != Charging::AllOrNothing || !leased {
             return self.shared.inner.charge(hits, charging).await;
         }
-        self.shared.charge_leased(hits).await
+        // Boxed: its future (the waits for a take, the give-backs, the store call) is five
+        // times the store call's, and every call on the store, leased or not, would carry it,
+        // copy it and write it to memory of its own.
+        Box::pin(self.shared.charge_leased(hits)).await
     }
 
     async fn healthy(&self) -> bool {
