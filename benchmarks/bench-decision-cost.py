@@ -25,6 +25,10 @@ in, taken round by round, and their medians. Rows:
 - three descriptors on fixed windows (sluice's plain counter call, as one descriptor's; the
   reference beside), and one descriptor on a token bucket (sluice's general call).
 
+In a round, the rows a ratio compares run one after the other where they can (sluice's memory
+row between the floor and its Redis row): the machine's busy spells last minutes, and rows
+far apart in a round saw different machines.
+
 `--instructions` runs each process under `valgrind --tool=callgrind` instead and prints the
 instructions of one call, the difference between 6,000 and 2,000 calls over 4,000 (repeatable
 on a noisy machine): the servers on memory, and Redis under each server's decisions.
@@ -76,25 +80,27 @@ TOKEN = ("tb=one",)
 
 def rows():
     """(row, request) in the order they run in each round."""
-    found = [
-        (baseline_row("bare tonic server (the floor)"), ONE),
-        (sluice_row("sluice, memory", CONFIG), ONE),
-        # Who is being limited, off: what tracking heavy hitters costs a call.
-        (sluice_row("sluice, memory, heavy hitters off", CONFIG,
-                    extra=["--heavy-hitters-capacity", "0"]), ONE),
-    ]
     limitador = os.environ.get("LIMITADOR_BIN")
     reference = os.environ.get("REFERENCE_BIN")
+    found = []
     if limitador:
         found.append((limitador_row("Limitador, memory", limitador, limitador_limits,
                                     ["memory"]), ONE))
+    found += [
+        (baseline_row("bare tonic server (the floor)"), ONE),
+        (sluice_row("sluice, memory", CONFIG), ONE),
+        (sluice_row("sluice, Redis, fixed window", CONFIG, REDIS_PORT), ONE),
+        # Who is being limited, off: what tracking heavy hitters costs a call.
+        (sluice_row("sluice, memory, heavy hitters off", CONFIG,
+                    extra=["--heavy-hitters-capacity", "0"]), ONE),
+        (sluice_row("sluice, Redis, fixed window, heavy hitters off", CONFIG, REDIS_PORT,
+                    extra=["--heavy-hitters-capacity", "0"]), ONE),
+    ]
+    if limitador:
         # sluice in Limitador's place: its command line and limits file, the same request.
         found.append((limitador_row("sluice as limitador-server, memory",
                                     sluice_as_limitador(LINKS), limitador_limits,
                                     ["memory"], cel=True), ONE))
-    found.append((sluice_row("sluice, Redis, fixed window", CONFIG, REDIS_PORT), ONE))
-    found.append((sluice_row("sluice, Redis, fixed window, heavy hitters off", CONFIG, REDIS_PORT,
-                             extra=["--heavy-hitters-capacity", "0"]), ONE))
     if reference:
         found.append((reference_row("envoyproxy/ratelimit, Redis, fixed window", reference,
                                     REFERENCE_CONFIG, REDIS_PORT), ONE))
