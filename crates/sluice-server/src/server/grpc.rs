@@ -74,6 +74,9 @@ pub fn serve(
         None => None,
     };
     let network = settings.ports.network;
+    // One service for both ways in: `ShouldRateLimit` ahead of the router, and the router's
+    // route for the service's other names.
+    let rls = RateLimitServiceServer::from_arc(services.limiter);
     let server = Server::builder()
         .http2_keepalive_interval(Some(network.grpc_keepalive_interval))
         .http2_keepalive_timeout(Some(network.grpc_keepalive_timeout))
@@ -82,14 +85,12 @@ pub fn serve(
         .layer(tower::util::MapResponseLayer::new(
             status_codes::caller_faults::<tonic::body::Body>,
         ))
-        .layer(RlsFirstLayer::new(RateLimitServiceServer::from_arc(
-            services.limiter.clone(),
-        )))
+        .layer(RlsFirstLayer::new(rls.clone()))
         .add_service(health_service)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
         .add_service(KuadrantServer::from_arc(services.kuadrant))
-        .add_service(RateLimitServiceServer::from_arc(services.limiter))
+        .add_service(rls)
         .add_service(RateLimitQuotaServiceServer::new(services.quota))
         .serve_with_incoming_shutdown(
             accept::incoming(Accepting::new(listener, network.grpc, "grpc"), tls),

@@ -15,7 +15,7 @@ use tonic::codegen::http::{Request, Response};
 use tower::{Layer, Service};
 
 /// The path of `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
-pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// Puts `rls` ahead of the service it wraps (the router), for `SHOULD_RATE_LIMIT` alone.
 #[derive(Clone)]
