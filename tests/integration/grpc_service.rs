@@ -549,3 +549,109 @@ async fn many_calls_at_once_on_one_connection_each_get_their_own_answer() {
     assert_eq!(admitted_per_value.len(), 100);
     assert!(admitted_per_value.values().all(|&n| n == 3));
 }
+
+/// A call to `ShouldRateLimit` at `addr` by a bare HTTP/2 client that sends the deadline
+/// `grpc_timeout` and does not keep it itself (tonic's client would): the answer's
+/// `grpc-status` and `grpc-message`.
+async fn call_with_deadline(
+    addr: std::net::SocketAddr,
+    ask: RateLimitRequest,
+    grpc_timeout: &str,
+) -> (String, String) {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connected");
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("an HTTP/2 connection");
+    tokio::spawn(connection);
+    let message = prost::Message::encode_to_vec(&ask);
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(message.len()).expect("small").to_be_bytes());
+    frame.extend(message);
+    // A short request of ASCII names is valid UTF-8: a String is a body hyper takes as is.
+    let body = String::from_utf8(frame).expect("an ASCII request");
+    let request = tonic::codegen::http::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .header("grpc-timeout", grpc_timeout)
+    .body(body)
+    .expect("a request");
+    let response = sender.send_request(request).await.expect("an answer");
+    let header = |name: &str| {
+        let value = response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().expect("ASCII"));
+        value.unwrap_or_default().to_string()
+    };
+    (header("grpc-status"), header("grpc-message"))
+}
+
+/// The client's deadline (`grpc-timeout`) is kept by the server: a call still waiting on
+/// Redis then is dropped and answered CANCELLED at that deadline, not at the store's longer
+/// command timeout.
+#[tokio::test]
+async fn a_call_still_waiting_at_its_clients_deadline_is_answered_cancelled_then() {
+    let (redis, sluice) = Sluice::on_own_redis(
+        &[("config.yaml", CONFIG)],
+        &["--redis-command-timeout", "10s"],
+        &[],
+    );
+    let mut client = sluice.client().await;
+    let ask = || request("test", vec![descriptor(&[("counted", "deadline")])]);
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+    redis.signal("STOP");
+    let started = std::time::Instant::now();
+    let (status, message) = call_with_deadline(sluice.grpc_addr, ask(), "300m").await;
+    let waited = started.elapsed();
+    redis.signal("CONT");
+    assert_eq!(
+        status,
+        (GrpcCode::Cancelled as i32).to_string(),
+        "{message}"
+    );
+    assert_eq!(message, "Timeout%20expired");
+    assert!(
+        waited >= std::time::Duration::from_millis(300)
+            && waited < std::time::Duration::from_secs(5),
+        "answered after {waited:?}"
+    );
+    // Redis back, the next call is decided as before.
+    assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
+}
+
+/// A connection's calls are served in its one task (`server/connection.rs`): a call waiting on
+/// Redis holds up none of the calls beside it on the same connection.
+#[tokio::test]
+async fn a_call_waiting_on_redis_holds_up_no_other_call_on_its_connection() {
+    let (redis, sluice) = Sluice::on_own_redis(
+        &[("config.yaml", CONFIG)],
+        &["--redis-command-timeout", "10s"],
+        &[],
+    );
+    let channel = sluice.channel().await;
+    let mut waiting = Client::new(channel.clone());
+    let ask = || request("test", vec![descriptor(&[("counted", "beside")])]);
+    assert_eq!(overall(&call(&mut waiting, ask()).await), Code::Ok);
+    redis.signal("STOP");
+    let held = tokio::spawn(async move { waiting.should_rate_limit(ask()).await });
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    for _ in 0..3 {
+        let check = tonic_health::pb::HealthCheckRequest::default();
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(2), health.check(check));
+        assert!(
+            answered.await.is_ok_and(|answer| answer.is_ok()),
+            "the health check beside the waiting call was answered"
+        );
+    }
+    assert!(!held.is_finished(), "the call on Redis still waits");
+    redis.signal("CONT");
+    let answer = held.await.expect("the held call").expect("answered");
+    assert_eq!(overall(&answer.into_inner()), Code::Ok);
+}

@@ -244,15 +244,22 @@ fn a_slowloris_client_is_closed_at_the_header_read_timeout() {
 }
 
 /// A TCP proxy on a free port that sends each new connection to the next of `backends`
-/// (round robin), as a Kubernetes Service spreads connections; `backends` may grow.
+/// (round robin), as a Kubernetes Service spreads connections; `backends` may grow. Also
+/// how many connections it has taken.
 async fn round_robin_proxy(
     backends: std::sync::Arc<std::sync::Mutex<Vec<std::net::SocketAddr>>>,
-) -> std::net::SocketAddr {
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = taken.clone();
     tokio::spawn(async move {
         let mut next = 0;
         while let Ok((mut inbound, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let backend = {
                 let backends = backends.lock().unwrap();
                 next += 1;
@@ -265,7 +272,7 @@ async fn round_robin_proxy(
             });
         }
     });
-    addr
+    (addr, taken)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,7 +285,7 @@ async fn with_a_max_connection_age_one_client_reaches_replicas_added_later() {
     ];
     let replicas: Vec<Sluice> = (0..3).map(|_| Sluice::start(CONFIG, &args)).collect();
     let backends = std::sync::Arc::new(std::sync::Mutex::new(vec![replicas[0].grpc_addr]));
-    let proxy = round_robin_proxy(backends.clone()).await;
+    let (proxy, _) = round_robin_proxy(backends.clone()).await;
     // One long-lived client, as an Envoy is: it reconnects when told to go away.
     let channel = tonic::transport::Channel::from_shared(format!("http://{proxy}"))
         .unwrap()
@@ -324,6 +331,45 @@ async fn with_a_max_connection_age_one_client_reaches_replicas_added_later() {
         "calls per replica: {served:?}"
     );
     // A call racing a GOAWAY may fail (Envoy retries those): rarely.
+    assert!(
+        failures * 20 <= calls,
+        "{failures} of {calls} calls failed while connections moved"
+    );
+}
+
+/// gRPC's connection age: a connection is told to go away (GOAWAY) at its age, and the client
+/// moves to a new one then, not only when the grace after it runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_is_told_to_go_away_at_its_age_not_at_the_end_of_its_grace() {
+    let args = [
+        "--grpc-max-connection-age",
+        "300ms",
+        "--grpc-max-connection-age-grace",
+        "60s",
+    ];
+    let sluice = Sluice::start(CONFIG, &args);
+    let backends = std::sync::Arc::new(std::sync::Mutex::new(vec![sluice.grpc_addr]));
+    let (proxy, connections) = round_robin_proxy(backends).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{proxy}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    let started = Instant::now();
+    let (mut calls, mut failures) = (0, 0);
+    while started.elapsed() < Duration::from_secs(2) {
+        let ask = request("h", vec![descriptor(&[("plain", "age")])]);
+        failures += usize::from(client.should_rate_limit(ask).await.is_err());
+        calls += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Six ages in 2 s: a client told at each age has opened a few connections by now.
+    let opened = connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        opened >= 3,
+        "{opened} connections in 2 s at an age of 300 ms"
+    );
     assert!(
         failures * 20 <= calls,
         "{failures} of {calls} calls failed while connections moved"

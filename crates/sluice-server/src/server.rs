@@ -5,6 +5,8 @@
 pub(crate) mod accept;
 use accept::Accepting;
 mod admin_port;
+mod connection;
+mod deadline;
 mod grpc;
 pub use accept::ConnectionLimits;
 mod http_serve;
@@ -61,8 +63,6 @@ pub enum ServerError {
     Store(#[from] StoreError),
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    #[error("gRPC server: {0}")]
-    Transport(#[from] tonic::transport::Error),
     #[error("the {0} server stopped by itself")]
     Ended(&'static str),
     #[error("server task: {0}")]
@@ -361,7 +361,7 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
         let mut http = tokio::spawn(http);
         tokio::select! {
             () = self.shutdown => {}
-            ended = &mut grpc => return Err(server_ended("gRPC", ended.map(|r| r.map_err(ServerError::from)))),
+            ended = &mut grpc => return Err(server_ended("gRPC", ended.map(Ok))),
             ended = &mut http => return Err(server_ended("HTTP", ended.map(Ok))),
         }
         reloading.abort();

@@ -240,14 +240,6 @@ impl AsyncWrite for Connection {
     }
 }
 
-impl tonic::transport::server::Connected for Connection {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
 /// A connection of the gRPC port: plaintext, or TLS once its handshake is done.
 pub enum GrpcConnection {
     Plain(Connection),
@@ -312,18 +304,7 @@ impl AsyncWrite for GrpcConnection {
     }
 }
 
-impl tonic::transport::server::Connected for GrpcConnection {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        match self {
-            GrpcConnection::Plain(c) => c.connect_info(),
-            GrpcConnection::Tls(c) => c.get_ref().0.connect_info(),
-        }
-    }
-}
-
-/// The connections of `accepting`, as the stream tonic serves: plaintext, or, with `tls`,
+/// The connections of `accepting`, as the gRPC port serves them: plaintext, or, with `tls`,
 /// each TLS handshake in a task of its own (a slow client never holds the accept loop),
 /// within the handshake timeout; a failed handshake is dropped.
 pub fn incoming(

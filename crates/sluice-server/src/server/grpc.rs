@@ -1,17 +1,26 @@
 //! The gRPC port: the RLS and RLQS services, Kuadrant's protocol, the standard health service
 //! (kept in step with readiness), reflection, keepalives and connection ages, TLS when
-//! configured.
+//! configured; each connection served in a task of its own (`connection`).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures_util::{Stream, StreamExt};
+use hyper::body::Incoming;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::Server;
+use tonic::body::Body;
+use tonic::codegen::http::{Request, Response};
+use tonic::service::Routes;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
+use tower::ServiceBuilder;
 
-use super::accept::{self, Accepting};
+use super::accept::{self, Accepting, GrpcConnection};
+use super::connection::{self, Lifetime};
+use super::deadline::DeadlineLayer;
 use super::rls_route::RlsFirstLayer;
 use super::{status_codes, ServerError, TlsConfig};
 use crate::http::Readiness;
@@ -42,19 +51,14 @@ pub struct Services {
 }
 
 /// The gRPC server on `listener` until `shutdown` completes, and the health reporter that
-/// drain sets NOT_SERVING through.
+/// drain sets NOT_SERVING through. Once `shutdown` completes, the listener is closed, every
+/// connection is told to go away, and the server's future ends when the last one has closed.
 pub fn serve(
     settings: &Settings,
     listener: TcpListener,
     services: Services,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<
-    (
-        impl Future<Output = Result<(), tonic::transport::Error>> + Send + 'static,
-        HealthReporter,
-    ),
-    ServerError,
-> {
+) -> Result<(impl Future<Output = ()> + Send + 'static, HealthReporter), ServerError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(mirror_health(
         services.readiness.subscribe(),
@@ -77,26 +81,73 @@ pub fn serve(
     // One service for both ways in: `ShouldRateLimit` ahead of the router, and the router's
     // route for the service's other names.
     let rls = RateLimitServiceServer::from_arc(services.limiter);
-    let server = Server::builder()
-        .http2_keepalive_interval(Some(network.grpc_keepalive_interval))
-        .http2_keepalive_timeout(Some(network.grpc_keepalive_timeout))
-        .max_connection_age(network.grpc_max_connection_age)
-        .max_connection_age_grace(network.grpc_max_connection_age_grace)
-        .layer(tower::util::MapResponseLayer::new(
-            status_codes::caller_faults::<tonic::body::Body>,
-        ))
-        .layer(RlsFirstLayer::new(rls.clone()))
-        .add_service(health_service)
+    let routes = Routes::new(health_service)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
         .add_service(KuadrantServer::from_arc(services.kuadrant))
-        .add_service(rls)
+        .add_service(rls.clone())
         .add_service(RateLimitQuotaServiceServer::new(services.quota))
-        .serve_with_incoming_shutdown(
-            accept::incoming(Accepting::new(listener, network.grpc, "grpc"), tls),
-            shutdown,
-        );
-    Ok((server, health))
+        .prepare();
+    let service = ServiceBuilder::new()
+        .map_request(|request: Request<Incoming>| request.map(Body::new))
+        .layer(DeadlineLayer)
+        .map_response(status_codes::caller_faults::<Body>)
+        .layer(RlsFirstLayer::new(rls))
+        .service(routes);
+    let lifetime = Lifetime {
+        keepalive_interval: network.grpc_keepalive_interval,
+        keepalive_timeout: network.grpc_keepalive_timeout,
+        max_age: network.grpc_max_connection_age,
+        max_age_grace: network.grpc_max_connection_age_grace,
+    };
+    let incoming = accept::incoming(Accepting::new(listener, network.grpc, "grpc"), tls);
+    Ok((accept_loop(incoming, service, lifetime, shutdown), health))
+}
+
+/// Serves each connection `incoming` yields with `service`, each in a task of its own, until
+/// `shutdown` completes; then tells them to go away and waits until they have closed.
+async fn accept_loop<S>(
+    incoming: impl Stream<Item = std::io::Result<GrpcConnection>>,
+    service: S,
+    lifetime: Lifetime,
+    shutdown: impl Future<Output = ()>,
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let (drain, draining) = watch::channel(());
+    {
+        let mut incoming = std::pin::pin!(incoming);
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = incoming.next() => accepted,
+            };
+            let connection = match accepted {
+                Some(Ok(connection)) => connection,
+                Some(Err(error)) => {
+                    tracing::debug!(%error, "a gRPC connection was not accepted");
+                    continue;
+                }
+                None => break,
+            };
+            let service = TowerToHyperService::new(service.clone());
+            tokio::spawn(connection::serve(
+                connection,
+                service,
+                lifetime,
+                draining.clone(),
+            ));
+        }
+        // The listener closes here: no connection is accepted while the others drain.
+    }
+    drop(draining);
+    let _ = drain.send(());
+    drain.closed().await;
 }
 
 /// Keeps the gRPC health status in step with `serving`, until the server is gone.
