@@ -14,10 +14,11 @@
 //! already did). A client that needs more than a core's worth of calls opens more connections,
 //! as Envoy does (one a worker thread).
 //!
-//! The connection also closes gracefully at its maximum age (then, after the grace, at once),
-//! and when the server drains.
+//! A call that panics ends alone, as a task of its own would. The connection is told to go
+//! away at its maximum age (closed at once after the grace), and when the server drains.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -53,8 +54,21 @@ impl CallsHere {
 }
 
 impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for CallsHere {
+    /// Keeps `call` for the connection's task, so that a call that panics ends alone (its
+    /// stream is reset), as a task of its own would, and not with its connection's calls.
     fn execute(&self, call: F) {
-        self.started().push(Box::pin(call));
+        let contained = async move {
+            let mut call = std::pin::pin!(call);
+            std::future::poll_fn(move |cx| {
+                let polled = std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx)));
+                polled.unwrap_or_else(|_| {
+                    tracing::error!("a gRPC call panicked: its stream is reset");
+                    Poll::Ready(())
+                })
+            })
+            .await
+        };
+        self.started().push(Box::pin(contained));
     }
 }
 
@@ -275,5 +289,22 @@ mod tests {
         }
         served.await.expect("served");
         assert_eq!(done.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_panics_ends_alone_and_the_others_go_on() {
+        let executor = CallsHere::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        executor.execute(async { panic!("a call's bug") });
+        let counted = done.clone();
+        executor.execute(async move {
+            tokio::task::yield_now().await;
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        let connection = std::future::ready(());
+        tokio::spawn(WithCalls::new(connection, executor))
+            .await
+            .expect("the connection's task ended without a panic");
+        assert_eq!(done.load(Ordering::SeqCst), 1);
     }
 }
