@@ -593,16 +593,18 @@ async fn call_with_deadline(
     (header("grpc-status"), header("grpc-message"))
 }
 
+/// A sluice on a Redis of its own that waits 10 s on Redis before it gives a call up.
+fn on_redis_slow_to_fail() -> (crate::support::redis::RedisServer, Sluice) {
+    let args = ["--redis-command-timeout", "10s"];
+    Sluice::on_own_redis(&[("config.yaml", CONFIG)], &args, &[])
+}
+
 /// The client's deadline (`grpc-timeout`) is kept by the server: a call still waiting on
 /// Redis then is dropped and answered CANCELLED at that deadline, not at the store's longer
 /// command timeout.
 #[tokio::test]
 async fn a_call_still_waiting_at_its_clients_deadline_is_answered_cancelled_then() {
-    let (redis, sluice) = Sluice::on_own_redis(
-        &[("config.yaml", CONFIG)],
-        &["--redis-command-timeout", "10s"],
-        &[],
-    );
+    let (redis, sluice) = on_redis_slow_to_fail();
     let mut client = sluice.client().await;
     let ask = || request("test", vec![descriptor(&[("counted", "deadline")])]);
     assert_eq!(overall(&call(&mut client, ask()).await), Code::Ok);
@@ -630,11 +632,7 @@ async fn a_call_still_waiting_at_its_clients_deadline_is_answered_cancelled_then
 /// Redis holds up none of the calls beside it on the same connection.
 #[tokio::test]
 async fn a_call_waiting_on_redis_holds_up_no_other_call_on_its_connection() {
-    let (redis, sluice) = Sluice::on_own_redis(
-        &[("config.yaml", CONFIG)],
-        &["--redis-command-timeout", "10s"],
-        &[],
-    );
+    let (redis, sluice) = on_redis_slow_to_fail();
     let channel = sluice.channel().await;
     let mut waiting = Client::new(channel.clone());
     let ask = || request("test", vec![descriptor(&[("counted", "beside")])]);

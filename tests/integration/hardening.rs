@@ -275,6 +275,20 @@ async fn round_robin_proxy(
     (addr, taken)
 }
 
+/// A client on one channel through `round_robin_proxy` to `backends`, and how many
+/// connections the proxy has taken.
+async fn client_through_proxy(
+    backends: std::sync::Arc<std::sync::Mutex<Vec<std::net::SocketAddr>>>,
+) -> (Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let (proxy, connections) = round_robin_proxy(backends).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{proxy}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (Client::new(channel), connections)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_max_connection_age_one_client_reaches_replicas_added_later() {
     let args = [
@@ -285,14 +299,8 @@ async fn with_a_max_connection_age_one_client_reaches_replicas_added_later() {
     ];
     let replicas: Vec<Sluice> = (0..3).map(|_| Sluice::start(CONFIG, &args)).collect();
     let backends = std::sync::Arc::new(std::sync::Mutex::new(vec![replicas[0].grpc_addr]));
-    let (proxy, _) = round_robin_proxy(backends.clone()).await;
     // One long-lived client, as an Envoy is: it reconnects when told to go away.
-    let channel = tonic::transport::Channel::from_shared(format!("http://{proxy}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    let (mut client, _) = client_through_proxy(backends.clone()).await;
     call_one(&mut client, "h", &[("plain", "age")]).await;
     // The autoscaler adds two replicas.
     backends
@@ -349,13 +357,7 @@ async fn a_connection_is_told_to_go_away_at_its_age_not_at_the_end_of_its_grace(
     ];
     let sluice = Sluice::start(CONFIG, &args);
     let backends = std::sync::Arc::new(std::sync::Mutex::new(vec![sluice.grpc_addr]));
-    let (proxy, connections) = round_robin_proxy(backends).await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{proxy}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+    let (mut client, connections) = client_through_proxy(backends).await;
     let started = Instant::now();
     let (mut calls, mut failures) = (0, 0);
     while started.elapsed() < Duration::from_secs(2) {
