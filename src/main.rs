@@ -225,8 +225,10 @@ fn limitador_server() -> ExitCode {
 /// when a Redis reply hands out the answers of calls from many gRPC connections, each answer
 /// then wakes its connection's task straight away and goes out in a write of its own. Without
 /// it, each connection writes the answers of one reply together (0.37 against 0.11 `writev`s
-/// a call, and about 15% less CPU a call on Redis; BENCHMARKS.md). The switch is in tokio's
-/// unstable API, which `.cargo/config.toml` turns on; a build without it keeps the slot.
+/// a call, and about 15% less CPU a call on Redis; BENCHMARKS.md). Those figures predate each
+/// connection's calls running in its own task (`server/connection.rs`), since when the slot
+/// measures the same within noise (docs/architecture.md). The switch is in tokio's unstable
+/// API, which `.cargo/config.toml` turns on; a build without it keeps the slot.
 fn serving_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
