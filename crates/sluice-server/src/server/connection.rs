@@ -34,7 +34,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 /// How many times in a row one poll goes round again for calls woken meanwhile before it lets
-/// the worker run other tasks.
+/// the worker run other tasks (sooner when the runtime's budget for the turn runs out).
 const ROUNDS_A_POLL: usize = 16;
 
 /// A call of the connection, as hyper hands it over.
@@ -160,6 +160,11 @@ where
                     }
                 }
                 return Poll::Pending;
+            }
+            // Out of the runtime's budget for this turn, what was woken would only be told to
+            // wait for the next: that turn comes after the other tasks'.
+            if !tokio::task::coop::has_budget_remaining() {
+                break;
             }
         }
         // Still busy: other tasks get their turn first.
