@@ -208,30 +208,26 @@ where
     let mut served = WithCalls::new(connection, executor);
     let age = tokio::time::sleep(lifetime.max_age);
     let mut age = std::pin::pin!(age);
-    let mut going_away = false;
-    loop {
-        tokio::select! {
-            ended = &mut served => {
-                if let Err(error) = ended {
-                    tracing::debug!(%error, "gRPC connection ended with an error");
-                }
-                return;
-            }
-            () = &mut age => {
-                if going_away {
-                    tracing::debug!("gRPC connection closed at the end of its age's grace");
-                    return;
-                }
-                served.connection().graceful_shutdown();
-                going_away = true;
-                age.as_mut().reset(tokio::time::Instant::now() + lifetime.max_age_grace);
-            }
-            _ = drain.changed(), if !going_away => {
-                served.connection().graceful_shutdown();
-                going_away = true;
-                age.as_mut().reset(tokio::time::Instant::now() + lifetime.max_age_grace);
-            }
-        }
+    // Served until the client closes, or until it is told to go away...
+    tokio::select! {
+        ended = &mut served => return report_end(ended),
+        () = &mut age => {}
+        _ = drain.changed() => {}
+    }
+    served.connection().graceful_shutdown();
+    // ...then until its calls are answered, or at most the grace.
+    age.as_mut()
+        .reset(tokio::time::Instant::now() + lifetime.max_age_grace);
+    tokio::select! {
+        ended = &mut served => report_end(ended),
+        () = &mut age => tracing::debug!("gRPC connection closed at the end of its grace"),
+    }
+}
+
+/// Logs how a connection ended, when it ended with an error.
+fn report_end(ended: Result<(), hyper::Error>) {
+    if let Err(error) = ended {
+        tracing::debug!(%error, "gRPC connection ended with an error");
     }
 }
 

@@ -56,8 +56,7 @@ where
         match deadline {
             None => Either::Left(call),
             Some(deadline) => {
-                let past_it: fn(Result<Answered, Elapsed>) -> Answered = past_deadline;
-                Either::Right(tokio::time::timeout(deadline, call).map(past_it))
+                Either::Right(tokio::time::timeout(deadline, call).map(past_deadline as fn(_) -> _))
             }
         }
     }
