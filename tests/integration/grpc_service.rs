@@ -653,3 +653,40 @@ async fn a_call_waiting_on_redis_holds_up_no_other_call_on_its_connection() {
     let answer = held.await.expect("the held call").expect("answered");
     assert_eq!(overall(&answer.into_inner()), Code::Ok);
 }
+
+/// The gRPC port's connections are spread over its serving threads (`--grpc-threads`), the next
+/// to the thread with the fewest open; each thread calls Redis on a connection of its own, and
+/// the threads stop, with those connections, when the server does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_spread_over_the_serving_threads_each_calling_redis_on_its_own() {
+    let files = [("config.yaml", CONFIG)];
+    let (redis, mut sluice) = Sluice::on_own_redis(&files, &["--grpc-threads", "3"], &[]);
+    // The connections to Redis that request calls went out on.
+    let calling = || {
+        let clients = redis.cli(&["CLIENT", "LIST"]);
+        let count = clients.lines().filter(|c| c.contains("cmd=fcall")).count();
+        (count, clients)
+    };
+    let mut clients = Vec::new();
+    for i in 0..4 {
+        let mut client = sluice.client().await;
+        let value = format!("thread{i}");
+        let answer = call_one(&mut client, "test", &[("counted", &value)]).await;
+        assert_eq!(overall(&answer), Code::Ok);
+        clients.push(client);
+    }
+    // One connection to Redis a thread: the fourth gRPC connection went to a thread with one.
+    let (count, list) = calling();
+    assert_eq!(count, 3, "{list}");
+    drop(clients);
+    assert_eq!(sluice.terminate(), Some(0));
+    let started = std::time::Instant::now();
+    while calling().0 > 0 && started.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (count, list) = calling();
+    assert_eq!(
+        count, 0,
+        "the threads' connections closed with them: {list}"
+    );
+}

@@ -11,6 +11,7 @@ mod grpc;
 pub use accept::ConnectionLimits;
 mod http_serve;
 mod rls_route;
+mod serving_threads;
 mod status_codes;
 mod stores;
 use stores::{Served, Stores};
@@ -63,6 +64,8 @@ pub enum ServerError {
     Store(#[from] StoreError),
     #[error("gRPC reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("starting the gRPC port's serving threads: {0}")]
+    ServingThreads(std::io::Error),
     #[error("the {0} server stopped by itself")]
     Ended(&'static str),
     #[error("server task: {0}")]

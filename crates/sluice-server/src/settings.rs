@@ -232,6 +232,19 @@ mod tests {
         assert!(long.is_err(), "a hold past a minute");
     }
 
+    #[test]
+    fn the_grpc_port_has_the_threads_asked_for_and_one_a_cpu_by_default() {
+        let asked = settings(&["--grpc-threads", "3"]).expect("valid");
+        assert_eq!(asked.ports.network.grpc_threads, 3);
+        // 0, the default: one a CPU, or tokio's own variable when it is set.
+        let default = settings(&["--grpc-threads", "0"]).expect("valid");
+        let cpus = std::env::var("TOKIO_WORKER_THREADS")
+            .ok()
+            .and_then(|threads| threads.parse().ok())
+            .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()));
+        assert_eq!(Some(default.ports.network.grpc_threads), cpus);
+    }
+
     /// Every variable envoyproxy/ratelimit reads (its `src/settings/settings.go`, 2026).
     const REFERENCE_VARIABLES: &str = "BACKEND_TYPE CACHE_KEY_PREFIX CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS \
         CONFIG_GRPC_XDS_CLIENT_TLS_CERT CONFIG_GRPC_XDS_CLIENT_TLS_KEY CONFIG_GRPC_XDS_NODE_ID \

@@ -1,9 +1,10 @@
 //! Where limit state lives: the `Store` trait the service calls, the key layout (`key`), and
 //! the embedded in-memory store (`memory`), the Redis store (`redis`), the local over-limit
 //! cache that can sit in front of a remote store (`local_cache`), budget leasing in front of
-//! it (`leasing`), limits held across regions in front of that (`regions`), the answer when it fails (`on_failure`, with a replica's own share of its
-//! limits: `local_share`), the one store value the server serves with
-//! (`any`), and what the admin API asks of them (`admin`).
+//! it (`leasing`), limits held across regions in front of that (`regions`), the answer when
+//! it fails (`on_failure`, with a replica's own share of its limits: `local_share`), the one
+//! store value the server serves with (`any`), what the admin API asks of them (`admin`), and
+//! which serving thread a call runs on (`lane`).
 
 // The async body of `AnyStore::charge` (Redis Cluster's futures inside) is deeper than the
 // compiler's default layout query depth.
@@ -12,6 +13,7 @@
 pub mod admin;
 pub mod any;
 pub mod key;
+pub mod lane;
 pub mod leasing;
 pub mod local_cache;
 pub mod local_share;

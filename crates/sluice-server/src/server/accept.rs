@@ -129,6 +129,16 @@ impl Connection {
         }
     }
 
+    /// The connection taken off the runtime that accepted it, to be served on another
+    /// (`Detached::attach`): its socket, its place on the port and its handshake deadline.
+    pub fn detach(self) -> io::Result<Detached> {
+        Ok(Detached {
+            stream: self.stream.into_std()?,
+            place: self._place,
+            handshake_by: self.handshake.as_ref().map(|sleep| sleep.deadline()),
+        })
+    }
+
     /// Puts a write off once, behind the tasks already waiting to run, so that one system
     /// call carries the answers of every call that finishes meanwhile (`Gathering`).
     fn gather_writes(&mut self, cx: &mut Context<'_>, bytes: usize) -> Poll<()> {
@@ -137,6 +147,28 @@ impl Connection {
             return Poll::Pending;
         }
         Poll::Ready(())
+    }
+}
+
+/// An accepted connection between two runtimes.
+pub struct Detached {
+    stream: std::net::TcpStream,
+    place: OwnedSemaphorePermit,
+    handshake_by: Option<tokio::time::Instant>,
+}
+
+impl Detached {
+    /// The connection again, on the current thread's runtime (whose reactor then tells its
+    /// task when the socket is ready).
+    pub fn attach(self) -> io::Result<Connection> {
+        Ok(Connection {
+            stream: TcpStream::from_std(self.stream)?,
+            _place: self.place,
+            handshake: self
+                .handshake_by
+                .map(|deadline| Box::pin(tokio::time::sleep_until(deadline))),
+            gathering: Gathering::default(),
+        })
     }
 }
 
@@ -304,52 +336,6 @@ impl AsyncWrite for GrpcConnection {
     }
 }
 
-/// The connections of `accepting`, as the gRPC port serves them: plaintext, or, with `tls`,
-/// each TLS handshake in a task of its own (a slow client never holds the accept loop),
-/// within the handshake timeout; a failed handshake is dropped.
-pub fn incoming(
-    accepting: Accepting,
-    tls: Option<Arc<crate::server::TlsConfig>>,
-) -> impl futures_util::Stream<Item = io::Result<GrpcConnection>> + Send + 'static {
-    use futures_util::future::Either;
-    let Some(tls) = tls else {
-        return Either::Left(futures_util::stream::unfold(
-            accepting,
-            |accepting| async move {
-                let (connection, _) = accepting.accept().await;
-                Some((Ok(GrpcConnection::Plain(connection)), accepting))
-            },
-        ));
-    };
-    let (done, handshaken) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let (connection, addr) = tokio::select! {
-                accepted = accepting.accept() => accepted,
-                () = done.closed() => return,
-            };
-            let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
-            let (done, limit) = (done.clone(), accepting.handshake_timeout);
-            tokio::spawn(async move {
-                match tokio::time::timeout(limit, acceptor.accept(connection)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = done.send(Ok(GrpcConnection::Tls(Box::new(stream)))).await;
-                    }
-                    Ok(Err(error)) => tracing::debug!(%addr, %error, "TLS handshake refused"),
-                    Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    Either::Right(futures_util::stream::unfold(
-        handshaken,
-        |mut handshaken| async move {
-            let connection = handshaken.recv().await?;
-            Some((connection, handshaken))
-        },
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,21 +363,53 @@ mod tests {
         assert_eq!(waited, 2);
     }
 
-    #[tokio::test]
-    async fn a_write_put_off_reaches_the_peer() {
+    /// A port of one place, its connection accepted, and the peer on the other end.
+    async fn one_accepted() -> (Accepting, Connection, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut peer = TcpStream::connect(listener.local_addr().unwrap())
+        let peer = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
-        let accepting = Accepting::new(
-            listener,
-            ConnectionLimits {
-                max_connections: 1,
-                handshake_timeout: Duration::from_secs(5),
-            },
-            "test",
-        );
-        let (mut connection, _) = accepting.accept().await;
+        let limits = ConnectionLimits {
+            max_connections: 1,
+            handshake_timeout: Duration::from_secs(5),
+        };
+        let accepting = Accepting::new(listener, limits, "test");
+        let (connection, _) = accepting.accept().await;
+        (accepting, connection, peer)
+    }
+
+    #[tokio::test]
+    async fn a_connection_detached_is_served_on_another_runtime_and_keeps_its_place() {
+        let (accepting, connection, mut peer) = one_accepted().await;
+        let detached = connection.detach().unwrap();
+        // Another thread's runtime answers on it; the port's one place stays taken meanwhile.
+        let served = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let mut connection = detached.attach().unwrap();
+                let mut asked = [0u8; 3];
+                connection.read_exact(&mut asked).await.unwrap();
+                connection.write_all(b"pong").await.unwrap();
+                connection.flush().await.unwrap();
+                asked
+            })
+        });
+        assert_eq!(accepting.permits.available_permits(), 0);
+        peer.write_all(b"hey").await.unwrap();
+        let mut answer = [0u8; 4];
+        peer.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"pong");
+        assert_eq!(&served.join().unwrap(), b"hey");
+        // Closed on the other runtime: its place is given back.
+        assert_eq!(accepting.permits.available_permits(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_write_put_off_reaches_the_peer() {
+        let (_accepting, mut connection, mut peer) = one_accepted().await;
         // Waiting pays for the first writes (each grows): every one is put off, none is lost.
         connection.gathering.pays = true;
         for round in 0..3u8 {

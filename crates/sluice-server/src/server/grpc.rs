@@ -1,27 +1,26 @@
 //! The gRPC port: the RLS and RLQS services, Kuadrant's protocol, the standard health service
 //! (kept in step with readiness), reflection, keepalives and connection ages, TLS when
-//! configured; each connection served in a task of its own (`connection`).
+//! configured; each connection accepted here and served in a task of its own (`connection`)
+//! on one of the serving threads (`serving_threads`).
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
-use futures_util::{Stream, StreamExt};
 use hyper::body::Incoming;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::body::Body;
-use tonic::codegen::http::{Request, Response};
+use tonic::codegen::http::Request;
 use tonic::service::Routes;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 use tower::ServiceBuilder;
 
-use super::accept::{self, Accepting, GrpcConnection};
-use super::connection::{self, Lifetime};
+use super::accept::Accepting;
+use super::connection::Lifetime;
 use super::deadline::DeadlineLayer;
 use super::rls_route::RlsFirstLayer;
+use super::serving_threads::{Serving, ServingThreads};
 use super::{status_codes, ServerError, TlsConfig};
 use crate::http::Readiness;
 use crate::kuadrant::KuadrantService;
@@ -100,53 +99,46 @@ pub fn serve(
         max_age: network.grpc_max_connection_age,
         max_age_grace: network.grpc_max_connection_age_grace,
     };
-    let incoming = accept::incoming(Accepting::new(listener, network.grpc, "grpc"), tls);
-    Ok((accept_loop(incoming, service, lifetime, shutdown), health))
+    let (drain, draining) = watch::channel(());
+    let serving = Serving {
+        service,
+        lifetime,
+        tls,
+        handshake_timeout: network.grpc.handshake_timeout,
+        draining,
+    };
+    let threads = ServingThreads::start(network.grpc_threads, serving)
+        .map_err(ServerError::ServingThreads)?;
+    let accepting = Accepting::new(listener, network.grpc, "grpc");
+    Ok((accept_loop(accepting, threads, drain, shutdown), health))
 }
 
-/// Serves each connection `incoming` yields with `service`, each in a task of its own, until
-/// `shutdown` completes; then tells them to go away and waits until they have closed.
-async fn accept_loop<S>(
-    incoming: impl Stream<Item = std::io::Result<GrpcConnection>>,
-    service: S,
-    lifetime: Lifetime,
+/// Hands each connection `accepting` takes to a serving thread until `shutdown` completes;
+/// then tells the connections to go away (through `drain`), and ends once they have closed
+/// and the threads have stopped.
+async fn accept_loop(
+    accepting: Accepting,
+    mut threads: ServingThreads,
+    drain: watch::Sender<()>,
     shutdown: impl Future<Output = ()>,
-) where
-    S: tower::Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let (drain, draining) = watch::channel(());
+) {
     {
-        let mut incoming = std::pin::pin!(incoming);
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let accepted = tokio::select! {
+            let (connection, peer) = tokio::select! {
                 () = &mut shutdown => break,
-                accepted = incoming.next() => accepted,
+                accepted = accepting.accept() => accepted,
             };
-            let connection = match accepted {
-                Some(Ok(connection)) => connection,
-                Some(Err(error)) => {
-                    tracing::debug!(%error, "a gRPC connection was not accepted");
-                    continue;
-                }
-                None => break,
-            };
-            let service = TowerToHyperService::new(service.clone());
-            tokio::spawn(connection::serve(
-                connection,
-                service,
-                lifetime,
-                draining.clone(),
-            ));
+            match connection.detach() {
+                Ok(connection) => threads.hand_over(connection, peer),
+                Err(error) => tracing::debug!(%peer, %error, "a gRPC connection was not accepted"),
+            }
         }
         // The listener closes here: no connection is accepted while the others drain.
+        drop(accepting);
     }
-    drop(draining);
     let _ = drain.send(());
+    threads.stop().await;
     drain.closed().await;
 }
 

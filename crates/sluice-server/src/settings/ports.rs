@@ -88,6 +88,10 @@ pub struct PortsArgs {
     /// ...and closed this long after that.
     #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = duration::parse)]
     pub grpc_max_connection_age_grace: Duration,
+    /// Threads serving the gRPC port's connections, each a connection at a time to the next
+    /// least busy; 0: one a CPU available to the process (`TOKIO_WORKER_THREADS` when set).
+    #[arg(long, env = "SLUICE_GRPC_THREADS", default_value_t = 0)]
+    pub grpc_threads: usize,
     /// On SIGTERM, time between reporting NOT_SERVING and closing the ports (so load
     /// balancers stop sending traffic first).
     #[arg(long, env = "SLUICE_SHUTDOWN_DRAIN_DELAY", default_value = "0s", value_parser = duration::parse)]
@@ -133,6 +137,8 @@ pub struct NetworkSettings {
     pub grpc_keepalive_timeout: Duration,
     pub grpc_max_connection_age: Duration,
     pub grpc_max_connection_age_grace: Duration,
+    /// Threads serving the gRPC port's connections (at least one).
+    pub grpc_threads: usize,
 }
 
 /// The ports, validated.
@@ -250,8 +256,23 @@ impl PortsArgs {
             grpc_keepalive_timeout: self.grpc_keepalive_timeout,
             grpc_max_connection_age: self.grpc_max_connection_age,
             grpc_max_connection_age_grace: self.grpc_max_connection_age_grace,
+            grpc_threads: match self.grpc_threads {
+                0 => default_threads(),
+                threads => threads,
+            },
         })
     }
+}
+
+/// One thread a CPU the process may use, as tokio's runtime counts its workers
+/// (`TOKIO_WORKER_THREADS` when set to a number).
+fn default_threads() -> usize {
+    std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .and_then(|threads| threads.trim().parse::<usize>().ok())
+        .filter(|threads| *threads > 0)
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1)
 }
 
 /// `explicit` when given, else `host:port` from the compatibility variables.

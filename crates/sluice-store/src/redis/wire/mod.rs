@@ -5,9 +5,13 @@
 //! a call. Everything else (loading the scripts, the admin API, health, TLS, Sentinel, a
 //! Cluster, explicit pipelining windows) keeps redis-rs's connection.
 //!
-//! A connection that fails fails the calls on it; the next call opens another (one at a time,
-//! and at most once per `RETRY_AFTER` while Redis cannot be reached, the calls in between
-//! failing at once with the last attempt's error).
+//! There is one connection a serving lane (`crate::lane`): a call goes on its thread's own,
+//! which that thread opened and whose task it runs, so that the calls of a lane never wake a
+//! task on another core. Lanes past `LANES` share.
+//!
+//! A connection that fails fails the calls on it; the lane's next call opens another (one at a
+//! time, and at most once per `RETRY_AFTER` while Redis cannot be reached, the calls in
+//! between failing at once with the last attempt's error).
 
 mod queue;
 mod resp;
@@ -33,6 +37,9 @@ use serve::Serving;
 /// How long after a failed attempt to connect the next one is made.
 const RETRY_AFTER: Duration = Duration::from_millis(50);
 
+/// The lanes with a connection of their own; a lane past them shares lane `lane % LANES`'s.
+const LANES: usize = 64;
+
 /// The request path's connection to one Redis node.
 pub(super) struct Wire {
     address: String,
@@ -43,6 +50,12 @@ pub(super) struct Wire {
     /// dead (`dead_after`).
     give_up_after: Duration,
     counts: Arc<PipelineCounts>,
+    lanes: Box<[Lane]>,
+}
+
+/// One lane's connection.
+#[derive(Default)]
+struct Lane {
     open: ArcSwapOption<Open>,
     /// One attempt to connect at a time; the last failed one, to fail calls at once until
     /// `RETRY_AFTER` has passed.
@@ -95,9 +108,13 @@ impl Wire {
             connect_timeout,
             give_up_after: dead_after(command_timeout),
             counts,
-            open: ArcSwapOption::empty(),
-            connecting: tokio::sync::Mutex::new(None),
+            lanes: (0..LANES).map(|_| Lane::default()).collect(),
         })
+    }
+
+    /// The current thread's lane.
+    fn lane(&self) -> &Lane {
+        &self.lanes[crate::lane::current() % self.lanes.len()]
     }
 
     /// Sends `command` and waits for its reply, a list of integers, until `deadline`
@@ -111,14 +128,15 @@ impl Wire {
         deadline: Instant,
     ) -> impl Future<Output = RedisResult<Integers>> + Send + '_ {
         let (reply, answer) = oneshot::channel();
-        let pushed = match &*self.open.load() {
+        let lane = self.lane();
+        let pushed = match &*lane.open.load() {
             Some(open) => open.calls.push(&command, reply, deadline),
             None => Err(reply),
         };
         // No connection, or the one there just failed.
         let opening = pushed
             .err()
-            .map(|reply| Box::pin(self.push_on_new(command.into_cmd(), reply, deadline)));
+            .map(|reply| Box::pin(self.push_on_new(lane, command.into_cmd(), reply, deadline)));
         async move {
             if let Some(opening) = opening {
                 opening.await?;
@@ -127,10 +145,16 @@ impl Wire {
         }
     }
 
-    /// Pushes `command` on the open connection, opened now if needed, by `deadline`.
-    async fn push_on_new(&self, command: Cmd, reply: Reply, deadline: Instant) -> RedisResult<()> {
+    /// Pushes `command` on `lane`'s open connection, opened now if needed, by `deadline`.
+    async fn push_on_new(
+        &self,
+        lane: &Lane,
+        command: Cmd,
+        reply: Reply,
+        deadline: Instant,
+    ) -> RedisResult<()> {
         let pushed = async {
-            let open = self.connect().await?;
+            let open = self.connect(lane).await?;
             open.calls
                 .push(&command, reply, deadline)
                 .map_err(|_| gone())
@@ -140,10 +164,11 @@ impl Wire {
             .map_err(|_| past_deadline())?
     }
 
-    /// The open connection, opened now if there is none (or another call just opened it).
-    async fn connect(&self) -> RedisResult<Arc<Open>> {
-        let mut last_failure = self.connecting.lock().await;
-        if let Some(open) = self.open.load_full() {
+    /// `lane`'s open connection, opened now if there is none (or another call just opened
+    /// it). Its task runs on the current thread's runtime: the lane's.
+    async fn connect(&self, lane: &Lane) -> RedisResult<Arc<Open>> {
+        let mut last_failure = lane.connecting.lock().await;
+        if let Some(open) = lane.open.load_full() {
             if open.calls.is_open() {
                 return Ok(open);
             }
@@ -157,7 +182,7 @@ impl Wire {
             Ok(open) => {
                 *last_failure = None;
                 let open = Arc::new(open);
-                self.open.store(Some(open.clone()));
+                lane.open.store(Some(open.clone()));
                 Ok(open)
             }
             Err(error) => {
@@ -339,5 +364,74 @@ mod tests {
         unanswered_call(&wire).await;
         assert!(!far.is_finished(), "the distant call still waits");
         far.abort();
+    }
+
+    /// A Redis the test plays on a thread of its own, answering each PING with `:1`; how many
+    /// connections it has taken.
+    fn answering_redis() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let url = format!("redis://{}", listener.local_addr().expect("its address"));
+        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = taken.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut chunk = [0u8; 512];
+                    while let Ok(read) = stream.read(&mut chunk) {
+                        let pings = chunk[..read].windows(4).filter(|w| w == b"PING").count();
+                        if read == 0 || stream.write_all(&b"*1\r\n:1\r\n".repeat(pings)).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, taken)
+    }
+
+    /// A PING sent on lane `lane` from a thread and runtime of its own, which are gone once it
+    /// is answered (with the task of any connection the call opened).
+    fn ping_on_lane(wire: &Arc<Wire>, lane: usize) -> RedisResult<Integers> {
+        let wire = wire.clone();
+        std::thread::spawn(move || {
+            crate::lane::enter(lane);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let deadline = Instant::now() + Duration::from_secs(1);
+            // Bounded here too: a call pushed where no task serves would wait for ever.
+            let call = wire.send(redis::cmd("PING"), deadline);
+            runtime
+                .block_on(async { tokio::time::timeout(Duration::from_secs(2), call).await })
+                .unwrap_or_else(|_| Err(past_deadline()))
+        })
+        .join()
+        .expect("the lane's thread")
+    }
+
+    #[test]
+    fn each_lane_opens_its_own_connection_and_one_whose_runtime_is_gone_opens_another() {
+        let (url, taken) = answering_redis();
+        let counts = Arc::new(PipelineCounts::default());
+        let wire =
+            Arc::new(Wire::of(&url, Duration::from_secs(1), COMMAND_TIMEOUT, counts).expect("TCP"));
+        assert_eq!(ping_on_lane(&wire, 1).expect("lane 1").as_slice(), [1]);
+        assert_eq!(ping_on_lane(&wire, 2).expect("lane 2").as_slice(), [1]);
+        assert_eq!(
+            taken.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "a connection a lane"
+        );
+        // Lane 1's runtime, and its connection's task with it, is gone: its next call opens
+        // another connection rather than waiting on one no task serves.
+        assert_eq!(
+            ping_on_lane(&wire, 1).expect("lane 1 again").as_slice(),
+            [1]
+        );
+        assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 }

@@ -26,7 +26,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::queue::{Pending, Queue, Reply};
 use super::resp::next_reply;
-use super::{closed_by_redis, io_error, past_deadline};
+use super::{closed_by_redis, gone, io_error, past_deadline};
 use crate::redis::pipeline::PipelineCounts;
 
 /// The most bytes of calls one write gathers before it goes.
@@ -349,6 +349,15 @@ impl Serving {
             let _ = reply.send(Err(error.clone()));
         }
         self.calls.fail(error);
+    }
+}
+
+/// A task dropped before it ended (its runtime shut down: a serving lane's, with its server)
+/// takes no more calls, so that the lane's next call opens another connection; the calls it
+/// held are told their connection was lost.
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.calls.fail(&gone());
     }
 }
 
