@@ -198,3 +198,52 @@ async fn the_references_expiry_jitter_is_reported_ignored_and_keys_expire_with_t
     let ttl_ms: i64 = redis.cli(&["PTTL", key.trim()]).trim().parse().unwrap();
     assert!((1..=60_001).contains(&ttl_ms), "{ttl_ms}");
 }
+
+/// How many of the process's threads serve the gRPC port (named `sluice-grpc-N`).
+#[cfg(target_os = "linux")]
+fn grpc_threads(sluice: &Sluice) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", sluice.pid())).expect("its threads");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("sluice-grpc-"))
+        .count()
+}
+
+/// The gRPC port is served on threads of its own, one a CPU, when the store keeps a call on
+/// its thread (memory, a single Redis pipelined adaptively), as many as asked when asked, and
+/// on the shared runtime when the store's connection runs there (redis-rs's, here with an
+/// explicit pipelining window); calls are answered either way.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_grpc_port_gets_threads_of_its_own_when_the_store_keeps_calls_on_them() {
+    let cpus = std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .and_then(|threads| threads.parse().ok())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .expect("a count of CPUs");
+    let redis = crate::support::redis::RedisServer::start(&[]);
+    let url = redis.url();
+    let cases: [(&[&str], usize); 4] = [
+        (&[], cpus),
+        (&["--grpc-threads", "3"], 3),
+        (&["--store", "redis", "--redis-url", &url], cpus),
+        (
+            &[
+                "--store",
+                "redis",
+                "--redis-url",
+                &url,
+                "--redis-pipeline-window",
+                "150us",
+            ],
+            0,
+        ),
+    ];
+    for (args, threads) in cases {
+        let sluice = Sluice::process(CONFIG, args);
+        let mut client = sluice.client().await;
+        let answer = call_one(&mut client, "m", &[("api", "threads")]).await;
+        assert_eq!(overall(&answer), Code::Ok, "{args:?}");
+        assert_eq!(grpc_threads(&sluice), threads, "{args:?}");
+    }
+}

@@ -336,8 +336,14 @@ impl<F: Future<Output = ()> + Send + 'static> Running<'_, F> {
             readiness: readiness.clone(),
         };
         let stopped_admin = stopped.clone();
-        let (grpc, health) =
-            grpc::serve(settings, listeners.grpc, services, until(stopped.clone()))?;
+        let threads = (settings.ports.network).serving_threads(store.keeps_calls_on_their_thread());
+        let (grpc, health) = grpc::serve(
+            settings,
+            listeners.grpc,
+            services,
+            threads,
+            until(stopped.clone()),
+        )?;
         let store_for_snapshot = store.clone();
         let endpoints = Arc::new(Endpoints {
             config,

@@ -233,16 +233,25 @@ mod tests {
     }
 
     #[test]
-    fn the_grpc_port_has_the_threads_asked_for_and_one_a_cpu_by_default() {
-        let asked = settings(&["--grpc-threads", "3"]).expect("valid");
-        assert_eq!(asked.ports.network.grpc_threads, 3);
-        // 0, the default: one a CPU, or tokio's own variable when it is set.
-        let default = settings(&["--grpc-threads", "0"]).expect("valid");
+    fn the_grpc_port_has_the_threads_asked_for_or_one_a_cpu_when_the_store_suits() {
+        let asked = settings(&["--grpc-threads", "3"])
+            .expect("valid")
+            .ports
+            .network;
+        assert_eq!(asked.serving_threads(true), 3);
+        assert_eq!(asked.serving_threads(false), 3);
+        // 0, the default: one a CPU (or tokio's own variable when it is set) for a store that
+        // keeps a call on its thread, else none.
+        let default = settings(&["--grpc-threads", "0"])
+            .expect("valid")
+            .ports
+            .network;
         let cpus = std::env::var("TOKIO_WORKER_THREADS")
             .ok()
             .and_then(|threads| threads.parse().ok())
             .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()));
-        assert_eq!(Some(default.ports.network.grpc_threads), cpus);
+        assert_eq!(Some(default.serving_threads(true)), cpus);
+        assert_eq!(default.serving_threads(false), 0);
     }
 
     /// Every variable envoyproxy/ratelimit reads (its `src/settings/settings.go`, 2026).

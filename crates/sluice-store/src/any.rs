@@ -50,6 +50,14 @@ impl AnyStore {
         }
     }
 
+    /// Whether a request's call to the store stays on the thread it was made on (`crate::lane`):
+    /// always in memory; on Redis when every backend's script calls go on sluice's own
+    /// connection a lane (a single node over plain TCP, pipelined adaptively: the default),
+    /// not through redis-rs's, whose task wakes callers from another runtime.
+    pub fn keeps_calls_on_their_thread(&self) -> bool {
+        self.redis().is_none_or(RedisStore::calls_go_on_lanes)
+    }
+
     /// The budget leases in front of Redis, when it is the store.
     pub fn leasing(&self) -> Option<&WithLeasing<RedisStore>> {
         match self {

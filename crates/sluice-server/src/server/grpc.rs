@@ -20,7 +20,7 @@ use super::accept::Accepting;
 use super::connection::Lifetime;
 use super::deadline::DeadlineLayer;
 use super::rls_route::RlsFirstLayer;
-use super::serving_threads::{Serving, ServingThreads};
+use super::serving_threads::{GrpcService, Serving, ServingThreads};
 use super::{status_codes, ServerError, TlsConfig};
 use crate::http::Readiness;
 use crate::kuadrant::KuadrantService;
@@ -49,13 +49,15 @@ pub struct Services {
     pub readiness: Arc<Readiness>,
 }
 
-/// The gRPC server on `listener` until `shutdown` completes, and the health reporter that
+/// The gRPC server on `listener`, its connections served on `threads` threads of their own
+/// (none: on the current runtime), until `shutdown` completes, and the health reporter that
 /// drain sets NOT_SERVING through. Once `shutdown` completes, the listener is closed, every
 /// connection is told to go away, and the server's future ends when the last one has closed.
 pub fn serve(
     settings: &Settings,
     listener: TcpListener,
     services: Services,
+    threads: usize,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(impl Future<Output = ()> + Send + 'static, HealthReporter), ServerError> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -107,8 +109,7 @@ pub fn serve(
         handshake_timeout: network.grpc.handshake_timeout,
         draining,
     };
-    let threads = ServingThreads::start(network.grpc_threads, serving)
-        .map_err(ServerError::ServingThreads)?;
+    let threads = ServingThreads::start(threads, serving).map_err(ServerError::ServingThreads)?;
     let accepting = Accepting::new(listener, network.grpc, "grpc");
     Ok((accept_loop(accepting, threads, drain, shutdown), health))
 }
@@ -116,9 +117,9 @@ pub fn serve(
 /// Hands each connection `accepting` takes to a serving thread until `shutdown` completes;
 /// then tells the connections to go away (through `drain`), and ends once they have closed
 /// and the threads have stopped.
-async fn accept_loop(
+async fn accept_loop<S: GrpcService>(
     accepting: Accepting,
-    mut threads: ServingThreads,
+    mut threads: ServingThreads<S>,
     drain: watch::Sender<()>,
     shutdown: impl Future<Output = ()>,
 ) {

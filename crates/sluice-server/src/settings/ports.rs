@@ -88,8 +88,10 @@ pub struct PortsArgs {
     /// ...and closed this long after that.
     #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = duration::parse)]
     pub grpc_max_connection_age_grace: Duration,
-    /// Threads serving the gRPC port's connections, each a connection at a time to the next
-    /// least busy; 0: one a CPU available to the process (`TOKIO_WORKER_THREADS` when set).
+    /// Threads of their own serving the gRPC port's connections, each new one going to the
+    /// thread with the fewest open; 0: one a CPU available to the process
+    /// (`TOKIO_WORKER_THREADS` when set) when the store keeps a call on its thread (memory, a
+    /// single Redis over plain TCP pipelined adaptively), else none (the shared runtime).
     #[arg(long, env = "SLUICE_GRPC_THREADS", default_value_t = 0)]
     pub grpc_threads: usize,
     /// On SIGTERM, time between reporting NOT_SERVING and closing the ports (so load
@@ -137,7 +139,8 @@ pub struct NetworkSettings {
     pub grpc_keepalive_timeout: Duration,
     pub grpc_max_connection_age: Duration,
     pub grpc_max_connection_age_grace: Duration,
-    /// Threads serving the gRPC port's connections (at least one).
+    /// Threads serving the gRPC port's connections as asked; 0: as the store suits
+    /// (`serving_threads`).
     pub grpc_threads: usize,
 }
 
@@ -256,11 +259,22 @@ impl PortsArgs {
             grpc_keepalive_timeout: self.grpc_keepalive_timeout,
             grpc_max_connection_age: self.grpc_max_connection_age,
             grpc_max_connection_age_grace: self.grpc_max_connection_age_grace,
-            grpc_threads: match self.grpc_threads {
-                0 => default_threads(),
-                threads => threads,
-            },
+            grpc_threads: self.grpc_threads,
         })
+    }
+}
+
+impl NetworkSettings {
+    /// The threads of their own the gRPC port's connections are served on: as many as asked;
+    /// asked for none, one a CPU when the store keeps a call on the thread it was made on
+    /// (`keeps_calls_on_their_thread`), else none, the connections served on the runtime
+    /// shared with the rest (where a store whose connection's task runs on that runtime wakes
+    /// its callers without crossing runtimes).
+    pub fn serving_threads(&self, keeps_calls_on_their_thread: bool) -> usize {
+        match self.grpc_threads {
+            0 if keeps_calls_on_their_thread => default_threads(),
+            asked => asked,
+        }
     }
 }
 

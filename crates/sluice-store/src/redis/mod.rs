@@ -203,6 +203,12 @@ impl RedisStore {
         self.breaker.is_open()
     }
 
+    /// Whether every backend's script calls go on sluice's own connection, one a serving lane
+    /// (`wire`), rather than through redis-rs's.
+    pub fn calls_go_on_lanes(&self) -> bool {
+        self.backends.iter().all(|backend| backend.wire.is_some())
+    }
+
     /// The backend of `hit`: per-second limits go to the per-second Redis when there is one.
     fn backend_of(&self, hit: &Hit) -> usize {
         usize::from(self.backends.len() > 1 && hit.limit.unit == Unit::Second)
