@@ -220,14 +220,15 @@ fn limitador_server() -> ExitCode {
     }
 }
 
-/// The runtime `serve` runs on: tokio's multi-threaded one with every driver, and without its
+/// The runtime `serve` runs on (everything but the gRPC port's own threads, when it has them:
+/// `server/serving_threads.rs`): tokio's multi-threaded one with every driver, and without its
 /// "LIFO slot". That slot runs a task woken by another task next, ahead of the ones queued:
 /// when a Redis reply hands out the answers of calls from many gRPC connections, each answer
 /// then wakes its connection's task straight away and goes out in a write of its own. Without
 /// it, each connection writes the answers of one reply together (0.37 against 0.11 `writev`s
 /// a call, and about 15% less CPU a call on Redis; BENCHMARKS.md). Those figures predate each
 /// connection's calls running in its own task (`server/connection.rs`), since when the slot
-/// measures the same within noise (docs/architecture.md). The switch is in tokio's unstable
+/// measures the same within noise, and the gRPC port's own threads (docs/architecture.md). The switch is in tokio's unstable
 /// API, which `.cargo/config.toml` turns on; a build without it keeps the slot.
 fn serving_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
