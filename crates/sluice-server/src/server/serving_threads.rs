@@ -103,6 +103,10 @@ impl Drop for Open {
 /// The serving threads, as the accept loop sees them.
 pub struct ServingThreads<S> {
     threads: Vec<Thread>,
+    /// Dropped with the accept loop: if that is before the threads stopped (the server given
+    /// up on at the end of its grace), each thread then drops its runtime, and the
+    /// connections on it, at once.
+    _abandoned_when_dropped: watch::Sender<()>,
     /// With no threads: how connections are served on the current runtime.
     shared: Option<Serving<S>>,
     /// Where the search for the least busy thread starts: the next after the last chosen, so
@@ -123,12 +127,14 @@ impl<S: GrpcService> ServingThreads<S> {
     /// Starts `count` threads, each serving as `serving` says (none: connections are served
     /// on the current runtime). Fails when a thread or its runtime cannot be made.
     pub fn start(count: usize, serving: Serving<S>) -> io::Result<ServingThreads<S>> {
+        let (abandoned, on_abandon) = watch::channel(());
         let threads = (1..=count)
-            .map(|lane| start_thread(lane, &serving))
+            .map(|lane| start_thread(lane, &serving, on_abandon.clone()))
             .collect::<io::Result<Vec<_>>>()?;
         let shared = threads.is_empty().then_some(serving);
         Ok(ServingThreads {
             threads,
+            _abandoned_when_dropped: abandoned,
             shared,
             next: 0,
         })
@@ -180,7 +186,11 @@ impl<S: GrpcService> ServingThreads<S> {
 
 /// Starts lane `lane`'s thread: its runtime serves what it is handed until the accept loop
 /// lets go and its last connection has ended.
-fn start_thread<S: GrpcService>(lane: usize, serving: &Serving<S>) -> io::Result<Thread> {
+fn start_thread<S: GrpcService>(
+    lane: usize,
+    serving: &Serving<S>,
+    mut abandoned: watch::Receiver<()>,
+) -> io::Result<Thread> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -197,19 +207,26 @@ fn start_thread<S: GrpcService>(lane: usize, serving: &Serving<S>) -> io::Result
             sluice_store::lane::enter(lane);
             runtime.block_on(async move {
                 let mut connections = JoinSet::new();
-                loop {
-                    tokio::select! {
-                        next = handed.recv() => match next {
-                            Some(handed) => {
-                                connections.spawn(serve_one(handed, serving.clone()));
-                            }
-                            None => break,
-                        },
-                        Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                let served = async {
+                    loop {
+                        tokio::select! {
+                            next = handed.recv() => match next {
+                                Some(handed) => {
+                                    connections.spawn(serve_one(handed, serving.clone()));
+                                }
+                                None => break,
+                            },
+                            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                        }
                     }
+                    drop(serving);
+                    while connections.join_next().await.is_some() {}
+                };
+                tokio::select! {
+                    () = served => {}
+                    // Nothing is ever sent: its sender gone is the accept loop gone.
+                    _ = abandoned.changed() => {}
                 }
-                drop(serving);
-                while connections.join_next().await.is_some() {}
             });
             // The runtime, and every task its calls started (the lane's Redis connection), is
             // gone before the accept loop is told.
@@ -259,4 +276,95 @@ async fn serve_one<S: GrpcService>(handed: Handed, serving: Serving<S>) {
     };
     let service = TowerToHyperService::new(serving.service);
     connection::serve(connection, service, serving.lifetime, serving.draining).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::accept::{Accepting, ConnectionLimits};
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// Threads serving a service that answers every call empty; the sender that drains them.
+    fn threads(count: usize) -> (ServingThreads<impl GrpcService>, watch::Sender<()>) {
+        let service = tower::service_fn(|_: Request<Incoming>| async {
+            Ok::<_, Infallible>(Response::new(Body::empty()))
+        });
+        let (drain, draining) = watch::channel(());
+        let lifetime = Lifetime {
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            max_age: Duration::from_secs(3600),
+            max_age_grace: Duration::from_secs(3600),
+        };
+        let serving = Serving {
+            service,
+            lifetime,
+            tls: None,
+            handshake_timeout: Duration::from_secs(30),
+            draining,
+        };
+        (
+            ServingThreads::start(count, serving).expect("threads"),
+            drain,
+        )
+    }
+
+    /// A client connected to `threads` through a port of its own, handed over.
+    async fn connected(threads: &mut ServingThreads<impl GrpcService>) -> TcpStream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let client = TcpStream::connect(listener.local_addr().expect("its address"))
+            .await
+            .expect("connected");
+        let limits = ConnectionLimits {
+            max_connections: 8,
+            handshake_timeout: Duration::from_secs(30),
+        };
+        let (connection, peer) = Accepting::new(listener, limits, "test").accept().await;
+        threads.hand_over(connection.detach().expect("detached"), peer);
+        client
+    }
+
+    /// Whether `client`'s connection is closed by the server within `limit`.
+    async fn closed_within(client: &mut TcpStream, limit: Duration) -> bool {
+        let mut buffer = [0u8; 64];
+        let read_to_end =
+            async { while client.read(&mut buffer).await.is_ok_and(|read| read > 0) {} };
+        tokio::time::timeout(limit, read_to_end).await.is_ok()
+    }
+
+    #[tokio::test]
+    async fn connections_go_to_the_thread_with_fewest_open() {
+        let (mut threads, _drain) = threads(2);
+        let _first = connected(&mut threads).await;
+        let second = connected(&mut threads).await;
+        let open = |threads: &ServingThreads<_>| -> Vec<usize> {
+            threads
+                .threads
+                .iter()
+                .map(|t| t.open.load(Ordering::Relaxed))
+                .collect()
+        };
+        assert_eq!(open(&threads), [1, 1]);
+        // The second closes: its thread has fewest, and takes the next.
+        drop(second);
+        let started = std::time::Instant::now();
+        while open(&threads) != [1, 0] && started.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(open(&threads), [1, 0]);
+        let _third = connected(&mut threads).await;
+        assert_eq!(open(&threads), [1, 1]);
+    }
+
+    #[tokio::test]
+    async fn threads_dropped_before_they_stopped_close_their_connections_at_once() {
+        let (mut threads, _drain) = threads(2);
+        let mut client = connected(&mut threads).await;
+        assert!(!closed_within(&mut client, Duration::from_millis(200)).await);
+        // The accept loop given up on (its server's grace ran out): no drain, no handshake
+        // timeout (30 s) waited for.
+        drop(threads);
+        assert!(closed_within(&mut client, Duration::from_secs(5)).await);
+    }
 }
