@@ -130,10 +130,7 @@ async fn accept_loop<S: GrpcService>(
                 () = &mut shutdown => break,
                 accepted = accepting.accept() => accepted,
             };
-            match connection.detach() {
-                Ok(connection) => threads.hand_over(connection, peer),
-                Err(error) => tracing::debug!(%peer, %error, "a gRPC connection was not accepted"),
-            }
+            threads.hand_over(connection, peer);
         }
         // The listener closes here: no connection is accepted while the others drain.
         drop(accepting);

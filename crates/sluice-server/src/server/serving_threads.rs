@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
 
-use super::accept::{Detached, GrpcConnection};
+use super::accept::{Connection, Detached, GrpcConnection};
 use super::connection::{self, Lifetime};
 use super::TlsConfig;
 
@@ -80,7 +80,7 @@ struct Handed {
     connection: Detached,
     peer: SocketAddr,
     /// Counts it among its thread's open connections until it is dropped.
-    _open: Option<Open>,
+    _open: Open,
 }
 
 /// One connection counted open on its thread, from when it is handed over until it ends, or
@@ -141,16 +141,19 @@ impl<S: GrpcService> ServingThreads<S> {
     }
 
     /// Hands `connection` to the thread with the fewest connections open.
-    pub fn hand_over(&mut self, connection: Detached, peer: SocketAddr) {
+    /// (With no threads, serves it in a task of the current runtime.)
+    pub fn hand_over(&mut self, connection: Connection, peer: SocketAddr) {
         if let Some(shared) = &self.shared {
-            let handed = Handed {
-                connection,
-                peer,
-                _open: None,
-            };
-            tokio::spawn(serve_one(handed, shared.clone()));
+            tokio::spawn(serve_one(connection, peer, shared.clone()));
             return;
         }
+        let connection = match connection.detach() {
+            Ok(connection) => connection,
+            Err(error) => {
+                tracing::debug!(%peer, %error, "a gRPC connection could not be handed over");
+                return;
+            }
+        };
         let count = self.threads.len();
         let chosen = (0..count)
             .map(|offset| (self.next + offset) % count)
@@ -161,7 +164,7 @@ impl<S: GrpcService> ServingThreads<S> {
         let handed = Handed {
             connection,
             peer,
-            _open: Some(Open::count(&thread.open)),
+            _open: Open::count(&thread.open),
         };
         if thread.hand.send(handed).is_err() {
             // The thread is gone (a bug stopped it): the connection closes with the value.
@@ -212,7 +215,7 @@ fn start_thread<S: GrpcService>(
                         tokio::select! {
                             next = handed.recv() => match next {
                                 Some(handed) => {
-                                    connections.spawn(serve_one(handed, serving.clone()));
+                                    connections.spawn(serve_handed(handed, serving.clone()));
                                 }
                                 None => break,
                             },
@@ -240,22 +243,22 @@ fn start_thread<S: GrpcService>(
     })
 }
 
-/// Serves one connection on the current thread: its TLS handshake first when the port has
-/// TLS (a failed or slow one closes it), then its calls until it ends.
-async fn serve_one<S: GrpcService>(handed: Handed, serving: Serving<S>) {
-    // The connection counts as open on this thread until this task ends.
+/// Serves a connection handed to the current thread, counted open on it until it ends.
+async fn serve_handed<S: GrpcService>(handed: Handed, serving: Serving<S>) {
     let Handed {
         connection,
         peer,
         _open: _counted,
     } = handed;
-    let connection = match connection.attach() {
-        Ok(connection) => connection,
-        Err(error) => {
-            tracing::debug!(%peer, %error, "a gRPC connection could not be served");
-            return;
-        }
-    };
+    match connection.attach() {
+        Ok(connection) => serve_one(connection, peer, serving).await,
+        Err(error) => tracing::debug!(%peer, %error, "a gRPC connection could not be served"),
+    }
+}
+
+/// Serves one connection on the current runtime: its TLS handshake first when the port has
+/// TLS (a failed or slow one closes it), then its calls until it ends.
+async fn serve_one<S: GrpcService>(connection: Connection, peer: SocketAddr, serving: Serving<S>) {
     let connection = match &serving.tls {
         None => GrpcConnection::Plain(connection),
         Some(tls) => {
@@ -321,7 +324,7 @@ mod tests {
             handshake_timeout: Duration::from_secs(30),
         };
         let (connection, peer) = Accepting::new(listener, limits, "test").accept().await;
-        threads.hand_over(connection.detach().expect("detached"), peer);
+        threads.hand_over(connection, peer);
         client
     }
 
