@@ -100,22 +100,25 @@ impl Drop for Open {
     }
 }
 
-/// The serving threads, as the accept loop sees them.
-pub struct ServingThreads<S> {
-    threads: Vec<Thread>,
-    /// Dropped with the accept loop: if that is before the threads stopped (the server given
-    /// up on at the end of its grace), each thread then drops its runtime, and the
-    /// connections on it, at once.
-    _abandoned_when_dropped: watch::Sender<()>,
-    /// With no threads: how connections are served on the current runtime.
-    shared: Option<Serving<S>>,
-    /// Where the search for the least busy thread starts: the next after the last chosen, so
-    /// that ties go round.
-    next: usize,
+/// Where the accept loop hands its connections.
+pub enum ServingThreads<S> {
+    /// Threads of their own (at least one).
+    Own {
+        threads: Vec<Thread>,
+        /// Where the search for the least busy thread starts: the next after the last
+        /// chosen, so that ties go round.
+        next: usize,
+        /// Dropped with the accept loop: if that is before the threads stopped (the server
+        /// given up on at the end of its grace), each thread then drops its runtime, and the
+        /// connections on it, at once.
+        _abandoned_when_dropped: watch::Sender<()>,
+    },
+    /// None: each connection is served in a task of the current runtime.
+    Shared(Serving<S>),
 }
 
 /// One serving thread.
-struct Thread {
+pub struct Thread {
     hand: mpsc::UnboundedSender<Handed>,
     /// Its connections open, handed and not yet ended.
     open: Arc<AtomicUsize>,
@@ -127,26 +130,30 @@ impl<S: GrpcService> ServingThreads<S> {
     /// Starts `count` threads, each serving as `serving` says (none: connections are served
     /// on the current runtime). Fails when a thread or its runtime cannot be made.
     pub fn start(count: usize, serving: Serving<S>) -> io::Result<ServingThreads<S>> {
+        if count == 0 {
+            return Ok(ServingThreads::Shared(serving));
+        }
         let (abandoned, on_abandon) = watch::channel(());
         let threads = (1..=count)
             .map(|lane| start_thread(lane, &serving, on_abandon.clone()))
             .collect::<io::Result<Vec<_>>>()?;
-        let shared = threads.is_empty().then_some(serving);
-        Ok(ServingThreads {
+        Ok(ServingThreads::Own {
             threads,
-            _abandoned_when_dropped: abandoned,
-            shared,
             next: 0,
+            _abandoned_when_dropped: abandoned,
         })
     }
 
     /// Hands `connection` to the thread with the fewest connections open.
     /// (With no threads, serves it in a task of the current runtime.)
     pub fn hand_over(&mut self, connection: Connection, peer: SocketAddr) {
-        if let Some(shared) = &self.shared {
-            tokio::spawn(serve_one(connection, peer, shared.clone()));
-            return;
-        }
+        let (threads, next) = match self {
+            ServingThreads::Shared(serving) => {
+                tokio::spawn(serve_one(connection, peer, serving.clone()));
+                return;
+            }
+            ServingThreads::Own { threads, next, .. } => (threads, next),
+        };
         let connection = match connection.detach() {
             Ok(connection) => connection,
             Err(error) => {
@@ -154,13 +161,13 @@ impl<S: GrpcService> ServingThreads<S> {
                 return;
             }
         };
-        let count = self.threads.len();
+        let count = threads.len();
         let chosen = (0..count)
-            .map(|offset| (self.next + offset) % count)
-            .min_by_key(|index| self.threads[*index].open.load(Ordering::Relaxed))
+            .map(|offset| (*next + offset) % count)
+            .min_by_key(|index| threads[*index].open.load(Ordering::Relaxed))
             .unwrap_or(0);
-        self.next = (chosen + 1) % count;
-        let thread = &self.threads[chosen];
+        *next = (chosen + 1) % count;
+        let thread = &threads[chosen];
         let handed = Handed {
             connection,
             peer,
@@ -175,8 +182,17 @@ impl<S: GrpcService> ServingThreads<S> {
     /// Takes no more connections, and waits until each thread has served its last and
     /// stopped.
     pub async fn stop(self) {
-        let mut stopping = Vec::with_capacity(self.threads.len());
-        for thread in self.threads {
+        // Held until the threads have stopped: dropped sooner, it would abandon them.
+        let ServingThreads::Own {
+            threads,
+            _abandoned_when_dropped: _held,
+            ..
+        } = self
+        else {
+            return;
+        };
+        let mut stopping = Vec::with_capacity(threads.len());
+        for thread in threads {
             drop(thread.hand);
             stopping.push(thread.stopped);
         }
@@ -342,11 +358,13 @@ mod tests {
         let _first = connected(&mut threads).await;
         let second = connected(&mut threads).await;
         let open = |threads: &ServingThreads<_>| -> Vec<usize> {
-            threads
-                .threads
-                .iter()
-                .map(|t| t.open.load(Ordering::Relaxed))
-                .collect()
+            match threads {
+                ServingThreads::Own { threads, .. } => threads
+                    .iter()
+                    .map(|t| t.open.load(Ordering::Relaxed))
+                    .collect(),
+                ServingThreads::Shared(_) => Vec::new(),
+            }
         };
         assert_eq!(open(&threads), [1, 1]);
         // The second closes: its thread has fewest, and takes the next.
